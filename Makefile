@@ -1,0 +1,55 @@
+# Thin wrapper over Meson: `make run` and `make test` are the contract with a new user.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+CONFIG     ?= examples/quickstart.toml
+FUZZ_TIME  ?= 60
+
+.PHONY: all deps build run test test-asan fuzz docs clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD)
+
+build: deps $(BUILD)/build.ninja
+	meson compile -C $(BUILD)
+
+run: build
+	$(BUILD)/src/etemenanki-app -c $(CONFIG)
+
+# Everything: unit, corpus and end-to-end tests, then the unit tests again
+# under AddressSanitizer and UBSan.
+test: build
+	meson test -C $(BUILD) --print-errorlogs
+	$(MAKE) --no-print-directory test-asan
+
+$(ASAN_BUILD)/build.ninja:
+	meson setup $(ASAN_BUILD) -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+
+test-asan: deps $(ASAN_BUILD)/build.ninja
+	meson compile -C $(ASAN_BUILD)
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		meson test -C $(ASAN_BUILD) --print-errorlogs --suite unit --suite toml
+
+$(FUZZ_BUILD)/build.ninja:
+	CC=clang meson setup $(FUZZ_BUILD) -Dfuzz=true -Db_lundef=false
+
+# Runs every libFuzzer target for FUZZ_TIME seconds each.
+fuzz: deps $(FUZZ_BUILD)/build.ninja
+	meson compile -C $(FUZZ_BUILD)
+	@for t in $(FUZZ_BUILD)/tests/fuzz/fuzz_*; do \
+		echo "fuzz: $$t for $(FUZZ_TIME)s"; \
+		mkdir -p $(FUZZ_BUILD)/corpus/$$(basename $$t); \
+		$$t -max_total_time=$(FUZZ_TIME) -max_len=8192 $(FUZZ_BUILD)/corpus/$$(basename $$t) tests/fuzz/seeds || exit 1; \
+	done
+
+# Rewrites the generated reference section of docs/config.md from the schema.
+docs: build
+	$(BUILD)/tools/config-reference docs/config.md --write
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,259 @@
+/* spec.h - the engine's desired state: typed, config-format-neutral, validated by etm_spec_check. */
+#ifndef ETEMENANKI_SPEC_H
+#define ETEMENANKI_SPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A front-end (the TOML lowering in etemenanki-app, a panel, a test) fills an
+ * etm_spec; etm_spec_check runs the build-time checks the seeds list; the
+ * supervisor applies a spec that passed. Every string is owned by the spec and
+ * freed by etm_spec_free; a zeroed etm_spec is a valid empty spec. */
+
+typedef enum etm_log_level {
+	ETM_LOG_ERROR,
+	ETM_LOG_WARN,
+	ETM_LOG_INFO,
+	ETM_LOG_DEBUG,
+	ETM_LOG_TRACE,
+} etm_log_level;
+
+/* Every protocol any inbound or outbound may name, after aliases are folded
+ * (direct = freedom, block = blackhole, hysteria and hy2 = hysteria2). */
+typedef enum etm_protocol {
+	ETM_PROTO_FREEDOM,
+	ETM_PROTO_BLACKHOLE,
+	ETM_PROTO_SOCKS,
+	ETM_PROTO_HTTP,
+	ETM_PROTO_MIXED,
+	ETM_PROTO_TROJAN,
+	ETM_PROTO_VLESS,
+	ETM_PROTO_VMESS,
+	ETM_PROTO_SHADOWSOCKS,
+	ETM_PROTO_HYSTERIA2,
+	ETM_PROTO_WIREGUARD,
+	ETM_PROTO_COUNT_,
+} etm_protocol;
+
+/* The canonical name of a protocol ("freedom", "hysteria2", ...). */
+const char *etm_protocol_name(etm_protocol p);
+
+typedef enum etm_address_family {
+	ETM_AF_AUTO, /* both families, in the resolver's order */
+	ETM_AF_PREFER_IPV4,
+	ETM_AF_PREFER_IPV6,
+	ETM_AF_IPV4_ONLY,
+	ETM_AF_IPV6_ONLY,
+} etm_address_family;
+
+typedef enum etm_network {
+	ETM_NET_TCP,
+	ETM_NET_TLS, /* shorthand for tcp + security = tls */
+	ETM_NET_WS,
+	ETM_NET_GRPC,
+} etm_network;
+
+typedef enum etm_security {
+	ETM_SEC_NONE,
+	ETM_SEC_TLS,
+} etm_security;
+
+/* VMess body security. */
+typedef enum etm_vmess_security {
+	ETM_VMESS_AUTO, /* aes-128-gcm where AES is fast, else chacha20-poly1305 */
+	ETM_VMESS_AES_128_GCM,
+	ETM_VMESS_CHACHA20_POLY1305,
+	ETM_VMESS_NONE,
+	ETM_VMESS_ZERO,
+} etm_vmess_security;
+
+/* Shadowsocks AEAD methods; 2022 ones take a base64 key as password. */
+typedef enum etm_ss_method {
+	ETM_SS_UNSET,
+	ETM_SS_AES_128_GCM,
+	ETM_SS_AES_256_GCM,
+	ETM_SS_CHACHA20_IETF_POLY1305,
+	ETM_SS_2022_BLAKE3_AES_128_GCM,
+	ETM_SS_2022_BLAKE3_AES_256_GCM,
+	ETM_SS_2022_BLAKE3_CHACHA20_POLY1305,
+} etm_ss_method;
+
+typedef enum etm_strategy {
+	ETM_STRATEGY_FAILOVER,
+	ETM_STRATEGY_ROUND_ROBIN,
+} etm_strategy;
+
+/* Bits of etm_rule.networks. */
+enum {
+	ETM_RULE_NET_TCP = 1u << 0,
+	ETM_RULE_NET_UDP = 1u << 1,
+};
+
+typedef struct etm_strlist {
+	char **items; /* owned, each owned */
+	size_t len;
+} etm_strlist;
+
+typedef struct etm_port_range {
+	uint16_t first, last; /* inclusive */
+} etm_port_range;
+
+typedef struct etm_port_list {
+	etm_port_range *items; /* owned */
+	size_t len;
+} etm_port_list;
+
+typedef struct etm_tls_spec {
+	char *server_name;   /* SNI and the name checked in the certificate */
+	etm_strlist alpn;
+	bool allow_insecure; /* skip certificate verification */
+	char *ca;            /* PEM file of trusted CAs; NULL = the system store */
+	char *certificate;   /* inbound only: PEM chain */
+	char *key;           /* inbound only: PEM private key */
+} etm_tls_spec;
+
+typedef struct etm_ws_spec {
+	char *path; /* request path; NULL = "/" */
+	char *host; /* Host header; NULL = the server name */
+} etm_ws_spec;
+
+typedef struct etm_grpc_spec {
+	char *service_name;
+} etm_grpc_spec;
+
+typedef struct etm_stream_spec {
+	etm_network network;
+	etm_security security; /* network = tls sets ETM_SEC_TLS as well */
+	etm_tls_spec tls;
+	etm_ws_spec ws;
+	etm_grpc_spec grpc;
+} etm_stream_spec;
+
+/* An account of an inbound: username/password for socks and http, password
+ * for trojan and hysteria2, id (UUID) for vless and vmess. Fields a protocol does not use stay NULL. */
+typedef struct etm_user_spec {
+	char *name; /* optional label for logs */
+	char *username;
+	char *password;
+	char *id;
+} etm_user_spec;
+
+/* Per-protocol settings, flattened: the lowering accepts for each protocol
+ * only the keys that protocol uses. */
+typedef struct etm_settings_spec {
+	char *username;
+	char *password;
+	char *id; /* vless / vmess UUID */
+	etm_vmess_security security;
+	etm_ss_method method;
+	/* wireguard */
+	char *secret_key;
+	char *peer_public_key;
+	char *pre_shared_key;
+	char *endpoint;
+	etm_strlist address;
+	uint64_t mtu;
+	/* inbound: accounts, and where trojan sends what is not trojan */
+	etm_user_spec *users; /* owned */
+	size_t users_len;
+	char *fallback;
+} etm_settings_spec;
+
+typedef struct etm_inbound_spec {
+	char *tag;
+	etm_protocol protocol;
+	char *listen; /* address to bind */
+	uint16_t port;
+	bool sniffing;
+	etm_settings_spec settings;
+	etm_stream_spec stream;
+} etm_inbound_spec;
+
+typedef struct etm_outbound_spec {
+	char *tag;
+	etm_protocol protocol;
+	char *server; /* NULL when not set */
+	uint16_t port;
+	bool has_port;
+	etm_address_family address_family;
+	etm_settings_spec settings;
+	etm_stream_spec stream;
+} etm_outbound_spec;
+
+#define ETM_DEFAULT_PROBE_INTERVAL 30 /* seconds; seed 000 "Limits" */
+#define ETM_DEFAULT_PROBE_TIMEOUT 5   /* seconds; seed 000 "Limits" */
+
+typedef struct etm_balancer_spec {
+	char *tag;
+	etm_strlist outbounds; /* member tags in priority order; repeats allowed */
+	char *strategy;        /* as written; NULL = failover. Checked by etm_spec_check */
+	etm_strategy strategy_kind;
+	uint64_t probe_interval; /* seconds */
+	uint64_t probe_timeout;  /* seconds */
+} etm_balancer_spec;
+
+typedef struct etm_rule_spec {
+	char *outbound; /* target tag: an outbound or a balancer */
+	etm_strlist domain;
+	etm_strlist domain_suffix;
+	etm_strlist domain_keyword;
+	etm_strlist domain_regex;
+	etm_strlist geosite;
+	etm_strlist cidr;
+	etm_strlist geoip;
+	etm_port_list port;
+	unsigned networks; /* ETM_RULE_NET_* bits; 0 = no network matcher */
+	etm_strlist inbound_tag;
+	etm_strlist source_cidr;
+} etm_rule_spec;
+
+typedef struct etm_route_spec {
+	char *default_tag; /* NULL = the first outbound */
+	char *geoip;       /* path of geoip.dat */
+	char *geosite;     /* path of geosite.dat */
+	etm_rule_spec *rules; /* owned, in order */
+	size_t rules_len;
+} etm_route_spec;
+
+typedef struct etm_dns_spec {
+	etm_strlist servers; /* "ip" or "ip:port"; empty = the system's */
+} etm_dns_spec;
+
+typedef struct etm_spec {
+	etm_log_level log_level;
+	etm_inbound_spec *inbounds; /* owned */
+	size_t inbounds_len;
+	etm_outbound_spec *outbounds; /* owned */
+	size_t outbounds_len;
+	etm_balancer_spec *balancers; /* owned */
+	size_t balancers_len;
+	etm_route_spec route;
+	etm_dns_spec dns;
+} etm_spec;
+
+/* Frees everything the spec owns and zeroes it. */
+void etm_spec_free(etm_spec *spec);
+
+/* Runs the build-time checks of the seeds (duplicate tags, balancer members
+ * and strategy, route references, ...) on a lowered spec. Returns 0 when the
+ * spec is valid; otherwise -1 with the exact message, NUL-terminated, in
+ * msg (truncated to msg_size). Fills strategy_kind of every balancer. */
+__attribute__((warn_unused_result)) int etm_spec_check(etm_spec *spec, char *msg, size_t msg_size);
+
+/* The tag flows go to when no rule matches: [route].default when set, else the
+ * first outbound's tag; NULL when there is neither. Borrowed from the spec. */
+const char *etm_spec_default_tag(const etm_spec *spec);
+
+/* Whether this build can run the protocol (on an inbound when inbound is
+ * true, else on an outbound). Protocols that are not built yet still parse
+ * and validate; the start refuses them with one line that names them. */
+bool etm_protocol_available(etm_protocol p, bool inbound);
+
+/* Checks that every inbound and outbound protocol of the spec is available in
+ * this build. Returns 0, or -1 with "inbound <tag>: protocol <p> is not
+ * available yet" (or the outbound form) for the first one that is not. */
+__attribute__((warn_unused_result)) int etm_spec_check_available(const etm_spec *spec, char *msg,
+                                                                 size_t msg_size);
+
+#endif

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs every Debian package the build and the tests need; does nothing
+# when they are all present already.
+set -euo pipefail
+
+packages=(
+  build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
+  libcmocka-dev python3 python3-pytest curl
+  libuv1-dev libssl-dev libc-ares-dev libpcre2-dev
+  libprotobuf-c-dev protobuf-c-compiler libwslay-dev libnghttp2-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+# A fresh machine's package lists can be empty; update before installing.
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,146 @@
+/* cli.c - option parsing and the top-level flow of etemenanki-app. */
+#include "app/cli.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "app/config.h"
+#include "base/log.h"
+#include "etemenanki/etemenanki.h"
+
+typedef enum cli_msg_id {
+	CLI_USAGE,
+	CLI_VERSION,
+	CLI_CONFIG_OK,
+	CLI_CONFIG_INVALID,
+	CLI_START_FAILED,
+	CLI_UNKNOWN_OPTION,
+	CLI_MISSING_ARGUMENT,
+	CLI_NO_CONFIG,
+	CLI_BAD_LEVEL,
+	CLI_LOADED,
+	CLI_MSG_COUNT_,
+} cli_msg_id;
+
+/* Every line the CLI itself prints. "Configuration OK.", "configuration
+ * invalid: " and "failed to start: " are the seeds' words (seed 003). */
+static const char *const msgs[CLI_MSG_COUNT_] = {
+	[CLI_USAGE] = "Usage: etemenanki-app -c FILE [--test] [-l LEVEL]\n"
+		      "\n"
+		      "Runs the proxy described by the TOML file FILE.\n"
+		      "\n"
+		      "Options:\n"
+		      "  -c, --config FILE     the configuration file (required)\n"
+		      "  -t, --test            check the configuration, print \"Configuration OK.\" and "
+		      "exit\n"
+		      "  -l, --log-level LEVEL override [log] level: error, warn, info, debug, trace\n"
+		      "  -V, --version         print the version and exit\n"
+		      "  -h, --help            print this help and exit\n"
+		      "\n"
+		      "Documentation: docs/README.md\n",
+	[CLI_VERSION] = "etemenanki-app %s\n",
+	[CLI_CONFIG_OK] = "Configuration OK.\n",
+	[CLI_CONFIG_INVALID] = "configuration invalid: %s\n",
+	[CLI_START_FAILED] = "failed to start: %s\n",
+	[CLI_UNKNOWN_OPTION] = "etemenanki-app: unknown option `%s` (see --help)\n",
+	[CLI_MISSING_ARGUMENT] = "etemenanki-app: option `%s` needs a value (see --help)\n",
+	[CLI_NO_CONFIG] = "etemenanki-app: no configuration file given; use -c FILE (see --help)\n",
+	[CLI_BAD_LEVEL] = "etemenanki-app: unknown log level `%s` (expected error, warn, info, "
+			  "debug or trace)\n",
+	[CLI_LOADED] = "loaded %s: %zu inbounds, %zu outbounds, %zu balancers, %zu rules",
+};
+
+/* The formats are the constant table above; nothing from input is a format. */
+#define say(f, id, ...) fprintf(f, msgs[id], __VA_ARGS__)
+#define say0(f, id) fputs(msgs[id], f)
+
+typedef struct cli_opts {
+	const char *config; /* borrowed from argv */
+	bool test;
+	bool level_set;
+	etm_log_level level;
+} cli_opts;
+
+static bool parse_level(const char *s, etm_log_level *out)
+{
+	for (int l = ETM_LOG_ERROR; l <= ETM_LOG_TRACE; l++)
+		if (strcmp(s, log_level_name((etm_log_level)l)) == 0) {
+			*out = (etm_log_level)l;
+			return true;
+		}
+	return false;
+}
+
+/* Returns -1 to go on, else the exit code. */
+static int parse(int argc, char **argv, cli_opts *o, FILE *out, FILE *err)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *value = NULL;
+		bool takes_value = strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0 ||
+		                   strcmp(a, "-l") == 0 || strcmp(a, "--log-level") == 0;
+		if (takes_value) {
+			if (i + 1 >= argc) {
+				say(err, CLI_MISSING_ARGUMENT, a);
+				return 2;
+			}
+			value = argv[++i];
+		}
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			say0(out, CLI_USAGE);
+			return 0;
+		} else if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+			say(out, CLI_VERSION, etm_version());
+			return 0;
+		} else if (strcmp(a, "-t") == 0 || strcmp(a, "--test") == 0) {
+			o->test = true;
+		} else if (takes_value && (a[1] == 'c' || a[2] == 'c')) {
+			o->config = value;
+		} else if (takes_value) { /* -l, --log-level */
+			if (!parse_level(value, &o->level)) {
+				say(err, CLI_BAD_LEVEL, value);
+				return 2;
+			}
+			o->level_set = true;
+		} else {
+			say(err, CLI_UNKNOWN_OPTION, a);
+			return 2;
+		}
+	}
+	if (!o->config) {
+		say0(err, CLI_NO_CONFIG);
+		return 2;
+	}
+	return -1;
+}
+
+int cli_main(int argc, char **argv, FILE *out, FILE *err)
+{
+	cli_opts o = {0};
+	int rc = parse(argc, argv, &o, out, err);
+	if (rc >= 0)
+		return rc;
+
+	etm_spec spec;
+	char msg[CONFIG_MSG_MAX];
+	if (config_load_file(o.config, &spec, msg, sizeof msg)) {
+		say(err, o.test ? CLI_CONFIG_INVALID : CLI_START_FAILED, msg);
+		return 1;
+	}
+	if (o.test) {
+		etm_spec_free(&spec);
+		say0(out, CLI_CONFIG_OK);
+		return 0;
+	}
+
+	log_set_level(o.level_set ? o.level : spec.log_level);
+	log_info("app", msgs[CLI_LOADED], o.config, spec.inbounds_len, spec.outbounds_len,
+	         spec.balancers_len, spec.route.rules_len);
+	rc = etm_spec_check_available(&spec, msg, sizeof msg);
+	etm_spec_free(&spec);
+	if (rc) {
+		say(err, CLI_START_FAILED, msg);
+		return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,12 @@
+/* cli.h - etemenanki-app's command line: options, --test, start, exit codes. */
+#ifndef ETM_APP_CLI_H
+#define ETM_APP_CLI_H
+
+#include <stdio.h>
+
+/* Runs the program for argv and returns the process exit code: 0 on success,
+ * 1 when the configuration is invalid or the start fails, 2 on a usage error.
+ * Normal output goes to out, errors to err (both borrowed). */
+int cli_main(int argc, char **argv, FILE *out, FILE *err);
+
+#endif

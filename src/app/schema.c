@@ -1,0 +1,514 @@
+/* schema.c - the config schema tables and the Markdown reference written from them. */
+#include "app/schema.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+#define STR(T, m, key, dd, d) \
+	{.name = key, .kind = SK_STRING, .offset = offsetof(T, m), .default_doc = dd, .doc = d}
+#define REQ_STR(T, m, key, d) \
+	{.name = key, .kind = SK_STRING, .offset = offsetof(T, m), .required = true, .doc = d}
+#define LIST(T, m, key, d) \
+	{.name = key, .kind = SK_STRLIST, .offset = offsetof(T, m), .default_doc = "[]", .doc = d}
+#define BOOL(T, m, key, dflt, d)                                                      \
+	{.name = key, .kind = SK_BOOL, .offset = offsetof(T, m), .def = dflt,         \
+	 .default_doc = (dflt) ? "true" : "false", .doc = d}
+#define ENUM(T, m, key, vars, dflt, dd, d)                                             \
+	{.name = key, .kind = SK_ENUM, .offset = offsetof(T, m), .variants = vars,     \
+	 .def = dflt, .default_doc = dd, .doc = d}
+#define TABLE(T, m, key, subt, d) \
+	{.name = key, .kind = SK_TABLE, .offset = offsetof(T, m), .sub = &subt, .doc = d}
+#define TABLE_ARRAY(T, m, n, key, subt, ET, d)                                          \
+	{.name = key, .kind = SK_TABLE_ARRAY, .offset = offsetof(T, m),                 \
+	 .aux_offset = offsetof(T, n), .sub = &subt, .elem_size = sizeof(ET), .doc = d}
+#define TABLE_OF(title_, doc_, fields_) \
+	{.title = title_, .doc = doc_, .fields = fields_, .len = N(fields_)}
+
+/* ---- enumerations ---- */
+
+static const schema_variant log_levels[] = {
+	{"error", ETM_LOG_ERROR}, {"warn", ETM_LOG_WARN},   {"info", ETM_LOG_INFO},
+	{"debug", ETM_LOG_DEBUG}, {"trace", ETM_LOG_TRACE}, {NULL, 0},
+};
+
+static const schema_variant inbound_protocols[] = {
+	{"socks", ETM_PROTO_SOCKS},
+	{"http", ETM_PROTO_HTTP},
+	{"mixed", ETM_PROTO_MIXED},
+	{"trojan", ETM_PROTO_TROJAN},
+	{"vless", ETM_PROTO_VLESS},
+	{"vmess", ETM_PROTO_VMESS},
+	{"shadowsocks", ETM_PROTO_SHADOWSOCKS},
+	{"hysteria2", ETM_PROTO_HYSTERIA2},
+	{"hysteria", ETM_PROTO_HYSTERIA2},
+	{"hy2", ETM_PROTO_HYSTERIA2},
+	{NULL, 0},
+};
+
+static const schema_variant outbound_protocols[] = {
+	{"freedom", ETM_PROTO_FREEDOM},
+	{"direct", ETM_PROTO_FREEDOM},
+	{"blackhole", ETM_PROTO_BLACKHOLE},
+	{"block", ETM_PROTO_BLACKHOLE},
+	{"socks", ETM_PROTO_SOCKS},
+	{"http", ETM_PROTO_HTTP},
+	{"trojan", ETM_PROTO_TROJAN},
+	{"vless", ETM_PROTO_VLESS},
+	{"vmess", ETM_PROTO_VMESS},
+	{"shadowsocks", ETM_PROTO_SHADOWSOCKS},
+	{"hysteria2", ETM_PROTO_HYSTERIA2},
+	{"hysteria", ETM_PROTO_HYSTERIA2},
+	{"hy2", ETM_PROTO_HYSTERIA2},
+	{"wireguard", ETM_PROTO_WIREGUARD},
+	{NULL, 0},
+};
+
+static const schema_variant address_families[] = {
+	{"auto", ETM_AF_AUTO},
+	{"prefer_ipv4", ETM_AF_PREFER_IPV4},
+	{"prefer_ipv6", ETM_AF_PREFER_IPV6},
+	{"ipv4_only", ETM_AF_IPV4_ONLY},
+	{"ipv6_only", ETM_AF_IPV6_ONLY},
+	{NULL, 0},
+};
+
+static const schema_variant networks[] = {
+	{"tcp", ETM_NET_TCP}, {"tls", ETM_NET_TLS}, {"ws", ETM_NET_WS}, {"grpc", ETM_NET_GRPC},
+	{NULL, 0},
+};
+
+static const schema_variant securities[] = {
+	{"none", ETM_SEC_NONE},
+	{"tls", ETM_SEC_TLS},
+	{NULL, 0},
+};
+
+static const schema_variant vmess_securities[] = {
+	{"auto", ETM_VMESS_AUTO},
+	{"aes-128-gcm", ETM_VMESS_AES_128_GCM},
+	{"chacha20-poly1305", ETM_VMESS_CHACHA20_POLY1305},
+	{"none", ETM_VMESS_NONE},
+	{"zero", ETM_VMESS_ZERO},
+	{NULL, 0},
+};
+
+static const schema_variant ss_methods[] = {
+	{"aes-128-gcm", ETM_SS_AES_128_GCM},
+	{"aes-256-gcm", ETM_SS_AES_256_GCM},
+	{"chacha20-ietf-poly1305", ETM_SS_CHACHA20_IETF_POLY1305},
+	{"2022-blake3-aes-128-gcm", ETM_SS_2022_BLAKE3_AES_128_GCM},
+	{"2022-blake3-aes-256-gcm", ETM_SS_2022_BLAKE3_AES_256_GCM},
+	{"2022-blake3-chacha20-poly1305", ETM_SS_2022_BLAKE3_CHACHA20_POLY1305},
+	{NULL, 0},
+};
+
+/* ---- stream ---- */
+
+#define TLS_CLIENT_FIELDS                                                                   \
+	STR(etm_tls_spec, server_name, "server_name", "the server name",                    \
+	    "SNI sent, and the name the certificate must carry."),                          \
+	LIST(etm_tls_spec, alpn, "alpn", "ALPN protocols offered, in order."),              \
+	BOOL(etm_tls_spec, allow_insecure, "allow_insecure", 0,                             \
+	     "Skip certificate verification. Only for testing."),                           \
+	STR(etm_tls_spec, ca, "ca", "the system store", "PEM file of the CAs to trust.")
+
+static const schema_field tls_client_fields[] = {TLS_CLIENT_FIELDS};
+static const schema_table tls_client =
+	TABLE_OF("[outbound.stream.tls]", "TLS client settings.", tls_client_fields);
+
+static const schema_field tls_server_fields[] = {
+	TLS_CLIENT_FIELDS,
+	STR(etm_tls_spec, certificate, "certificate", NULL,
+	    "PEM file of the certificate chain. Required for a TLS inbound."),
+	STR(etm_tls_spec, key, "key", NULL,
+	    "PEM file of the private key. Required for a TLS inbound."),
+};
+static const schema_table tls_server = TABLE_OF(
+	"[inbound.stream.tls]",
+	"TLS server settings: the client keys (server_name and alpn select and advertise) plus "
+	"the certificate and its key.",
+	tls_server_fields);
+
+static const schema_field ws_fields[] = {
+	STR(etm_ws_spec, path, "path", "\"/\"", "Request path of the WebSocket upgrade."),
+	STR(etm_ws_spec, host, "host", "the server name", "Host header of the upgrade request."),
+};
+static const schema_table ws_table =
+	TABLE_OF("[outbound.stream.ws] and [inbound.stream.ws]", "WebSocket settings.", ws_fields);
+
+static const schema_field grpc_fields[] = {
+	STR(etm_grpc_spec, service_name, "service_name", "\"GunService\"",
+	    "gRPC service name; the path is /<service_name>/Tun."),
+};
+static const schema_table grpc_table = TABLE_OF("[outbound.stream.grpc] and [inbound.stream.grpc]",
+                                                "gRPC transport settings.", grpc_fields);
+
+#define STREAM_FIELDS(tls_table)                                                              \
+	ENUM(etm_stream_spec, network, "network", networks, ETM_NET_TCP, "\"tcp\"",           \
+	     "Transport: tcp, tls (tcp with security = \"tls\"), ws or grpc."),               \
+	ENUM(etm_stream_spec, security, "security", securities, ETM_SEC_NONE, "\"none\"",     \
+	     "none, or tls to run the transport inside TLS."),                                \
+	TABLE(etm_stream_spec, tls, "tls", tls_table, "TLS settings."),                       \
+	TABLE(etm_stream_spec, ws, "ws", ws_table, "WebSocket settings."),                    \
+	TABLE(etm_stream_spec, grpc, "grpc", grpc_table, "gRPC settings.")
+
+static const schema_field out_stream_fields[] = {STREAM_FIELDS(tls_client)};
+static const schema_table out_stream =
+	TABLE_OF("[outbound.stream]", "How the outbound reaches its server.", out_stream_fields);
+
+static const schema_field in_stream_fields[] = {STREAM_FIELDS(tls_server)};
+static const schema_table in_stream =
+	TABLE_OF("[inbound.stream]", "How clients reach the inbound.", in_stream_fields);
+
+/* ---- settings, per protocol ---- */
+
+static const schema_field no_fields[1];
+static const schema_table no_settings = {
+	.title = "[outbound.settings] for freedom and blackhole",
+	.doc = "These protocols take no settings; an empty table is accepted.",
+	.fields = no_fields,
+	.len = 0,
+};
+
+static const schema_field out_account_fields[] = {
+	STR(etm_settings_spec, username, "username", "none", "Username sent to the server."),
+	STR(etm_settings_spec, password, "password", "none", "Password sent to the server."),
+};
+static const schema_table out_account = TABLE_OF(
+	"[outbound.settings] for socks and http",
+	"Credentials for the upstream proxy (RFC 1929 for socks, Basic for http).",
+	out_account_fields);
+
+static const schema_field out_password_fields[] = {
+	STR(etm_settings_spec, password, "password", NULL, "The server's password. Required."),
+};
+static const schema_table out_password = TABLE_OF("[outbound.settings] for trojan and hysteria2",
+                                                  "", out_password_fields);
+
+static const schema_field out_vless_fields[] = {
+	STR(etm_settings_spec, id, "id", NULL, "The user's UUID. Required."),
+};
+static const schema_table out_vless = TABLE_OF("[outbound.settings] for vless", "", out_vless_fields);
+
+static const schema_field out_vmess_fields[] = {
+	STR(etm_settings_spec, id, "id", NULL, "The user's UUID. Required."),
+	ENUM(etm_settings_spec, security, "security", vmess_securities, ETM_VMESS_AUTO, "\"auto\"",
+	     "Body cipher: auto, aes-128-gcm, chacha20-poly1305, none or zero."),
+};
+static const schema_table out_vmess = TABLE_OF("[outbound.settings] for vmess", "", out_vmess_fields);
+
+static const schema_field ss_fields[] = {
+	ENUM(etm_settings_spec, method, "method", ss_methods, ETM_SS_UNSET, NULL,
+	     "Cipher: aes-128-gcm, aes-256-gcm, chacha20-ietf-poly1305, or a 2022-blake3- method. "
+	     "Required."),
+	STR(etm_settings_spec, password, "password", NULL,
+	    "Password; for 2022 methods the base64 key. Required."),
+};
+static const schema_table out_ss = TABLE_OF("[outbound.settings] for shadowsocks", "", ss_fields);
+static const schema_table in_ss = TABLE_OF("[inbound.settings] for shadowsocks", "", ss_fields);
+
+static const schema_field wg_fields[] = {
+	STR(etm_settings_spec, secret_key, "secret_key", NULL,
+	    "This interface's private key, base64. Required."),
+	STR(etm_settings_spec, peer_public_key, "peer_public_key", NULL,
+	    "The peer's public key, base64. Required."),
+	STR(etm_settings_spec, pre_shared_key, "pre_shared_key", "none",
+	    "Optional pre-shared key, base64."),
+	STR(etm_settings_spec, endpoint, "endpoint", NULL, "The peer's host:port (UDP). Required."),
+	LIST(etm_settings_spec, address, "address",
+	     "This interface's addresses inside the tunnel, as CIDRs."),
+	{.name = "mtu", .kind = SK_U64, .offset = offsetof(etm_settings_spec, mtu), .def = 1420,
+	 .default_doc = "1420", .doc = "Tunnel MTU."},
+};
+static const schema_table out_wg = TABLE_OF("[outbound.settings] for wireguard", "", wg_fields);
+
+/* Inbound users: one table per credential shape. */
+static const schema_field user_account_fields[] = {
+	REQ_STR(etm_user_spec, username, "username", "Username."),
+	REQ_STR(etm_user_spec, password, "password", "Password."),
+};
+static const schema_table user_account = TABLE_OF(
+	"[[inbound.settings.users]] for socks, http and mixed", "", user_account_fields);
+
+static const schema_field user_password_fields[] = {
+	STR(etm_user_spec, name, "name", "none", "A label for logs."),
+	REQ_STR(etm_user_spec, password, "password", "The user's password."),
+};
+static const schema_table user_password = TABLE_OF(
+	"[[inbound.settings.users]] for trojan and hysteria2", "", user_password_fields);
+
+static const schema_field user_id_fields[] = {
+	STR(etm_user_spec, name, "name", "none", "A label for logs."),
+	REQ_STR(etm_user_spec, id, "id", "The user's UUID."),
+};
+static const schema_table user_id =
+	TABLE_OF("[[inbound.settings.users]] for vless and vmess", "", user_id_fields);
+
+#define USERS(subt, d)                                                                 \
+	TABLE_ARRAY(etm_settings_spec, users, users_len, "users", subt, etm_user_spec, d)
+
+static const schema_field in_account_fields[] = {
+	USERS(user_account, "Accounts; with none, no authentication is asked."),
+};
+static const schema_table in_account =
+	TABLE_OF("[inbound.settings] for socks, http and mixed", "", in_account_fields);
+
+static const schema_field in_trojan_fields[] = {
+	USERS(user_password, "The users; at least one."),
+	STR(etm_settings_spec, fallback, "fallback", "none",
+	    "host:port that receives, untouched, every connection that is not valid Trojan."),
+};
+static const schema_table in_trojan = TABLE_OF("[inbound.settings] for trojan", "", in_trojan_fields);
+
+static const schema_field in_hy2_fields[] = {
+	USERS(user_password, "The users; at least one."),
+};
+static const schema_table in_hy2 = TABLE_OF("[inbound.settings] for hysteria2", "", in_hy2_fields);
+
+static const schema_field in_uuid_fields[] = {
+	USERS(user_id, "The users; at least one."),
+};
+static const schema_table in_uuid =
+	TABLE_OF("[inbound.settings] for vless and vmess", "", in_uuid_fields);
+
+const schema_table *schema_settings(etm_protocol p, bool inbound)
+{
+	switch (p) {
+	case ETM_PROTO_FREEDOM:
+	case ETM_PROTO_BLACKHOLE:
+		return inbound ? NULL : &no_settings;
+	case ETM_PROTO_SOCKS:
+	case ETM_PROTO_HTTP:
+		return inbound ? &in_account : &out_account;
+	case ETM_PROTO_MIXED:
+		return inbound ? &in_account : NULL;
+	case ETM_PROTO_TROJAN:
+		return inbound ? &in_trojan : &out_password;
+	case ETM_PROTO_HYSTERIA2:
+		return inbound ? &in_hy2 : &out_password;
+	case ETM_PROTO_VLESS:
+		return inbound ? &in_uuid : &out_vless;
+	case ETM_PROTO_VMESS:
+		return inbound ? &in_uuid : &out_vmess;
+	case ETM_PROTO_SHADOWSOCKS:
+		return inbound ? &in_ss : &out_ss;
+	case ETM_PROTO_WIREGUARD:
+		return inbound ? NULL : &out_wg;
+	default:
+		return NULL;
+	}
+}
+
+/* ---- sections ---- */
+
+static const schema_field log_fields[] = {
+	ENUM(etm_spec, log_level, "level", log_levels, ETM_LOG_INFO, "\"info\"",
+	     "error, warn, info, debug or trace. The -l option overrides it."),
+};
+static const schema_table log_table = TABLE_OF("[log]", "Logging. Lines go to stderr.", log_fields);
+
+static const schema_field inbound_fields[] = {
+	REQ_STR(etm_inbound_spec, tag, "tag", "Name of the inbound; rules match it with inbound_tag."),
+	{.name = "protocol", .kind = SK_ENUM, .offset = offsetof(etm_inbound_spec, protocol),
+	 .variants = inbound_protocols, .required = true,
+	 .doc = "socks, http, mixed (SOCKS4/5 and HTTP on one port), trojan, vless, vmess, "
+		"shadowsocks, hysteria2 (aliases hysteria, hy2)."},
+	STR(etm_inbound_spec, listen, "listen", "\"127.0.0.1\"",
+	    "IP address to bind; \"0.0.0.0\" or \"::\" to accept from other hosts."),
+	{.name = "port", .kind = SK_PORT, .offset = offsetof(etm_inbound_spec, port),
+	 .required = true, .doc = "Port to bind, 1-65535."},
+	BOOL(etm_inbound_spec, sniffing, "sniffing", 0,
+	     "Read the client's first bytes for a TLS SNI or HTTP Host, for domain rules."),
+	{.name = "settings", .kind = SK_SETTINGS, .offset = offsetof(etm_inbound_spec, settings),
+	 .aux_offset = offsetof(etm_inbound_spec, protocol), .def = 1,
+	 .doc = "Protocol settings; see below per protocol."},
+	TABLE(etm_inbound_spec, stream, "stream", in_stream, "Transport; plain TCP when absent."),
+};
+static const schema_table inbound_table = TABLE_OF(
+	"[[inbound]]", "Where clients connect. Repeat the section for each listener.", inbound_fields);
+
+static const schema_field outbound_fields[] = {
+	REQ_STR(etm_outbound_spec, tag, "tag", "Name that rules, the default route and balancers use."),
+	{.name = "protocol", .kind = SK_ENUM, .offset = offsetof(etm_outbound_spec, protocol),
+	 .variants = outbound_protocols, .required = true,
+	 .doc = "freedom (alias direct), blackhole (alias block), socks, http, trojan, vless, vmess, "
+		"shadowsocks, hysteria2 (aliases hysteria, hy2), wireguard."},
+	STR(etm_outbound_spec, server, "server", "none",
+	    "Upstream server name or IP. Required by the proxy protocols."),
+	{.name = "port", .kind = SK_PORT, .offset = offsetof(etm_outbound_spec, port),
+	 .aux_offset = offsetof(etm_outbound_spec, has_port), .default_doc = "none",
+	 .doc = "Upstream server port. Required by the proxy protocols."},
+	ENUM(etm_outbound_spec, address_family, "address_family", address_families, ETM_AF_AUTO,
+	     "\"auto\"",
+	     "Which addresses of a name to dial: auto, prefer_ipv4, prefer_ipv6, ipv4_only, "
+	     "ipv6_only."),
+	{.name = "settings", .kind = SK_SETTINGS, .offset = offsetof(etm_outbound_spec, settings),
+	 .aux_offset = offsetof(etm_outbound_spec, protocol), .def = 0,
+	 .doc = "Protocol settings; see below per protocol."},
+	TABLE(etm_outbound_spec, stream, "stream", out_stream, "Transport; plain TCP when absent."),
+};
+static const schema_table outbound_table = TABLE_OF(
+	"[[outbound]]", "Where flows leave. The first one is the default route unless [route] "
+			"names another.",
+	outbound_fields);
+
+/* Exactly these five keys, in this order: the unknown-field message of seed
+ * 003 lists them so. */
+static const schema_field balancer_fields[] = {
+	REQ_STR(etm_balancer_spec, tag, "tag",
+	        "Name of the balancer; rules and [route].default name it like an outbound."),
+	{.name = "outbounds", .kind = SK_STRLIST, .offset = offsetof(etm_balancer_spec, outbounds),
+	 .required = true,
+	 .doc = "Member outbound tags, at least one; under failover the order is the priority."},
+	STR(etm_balancer_spec, strategy, "strategy", "\"failover\"",
+	    "failover (the first healthy member) or round_robin (each healthy member in turn)."),
+	{.name = "probe_interval", .kind = SK_U64,
+	 .offset = offsetof(etm_balancer_spec, probe_interval), .def = ETM_DEFAULT_PROBE_INTERVAL,
+	 .default_doc = "30", .doc = "Seconds between the end of one probe and the next."},
+	{.name = "probe_timeout", .kind = SK_U64, .offset = offsetof(etm_balancer_spec, probe_timeout),
+	 .def = ETM_DEFAULT_PROBE_TIMEOUT, .default_doc = "5",
+	 .doc = "Seconds one probe may take, name resolution included."},
+};
+static const schema_table balancer_table = TABLE_OF(
+	"[[balancer]]", "A group of outbounds chosen by TCP health probes.", balancer_fields);
+
+static const schema_field rule_fields[] = {
+	REQ_STR(etm_rule_spec, outbound, "outbound", "Target tag: an outbound or a balancer."),
+	LIST(etm_rule_spec, domain, "domain", "Full domain names (ASCII case-insensitive)."),
+	LIST(etm_rule_spec, domain_suffix, "domain_suffix",
+	     "Domain suffixes, matched on label boundaries."),
+	LIST(etm_rule_spec, domain_keyword, "domain_keyword", "Substrings of the domain."),
+	LIST(etm_rule_spec, domain_regex, "domain_regex", "PCRE2 patterns on the domain."),
+	LIST(etm_rule_spec, geosite, "geosite", "geosite.dat codes, as code or code@attribute."),
+	LIST(etm_rule_spec, cidr, "cidr", "Destination IP ranges (IPv4 or IPv6)."),
+	LIST(etm_rule_spec, geoip, "geoip", "geoip.dat codes; !code inverts."),
+	{.name = "port", .kind = SK_PORTS, .offset = offsetof(etm_rule_spec, port),
+	 .default_doc = "[]", .doc = "Destination ports: 443, \"1000-2000\", or an array of those."},
+	{.name = "network", .kind = SK_NETWORKS, .offset = offsetof(etm_rule_spec, networks),
+	 .default_doc = "both", .doc = "\"tcp\", \"udp\", or an array of them."},
+	LIST(etm_rule_spec, inbound_tag, "inbound_tag", "Tags of the inbounds the flow came in on."),
+	LIST(etm_rule_spec, source_cidr, "source_cidr", "Client IP ranges."),
+};
+static const schema_table rule_table = TABLE_OF(
+	"[[route.rule]]",
+	"One rule; the first rule with any matching matcher decides. A rule needs a matcher.",
+	rule_fields);
+
+static const schema_field route_fields[] = {
+	STR(etm_route_spec, default_tag, "default", "the first [[outbound]]",
+	    "Target of flows no rule matches: an outbound or a balancer tag."),
+	STR(etm_route_spec, geoip, "geoip", "none", "Path of a v2ray geoip.dat file."),
+	STR(etm_route_spec, geosite, "geosite", "none", "Path of a v2ray geosite.dat file."),
+	TABLE_ARRAY(etm_route_spec, rules, rules_len, "rule", rule_table, etm_rule_spec,
+	            "Rules, checked in order."),
+};
+static const schema_table route_table = TABLE_OF("[route]", "Routing.", route_fields);
+
+static const schema_field dns_fields[] = {
+	LIST(etm_dns_spec, servers, "servers",
+	     "Resolver addresses, \"ip\" or \"ip:port\"; the system's when empty."),
+};
+static const schema_table dns_table = TABLE_OF("[dns]", "Name resolution.", dns_fields);
+
+static const schema_field root_fields[] = {
+	{.name = "log", .kind = SK_TABLE, .offset = 0, .sub = &log_table, .doc = "Logging."},
+	TABLE_ARRAY(etm_spec, inbounds, inbounds_len, "inbound", inbound_table, etm_inbound_spec,
+	            "Listeners."),
+	TABLE_ARRAY(etm_spec, outbounds, outbounds_len, "outbound", outbound_table,
+	            etm_outbound_spec, "Outbounds."),
+	TABLE_ARRAY(etm_spec, balancers, balancers_len, "balancer", balancer_table,
+	            etm_balancer_spec, "Balancers."),
+	TABLE(etm_spec, route, "route", route_table, "Routing."),
+	TABLE(etm_spec, dns, "dns", dns_table, "DNS."),
+};
+const schema_table schema_root = TABLE_OF("(top level)", "", root_fields);
+
+/* ---- the reference ---- */
+
+const char *schema_type_doc(const schema_field *f)
+{
+	switch (f->kind) {
+	case SK_STRING:
+		return "string";
+	case SK_BOOL:
+		return "boolean";
+	case SK_U64:
+		return "integer (u64)";
+	case SK_PORT:
+		return "integer (u16)";
+	case SK_STRLIST:
+		return "array of strings";
+	case SK_ENUM:
+		return "string (enum)";
+	case SK_PORTS:
+		return "integer, string or array";
+	case SK_NETWORKS:
+		return "string or array of strings";
+	case SK_TABLE:
+		return "table";
+	case SK_TABLE_ARRAY:
+		return "array of tables";
+	case SK_SETTINGS:
+		return "table";
+	}
+	return "?";
+}
+
+static int write_table(FILE *out, const schema_table *t)
+{
+	if (fprintf(out, "### `%s`\n\n", t->title) < 0)
+		return -1;
+	if (t->doc && t->doc[0] && fprintf(out, "%s\n\n", t->doc) < 0)
+		return -1;
+	if (t->len == 0)
+		return fprintf(out, "No keys.\n\n") < 0 ? -1 : 0;
+	if (fprintf(out, "| key | type | default | meaning |\n|---|---|---|---|\n") < 0)
+		return -1;
+	for (size_t i = 0; i < t->len; i++) {
+		const schema_field *f = &t->fields[i];
+		const char *def = f->required ? "required" : f->default_doc ? f->default_doc : "none";
+		if (fprintf(out, "| `%s` | %s | %s | %s |\n", f->name, schema_type_doc(f), def,
+		            f->doc) < 0)
+			return -1;
+	}
+	return fputc('\n', out) == EOF ? -1 : 0;
+}
+
+/* Depth-first, each table once (ws and grpc are shared by both streams). */
+static int walk(FILE *out, const schema_table *t, const schema_table **seen, size_t *nseen,
+                size_t cap)
+{
+	for (size_t i = 0; i < *nseen; i++)
+		if (seen[i] == t)
+			return 0;
+	if (*nseen == cap)
+		return -1;
+	seen[(*nseen)++] = t;
+	if (t != &schema_root && write_table(out, t))
+		return -1;
+	for (size_t i = 0; i < t->len; i++) {
+		const schema_field *f = &t->fields[i];
+		if (f->sub && walk(out, f->sub, seen, nseen, cap))
+			return -1;
+		if (f->kind != SK_SETTINGS)
+			continue;
+		for (int p = 0; p < ETM_PROTO_COUNT_; p++) {
+			const schema_table *st = schema_settings((etm_protocol)p, f->def != 0);
+			if (st && walk(out, st, seen, nseen, cap))
+				return -1;
+		}
+	}
+	return 0;
+}
+
+/* Bounds the tables the walk remembers; there are about thirty. */
+#define SCHEMA_MAX_TABLES 64
+
+int schema_write_reference(FILE *out)
+{
+	const schema_table *seen[SCHEMA_MAX_TABLES];
+	size_t nseen = 0;
+	return walk(out, &schema_root, seen, &nseen, SCHEMA_MAX_TABLES);
+}

@@ -1,0 +1,42 @@
+/* spec_msg.h - the catalogue of spec check messages, and the helpers the checks share. */
+#ifndef ETM_SUPERVISOR_SPEC_MSG_H
+#define ETM_SUPERVISOR_SPEC_MSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum spec_msg_id {
+	SPEC_DUPLICATE_OUTBOUND,
+	SPEC_BALANCER_COLLIDES,
+	SPEC_BALANCER_UNKNOWN_MEMBER,
+	SPEC_BALANCER_UNPROBEABLE,
+	SPEC_BALANCER_STRATEGY,
+	SPEC_BALANCER_EMPTY,
+	SPEC_ROUTE_UNKNOWN_TAG,
+	SPEC_NO_OUTBOUND,
+	SPEC_DUPLICATE_INBOUND,
+	SPEC_OUTBOUND_NEEDS_SERVER,
+	SPEC_OUTBOUND_NEEDS_SETTING,
+	SPEC_INBOUND_NEEDS_SETTING,
+	SPEC_BAD_UUID,
+	SPEC_BAD_LISTEN,
+	SPEC_TLS_NEEDS_CERT,
+	SPEC_RULE_NO_MATCHER,
+	SPEC_RULE_BAD_CIDR,
+	SPEC_USER_NEEDS,
+	SPEC_UNAVAILABLE_INBOUND,
+	SPEC_UNAVAILABLE_OUTBOUND,
+	SPEC_MSG_COUNT_,
+} spec_msg_id;
+
+/* printf formats, one per id; every argument is a string. */
+extern const char *const spec_msg[SPEC_MSG_COUNT_];
+
+/* Formats message id into msg (truncating to size) and returns -1, so a check
+ * can `return spec_format(...)`. */
+int spec_format(char *msg, size_t size, spec_msg_id id, ...);
+
+/* An IPv4 or IPv6 address with an optional /prefix no longer than the family's. */
+bool spec_cidr_valid(const char *s);
+
+#endif

@@ -1,0 +1,831 @@
+/* toml.c - TOML 1.0 parser: document structure, key and table rules, messages. */
+#include "toml/toml.h"
+#include "toml/toml_lex.h"
+
+#include <stdalign.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Every user-facing text of the module, indexed by toml_msg. */
+static const char *const messages[TM_COUNT] = {
+	[TM_TOO_BIG] = "input is larger than %u bytes",
+	[TM_DEPTH] = "nesting deeper than %u levels",
+	[TM_NOMEM] = "out of memory",
+	[TM_UTF8] = "invalid UTF-8",
+	[TM_BARE_CR] = "carriage return not followed by a line feed",
+	[TM_CTRL_COMMENT] = "control character in a comment",
+	[TM_CTRL_STRING] = "control character in a string",
+	[TM_EXPECT_KEY] = "expected a key",
+	[TM_EXPECT_EQ] = "expected `=` after a key",
+	[TM_EXPECT_VALUE] = "expected a value",
+	[TM_INVALID_VALUE] = "invalid value",
+	[TM_NL_AFTER_VALUE] = "expected a newline after a value",
+	[TM_NL_AFTER_HEADER] = "expected a newline after a table header",
+	[TM_HEADER_CLOSE] = "expected `]` after a table name",
+	[TM_AOT_CLOSE] = "expected `]]` after an array of tables name",
+	[TM_ARRAY_SEP] = "expected `,` or `]` in an array",
+	[TM_INLINE_SEP] = "expected `,` or `}` in an inline table",
+	[TM_INLINE_NL] = "newline in an inline table",
+	[TM_INLINE_TRAILING] = "trailing comma in an inline table",
+	[TM_DUP_KEY] = "duplicate key `%s`",
+	[TM_TABLE_TWICE] = "table `%s` defined twice",
+	[TM_NOT_TABLE] = "key `%s` is not a table",
+	[TM_NOT_AOT] = "key `%s` is not an array of tables",
+	[TM_STATIC_ARRAY] = "cannot append to static array `%s`",
+	[TM_INLINE_SEALED] = "cannot extend inline table `%s`",
+	[TM_DOTTED_TABLE] = "table `%s` already defined by dotted keys",
+	[TM_DOTTED_EXTEND] = "cannot extend table `%s` with dotted keys",
+	[TM_ESCAPE] = "invalid escape sequence",
+	[TM_UNICODE_ESCAPE] = "invalid unicode escape",
+	[TM_UNTERMINATED] = "unterminated string",
+	[TM_NL_IN_STRING] = "newline in a single-line string",
+	[TM_MULTILINE_KEY] = "multi-line strings cannot be keys",
+	[TM_QUOTES] = "too many quotes at the end of a multi-line string",
+	[TM_INVALID_NUMBER] = "invalid number",
+	[TM_LEADING_ZERO] = "leading zeros are not allowed",
+	[TM_UNDERSCORE] = "underscores must sit between digits",
+	[TM_INT_RANGE] = "integer out of range",
+	[TM_FLOAT_RANGE] = "float out of range",
+	[TM_INVALID_DATETIME] = "invalid date or time",
+	[TM_DATE_RANGE] = "date out of range",
+	[TM_TIME_RANGE] = "time out of range",
+	[TM_OFFSET_RANGE] = "time offset out of range",
+};
+
+/* Longest key name quoted in a message, in bytes; the rest is elided. */
+#define NAME_MAX_SHOWN 64
+
+/* Tables and arrays are nodes: the public value plus what building needs. */
+enum {
+	F_IMPLICIT = 1 << 0, /* table made on the way to a [header]; one [header] may define it */
+	F_DEFINED = 1 << 1,  /* table defined by a [header] or as a [[header]] element */
+	F_DOTTED = 1 << 2,   /* table made by a dotted key; only dotted keys may extend it */
+	F_SEALED = 1 << 3,   /* inline table or static array: nothing may extend it */
+	F_AOT = 1 << 4,      /* array made by [[header]]; only [[header]] may append */
+};
+
+/* Tables with fewer keys are searched linearly; bigger ones get a hash index
+ * so a document of many keys parses in linear time. */
+#define INDEX_MIN 8
+
+typedef struct node {
+	toml_value v; /* first: a node is handed out as its value */
+	toml_kv *kvs; /* tables: arena, v.u.tab.items points here */
+	toml_value **elems; /* arrays: arena, v.u.arr.items points here */
+	uint32_t cap;
+	uint32_t *index; /* arena: kv index + 1 per slot, 0 for empty */
+	uint32_t index_cap;
+	uint32_t depth; /* root 0; every table or array one more than its parent */
+	unsigned flags;
+} node;
+
+struct toml_arena_chunk {
+	toml_arena_chunk *next;
+	size_t size;
+	max_align_t data[];
+};
+
+/* Arena chunk size: big enough that a config needs a handful. */
+#define CHUNK_SIZE (64u * 1024u)
+
+struct toml_doc {
+	toml_arena arena;
+	node *root;
+};
+
+void *toml_arena_alloc(toml_arena *a, size_t n)
+{
+	const size_t al = alignof(max_align_t);
+	n = (n + al - 1) & ~(al - 1);
+	if (!a->head || a->head->size - a->used < n) {
+		size_t size = n > CHUNK_SIZE / 4 ? n : CHUNK_SIZE;
+		toml_arena_chunk *c = malloc(sizeof(*c) + size);
+		if (!c)
+			return NULL;
+		c->size = size;
+		if (a->head && size != CHUNK_SIZE) {
+			/* A big block gets its own chunk behind the current one. */
+			c->next = a->head->next;
+			a->head->next = c;
+			return c->data;
+		}
+		c->next = a->head;
+		a->head = c;
+		a->used = 0;
+	}
+	void *r = (char *)a->head->data + a->used;
+	a->used += n;
+	return r;
+}
+
+char *toml_arena_strdup(toml_arena *a, const char *s, size_t n)
+{
+	char *d = toml_arena_alloc(a, n + 1);
+	if (d) {
+		if (n)
+			memcpy(d, s, n);
+		d[n] = '\0';
+	}
+	return d;
+}
+
+static void arena_free(toml_arena *a)
+{
+	toml_arena_chunk *c = a->head;
+	while (c) {
+		toml_arena_chunk *next = c->next;
+		free(c);
+		c = next;
+	}
+	a->head = NULL;
+}
+
+int toml_scratch_put(toml_parser *p, const void *bytes, size_t n)
+{
+	if (p->bcap - p->blen < n) {
+		size_t cap = p->bcap ? p->bcap : 256;
+		while (cap - p->blen < n)
+			cap *= 2;
+		char *b = realloc(p->buf, cap);
+		if (!b)
+			return toml_fail(p, 0, TOML_ERR_NOMEM, TM_NOMEM, NULL, 0);
+		p->buf = b;
+		p->bcap = cap;
+	}
+	memcpy(p->buf + p->blen, bytes, n);
+	p->blen += n;
+	return 0;
+}
+
+toml_pos toml_pos_at(toml_parser *p, size_t start)
+{
+	if (start < p->pc_off) {
+		p->pc_off = p->base;
+		p->pc_line = 1;
+		p->pc_col = 1;
+	}
+	for (size_t i = p->pc_off; i < start && i < p->len; i++) {
+		unsigned char c = p->s[i];
+		if (c == '\n') {
+			p->pc_line++;
+			p->pc_col = 1;
+		} else if ((c & 0xC0) != 0x80) {
+			p->pc_col++;
+		}
+	}
+	p->pc_off = start;
+	return (toml_pos){p->pc_line, p->pc_col, (uint32_t)start, (uint32_t)start};
+}
+
+/* Writes name into out (size cap) for a message: bounded, control bytes shown
+ * as '?', cut on a code point boundary. */
+static void show_name(char *out, size_t cap, const char *name, size_t n)
+{
+	size_t o = 0;
+	size_t lim = n < NAME_MAX_SHOWN ? n : NAME_MAX_SHOWN;
+	while (lim < n && lim > 0 && ((unsigned char)name[lim] & 0xC0) == 0x80)
+		lim--;
+	for (size_t i = 0; i < lim && o + 1 < cap; i++) {
+		unsigned char c = (unsigned char)name[i];
+		out[o++] = (c < 0x20 || c == 0x7F) ? '?' : (char)c;
+	}
+	if (lim < n && o + 4 < cap) {
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o] = '\0';
+}
+
+/* Writes message m into e->msg; name is the key it is about, if m has `%s`. */
+static void set_msg(toml_error *e, toml_msg m, const char *name, size_t nlen)
+{
+	char shown[NAME_MAX_SHOWN + 8];
+	int w;
+	if (m == TM_TOO_BIG)
+		w = snprintf(e->msg, sizeof(e->msg), messages[m], TOML_MAX_INPUT);
+	else if (m == TM_DEPTH)
+		w = snprintf(e->msg, sizeof(e->msg), messages[m], (unsigned)TOML_MAX_DEPTH);
+	else if (name) {
+		show_name(shown, sizeof(shown), name, nlen);
+		w = snprintf(e->msg, sizeof(e->msg), messages[m], shown);
+	} else
+		w = snprintf(e->msg, sizeof(e->msg), "%s", messages[m]);
+	if (w < 0)
+		e->msg[0] = '\0';
+	/* w >= sizeof(e->msg) cannot happen: texts and names are bounded well
+	 * below it, and a cut message would still be NUL-terminated. */
+}
+
+int toml_fail(toml_parser *p, size_t off, int rc, toml_msg m, const char *name, size_t nlen)
+{
+	toml_error *e = p->err;
+	if (rc == TOML_ERR_NOMEM) {
+		e->line = e->col = e->offset = 0;
+	} else {
+		toml_pos at = toml_pos_at(p, off);
+		e->line = at.line;
+		e->col = at.col;
+		e->offset = (uint32_t)off;
+	}
+	set_msg(e, m, name, nlen);
+	return rc;
+}
+
+/* Fails with a message naming parts [0, upto] of the current key joined by
+ * dots, at the start of part upto. */
+static TOML_WUR int fail_key(toml_parser *p, size_t upto, toml_msg m)
+{
+	char name[NAME_MAX_SHOWN + 1]; /* one past what is shown: show_name then elides */
+	size_t o = 0, total = 0;
+	for (size_t k = 0; k <= upto; k++) {
+		const toml_keypart *kp = &p->path[k];
+		for (size_t j = 0; j < kp->len + (k > 0); j++) {
+			char c = k > 0 && j == 0 ? '.' : kp->s[j - (k > 0)];
+			if (o < sizeof(name))
+				name[o++] = c;
+			total++;
+		}
+	}
+	return toml_fail(p, p->path[upto].start, TOML_ERR_SYNTAX, m, name, total);
+}
+
+static uint64_t hash(const char *s, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
+	for (size_t i = 0; i < n; i++) {
+		h ^= (unsigned char)s[i];
+		h *= 0x100000001b3u;
+	}
+	return h ^ (h >> 29);
+}
+
+/* Index of key in table t, or -1. */
+static long tab_find(const node *t, const char *k, size_t n)
+{
+	if (!t->index) {
+		for (size_t i = 0; i < t->v.u.tab.len; i++)
+			if (t->kvs[i].key_len == n && !memcmp(t->kvs[i].key, k, n))
+				return (long)i;
+		return -1;
+	}
+	uint32_t mask = t->index_cap - 1;
+	for (uint32_t s = (uint32_t)hash(k, n) & mask;; s = (s + 1) & mask) {
+		uint32_t slot = t->index[s];
+		if (!slot)
+			return -1;
+		const toml_kv *kv = &t->kvs[slot - 1];
+		if (kv->key_len == n && !memcmp(kv->key, k, n))
+			return (long)slot - 1;
+	}
+}
+
+static void index_add(node *t, uint32_t i)
+{
+	uint32_t mask = t->index_cap - 1;
+	uint32_t s = (uint32_t)hash(t->kvs[i].key, t->kvs[i].key_len) & mask;
+	while (t->index[s])
+		s = (s + 1) & mask;
+	t->index[s] = i + 1;
+}
+
+static TOML_WUR int nomem(toml_parser *p)
+{
+	return toml_fail(p, 0, TOML_ERR_NOMEM, TM_NOMEM, NULL, 0);
+}
+
+/* Appends key k (already checked absent) with value v to table t. */
+static TOML_WUR int tab_put(toml_parser *p, node *t, const toml_keypart *k, const toml_value *v)
+{
+	size_t len = t->v.u.tab.len;
+	if (len == t->cap) {
+		uint32_t cap = t->cap ? t->cap * 2 : 4;
+		toml_kv *kvs = toml_arena_alloc(p->arena, cap * sizeof(*kvs));
+		if (!kvs)
+			return nomem(p);
+		if (len)
+			memcpy(kvs, t->kvs, len * sizeof(*kvs));
+		t->kvs = kvs;
+		t->cap = cap;
+		t->v.u.tab.items = kvs;
+	}
+	toml_kv *kv = &t->kvs[len];
+	kv->key = k->s;
+	kv->key_len = k->len;
+	kv->key_pos = k->pos;
+	kv->value = v;
+	t->v.u.tab.len = ++len;
+	if (len >= INDEX_MIN && len * 2 > t->index_cap) {
+		uint32_t cap = t->index_cap ? t->index_cap : 16;
+		while (cap < len * 2)
+			cap *= 2;
+		uint32_t *idx = toml_arena_alloc(p->arena, cap * sizeof(*idx));
+		if (!idx)
+			return nomem(p);
+		memset(idx, 0, cap * sizeof(*idx));
+		t->index = idx;
+		t->index_cap = cap;
+		for (uint32_t i = 0; i < len; i++)
+			index_add(t, i);
+	} else if (t->index) {
+		index_add(t, (uint32_t)len - 1);
+	}
+	return 0;
+}
+
+static TOML_WUR int arr_push(toml_parser *p, node *a, toml_value *v)
+{
+	size_t len = a->v.u.arr.len;
+	if (len == a->cap) {
+		uint32_t cap = a->cap ? a->cap * 2 : 4;
+		toml_value **e = toml_arena_alloc(p->arena, cap * sizeof(*e));
+		if (!e)
+			return nomem(p);
+		if (len)
+			memcpy(e, a->elems, len * sizeof(*e));
+		a->elems = e;
+		a->cap = cap;
+		a->v.u.arr.items = (const toml_value *const *)e;
+	}
+	a->elems[len] = v;
+	a->v.u.arr.len = len + 1;
+	return 0;
+}
+
+/* A new table or array one level below a container at depth, written at pos.
+ * Positions are taken before anything after them is read: the line/column
+ * cache only runs forward cheaply. */
+static TOML_WUR int new_node(toml_parser *p, toml_type type, uint32_t depth, toml_pos pos,
+                             unsigned flags, node **out)
+{
+	if (depth >= TOML_MAX_DEPTH)
+		return toml_fail(p, pos.start, TOML_ERR_DEPTH, TM_DEPTH, NULL, 0);
+	node *n = toml_arena_alloc(p->arena, sizeof(*n));
+	if (!n)
+		return nomem(p);
+	memset(n, 0, sizeof(*n));
+	n->v.type = type;
+	n->v.pos = pos;
+	n->depth = depth + 1;
+	n->flags = flags;
+	*out = n;
+	return 0;
+}
+
+static node *as_node(const toml_value *v)
+{
+	return (node *)(uintptr_t)v;
+}
+
+static void skip_ws(toml_parser *p)
+{
+	while (p->i < p->len && (p->s[p->i] == ' ' || p->s[p->i] == '\t'))
+		p->i++;
+}
+
+/* A comment from its '#' to the end of the line (not included). */
+static TOML_WUR int comment(toml_parser *p)
+{
+	for (p->i++; p->i < p->len; p->i++) {
+		unsigned char c = p->s[p->i];
+		if (c == '\n' || (c == '\r' && p->i + 1 < p->len && p->s[p->i + 1] == '\n'))
+			return 0;
+		if (c == '\r')
+			return toml_fail(p, p->i, TOML_ERR_SYNTAX, TM_BARE_CR, NULL, 0);
+		if ((c < 0x20 && c != '\t') || c == 0x7F)
+			return toml_fail(p, p->i, TOML_ERR_SYNTAX, TM_CTRL_COMMENT, NULL, 0);
+	}
+	return 0;
+}
+
+/* Whitespace, then an optional comment, then a newline or the end; m if not. */
+static TOML_WUR int end_line(toml_parser *p, toml_msg m)
+{
+	int rc;
+	skip_ws(p);
+	if (p->i < p->len && p->s[p->i] == '#' && (rc = comment(p)) < 0)
+		return rc;
+	if (p->i >= p->len)
+		return 0;
+	if (p->s[p->i] == '\n') {
+		p->i++;
+		return 0;
+	}
+	if (p->s[p->i] == '\r') {
+		if (p->i + 1 < p->len && p->s[p->i + 1] == '\n') {
+			p->i += 2;
+			return 0;
+		}
+		return toml_fail(p, p->i, TOML_ERR_SYNTAX, TM_BARE_CR, NULL, 0);
+	}
+	return toml_fail(p, p->i, TOML_ERR_SYNTAX, m, NULL, 0);
+}
+
+/* Whitespace, newlines and comments, as arrays allow between values. */
+static TOML_WUR int skip_blank(toml_parser *p)
+{
+	int rc;
+	for (;;) {
+		skip_ws(p);
+		if (p->i >= p->len)
+			return 0;
+		unsigned char c = p->s[p->i];
+		if (c != '#' && c != '\n' && c != '\r')
+			return 0;
+		if ((rc = end_line(p, TM_ARRAY_SEP)) < 0)
+			return rc;
+	}
+}
+
+/* A dotted key into p->path, stopping after the whitespace behind it. */
+static TOML_WUR int key_path(toml_parser *p)
+{
+	int rc;
+	p->npath = 0;
+	for (;;) {
+		if (p->npath == sizeof(p->path) / sizeof(p->path[0]))
+			return toml_fail(p, p->i, TOML_ERR_DEPTH, TM_DEPTH, NULL, 0);
+		toml_keypart *kp = &p->path[p->npath];
+		kp->start = p->i;
+		kp->pos = toml_pos_at(p, p->i);
+		unsigned char c = p->i < p->len ? p->s[p->i] : 0;
+		if (c == '"' || c == '\'') {
+			if ((rc = toml_lex_string(p, true, &kp->s, &kp->len)) < 0)
+				return rc;
+		} else if (toml_lex_is_bare(c)) {
+			size_t e = p->i;
+			while (e < p->len && toml_lex_is_bare(p->s[e]))
+				e++;
+			kp->len = e - p->i;
+			if (!(kp->s = toml_arena_strdup(p->arena, (const char *)p->s + p->i, kp->len)))
+				return nomem(p);
+			p->i = e;
+		} else {
+			return toml_fail(p, p->i, TOML_ERR_SYNTAX, TM_EXPECT_KEY, NULL, 0);
+		}
+		kp->end = p->i;
+		kp->pos.end = (uint32_t)p->i;
+		p->npath++;
+		skip_ws(p);
+		if (p->i >= p->len || p->s[p->i] != '.')
+			return 0;
+		p->i++;
+		skip_ws(p);
+	}
+}
+
+static TOML_WUR int value(toml_parser *p, uint32_t depth, toml_value **out);
+
+/* `key = value` into table t; on return p->i is just past the value. */
+static TOML_WUR int keyval(toml_parser *p, node *t)
+{
+	int rc;
+	if ((rc = key_path(p)) < 0)
+		return rc;
+	/* Every part but the last names a table: made here, or made by an
+	 * earlier dotted key (toml.io/en/v1.0.0#keys, #table). */
+	for (size_t k = 0; k + 1 < p->npath; k++) {
+		const toml_keypart *kp = &p->path[k];
+		long i = tab_find(t, kp->s, kp->len);
+		if (i < 0) {
+			node *n;
+			if ((rc = new_node(p, TOML_TABLE, t->depth, kp->pos, F_DOTTED, &n)) < 0 ||
+			    (rc = tab_put(p, t, kp, &n->v)) < 0)
+				return rc;
+			t = n;
+			continue;
+		}
+		const toml_value *v = t->kvs[i].value;
+		if (v->type != TOML_TABLE)
+			return fail_key(p, k, TM_NOT_TABLE);
+		node *n = as_node(v);
+		if (n->flags & F_SEALED)
+			return fail_key(p, k, TM_INLINE_SEALED);
+		if (!(n->flags & F_DOTTED))
+			return fail_key(p, k, TM_DOTTED_EXTEND);
+		t = n;
+	}
+	size_t last = p->npath - 1;
+	toml_keypart kp = p->path[last];
+	if (tab_find(t, kp.s, kp.len) >= 0)
+		return fail_key(p, last, TM_DUP_KEY);
+	if (p->i >= p->len || p->s[p->i] != '=')
+		return toml_fail(p, p->i, TOML_ERR_SYNTAX, TM_EXPECT_EQ, NULL, 0);
+	p->i++;
+	skip_ws(p);
+	/* The value may nest keys of its own: kp is the copy that survives. */
+	toml_value *v;
+	if ((rc = value(p, t->depth, &v)) < 0)
+		return rc;
+	return tab_put(p, t, &kp, v);
+}
+
+static TOML_WUR int array(toml_parser *p, uint32_t depth, toml_value **out)
+{
+	int rc;
+	node *a;
+	if ((rc = new_node(p, TOML_ARRAY, depth, toml_pos_at(p, p->i), F_SEALED, &a)) < 0)
+		return rc;
+	p->i++;
+	for (;;) {
+		if ((rc = skip_blank(p)) < 0)
+			return rc;
+		if (p->i < p->len && p->s[p->i] == ']')
+			break;
+		toml_value *v;
+		if ((rc = value(p, a->depth, &v)) < 0 || (rc = arr_push(p, a, v)) < 0)
+			return rc;
+		if ((rc = skip_blank(p)) < 0)
+			return rc;
+		if (p->i < p->len && p->s[p->i] == ',') {
+			p->i++;
+			continue;
+		}
+		if (p->i < p->len && p->s[p->i] == ']')
+			break;
+		return toml_fail(p, p->i, TOML_ERR_SYNTAX, TM_ARRAY_SEP, NULL, 0);
+	}
+	p->i++;
+	a->v.pos.end = (uint32_t)p->i;
+	*out = &a->v;
+	return 0;
+}
+
+/* { k = v, ... } on one line, no trailing comma; sealed once closed. */
+static TOML_WUR int inline_table(toml_parser *p, uint32_t depth, toml_value **out)
+{
+	int rc;
+	node *t;
+	if ((rc = new_node(p, TOML_TABLE, depth, toml_pos_at(p, p->i), 0, &t)) < 0)
+		return rc;
+	p->i++;
+	skip_ws(p);
+	bool first = true;
+	for (;;) {
+		unsigned char c = p->i < p->len ? p->s[p->i] : 0;
+		if (c == '}') {
+			if (!first)
+				return toml_fail(p, p->i, TOML_ERR_SYNTAX, TM_INLINE_TRAILING, NULL, 0);
+			break;
+		}
+		if (c == '\n' || c == '\r')
+			return toml_fail(p, p->i, TOML_ERR_SYNTAX, TM_INLINE_NL, NULL, 0);
+		if ((rc = keyval(p, t)) < 0)
+			return rc;
+		first = false;
+		skip_ws(p);
+		c = p->i < p->len ? p->s[p->i] : 0;
+		if (c == ',') {
+			p->i++;
+			skip_ws(p);
+			continue;
+		}
+		if (c == '}')
+			break;
+		if (c == '\n' || c == '\r')
+			return toml_fail(p, p->i, TOML_ERR_SYNTAX, TM_INLINE_NL, NULL, 0);
+		return toml_fail(p, p->i, TOML_ERR_SYNTAX, TM_INLINE_SEP, NULL, 0);
+	}
+	p->i++;
+	t->flags |= F_SEALED;
+	t->v.pos.end = (uint32_t)p->i;
+	*out = &t->v;
+	return 0;
+}
+
+/* Any value at p->i, held by a container at depth. Recursion happens only
+ * through array and inline_table, each one level deeper, so it stops at
+ * TOML_MAX_DEPTH. */
+static TOML_WUR int value(toml_parser *p, uint32_t depth, toml_value **out)
+{
+	if (p->i >= p->len)
+		return toml_fail(p, p->i, TOML_ERR_SYNTAX, TM_EXPECT_VALUE, NULL, 0);
+	unsigned char c = p->s[p->i];
+	if (c == '[')
+		return array(p, depth, out);
+	if (c == '{')
+		return inline_table(p, depth, out);
+	toml_value *v = toml_arena_alloc(p->arena, sizeof(*v));
+	if (!v)
+		return nomem(p);
+	memset(v, 0, sizeof(*v));
+	size_t start = p->i;
+	int rc;
+	if (c == '"' || c == '\'') {
+		v->type = TOML_STRING;
+		rc = toml_lex_string(p, false, &v->u.str.ptr, &v->u.str.len);
+	} else {
+		rc = toml_lex_scalar(p, v);
+	}
+	if (rc < 0)
+		return rc;
+	v->pos = toml_pos_at(p, start);
+	v->pos.end = (uint32_t)p->i;
+	*out = v;
+	return 0;
+}
+
+/* [a.b] or [[a.b]] at p->i: resolves it against root (toml.io/en/v1.0.0#table
+ * and #array-of-tables) and makes the table it names current. */
+static TOML_WUR int header(toml_parser *p, node *root, node **cur)
+{
+	int rc;
+	size_t start = p->i;
+	bool aot = p->i + 1 < p->len && p->s[p->i + 1] == '[';
+	toml_pos hpos = toml_pos_at(p, start);
+	p->i += aot ? 2 : 1;
+	skip_ws(p);
+	if ((rc = key_path(p)) < 0)
+		return rc;
+	if (aot) {
+		if (p->len - p->i < 2 || p->s[p->i] != ']' || p->s[p->i + 1] != ']')
+			return toml_fail(p, p->i, TOML_ERR_SYNTAX, TM_AOT_CLOSE, NULL, 0);
+		p->i += 2;
+	} else {
+		if (p->i >= p->len || p->s[p->i] != ']')
+			return toml_fail(p, p->i, TOML_ERR_SYNTAX, TM_HEADER_CLOSE, NULL, 0);
+		p->i++;
+	}
+	hpos.end = (uint32_t)p->i;
+	node *t = root;
+	size_t last = p->npath - 1;
+	for (size_t k = 0; k < last; k++) {
+		const toml_keypart *kp = &p->path[k];
+		long i = tab_find(t, kp->s, kp->len);
+		if (i < 0) {
+			node *n;
+			if ((rc = new_node(p, TOML_TABLE, t->depth, hpos, F_IMPLICIT, &n)) < 0 ||
+			    (rc = tab_put(p, t, kp, &n->v)) < 0)
+				return rc;
+			t = n;
+			continue;
+		}
+		node *n = as_node(t->kvs[i].value);
+		if (n->v.type == TOML_ARRAY && (n->flags & F_AOT)) {
+			/* [a.b] under [[a]] goes into a's last element. */
+			t = as_node(n->elems[n->v.u.arr.len - 1]);
+		} else if (n->v.type == TOML_TABLE && !(n->flags & F_SEALED)) {
+			t = n;
+		} else {
+			return fail_key(p, k, n->v.type == TOML_TABLE ? TM_INLINE_SEALED : TM_NOT_TABLE);
+		}
+	}
+	const toml_keypart *kp = &p->path[last];
+	long i = tab_find(t, kp->s, kp->len);
+	node *n = i < 0 ? NULL : as_node(t->kvs[i].value);
+	if (!aot) {
+		if (!n) {
+			if ((rc = new_node(p, TOML_TABLE, t->depth, hpos, F_DEFINED, &n)) < 0 ||
+			    (rc = tab_put(p, t, kp, &n->v)) < 0)
+				return rc;
+		} else if (n->v.type != TOML_TABLE) {
+			return fail_key(p, last, n->v.type == TOML_ARRAY ? TM_NOT_TABLE : TM_DUP_KEY);
+		} else if (n->flags & F_SEALED) {
+			return fail_key(p, last, TM_INLINE_SEALED);
+		} else if (n->flags & F_DOTTED) {
+			return fail_key(p, last, TM_DOTTED_TABLE);
+		} else if (n->flags & F_DEFINED) {
+			return fail_key(p, last, TM_TABLE_TWICE);
+		} else {
+			n->flags |= F_DEFINED;
+			n->v.pos = hpos;
+		}
+		*cur = n;
+		return 0;
+	}
+	if (!n) {
+		if ((rc = new_node(p, TOML_ARRAY, t->depth, hpos, F_AOT, &n)) < 0 ||
+		    (rc = tab_put(p, t, kp, &n->v)) < 0)
+			return rc;
+	} else if (n->v.type != TOML_ARRAY) {
+		return fail_key(p, last, n->v.type == TOML_TABLE ? TM_NOT_AOT : TM_DUP_KEY);
+	} else if (!(n->flags & F_AOT)) {
+		return fail_key(p, last, TM_STATIC_ARRAY);
+	}
+	node *e;
+	if ((rc = new_node(p, TOML_TABLE, n->depth, hpos, F_DEFINED, &e)) < 0 ||
+	    (rc = arr_push(p, n, &e->v)) < 0)
+		return rc;
+	*cur = e;
+	return 0;
+}
+
+static TOML_WUR int document(toml_parser *p, node *root)
+{
+	int rc;
+	node *cur = root;
+	for (;;) {
+		skip_ws(p);
+		if (p->i >= p->len)
+			return 0;
+		unsigned char c = p->s[p->i];
+		if (c == '#' || c == '\n' || c == '\r') {
+			rc = end_line(p, TM_EXPECT_KEY);
+		} else if (c == '[') {
+			if ((rc = header(p, root, &cur)) == 0)
+				rc = end_line(p, TM_NL_AFTER_HEADER);
+		} else {
+			if ((rc = keyval(p, cur)) == 0)
+				rc = end_line(p, TM_NL_AFTER_VALUE);
+		}
+		if (rc < 0)
+			return rc;
+	}
+}
+
+int toml_parse(const char *text, size_t len, toml_doc **out, toml_error *err)
+{
+	toml_error spare;
+	if (!err)
+		err = &spare;
+	memset(err, 0, sizeof(*err));
+	*out = NULL;
+	if (len > TOML_MAX_INPUT) {
+		set_msg(err, TM_TOO_BIG, NULL, 0);
+		return TOML_ERR_TOO_BIG;
+	}
+	/* The parser state holds the key path: too big for some thread stacks. */
+	toml_parser *p = calloc(1, sizeof(*p));
+	toml_doc *doc = calloc(1, sizeof(*doc));
+	int rc;
+	if (!p || !doc) {
+		rc = TOML_ERR_NOMEM;
+		set_msg(err, TM_NOMEM, NULL, 0);
+		goto done;
+	}
+	p->s = (const unsigned char *)(text ? text : "");
+	p->len = text ? len : 0;
+	p->arena = &doc->arena;
+	p->err = err;
+	/* A UTF-8 byte order mark is not part of the document. */
+	if (p->len >= 3 && !memcmp(p->s, "\xEF\xBB\xBF", 3))
+		p->base = p->i = 3;
+	p->pc_off = p->base;
+	p->pc_line = p->pc_col = 1;
+	if ((rc = toml_lex_utf8_check(p)) < 0)
+		goto done;
+	node *root;
+	toml_pos rpos = {1, 1, 0, (uint32_t)p->len};
+	if ((rc = new_node(p, TOML_TABLE, 0, rpos, F_DEFINED, &root)) < 0)
+		goto done;
+	root->depth = 0;
+	doc->root = root;
+	if ((rc = document(p, root)) < 0)
+		goto done;
+	*out = doc;
+	doc = NULL;
+done:
+	if (doc) {
+		arena_free(&doc->arena);
+		free(doc);
+	}
+	if (p)
+		free(p->buf);
+	free(p);
+	return rc;
+}
+
+void toml_doc_free(toml_doc *doc)
+{
+	if (!doc)
+		return;
+	arena_free(&doc->arena);
+	free(doc);
+}
+
+const toml_value *toml_doc_root(const toml_doc *doc)
+{
+	return &doc->root->v;
+}
+
+/* Linear: the hash index is kept for parsing only, and callers look up the
+ * handful of keys a config section has. */
+const toml_kv *toml_table_find(const toml_value *t, const char *key)
+{
+	if (!t || t->type != TOML_TABLE || !key)
+		return NULL;
+	size_t n = strlen(key);
+	for (size_t i = 0; i < t->u.tab.len; i++) {
+		const toml_kv *kv = &t->u.tab.items[i];
+		if (kv->key_len == n && !memcmp(kv->key, key, n))
+			return kv;
+	}
+	return NULL;
+}
+
+const char *toml_type_name(toml_type t)
+{
+	switch (t) {
+	case TOML_TABLE: return "table";
+	case TOML_ARRAY: return "array";
+	case TOML_STRING: return "string";
+	case TOML_INTEGER: return "integer";
+	case TOML_FLOAT: return "float";
+	case TOML_BOOL: return "bool";
+	case TOML_DATETIME: return "datetime";
+	case TOML_DATETIME_LOCAL: return "datetime-local";
+	case TOML_DATE_LOCAL: return "date-local";
+	case TOML_TIME_LOCAL: return "time-local";
+	}
+	return "unknown";
+}

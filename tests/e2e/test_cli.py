@@ -1,0 +1,177 @@
+"""etemenanki-app's command line against the seed's recipe and its "Common errors" table."""
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FAILOVER = ROOT / "examples" / "failover.toml"
+
+
+def edit_one_line(text, old, new):
+    """The recipe with exactly one line changed; the line must occur once."""
+    lines = text.split("\n")
+    hits = [i for i, line in enumerate(lines) if line == old]
+    assert len(hits) == 1, f"{old!r} occurs {len(hits)} times"
+    lines[hits[0]] = new
+    return "\n".join(lines)
+
+
+def gutter(line):
+    """The blank gutter of the toml crate's excerpt: as wide as the line number."""
+    return " " * len(str(line))
+
+
+def test_the_recipe_is_valid(run):
+    r = run("--test", "-c", str(FAILOVER))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "Configuration OK.\n"
+    assert r.stderr == ""
+
+
+def test_the_quickstart_is_valid(run):
+    r = run("--test", "-c", str(ROOT / "examples" / "quickstart.toml"))
+    assert (r.returncode, r.stdout) == (0, "Configuration OK.\n")
+
+
+# One row per line of seed 003 "Common errors" (and the duplicate-tag check of
+# seed 000): the one-line edit, then the exact message.
+COMMON_ERRORS = [
+    ('outbounds = ["primary", "secondary", "tertiary"]',
+     'outbounds = ["primary", "secondary", "direct"]',
+     "balancer upstream: outbound direct has no upstream a TCP health probe can reach, "
+     "so it cannot be balanced"),
+    ('outbounds = ["primary", "secondary", "tertiary"]',
+     'outbounds = ["primary", "secondry", "tertiary"]',
+     "balancer upstream references unknown outbound tag: secondry"),
+    ('tag = "upstream"', 'tag = "primary"',
+     "balancer tag primary collides with an outbound tag"),
+    ('outbounds = ["primary", "secondary", "tertiary"]', 'outbounds = []',
+     "a balancer needs at least one outbound"),
+    ('strategy = "failover"   # the default, written out for clarity', 'strategy = "roundrobin"',
+     'unknown balancer strategy "roundrobin" (expected "failover" or "round_robin")'),
+    ('strategy = "failover"   # the default, written out for clarity', 'strategy = "Failover"',
+     'unknown balancer strategy "Failover" (expected "failover" or "round_robin")'),
+    ('default = "upstream"', 'default = "upstreem"',
+     "route references unknown outbound tag: upstreem"),
+    ('outbound = "direct"', 'outbound = "drect"',
+     "route references unknown outbound tag: drect"),
+    ('tag = "secondary"', 'tag = "primary"', "duplicate outbound tag: primary"),
+]
+
+
+@pytest.mark.parametrize("old,new,message", COMMON_ERRORS, ids=[m for _, _, m in COMMON_ERRORS])
+def test_common_errors_word_for_word(run, tmp_path, old, new, message):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(edit_one_line(FAILOVER.read_text(), old, new))
+
+    r = run("--test", "-c", str(cfg))
+    assert r.returncode == 1
+    assert r.stdout == ""
+    assert r.stderr == f"configuration invalid: {message}\n"
+
+    r = run("-c", str(cfg))
+    assert r.returncode == 1
+    assert r.stderr == f"failed to start: {message}\n"
+
+
+def test_a_misspelt_balancer_key_is_a_parse_error(run, tmp_path):
+    cfg = tmp_path / "config.toml"
+    text = edit_one_line(FAILOVER.read_text(),
+                         "probe_interval = 15     # seconds between probes of each member (default 30)",
+                         "probe_intervall = 15")
+    cfg.write_text(text)
+    line = text.split("\n").index("probe_intervall = 15") + 1
+    r = run("--test", "-c", str(cfg))
+    assert r.returncode == 1
+    assert r.stderr == (
+        f"configuration invalid: TOML parse error at line {line}, column 1\n"
+        f"{gutter(line)} |\n"
+        f"{line} | probe_intervall = 15\n"
+        f"{gutter(line)} | ^^^^^^^^^^^^^^^\n"
+        "unknown field `probe_intervall`, expected one of `tag`, `outbounds`, `strategy`, "
+        "`probe_interval`, `probe_timeout`\n")
+
+
+def test_a_duration_string_is_a_type_error(run, tmp_path):
+    cfg = tmp_path / "config.toml"
+    text = edit_one_line(FAILOVER.read_text(),
+                         "probe_interval = 15     # seconds between probes of each member (default 30)",
+                         'probe_interval = "30s"')
+    cfg.write_text(text)
+    line = text.split("\n").index('probe_interval = "30s"') + 1
+    r = run("--test", "-c", str(cfg))
+    assert r.returncode == 1
+    assert r.stderr == (
+        f"configuration invalid: TOML parse error at line {line}, column 18\n"
+        f"{gutter(line)} |\n"
+        f'{line} | probe_interval = "30s"\n'
+        f"{gutter(line)} |                  ^^^^^\n"
+        'invalid type: string "30s", expected u64\n')
+
+
+def test_a_negative_timeout_is_refused(run, tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(edit_one_line(FAILOVER.read_text(),
+                                 "probe_timeout = 5       # seconds a probe may take (default 5)",
+                                 "probe_timeout = -5"))
+    r = run("--test", "-c", str(cfg))
+    assert r.returncode == 1
+    assert r.stderr.endswith("\ninvalid value: integer `-5`, expected u64\n")
+
+
+def test_a_toml_syntax_error_names_the_line(run, tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(edit_one_line(FAILOVER.read_text(), 'tag = "upstream"', 'tag = "upstream'))
+    r = run("--test", "-c", str(cfg))
+    assert r.returncode == 1
+    assert re.match(r"configuration invalid: TOML parse error at line \d+, column \d+\n", r.stderr)
+
+
+def test_a_missing_file(run, tmp_path):
+    missing = tmp_path / "nope.toml"
+    r = run("--test", "-c", str(missing))
+    assert r.returncode == 1
+    assert r.stderr == f"configuration invalid: failed to read {missing}: No such file or directory\n"
+
+
+def test_starting_says_what_is_not_built_yet(run):
+    r = run("-c", str(ROOT / "examples" / "quickstart.toml"))
+    assert r.returncode == 1
+    lines = r.stderr.splitlines()
+    assert lines[-1] == "failed to start: inbound mixed-in: protocol mixed is not available yet"
+    # the log line before it: time, level, target, message
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO  app: loaded .*quickstart\.toml: "
+        r"1 inbounds, 1 outbounds, 0 balancers, 0 rules", lines[0]), lines[0]
+
+
+def test_log_level_option_overrides_the_file(run):
+    r = run("-l", "error", "-c", str(ROOT / "examples" / "quickstart.toml"))
+    assert r.returncode == 1
+    assert r.stderr == "failed to start: inbound mixed-in: protocol mixed is not available yet\n"
+
+
+def test_a_bad_log_level(run):
+    r = run("-l", "loud", "-c", str(FAILOVER))
+    assert r.returncode == 2
+    assert r.stderr == ("etemenanki-app: unknown log level `loud` (expected error, warn, info, "
+                        "debug or trace)\n")
+
+
+def test_version_and_help(run):
+    r = run("--version")
+    assert (r.returncode, r.stdout) == (0, "etemenanki-app 0.1.0\n")
+    r = run("--help")
+    assert r.returncode == 0
+    assert r.stdout.startswith("Usage: etemenanki-app -c FILE [--test] [-l LEVEL]\n")
+
+
+def test_usage_errors(run):
+    r = run("--bogus")
+    assert (r.returncode, r.stderr) == (2, "etemenanki-app: unknown option `--bogus` (see --help)\n")
+    r = run("-c")
+    assert (r.returncode, r.stderr) == (2, "etemenanki-app: option `-c` needs a value (see --help)\n")
+    r = run("--test")
+    assert r.returncode == 2
+    assert r.stderr == "etemenanki-app: no configuration file given; use -c FILE (see --help)\n"

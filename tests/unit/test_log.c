@@ -1,0 +1,79 @@
+/* test_log.c - the log line's shape and the level filter. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/log.h"
+
+static void line_shape_and_filter(void **state)
+{
+	(void)state;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&buf, &len);
+	log_set_stream(mem);
+	log_set_level(ETM_LOG_INFO);
+	log_info("balancer", "balancer member %s is now %s", "primary", "down");
+	log_debug("balancer", "hidden");
+	log_set_level(ETM_LOG_TRACE);
+	log_write(ETM_LOG_TRACE, "x", "shown");
+	log_set_stream(NULL);
+	fclose(mem);
+
+	/* 2026-11-30T10:20:36.123Z INFO  balancer: balancer member primary is now down */
+	assert_true(len > 25);
+	assert_int_equal(buf[4], '-');
+	assert_int_equal(buf[10], 'T');
+	assert_int_equal(buf[23], 'Z');
+	const char *first_end = strchr(buf, '\n');
+	assert_non_null(first_end);
+	assert_true(strncmp(buf + 24, " INFO  balancer: balancer member primary is now down\n",
+	                    (size_t)(first_end - buf - 23)) == 0);
+	assert_null(strstr(buf, "hidden"));
+	assert_non_null(strstr(first_end + 1, " TRACE x: shown\n"));
+	free(buf);
+}
+
+static void long_lines_are_cut_not_overflowed(void **state)
+{
+	(void)state;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&buf, &len);
+	log_set_stream(mem);
+	log_set_level(ETM_LOG_INFO);
+	char big[5000];
+	memset(big, 'a', sizeof big - 1);
+	big[sizeof big - 1] = '\0';
+	log_warn("t", "%s", big);
+	log_set_stream(NULL);
+	fclose(mem);
+	assert_int_equal(len, 2047);
+	assert_int_equal(buf[len - 1], '\n');
+	free(buf);
+}
+
+static void level_names(void **state)
+{
+	(void)state;
+	const char *want[] = {"error", "warn", "info", "debug", "trace"};
+	for (int l = ETM_LOG_ERROR; l <= ETM_LOG_TRACE; l++)
+		assert_string_equal(log_level_name((etm_log_level)l), want[l]);
+	log_set_level(ETM_LOG_WARN);
+	assert_int_equal(log_get_level(), ETM_LOG_WARN);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(line_shape_and_filter),
+		cmocka_unit_test(long_lines_are_cut_not_overflowed),
+		cmocka_unit_test(level_names),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
