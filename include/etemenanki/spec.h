@@ -220,8 +220,22 @@ typedef struct etm_dns_spec {
 	etm_strlist servers; /* "ip" or "ip:port"; empty = the system's */
 } etm_dns_spec;
 
+#define ETM_DEFAULT_HANDSHAKE_TIMEOUT 10 /* seconds for a client to finish its handshake */
+#define ETM_DEFAULT_IDLE_TIMEOUT 300     /* seconds a flow may pass no byte either way */
+
+typedef struct etm_runtime_spec {
+	uint64_t workers; /* worker threads; 0 = one per core */
+} etm_runtime_spec;
+
+typedef struct etm_policy_spec {
+	uint64_t handshake_timeout; /* seconds */
+	uint64_t idle_timeout;      /* seconds */
+} etm_policy_spec;
+
 typedef struct etm_spec {
 	etm_log_level log_level;
+	etm_runtime_spec runtime;
+	etm_policy_spec policy;
 	etm_inbound_spec *inbounds; /* owned */
 	size_t inbounds_len;
 	etm_outbound_spec *outbounds; /* owned */
@@ -250,9 +264,11 @@ const char *etm_spec_default_tag(const etm_spec *spec);
  * and validate; the start refuses them with one line that names them. */
 bool etm_protocol_available(etm_protocol p, bool inbound);
 
-/* Checks that every inbound and outbound protocol of the spec is available in
- * this build. Returns 0, or -1 with "inbound <tag>: protocol <p> is not
- * available yet" (or the outbound form) for the first one that is not. */
+/* Checks that everything the spec uses is available in this build: every
+ * protocol, transport and feature. Returns 0, or -1 with the first thing that
+ * is not: "inbound <tag>: protocol <p> is not available yet", "outbound
+ * <tag>: a transport other than plain tcp is not available yet", "[[balancer]]
+ * is not available yet", ... */
 __attribute__((warn_unused_result)) int etm_spec_check_available(const etm_spec *spec, char *msg,
                                                                  size_t msg_size);
 

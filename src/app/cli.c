@@ -4,9 +4,14 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include <signal.h>
+#include <sys/resource.h>
+#include <uv.h>
+
 #include "app/config.h"
 #include "base/log.h"
 #include "etemenanki/etemenanki.h"
+#include "etemenanki/supervisor.h"
 
 typedef enum cli_msg_id {
 	CLI_USAGE,
@@ -19,6 +24,8 @@ typedef enum cli_msg_id {
 	CLI_NO_CONFIG,
 	CLI_BAD_LEVEL,
 	CLI_LOADED,
+	CLI_STOPPING,
+	CLI_STOPPED,
 	CLI_MSG_COUNT_,
 } cli_msg_id;
 
@@ -48,6 +55,8 @@ static const char *const msgs[CLI_MSG_COUNT_] = {
 	[CLI_BAD_LEVEL] = "etemenanki-app: unknown log level `%s` (expected error, warn, info, "
 			  "debug or trace)\n",
 	[CLI_LOADED] = "loaded %s: %zu inbounds, %zu outbounds, %zu balancers, %zu rules",
+	[CLI_STOPPING] = "%s received, stopping",
+	[CLI_STOPPED] = "stopped",
 };
 
 /* The formats are the constant table above; nothing from input is a format. */
@@ -114,6 +123,58 @@ static int parse(int argc, char **argv, cli_opts *o, FILE *out, FILE *err)
 	return -1;
 }
 
+/* A proxy holds two sockets a flow; the default soft limit of 1024 would cap
+ * it near 500 flows. Raise the soft limit to the hard one. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	log_info("app", msgs[CLI_STOPPING], signum == SIGINT ? "SIGINT" : "SIGTERM");
+	uv_stop(h->loop);
+}
+
+static void close_handle(uv_handle_t *h, void *arg)
+{
+	(void)arg;
+	if (!uv_is_closing(h))
+		uv_close(h, NULL);
+}
+
+/* The control thread: start the engine, wait for SIGINT or SIGTERM, stop. */
+static int run(etm_spec *spec, FILE *err)
+{
+	char msg[CONFIG_MSG_MAX];
+	signal(SIGPIPE, SIG_IGN); /* a peer's reset is an error value, not a signal */
+	raise_fd_limit();
+	etm_supervisor *sup;
+	if (etm_supervisor_start(spec, &sup, msg, sizeof msg)) {
+		etm_spec_free(spec);
+		say(err, CLI_START_FAILED, msg);
+		return 1;
+	}
+	uv_loop_t loop;
+	uv_signal_t sigint, sigterm;
+	uv_loop_init(&loop);
+	uv_signal_init(&loop, &sigint);
+	uv_signal_init(&loop, &sigterm);
+	uv_signal_start(&sigint, on_signal, SIGINT);
+	uv_signal_start(&sigterm, on_signal, SIGTERM);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	etm_supervisor_stop(sup);
+	uv_walk(&loop, close_handle, NULL);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	(void)uv_loop_close(&loop);
+	log_info("app", "%s", msgs[CLI_STOPPED]);
+	return 0;
+}
+
 int cli_main(int argc, char **argv, FILE *out, FILE *err)
 {
 	cli_opts o = {0};
@@ -136,11 +197,10 @@ int cli_main(int argc, char **argv, FILE *out, FILE *err)
 	log_set_level(o.level_set ? o.level : spec.log_level);
 	log_info("app", msgs[CLI_LOADED], o.config, spec.inbounds_len, spec.outbounds_len,
 	         spec.balancers_len, spec.route.rules_len);
-	rc = etm_spec_check_available(&spec, msg, sizeof msg);
-	etm_spec_free(&spec);
-	if (rc) {
+	if (etm_spec_check_available(&spec, msg, sizeof msg)) {
+		etm_spec_free(&spec);
 		say(err, CLI_START_FAILED, msg);
 		return 1;
 	}
-	return 0;
+	return run(&spec, err);
 }

@@ -412,8 +412,30 @@ static const schema_field dns_fields[] = {
 };
 static const schema_table dns_table = TABLE_OF("[dns]", "Name resolution.", dns_fields);
 
+static const schema_field runtime_fields[] = {
+	{.name = "workers", .kind = SK_U64, .offset = offsetof(etm_runtime_spec, workers), .def = 0,
+	 .default_doc = "0", .doc = "Worker threads, each with its own event loop; 0 = one per core."},
+};
+static const schema_table runtime_table =
+	TABLE_OF("[runtime]", "Threads. Read at start; a reload keeps the running value.",
+	         runtime_fields);
+
+static const schema_field policy_fields[] = {
+	{.name = "handshake_timeout", .kind = SK_U64,
+	 .offset = offsetof(etm_policy_spec, handshake_timeout), .def = ETM_DEFAULT_HANDSHAKE_TIMEOUT,
+	 .default_doc = "10",
+	 .doc = "Seconds a client has to finish its protocol handshake before it is closed."},
+	{.name = "idle_timeout", .kind = SK_U64, .offset = offsetof(etm_policy_spec, idle_timeout),
+	 .def = ETM_DEFAULT_IDLE_TIMEOUT, .default_doc = "300",
+	 .doc = "Seconds a flow may carry no byte in either direction before it is closed."},
+};
+static const schema_table policy_table =
+	TABLE_OF("[policy]", "Timeouts of every connection.", policy_fields);
+
 static const schema_field root_fields[] = {
 	{.name = "log", .kind = SK_TABLE, .offset = 0, .sub = &log_table, .doc = "Logging."},
+	TABLE(etm_spec, runtime, "runtime", runtime_table, "Threads."),
+	TABLE(etm_spec, policy, "policy", policy_table, "Timeouts."),
 	TABLE_ARRAY(etm_spec, inbounds, inbounds_len, "inbound", inbound_table, etm_inbound_spec,
 	            "Listeners."),
 	TABLE_ARRAY(etm_spec, outbounds, outbounds_len, "outbound", outbound_table,

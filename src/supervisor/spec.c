@@ -38,6 +38,9 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_USER_NEEDS] = "inbound %s: every settings.users entry of protocol %s needs %s",
 	[SPEC_UNAVAILABLE_INBOUND] = "inbound %s: protocol %s is not available yet",
 	[SPEC_UNAVAILABLE_OUTBOUND] = "outbound %s: protocol %s is not available yet",
+	[SPEC_UNAVAILABLE_FEATURE] = "%s is not available yet",
+	[SPEC_UNAVAILABLE_IN_FEATURE] = "inbound %s: %s is not available yet",
+	[SPEC_UNAVAILABLE_OUT_FEATURE] = "outbound %s: %s is not available yet",
 };
 
 static const char *const proto_names[ETM_PROTO_COUNT_] = {
@@ -58,11 +61,11 @@ const char *etm_protocol_name(etm_protocol p)
 
 bool etm_protocol_available(etm_protocol p, bool inbound)
 {
-	/* Nothing serves traffic until the runtime issue lands; every protocol
-	 * parses and validates meanwhile. */
-	(void)p;
-	(void)inbound;
-	return false;
+	/* What the runtime serves today; every other protocol parses and
+	 * validates, and a start names it. */
+	if (inbound)
+		return p == ETM_PROTO_SOCKS || p == ETM_PROTO_HTTP || p == ETM_PROTO_MIXED;
+	return p == ETM_PROTO_FREEDOM || p == ETM_PROTO_BLACKHOLE;
 }
 
 int spec_format(char *msg, size_t size, spec_msg_id id, ...)
@@ -450,15 +453,37 @@ int etm_spec_check(etm_spec *s, char *msg, size_t size)
 	return 0;
 }
 
+/* Transports come with the proxy-protocols issue. */
+static bool stream_is_plain(const etm_stream_spec *st)
+{
+	return st->network == ETM_NET_TCP && st->security == ETM_SEC_NONE;
+}
+
 int etm_spec_check_available(const etm_spec *s, char *msg, size_t size)
 {
-	for (size_t i = 0; i < s->inbounds_len; i++)
-		if (!etm_protocol_available(s->inbounds[i].protocol, true))
-			return spec_format(msg, size, SPEC_UNAVAILABLE_INBOUND, s->inbounds[i].tag,
-			                   etm_protocol_name(s->inbounds[i].protocol));
-	for (size_t i = 0; i < s->outbounds_len; i++)
-		if (!etm_protocol_available(s->outbounds[i].protocol, false))
-			return spec_format(msg, size, SPEC_UNAVAILABLE_OUTBOUND, s->outbounds[i].tag,
-			                   etm_protocol_name(s->outbounds[i].protocol));
+	for (size_t i = 0; i < s->inbounds_len; i++) {
+		const etm_inbound_spec *in = &s->inbounds[i];
+		if (!etm_protocol_available(in->protocol, true))
+			return spec_format(msg, size, SPEC_UNAVAILABLE_INBOUND, in->tag,
+			                   etm_protocol_name(in->protocol));
+		if (!stream_is_plain(&in->stream))
+			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag,
+			                   "a transport other than plain tcp");
+		if (in->sniffing)
+			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag, "sniffing");
+	}
+	for (size_t i = 0; i < s->outbounds_len; i++) {
+		const etm_outbound_spec *o = &s->outbounds[i];
+		if (!etm_protocol_available(o->protocol, false))
+			return spec_format(msg, size, SPEC_UNAVAILABLE_OUTBOUND, o->tag,
+			                   etm_protocol_name(o->protocol));
+		if (!stream_is_plain(&o->stream))
+			return spec_format(msg, size, SPEC_UNAVAILABLE_OUT_FEATURE, o->tag,
+			                   "a transport other than plain tcp");
+	}
+	if (s->balancers_len)
+		return spec_format(msg, size, SPEC_UNAVAILABLE_FEATURE, "[[balancer]]");
+	if (s->route.rules_len)
+		return spec_format(msg, size, SPEC_UNAVAILABLE_FEATURE, "[[route.rule]]");
 	return 0;
 }

@@ -1,8 +1,8 @@
 /* toml.c - TOML 1.0 parser: document structure, key and table rules, messages. */
 #include "toml/toml.h"
 #include "toml/toml_lex.h"
+#include "toml/toml_tree.h"
 
-#include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,90 +56,10 @@ static const char *const messages[TM_COUNT] = {
 /* Longest key name quoted in a message, in bytes; the rest is elided. */
 #define NAME_MAX_SHOWN 64
 
-/* Tables and arrays are nodes: the public value plus what building needs. */
-enum {
-	F_IMPLICIT = 1 << 0, /* table made on the way to a [header]; one [header] may define it */
-	F_DEFINED = 1 << 1,  /* table defined by a [header] or as a [[header]] element */
-	F_DOTTED = 1 << 2,   /* table made by a dotted key; only dotted keys may extend it */
-	F_SEALED = 1 << 3,   /* inline table or static array: nothing may extend it */
-	F_AOT = 1 << 4,      /* array made by [[header]]; only [[header]] may append */
-};
-
-/* Tables with fewer keys are searched linearly; bigger ones get a hash index
- * so a document of many keys parses in linear time. */
-#define INDEX_MIN 8
-
-typedef struct node {
-	toml_value v; /* first: a node is handed out as its value */
-	toml_kv *kvs; /* tables: arena, v.u.tab.items points here */
-	toml_value **elems; /* arrays: arena, v.u.arr.items points here */
-	uint32_t cap;
-	uint32_t *index; /* arena: kv index + 1 per slot, 0 for empty */
-	uint32_t index_cap;
-	uint32_t depth; /* root 0; every table or array one more than its parent */
-	unsigned flags;
-} node;
-
-struct toml_arena_chunk {
-	toml_arena_chunk *next;
-	size_t size;
-	max_align_t data[];
-};
-
-/* Arena chunk size: big enough that a config needs a handful. */
-#define CHUNK_SIZE (64u * 1024u)
-
 struct toml_doc {
 	toml_arena arena;
-	node *root;
+	toml_node *root;
 };
-
-void *toml_arena_alloc(toml_arena *a, size_t n)
-{
-	const size_t al = alignof(max_align_t);
-	n = (n + al - 1) & ~(al - 1);
-	if (!a->head || a->head->size - a->used < n) {
-		size_t size = n > CHUNK_SIZE / 4 ? n : CHUNK_SIZE;
-		toml_arena_chunk *c = malloc(sizeof(*c) + size);
-		if (!c)
-			return NULL;
-		c->size = size;
-		if (a->head && size != CHUNK_SIZE) {
-			/* A big block gets its own chunk behind the current one. */
-			c->next = a->head->next;
-			a->head->next = c;
-			return c->data;
-		}
-		c->next = a->head;
-		a->head = c;
-		a->used = 0;
-	}
-	void *r = (char *)a->head->data + a->used;
-	a->used += n;
-	return r;
-}
-
-char *toml_arena_strdup(toml_arena *a, const char *s, size_t n)
-{
-	char *d = toml_arena_alloc(a, n + 1);
-	if (d) {
-		if (n)
-			memcpy(d, s, n);
-		d[n] = '\0';
-	}
-	return d;
-}
-
-static void arena_free(toml_arena *a)
-{
-	toml_arena_chunk *c = a->head;
-	while (c) {
-		toml_arena_chunk *next = c->next;
-		free(c);
-		c = next;
-	}
-	a->head = NULL;
-}
 
 int toml_scratch_put(toml_parser *p, const void *bytes, size_t n)
 {
@@ -250,131 +170,10 @@ static TOML_WUR int fail_key(toml_parser *p, size_t upto, toml_msg m)
 	return toml_fail(p, p->path[upto].start, TOML_ERR_SYNTAX, m, name, total);
 }
 
-static uint64_t hash(const char *s, size_t n)
-{
-	uint64_t h = 0xcbf29ce484222325u; /* FNV-1a */
-	for (size_t i = 0; i < n; i++) {
-		h ^= (unsigned char)s[i];
-		h *= 0x100000001b3u;
-	}
-	return h ^ (h >> 29);
-}
-
-/* Index of key in table t, or -1. */
-static long tab_find(const node *t, const char *k, size_t n)
-{
-	if (!t->index) {
-		for (size_t i = 0; i < t->v.u.tab.len; i++)
-			if (t->kvs[i].key_len == n && !memcmp(t->kvs[i].key, k, n))
-				return (long)i;
-		return -1;
-	}
-	uint32_t mask = t->index_cap - 1;
-	for (uint32_t s = (uint32_t)hash(k, n) & mask;; s = (s + 1) & mask) {
-		uint32_t slot = t->index[s];
-		if (!slot)
-			return -1;
-		const toml_kv *kv = &t->kvs[slot - 1];
-		if (kv->key_len == n && !memcmp(kv->key, k, n))
-			return (long)slot - 1;
-	}
-}
-
-static void index_add(node *t, uint32_t i)
-{
-	uint32_t mask = t->index_cap - 1;
-	uint32_t s = (uint32_t)hash(t->kvs[i].key, t->kvs[i].key_len) & mask;
-	while (t->index[s])
-		s = (s + 1) & mask;
-	t->index[s] = i + 1;
-}
 
 static TOML_WUR int nomem(toml_parser *p)
 {
 	return toml_fail(p, 0, TOML_ERR_NOMEM, TM_NOMEM, NULL, 0);
-}
-
-/* Appends key k (already checked absent) with value v to table t. */
-static TOML_WUR int tab_put(toml_parser *p, node *t, const toml_keypart *k, const toml_value *v)
-{
-	size_t len = t->v.u.tab.len;
-	if (len == t->cap) {
-		uint32_t cap = t->cap ? t->cap * 2 : 4;
-		toml_kv *kvs = toml_arena_alloc(p->arena, cap * sizeof(*kvs));
-		if (!kvs)
-			return nomem(p);
-		if (len)
-			memcpy(kvs, t->kvs, len * sizeof(*kvs));
-		t->kvs = kvs;
-		t->cap = cap;
-		t->v.u.tab.items = kvs;
-	}
-	toml_kv *kv = &t->kvs[len];
-	kv->key = k->s;
-	kv->key_len = k->len;
-	kv->key_pos = k->pos;
-	kv->value = v;
-	t->v.u.tab.len = ++len;
-	if (len >= INDEX_MIN && len * 2 > t->index_cap) {
-		uint32_t cap = t->index_cap ? t->index_cap : 16;
-		while (cap < len * 2)
-			cap *= 2;
-		uint32_t *idx = toml_arena_alloc(p->arena, cap * sizeof(*idx));
-		if (!idx)
-			return nomem(p);
-		memset(idx, 0, cap * sizeof(*idx));
-		t->index = idx;
-		t->index_cap = cap;
-		for (uint32_t i = 0; i < len; i++)
-			index_add(t, i);
-	} else if (t->index) {
-		index_add(t, (uint32_t)len - 1);
-	}
-	return 0;
-}
-
-static TOML_WUR int arr_push(toml_parser *p, node *a, toml_value *v)
-{
-	size_t len = a->v.u.arr.len;
-	if (len == a->cap) {
-		uint32_t cap = a->cap ? a->cap * 2 : 4;
-		toml_value **e = toml_arena_alloc(p->arena, cap * sizeof(*e));
-		if (!e)
-			return nomem(p);
-		if (len)
-			memcpy(e, a->elems, len * sizeof(*e));
-		a->elems = e;
-		a->cap = cap;
-		a->v.u.arr.items = (const toml_value *const *)e;
-	}
-	a->elems[len] = v;
-	a->v.u.arr.len = len + 1;
-	return 0;
-}
-
-/* A new table or array one level below a container at depth, written at pos.
- * Positions are taken before anything after them is read: the line/column
- * cache only runs forward cheaply. */
-static TOML_WUR int new_node(toml_parser *p, toml_type type, uint32_t depth, toml_pos pos,
-                             unsigned flags, node **out)
-{
-	if (depth >= TOML_MAX_DEPTH)
-		return toml_fail(p, pos.start, TOML_ERR_DEPTH, TM_DEPTH, NULL, 0);
-	node *n = toml_arena_alloc(p->arena, sizeof(*n));
-	if (!n)
-		return nomem(p);
-	memset(n, 0, sizeof(*n));
-	n->v.type = type;
-	n->v.pos = pos;
-	n->depth = depth + 1;
-	n->flags = flags;
-	*out = n;
-	return 0;
-}
-
-static node *as_node(const toml_value *v)
-{
-	return (node *)(uintptr_t)v;
 }
 
 static void skip_ws(toml_parser *p)
@@ -477,7 +276,7 @@ static TOML_WUR int key_path(toml_parser *p)
 static TOML_WUR int value(toml_parser *p, uint32_t depth, toml_value **out);
 
 /* `key = value` into table t; on return p->i is just past the value. */
-static TOML_WUR int keyval(toml_parser *p, node *t)
+static TOML_WUR int keyval(toml_parser *p, toml_node *t)
 {
 	int rc;
 	if ((rc = key_path(p)) < 0)
@@ -486,11 +285,11 @@ static TOML_WUR int keyval(toml_parser *p, node *t)
 	 * earlier dotted key (toml.io/en/v1.0.0#keys, #table). */
 	for (size_t k = 0; k + 1 < p->npath; k++) {
 		const toml_keypart *kp = &p->path[k];
-		long i = tab_find(t, kp->s, kp->len);
+		long i = toml_tree_find(t, kp->s, kp->len);
 		if (i < 0) {
-			node *n;
-			if ((rc = new_node(p, TOML_TABLE, t->depth, kp->pos, F_DOTTED, &n)) < 0 ||
-			    (rc = tab_put(p, t, kp, &n->v)) < 0)
+			toml_node *n;
+			if ((rc = toml_tree_new(p, TOML_TABLE, t->depth, kp->pos, F_DOTTED, &n)) < 0 ||
+			    (rc = toml_tree_put(p, t, kp, &n->v)) < 0)
 				return rc;
 			t = n;
 			continue;
@@ -498,16 +297,21 @@ static TOML_WUR int keyval(toml_parser *p, node *t)
 		const toml_value *v = t->kvs[i].value;
 		if (v->type != TOML_TABLE)
 			return fail_key(p, k, TM_NOT_TABLE);
-		node *n = as_node(v);
+		toml_node *n = toml_tree_node(v);
 		if (n->flags & F_SEALED)
 			return fail_key(p, k, TM_INLINE_SEALED);
-		if (!(n->flags & F_DOTTED))
-			return fail_key(p, k, TM_DOTTED_EXTEND);
+		if (!(n->flags & F_DOTTED)) {
+			/* A table only named on the way to a [header] is not defined
+			 * yet: dotted keys may define it, and then no [header] may. */
+			if (!(n->flags & F_IMPLICIT) || (n->flags & F_DEFINED))
+				return fail_key(p, k, TM_DOTTED_EXTEND);
+			n->flags |= F_DOTTED;
+		}
 		t = n;
 	}
 	size_t last = p->npath - 1;
 	toml_keypart kp = p->path[last];
-	if (tab_find(t, kp.s, kp.len) >= 0)
+	if (toml_tree_find(t, kp.s, kp.len) >= 0)
 		return fail_key(p, last, TM_DUP_KEY);
 	if (p->i >= p->len || p->s[p->i] != '=')
 		return toml_fail(p, p->i, TOML_ERR_SYNTAX, TM_EXPECT_EQ, NULL, 0);
@@ -517,14 +321,14 @@ static TOML_WUR int keyval(toml_parser *p, node *t)
 	toml_value *v;
 	if ((rc = value(p, t->depth, &v)) < 0)
 		return rc;
-	return tab_put(p, t, &kp, v);
+	return toml_tree_put(p, t, &kp, v);
 }
 
 static TOML_WUR int array(toml_parser *p, uint32_t depth, toml_value **out)
 {
 	int rc;
-	node *a;
-	if ((rc = new_node(p, TOML_ARRAY, depth, toml_pos_at(p, p->i), F_SEALED, &a)) < 0)
+	toml_node *a;
+	if ((rc = toml_tree_new(p, TOML_ARRAY, depth, toml_pos_at(p, p->i), F_SEALED, &a)) < 0)
 		return rc;
 	p->i++;
 	for (;;) {
@@ -533,7 +337,7 @@ static TOML_WUR int array(toml_parser *p, uint32_t depth, toml_value **out)
 		if (p->i < p->len && p->s[p->i] == ']')
 			break;
 		toml_value *v;
-		if ((rc = value(p, a->depth, &v)) < 0 || (rc = arr_push(p, a, v)) < 0)
+		if ((rc = value(p, a->depth, &v)) < 0 || (rc = toml_tree_push(p, a, v)) < 0)
 			return rc;
 		if ((rc = skip_blank(p)) < 0)
 			return rc;
@@ -555,8 +359,8 @@ static TOML_WUR int array(toml_parser *p, uint32_t depth, toml_value **out)
 static TOML_WUR int inline_table(toml_parser *p, uint32_t depth, toml_value **out)
 {
 	int rc;
-	node *t;
-	if ((rc = new_node(p, TOML_TABLE, depth, toml_pos_at(p, p->i), 0, &t)) < 0)
+	toml_node *t;
+	if ((rc = toml_tree_new(p, TOML_TABLE, depth, toml_pos_at(p, p->i), 0, &t)) < 0)
 		return rc;
 	p->i++;
 	skip_ws(p);
@@ -627,7 +431,7 @@ static TOML_WUR int value(toml_parser *p, uint32_t depth, toml_value **out)
 
 /* [a.b] or [[a.b]] at p->i: resolves it against root (toml.io/en/v1.0.0#table
  * and #array-of-tables) and makes the table it names current. */
-static TOML_WUR int header(toml_parser *p, node *root, node **cur)
+static TOML_WUR int header(toml_parser *p, toml_node *root, toml_node **cur)
 {
 	int rc;
 	size_t start = p->i;
@@ -647,23 +451,25 @@ static TOML_WUR int header(toml_parser *p, node *root, node **cur)
 		p->i++;
 	}
 	hpos.end = (uint32_t)p->i;
-	node *t = root;
+	toml_node *t = root;
 	size_t last = p->npath - 1;
 	for (size_t k = 0; k < last; k++) {
 		const toml_keypart *kp = &p->path[k];
-		long i = tab_find(t, kp->s, kp->len);
+		long i = toml_tree_find(t, kp->s, kp->len);
 		if (i < 0) {
-			node *n;
-			if ((rc = new_node(p, TOML_TABLE, t->depth, hpos, F_IMPLICIT, &n)) < 0 ||
-			    (rc = tab_put(p, t, kp, &n->v)) < 0)
+			toml_node *n;
+			if ((rc = toml_tree_new(p, TOML_TABLE, t->depth, hpos, F_IMPLICIT, &n)) < 0 ||
+			    (rc = toml_tree_put(p, t, kp, &n->v)) < 0)
 				return rc;
 			t = n;
 			continue;
 		}
-		node *n = as_node(t->kvs[i].value);
+		toml_node *n = toml_tree_node(t->kvs[i].value);
+		if (!n)
+			return fail_key(p, k, TM_NOT_TABLE);
 		if (n->v.type == TOML_ARRAY && (n->flags & F_AOT)) {
 			/* [a.b] under [[a]] goes into a's last element. */
-			t = as_node(n->elems[n->v.u.arr.len - 1]);
+			t = toml_tree_node(n->elems[n->v.u.arr.len - 1]);
 		} else if (n->v.type == TOML_TABLE && !(n->flags & F_SEALED)) {
 			t = n;
 		} else {
@@ -671,15 +477,17 @@ static TOML_WUR int header(toml_parser *p, node *root, node **cur)
 		}
 	}
 	const toml_keypart *kp = &p->path[last];
-	long i = tab_find(t, kp->s, kp->len);
-	node *n = i < 0 ? NULL : as_node(t->kvs[i].value);
+	long i = toml_tree_find(t, kp->s, kp->len);
+	if (i >= 0 && !toml_tree_node(t->kvs[i].value))
+		return fail_key(p, last, TM_DUP_KEY); /* a scalar */
+	toml_node *n = i < 0 ? NULL : toml_tree_node(t->kvs[i].value);
 	if (!aot) {
 		if (!n) {
-			if ((rc = new_node(p, TOML_TABLE, t->depth, hpos, F_DEFINED, &n)) < 0 ||
-			    (rc = tab_put(p, t, kp, &n->v)) < 0)
+			if ((rc = toml_tree_new(p, TOML_TABLE, t->depth, hpos, F_DEFINED, &n)) < 0 ||
+			    (rc = toml_tree_put(p, t, kp, &n->v)) < 0)
 				return rc;
 		} else if (n->v.type != TOML_TABLE) {
-			return fail_key(p, last, n->v.type == TOML_ARRAY ? TM_NOT_TABLE : TM_DUP_KEY);
+			return fail_key(p, last, TM_NOT_TABLE);
 		} else if (n->flags & F_SEALED) {
 			return fail_key(p, last, TM_INLINE_SEALED);
 		} else if (n->flags & F_DOTTED) {
@@ -694,26 +502,26 @@ static TOML_WUR int header(toml_parser *p, node *root, node **cur)
 		return 0;
 	}
 	if (!n) {
-		if ((rc = new_node(p, TOML_ARRAY, t->depth, hpos, F_AOT, &n)) < 0 ||
-		    (rc = tab_put(p, t, kp, &n->v)) < 0)
+		if ((rc = toml_tree_new(p, TOML_ARRAY, t->depth, hpos, F_AOT, &n)) < 0 ||
+		    (rc = toml_tree_put(p, t, kp, &n->v)) < 0)
 			return rc;
 	} else if (n->v.type != TOML_ARRAY) {
-		return fail_key(p, last, n->v.type == TOML_TABLE ? TM_NOT_AOT : TM_DUP_KEY);
+		return fail_key(p, last, TM_NOT_AOT);
 	} else if (!(n->flags & F_AOT)) {
 		return fail_key(p, last, TM_STATIC_ARRAY);
 	}
-	node *e;
-	if ((rc = new_node(p, TOML_TABLE, n->depth, hpos, F_DEFINED, &e)) < 0 ||
-	    (rc = arr_push(p, n, &e->v)) < 0)
+	toml_node *e;
+	if ((rc = toml_tree_new(p, TOML_TABLE, n->depth, hpos, F_DEFINED, &e)) < 0 ||
+	    (rc = toml_tree_push(p, n, &e->v)) < 0)
 		return rc;
 	*cur = e;
 	return 0;
 }
 
-static TOML_WUR int document(toml_parser *p, node *root)
+static TOML_WUR int document(toml_parser *p, toml_node *root)
 {
 	int rc;
-	node *cur = root;
+	toml_node *cur = root;
 	for (;;) {
 		skip_ws(p);
 		if (p->i >= p->len)
@@ -764,9 +572,9 @@ int toml_parse(const char *text, size_t len, toml_doc **out, toml_error *err)
 	p->pc_line = p->pc_col = 1;
 	if ((rc = toml_lex_utf8_check(p)) < 0)
 		goto done;
-	node *root;
+	toml_node *root;
 	toml_pos rpos = {1, 1, 0, (uint32_t)p->len};
-	if ((rc = new_node(p, TOML_TABLE, 0, rpos, F_DEFINED, &root)) < 0)
+	if ((rc = toml_tree_new(p, TOML_TABLE, 0, rpos, F_DEFINED, &root)) < 0)
 		goto done;
 	root->depth = 0;
 	doc->root = root;
@@ -776,7 +584,7 @@ int toml_parse(const char *text, size_t len, toml_doc **out, toml_error *err)
 	doc = NULL;
 done:
 	if (doc) {
-		arena_free(&doc->arena);
+		toml_arena_free(&doc->arena);
 		free(doc);
 	}
 	if (p)
@@ -789,7 +597,7 @@ void toml_doc_free(toml_doc *doc)
 {
 	if (!doc)
 		return;
-	arena_free(&doc->arena);
+	toml_arena_free(&doc->arena);
 	free(doc);
 }
 

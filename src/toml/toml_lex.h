@@ -91,11 +91,14 @@ typedef struct toml_parser {
 	size_t npath;
 } toml_parser;
 
-/* toml.c */
+/* toml.c. toml_fail fills p->err with message m (naming name, nlen bytes, if
+ * m has `%s`) at byte off, and returns rc. */
 TOML_WUR int toml_fail(toml_parser *p, size_t off, int rc, toml_msg m, const char *name, size_t nlen);
-TOML_WUR void *toml_arena_alloc(toml_arena *a, size_t n);
 toml_pos toml_pos_at(toml_parser *p, size_t start);
 TOML_WUR int toml_scratch_put(toml_parser *p, const void *bytes, size_t n);
+
+/* toml_tree.c. Both return NULL when out of memory. */
+TOML_WUR void *toml_arena_alloc(toml_arena *a, size_t n);
 TOML_WUR char *toml_arena_strdup(toml_arena *a, const char *s, size_t n);
 
 /* toml_lex.c. Each lexer reads at p->i, advances it past what it consumed, and

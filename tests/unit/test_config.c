@@ -60,6 +60,9 @@ static void defaults(void **state)
 	                     "endpoint = \"h:51820\"\n"
 	                     "[[balancer]]\ntag = \"b\"\noutbounds = [\"p\"]\n");
 	assert_int_equal(s.log_level, ETM_LOG_INFO);
+	assert_int_equal(s.runtime.workers, 0);
+	assert_int_equal(s.policy.handshake_timeout, 10);
+	assert_int_equal(s.policy.idle_timeout, 300);
 	assert_int_equal(s.inbounds_len, 1);
 	assert_null(s.inbounds[0].listen);
 	assert_false(s.inbounds[0].sniffing);
@@ -109,6 +112,7 @@ static void everything_lowers(void **state)
 	(void)state;
 	etm_spec s = load_ok(
 		"[log]\nlevel = \"debug\"\n"
+		"[runtime]\nworkers = 3\n[policy]\nhandshake_timeout = 4\nidle_timeout = 60\n"
 		"[dns]\nservers = [\"1.1.1.1\", \"9.9.9.9:53\"]\n"
 		"[[inbound]]\ntag = \"tr\"\nprotocol = \"trojan\"\nlisten = \"::\"\nport = 443\n"
 		"sniffing = true\n"
@@ -135,6 +139,9 @@ static void everything_lowers(void **state)
 		"source_cidr = [\"::1/128\"]\n"
 		"[[route.rule]]\noutbound = \"ss\"\nport = 53\nnetwork = [\"tcp\", \"udp\"]\n");
 	assert_int_equal(s.log_level, ETM_LOG_DEBUG);
+	assert_int_equal(s.runtime.workers, 3);
+	assert_int_equal(s.policy.handshake_timeout, 4);
+	assert_int_equal(s.policy.idle_timeout, 60);
 	assert_int_equal(s.dns.servers.len, 2);
 	assert_string_equal(s.dns.servers.items[1], "9.9.9.9:53");
 	etm_inbound_spec *in = &s.inbounds[0];
@@ -197,7 +204,7 @@ static void unknown_fields(void **state)
 	              "\"h\"\nPath = \"/\"\n",
 	              "unknown field `Path`, expected `path` or `host`");
 	expect_detail("[lgo]\nlevel = \"info\"\n",
-	              "unknown field `lgo`, expected one of `log`, `inbound`, `outbound`, "
+	              "unknown field `lgo`, expected one of `log`, `runtime`, `policy`, `inbound`, `outbound`, "
 	              "`balancer`, `route`, `dns`");
 	expect_detail("[[outbound]]\ntag = \"d\"\nprotocol = \"direct\"\nsettings = { a = 1 }\n",
 	              "unknown field `a`, there are no fields");

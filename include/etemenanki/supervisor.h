@@ -1,0 +1,27 @@
+/* supervisor.h - the engine: takes a spec, runs it on worker threads, stops it. */
+#ifndef ETEMENANKI_SUPERVISOR_H
+#define ETEMENANKI_SUPERVISOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "etemenanki/spec.h"
+
+typedef struct etm_supervisor etm_supervisor;
+
+/* Starts the spec (which must have passed etm_spec_check and
+ * etm_spec_check_available): builds the plane, starts the workers, opens
+ * every inbound's listener on every worker. Takes the spec over (it is
+ * zeroed). Returns 0, or -1 with the reason in err ("failed to listen on
+ * 127.0.0.1:1080: address already in use", ...) and nothing left running. */
+__attribute__((warn_unused_result)) int etm_supervisor_start(etm_spec *spec, etm_supervisor **out,
+                                                             char *err, size_t err_size);
+
+/* The port inbound i listens on (the bound one when the config said 0). */
+uint16_t etm_supervisor_inbound_port(const etm_supervisor *s, size_t i);
+
+/* Stops accepting, ends every flow, joins the workers and frees everything.
+ * Returns within a moment: no flow is waited for. */
+void etm_supervisor_stop(etm_supervisor *s);
+
+#endif

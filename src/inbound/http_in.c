@@ -1,0 +1,289 @@
+/* http_in.c - the HTTP proxy driver: CONNECT becomes a raw relay; absolute-form requests run through the core both ways. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "inbound/in_conn.h"
+
+/* Bytes queued toward either side before the other side's reads pause:
+ * the backpressure bound of the filtered (absolute-form) path. */
+#define HTTP_IN_QUEUE_MAX (64 * 1024)
+
+static const char *const msgs[] = {
+	"blocked by a route",
+	"the upstream response head is larger than %d bytes",
+};
+
+struct http_in {
+	in_conn *ic;
+	http_server core;
+	uv_tcp_t *up;   /* the current upstream, owned; NULL when none */
+	uint8_t *buf;   /* upstream bytes not yet consumed (a pool buffer) */
+	size_t len;
+	bool up_paused; /* reads stopped for the client's write queue */
+};
+
+typedef struct up_write {
+	uv_write_t req;
+	uint8_t data[];
+} up_write;
+
+static http_in *get(in_conn *ic) { return ic->core.http; }
+
+static void free_handle(uv_handle_t *h) { free(h); }
+
+static void drop_upstream(http_in *h)
+{
+	if (!h->up)
+		return;
+	uv_close((uv_handle_t *)h->up, free_handle);
+	h->up = NULL;
+	h->len = 0;
+	h->up_paused = false;
+}
+
+static void close_all(http_in *h)
+{
+	drop_upstream(h);
+	conn_close_after_write(h->ic->c);
+}
+
+static void on_up_written(uv_write_t *req, int status)
+{
+	http_in *h = req->data;
+	free(req);
+	if (!h || status == UV_ECANCELED)
+		return;
+	if (status < 0) {
+		close_all(h);
+		return;
+	}
+	if (h->up && h->up->write_queue_size < HTTP_IN_QUEUE_MAX)
+		conn_resume(h->ic->c);
+}
+
+static int write_up(http_in *h, const uint8_t *data, size_t len)
+{
+	if (!h->up)
+		return -1;
+	up_write *w = malloc(sizeof *w + len);
+	if (!w)
+		return -1;
+	memcpy(w->data, data, len);
+	w->req.data = h;
+	uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)len);
+	if (uv_write(&w->req, (uv_stream_t *)h->up, &b, 1, on_up_written)) {
+		free(w);
+		return -1;
+	}
+	if (h->up->write_queue_size >= HTTP_IN_QUEUE_MAX)
+		conn_pause(h->ic->c);
+	return 0;
+}
+
+/* Sends everything the core has for the upstream. */
+static bool drain_up(http_in *h)
+{
+	const uint8_t *d;
+	size_t n;
+	while (http_server_take_upstream(&h->core, &d, &n))
+		if (write_up(h, d, n))
+			return false;
+	return true;
+}
+
+static bool drain_client(http_in *h)
+{
+	const uint8_t *d;
+	size_t n;
+	while (http_server_take_client(&h->core, &d, &n))
+		if (conn_write(h->ic->c, d, n))
+			return false;
+	return true;
+}
+
+/* ---- upstream side ---- */
+
+static void on_up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+
+static void alloc_up(uv_handle_t *hd, size_t suggested, uv_buf_t *buf)
+{
+	(void)suggested;
+	http_in *h = hd->data;
+	buf->base = (char *)h->buf + h->len;
+	buf->len = POOL_BUF_SIZE - h->len;
+}
+
+static void process_upstream(http_in *h)
+{
+	in_conn *ic = h->ic;
+	for (;;) {
+		proto_event ev;
+		ssize_t n = http_server_feed_upstream(&h->core, h->buf, h->len, &ic->out, &ev);
+		if (!in_conn_flush(ic))
+			return;
+		if (!drain_client(h)) {
+			conn_close(ic->c);
+			return;
+		}
+		if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
+			close_all(h);
+			return;
+		}
+		memmove(h->buf, h->buf + n, h->len - (size_t)n);
+		h->len -= (size_t)n;
+		if (n == 0 || h->len == 0)
+			break;
+	}
+	if (h->len == POOL_BUF_SIZE) { /* a head that cannot fit */
+		in_conn_log_end(ic, "upstream response head too large");
+		close_all(h);
+		return;
+	}
+	if (conn_write_queue(ic->c) >= HTTP_IN_QUEUE_MAX && h->up && !h->up_paused) {
+		uv_read_stop((uv_stream_t *)h->up);
+		h->up_paused = true;
+	}
+	/* a finished response lets the held next request through */
+	conn_resume(ic->c);
+	http_in_kick(ic);
+}
+
+static void on_up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+	(void)buf;
+	http_in *h = s->data;
+	if (n == 0)
+		return;
+	if (n < 0) {
+		proto_event ev = {0};
+		int rc = http_server_upstream_eof(&h->core, &h->ic->out, &ev);
+		drop_upstream(h);
+		if (!in_conn_flush(h->ic))
+			return;
+		if (rc < 0 || ev.kind == PROTO_EV_CLOSE)
+			conn_close_after_write(h->ic->c);
+		else
+			http_in_kick(h->ic);
+		return;
+	}
+	conn_touch(h->ic->c);
+	h->len += (size_t)n;
+	process_upstream(h);
+}
+
+/* ---- client side ---- */
+
+static void connected(uv_tcp_t *up, bool blackhole, bool ok, proto_dial_error err,
+                      const char *msg, void *data)
+{
+	in_conn *ic = data;
+	http_in *h = get(ic);
+	ic->pending = NULL;
+	if (!ok || blackhole) {
+		const char *why = ok ? msgs[0] : msg;
+		in_conn_log_end(ic, why);
+		if (http_server_failed(&h->core, ok ? PROTO_DIAL_NOT_ALLOWED : err, why, &ic->out) == 0 &&
+		    in_conn_flush(ic))
+			conn_close_after_write(ic->c);
+		return;
+	}
+	bool tunnel = h->core.connect; /* read before opened() moves the core on */
+	if (http_server_opened(&h->core, &ic->out) || !in_conn_flush(ic)) {
+		uv_close((uv_handle_t *)up, free_handle);
+		conn_close(ic->c);
+		return;
+	}
+	if (tunnel) {
+		conn_relay(ic->c, up);
+		return;
+	}
+	h->up = up;
+	up->data = h;
+	uv_tcp_nodelay(up, 1);
+	if (!drain_up(h)) {
+		close_all(h);
+		return;
+	}
+	uv_read_start((uv_stream_t *)up, alloc_up, on_up_read);
+	conn_drive(ic->c);
+	conn_resume(ic->c);
+}
+
+size_t http_in_data(in_conn *ic, const uint8_t *data, size_t len)
+{
+	http_in *h = get(ic);
+	size_t off = 0;
+	while (off < len) {
+		proto_event ev;
+		ssize_t n = http_server_feed(&h->core, data + off, len - off, &ic->out, &ev);
+		if (!in_conn_flush(ic))
+			return 0;
+		if (n >= 0 && !drain_up(h)) {
+			close_all(h);
+			return 0;
+		}
+		if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
+			in_conn_log_end(ic, ev.reason ? ev.reason : "malformed request");
+			close_all(h);
+			return 0;
+		}
+		off += (size_t)n;
+		if (ev.kind == PROTO_EV_OPEN) {
+			drop_upstream(h); /* a new target: the core asked for a new dial */
+			in_conn_open(ic, &ev.dest, ev.user, connected);
+			return off;
+		}
+		if (n == 0)
+			break;
+	}
+	return off;
+}
+
+void http_in_kick(in_conn *ic) { conn_feed(ic->c); }
+
+bool http_in_client_end(in_conn *ic)
+{
+	http_in *h = get(ic);
+	proto_event ev = {0};
+	if (http_server_client_eof(&h->core, &ev) < 0 || ev.kind == PROTO_EV_CLOSE)
+		return true;
+	return false; /* the response in flight is delivered, its end closes */
+}
+
+void http_in_written(in_conn *ic)
+{
+	http_in *h = get(ic);
+	if (h && h->up && h->up_paused && conn_write_queue(ic->c) < HTTP_IN_QUEUE_MAX) {
+		h->up_paused = false;
+		uv_read_start((uv_stream_t *)h->up, alloc_up, on_up_read);
+	}
+}
+
+void http_in_init(in_conn *ic)
+{
+	http_in *h = calloc(1, sizeof *h);
+	if (h)
+		h->buf = pool_get(worker_pool(conn_worker(ic->c)));
+	if (!h || !h->buf) {
+		free(h);
+		ic->core.http = NULL;
+		conn_close(ic->c);
+		return;
+	}
+	h->ic = ic;
+	const etm_settings_spec *st = &ic->in->spec->settings;
+	http_server_init(&h->core, st->users, st->users_len);
+	ic->core.http = h;
+}
+
+void http_in_free(in_conn *ic)
+{
+	http_in *h = get(ic);
+	if (!h)
+		return;
+	drop_upstream(h);
+	pool_put(worker_pool(conn_worker(ic->c)), h->buf);
+	free(h);
+	ic->core.http = NULL;
+}

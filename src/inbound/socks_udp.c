@@ -1,0 +1,169 @@
+/* socks_udp.c - SOCKS5 UDP ASSOCIATE (RFC 1928 section 7) over a datagram link. */
+#include "inbound/socks_udp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+
+static const char *const msgs[] = {
+	"socks udp: cannot bind the relay: %s",
+	"socks udp: cannot open the datagram link: %s",
+	"socks udp: dropped a datagram from %s (not the client)",
+	"socks udp: dropped a malformed or fragmented datagram",
+};
+
+struct socks_udp {
+	in_conn *ic;
+	uv_udp_t relay;
+	dgram_link *link;
+	struct sockaddr_storage client; /* the client's endpoint, once its first datagram came */
+	bool client_known;
+	uint8_t *buf; /* DGRAM_HEADROOM + DGRAM_MAX for datagrams from the client */
+};
+
+static void on_relay_closed(uv_handle_t *h)
+{
+	socks_udp *u = h->data;
+	free(u->buf);
+	free(u);
+}
+
+void socks_udp_stop(in_conn *ic)
+{
+	socks_udp *u = ic->udp;
+	ic->udp = NULL;
+	if (u->link)
+		u->link->ops->close(u->link);
+	u->link = NULL;
+	uv_close((uv_handle_t *)&u->relay, on_relay_closed);
+}
+
+/* A reply from `from` on the link: prepend the header in the headroom. */
+static void on_link_recv(const addr_dest *from, uint8_t *data, size_t len, void *ud)
+{
+	socks_udp *u = ud;
+	if (!u->client_known)
+		return;
+	uint8_t hdr[SOCKS_UDP_HEADER_MAX];
+	ssize_t h = socks_udp_encode(from, hdr, sizeof hdr);
+	if (h < 0 || (size_t)h > DGRAM_HEADROOM)
+		return;
+	uint8_t *start = data - h;
+	memcpy(start, hdr, (size_t)h);
+	uv_buf_t b = uv_buf_init((char *)start, (unsigned)(len + (size_t)h));
+	(void)uv_udp_try_send(&u->relay, &b, 1, (const struct sockaddr *)&u->client);
+	conn_touch(u->ic->c);
+}
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	(void)suggested;
+	socks_udp *u = h->data;
+	buf->base = (char *)u->buf;
+	buf->len = DGRAM_HEADROOM + DGRAM_MAX;
+}
+
+static void on_client_datagram(uv_udp_t *h, ssize_t n, const uv_buf_t *buf,
+                               const struct sockaddr *from, unsigned flags)
+{
+	socks_udp *u = h->data;
+	if (n <= 0 || !from || (flags & UV_UDP_PARTIAL) || !u->link)
+		return;
+	/* Only the control connection's IP may use the relay; after its first
+	 * datagram, only that source port too. */
+	const struct sockaddr *peer = (const struct sockaddr *)conn_peer(u->ic->c);
+	bool ok = u->client_known ? addr_same_endpoint(from, (const struct sockaddr *)&u->client)
+	                          : addr_same_ip(from, peer);
+	if (!ok) {
+		if (log_get_level() >= ETM_LOG_DEBUG) {
+			addr_dest d = {0};
+			char text[ADDR_TEXT_MAX] = "?";
+			if (addr_dest_from_sockaddr(&d, from) == 0)
+				addr_dest_format(&d, text, sizeof text);
+			log_debug("inbound", msgs[2], text);
+		}
+		return;
+	}
+	addr_dest dest = {.network = ADDR_UDP};
+	ssize_t hl = socks_udp_decode((const uint8_t *)buf->base, (size_t)n, &dest);
+	if (hl < 0) {
+		log_debug("inbound", "%s", msgs[3]);
+		return;
+	}
+	if (!u->client_known) {
+		memcpy(&u->client, from,
+		       from->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+		                                  : sizeof(struct sockaddr_in6));
+		u->client_known = true;
+	}
+	conn_touch(u->ic->c);
+	(void)u->link->ops->send_to(u->link, &dest, (const uint8_t *)buf->base + hl,
+	                            (size_t)n - (size_t)hl);
+}
+
+static void fail(in_conn *ic, proto_dial_error e, const char *why)
+{
+	in_conn_log_end(ic, why);
+	if (socks_server_failed(&ic->core.socks, e, &ic->out) == 0 && in_conn_flush(ic))
+		conn_close_after_write(ic->c);
+}
+
+void socks_udp_start(in_conn *ic, const proto_event *ev)
+{
+	char err[256];
+	ic->f = (flow){.dest = ev->dest, .user = ev->user};
+	ic->f.dest.network = ADDR_UDP;
+	ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
+
+	socks_udp *u = calloc(1, sizeof *u);
+	uint8_t *buf = malloc(DGRAM_HEADROOM + DGRAM_MAX);
+	if (!u || !buf) {
+		free(u);
+		free(buf);
+		fail(ic, PROTO_DIAL_GENERAL, "out of memory");
+		return;
+	}
+	u->ic = ic;
+	u->buf = buf;
+	uv_udp_init(worker_loop(conn_worker(ic->c)), &u->relay);
+	u->relay.data = u;
+	ic->udp = u;
+
+	/* The relay binds the address the client reached, port 0: the control
+	 * connection's family (an IPv4 client gets an IPv4 relay). */
+	struct sockaddr_storage local = *conn_local(ic->c);
+	if (local.ss_family == AF_INET)
+		((struct sockaddr_in *)&local)->sin_port = 0;
+	else
+		((struct sockaddr_in6 *)&local)->sin6_port = 0;
+	int rc = uv_udp_bind(&u->relay, (struct sockaddr *)&local, 0);
+	if (rc) {
+		snprintf(err, sizeof err, msgs[0], uv_strerror(rc));
+		socks_udp_stop(ic);
+		fail(ic, PROTO_DIAL_GENERAL, err);
+		return;
+	}
+	const connector *cn = ic->in->connect;
+	char why[200];
+	u->link = cn->connect_datagram(cn->self, conn_worker(ic->c), &ic->f, &ic->ctx, on_link_recv,
+	                               u, why, sizeof why);
+	if (!u->link) {
+		snprintf(err, sizeof err, msgs[1], why);
+		socks_udp_stop(ic);
+		fail(ic, PROTO_DIAL_GENERAL, err);
+		return;
+	}
+	struct sockaddr_storage bound;
+	int blen = sizeof bound;
+	addr_dest bdest = {0};
+	if (uv_udp_getsockname(&u->relay, (struct sockaddr *)&bound, &blen) == 0)
+		if (addr_dest_from_sockaddr(&bdest, (struct sockaddr *)&bound))
+			bdest = (addr_dest){0};
+	if (socks_server_opened(&ic->core.socks, &bdest, &ic->out) || !in_conn_flush(ic)) {
+		conn_close(ic->c);
+		return;
+	}
+	uv_udp_recv_start(&u->relay, alloc_cb, on_client_datagram);
+	conn_hold(ic->c);
+}

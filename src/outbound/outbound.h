@@ -1,0 +1,34 @@
+/* outbound.h - a built outbound and its connect_stream: freedom dials, blackhole swallows. */
+#ifndef ETM_OUTBOUND_OUTBOUND_H
+#define ETM_OUTBOUND_OUTBOUND_H
+
+#include <stddef.h>
+
+#include "etemenanki/spec.h"
+#include "runtime/connector.h"
+#include "runtime/dns.h"
+
+typedef struct outbound {
+	char *tag; /* owned */
+	etm_protocol protocol;
+	etm_address_family af;
+} outbound;
+
+/* Builds the outbound of a checked spec entry. Returns NULL with the reason
+ * in err (memory, or a protocol this build cannot run). */
+outbound *outbound_new(const etm_outbound_spec *spec, char *err, size_t err_size);
+void outbound_del(outbound *o);
+
+/* Opens a stream to dest through o on worker w (seed 000 "connect_stream").
+ * freedom dials with the worker's resolver; blackhole answers at once with
+ * blackhole = true. Callback contract as connector.h: it runs once unless
+ * cancelled, possibly before this returns (then NULL is returned). */
+connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resolver *dns,
+                                         const addr_dest *dest, connect_cb cb, void *data);
+
+/* Opens a datagram link through o (seed 000 "connect_datagram"): freedom's
+ * per-family sockets, blackhole's swallowing link. NULL with err on failure. */
+dgram_link *outbound_connect_datagram(const outbound *o, worker *w, dns_resolver *dns,
+                                      dgram_recv_cb cb, void *ud, char *err, size_t err_size);
+
+#endif

@@ -1,0 +1,108 @@
+/* conn.h - the connection shell: one client socket, its handshake, then the relay to an upstream. */
+#ifndef ETM_RUNTIME_CONN_H
+#define ETM_RUNTIME_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "runtime/worker.h"
+
+/* Writes a relay direction may have in flight before it stops reading its
+ * source: the backpressure bound. 4 x POOL_BUF_SIZE = 64 KiB per direction,
+ * enough to keep loopback busy, small enough for 10k flows a worker. */
+#define RELAY_MAX_PENDING 4
+
+/* Largest handshake a driver may need buffered at once (SOCKS is a few
+ * hundred bytes, an HTTP request head HTTP_HEAD_MAX): one pool buffer. */
+#define CONN_HANDSHAKE_MAX POOL_BUF_SIZE
+
+typedef struct conn conn;
+
+/* The protocol driver of a connection (an inbound's server core). All calls
+ * are on the connection's worker thread. */
+typedef struct conn_driver {
+	/* Handshake bytes from the client: data[0, len) is everything not yet
+	 * consumed. Returns how many bytes the driver consumed (it may call
+	 * conn_* functions, including conn_close, before returning; after
+	 * conn_close the return value is ignored). */
+	size_t (*on_data)(conn *c, void *drv, const uint8_t *data, size_t len);
+	/* The client ended its sending side (EOF) before the relay. Returns
+	 * true to close now, false when the driver still has an answer to
+	 * deliver and will close later. NULL: close now. A read error always
+	 * closes. */
+	bool (*on_client_end)(conn *c, void *drv);
+	/* A conn_write finished; the driver may resume what it paused for the
+	 * client's write queue. May be NULL. */
+	void (*on_written)(conn *c, void *drv);
+	/* The connection is closed and about to be freed: release everything
+	 * the driver holds (cancel a dial in flight). */
+	void (*on_close)(conn *c, void *drv);
+} conn_driver;
+
+typedef struct conn_limits {
+	uint64_t handshake_ms; /* 0 = none */
+	uint64_t idle_ms;      /* 0 = none */
+} conn_limits;
+
+/* Accepts a pending connection on server and starts its handshake. The
+ * driver state drv is borrowed until on_close, which runs exactly once when
+ * a connection was returned (also when the accept itself failed). Returns
+ * NULL only when memory runs out; drv stays the caller's then. */
+conn *conn_accept(worker *w, uv_stream_t *server, const conn_driver *driver, void *drv,
+                  const conn_limits *limits);
+
+worker *conn_worker(const conn *c);
+
+/* The client's address and the local address it connected to. */
+const struct sockaddr_storage *conn_peer(const conn *c);
+const struct sockaddr_storage *conn_local(const conn *c);
+
+/* Queues bytes for the client (a handshake reply); copied. Returns 0 or -1. */
+__attribute__((warn_unused_result)) int conn_write(conn *c, const uint8_t *data, size_t len);
+
+/* Stops / resumes reading the client during the handshake or while driven
+ * (while dialing, or for backpressure). Resuming feeds the driver the bytes
+ * it left unconsumed. */
+void conn_pause(conn *c);
+void conn_resume(conn *c);
+
+/* Leaves the handshake but keeps feeding the driver the client's bytes: for
+ * a protocol core that stays in the stream (HTTP absolute-form requests).
+ * The handshake timeout ends and the idle timeout starts. */
+void conn_drive(conn *c);
+
+/* Offers the driver again the client bytes it left unconsumed (after it
+ * became ready for them without new bytes arriving). */
+void conn_feed(conn *c);
+
+/* Bytes queued for the client and not yet written. */
+size_t conn_write_queue(const conn *c);
+
+/* Ends the handshake and relays between the client and up, a connected TCP
+ * handle allocated with malloc on the same loop (the connection takes it
+ * over and frees it). Client bytes already read and not consumed by the
+ * driver are sent to up first. With up == NULL the flow is a blackhole: the
+ * client reads EOF at once and what it sends is swallowed until it closes. */
+void conn_relay(conn *c, uv_tcp_t *up);
+
+/* Ends the handshake and keeps the client connection open, reading and
+ * discarding, until the client closes it (a SOCKS5 UDP association's
+ * control connection). conn_touch keeps it from idling out. */
+void conn_hold(conn *c);
+
+/* Marks activity on the flow (for the idle timeout) from outside the relay. */
+void conn_touch(conn *c);
+
+/* Closes the connection once what was queued with conn_write is sent. */
+void conn_close_after_write(conn *c);
+
+/* Closes at once; on_close follows when the handles are closed. Safe to call
+ * more than once. */
+void conn_close(conn *c);
+
+/* Closes every connection of the worker (a stop ends the flows). */
+void conn_close_all(worker *w);
+
+#endif

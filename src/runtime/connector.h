@@ -1,0 +1,88 @@
+/* connector.h - what an inbound asks of the layers above: open a flow, get a stream back. */
+#ifndef ETM_RUNTIME_CONNECTOR_H
+#define ETM_RUNTIME_CONNECTOR_H
+
+#include <stdbool.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "base/addr.h"
+#include "proto/proto.h"
+#include "runtime/worker.h"
+
+/* A flow as a server core produced it (seed 002 "Flow, Principal and
+ * FlowContext"): where it goes, who asked, what sniffing saw. */
+typedef struct flow {
+	addr_dest dest;     /* dest.network says TCP or UDP */
+	int user;           /* account index on the inbound, -1 for none */
+	addr_dest sniffed;  /* kind ADDR_NONE when nothing was sniffed */
+	bool has_source;    /* the flow's own source, when the protocol carries one */
+	struct sockaddr_storage source;
+} flow;
+
+/* Where it came in: the route matchers inbound_tag and source_cidr read it. */
+typedef struct flow_ctx {
+	const char *inbound_tag; /* borrowed for the flow's life */
+	struct sockaddr_storage peer;
+} flow_ctx;
+
+/* The result of a connect. On success err is 0-valued and either up is a
+ * connected TCP handle on the worker's loop that the callee now owns, or
+ * blackhole is true and up is NULL (the flow is swallowed). On failure up is
+ * NULL, blackhole false, err the kind and msg (valid during the call) the
+ * reason. */
+typedef void (*connect_cb)(uv_tcp_t *up, bool blackhole, bool ok, proto_dial_error err,
+                           const char *msg, void *data);
+
+/* Room a datagram link leaves before the payload it hands to a receive
+ * callback, so the receiver can prepend a header in place (a SOCKS5 UDP
+ * header is at most 262 bytes, RFC 1928 section 7). */
+#define DGRAM_HEADROOM 264
+
+/* Largest datagram a link carries: the UDP maximum over IPv4. */
+#define DGRAM_MAX 65507
+
+/* A datagram arrived from `from`. data[-DGRAM_HEADROOM, len) is writable
+ * and valid only during the call. */
+typedef void (*dgram_recv_cb)(const addr_dest *from, uint8_t *data, size_t len, void *ud);
+
+typedef struct dgram_link dgram_link;
+
+typedef struct dgram_link_ops {
+	/* Sends one datagram to `to`. Never blocks: a datagram that cannot go
+	 * now is dropped (UDP). Returns 0, or -1 when it was dropped. */
+	int (*send_to)(dgram_link *l, const addr_dest *to, const uint8_t *data, size_t len);
+	/* Closes the link; no callback runs after. */
+	void (*close)(dgram_link *l);
+} dgram_link_ops;
+
+/* A datagram link (seed 000 "connect_datagram"): the first member of every
+ * concrete link. */
+struct dgram_link {
+	const dgram_link_ops *ops;
+};
+
+/* A connect in flight. Every pending object starts with this, so whoever
+ * holds one can cancel it without knowing which outbound made it. */
+typedef struct connect_pending {
+	/* Stops the connect: its callback will not run. */
+	void (*cancel)(struct connect_pending *p);
+} connect_pending;
+
+/* Implemented by the supervisor (admit, route, resolve the target,
+ * connect_stream), handed to inbounds as an interface so the lower layer
+ * never includes the higher one. */
+typedef struct connector {
+	/* Opens a stream for f. The callback runs exactly once unless the
+	 * returned handle is cancelled; it may run before connect returns, in
+	 * which case connect returns NULL. */
+	connect_pending *(*connect)(void *self, worker *w, const flow *f, const flow_ctx *ctx,
+	                            connect_cb cb, void *data);
+	/* Opens a datagram link for a UDP flow; received datagrams go to cb.
+	 * Returns NULL with the reason in err. */
+	dgram_link *(*connect_datagram)(void *self, worker *w, const flow *f, const flow_ctx *ctx,
+	                                dgram_recv_cb cb, void *ud, char *err, size_t err_size);
+	void *self;
+} connector;
+
+#endif

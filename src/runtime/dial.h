@@ -1,0 +1,38 @@
+/* dial.h - dialing a TCP destination: resolve, order by address family, try each address in turn. */
+#ifndef ETM_RUNTIME_DIAL_H
+#define ETM_RUNTIME_DIAL_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "base/addr.h"
+#include "etemenanki/spec.h"
+#include "proto/proto.h"
+#include "runtime/connector.h"
+#include "runtime/dns.h"
+#include "runtime/worker.h"
+
+/* One connect attempt may take this long before the next address is tried
+ * (seed 000 "Limits", DEFAULT_CONNECT_TIMEOUT). */
+#define DIAL_ATTEMPT_MS 10000
+
+/* Addresses of one name tried at most. */
+#define DIAL_MAX_CANDIDATES 16
+
+/* Longest failure text kept: one "addr: error" per candidate. */
+#define DIAL_ERR_MAX 1024
+
+
+/* Starts dialing dest on w's loop. A domain is resolved with dns. The
+ * callback (connector.h) runs exactly once, later (never inside this call),
+ * unless dial_cancel comes first. On failure msg reads e.g. "failed to
+ * connect to any address (1.2.3.4:80: connection refused; ...)". Returns
+ * NULL when memory runs out. */
+connect_pending *dial_tcp(worker *w, dns_resolver *dns, const addr_dest *dest,
+                          etm_address_family af, connect_cb cb, void *data);
+
+/* Orders resolved addresses by the strategy in place and drops the ones it
+ * excludes; returns the count kept. Pure: exposed for tests. */
+size_t dial_order(struct sockaddr_storage *addrs, size_t n, etm_address_family af);
+
+#endif

@@ -1,0 +1,297 @@
+/* dns_cache.c - the DNS answer cache: a chained hash table and an LRU list under one mutex. */
+#include "runtime/dns_cache.h"
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* When the cache is full, this many entries from the least recently used end
+ * are checked for an expired one before the oldest live entry is dropped.
+ * Expired entries cluster there (nobody has asked for them lately), and the
+ * bound keeps the work a store does under the lock constant. */
+#define EVICT_SCAN 16
+
+/* An address without the sockaddr padding: 17 bytes instead of 128. */
+typedef struct caddr {
+	uint8_t family; /* AF_INET or AF_INET6 */
+	uint8_t ip[16]; /* 4 or 16 used */
+} caddr;
+
+typedef struct entry {
+	struct entry *chain;         /* next in the bucket */
+	struct entry *newer, *older; /* the LRU list */
+	uint64_t expires_ms;         /* dead at and after this instant */
+	uint32_t hash;
+	uint8_t n;        /* addresses; 0 = a negative answer */
+	uint8_t name_len; /* <= DNS_NAME_MAX */
+	char *name;       /* in the same allocation, after addrs */
+	caddr addrs[];
+} entry;
+
+struct dns_cache {
+	pthread_mutex_t lock; /* guards everything below */
+	size_t capacity;
+	size_t count;
+	size_t mask; /* buckets - 1; buckets is a power of two >= capacity */
+	entry **buckets;
+	entry *newest, *oldest;
+};
+
+/* 0 when the name is not one the cache keeps, else its length. */
+static size_t name_length(const char *name)
+{
+	size_t len = strnlen(name, DNS_NAME_MAX + 1);
+	return len > DNS_NAME_MAX ? 0 : len;
+}
+
+static unsigned char lower(unsigned char ch)
+{
+	return ch >= 'A' && ch <= 'Z' ? (unsigned char)(ch + ('a' - 'A')) : ch;
+}
+
+/* FNV-1a over the lower-cased name. Unkeyed: chains are bounded by the
+ * capacity and the full hash is compared before the name, so even crafted
+ * collisions cost integer compares, not string compares. */
+static uint32_t name_hash(const char *name, size_t len)
+{
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < len; i++) {
+		h ^= lower((unsigned char)name[i]);
+		h *= 16777619u;
+	}
+	return h;
+}
+
+/* ASCII only, whatever the locale (RFC 4343: DNS names compare that way). */
+static bool same_name(const entry *e, uint32_t hash, const char *name, size_t len)
+{
+	if (e->hash != hash || e->name_len != len)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (lower((unsigned char)e->name[i]) != lower((unsigned char)name[i]))
+			return false;
+	return true;
+}
+
+static entry *find(dns_cache *c, const char *name, size_t len, uint32_t hash)
+{
+	for (entry *e = c->buckets[hash & c->mask]; e; e = e->chain)
+		if (same_name(e, hash, name, len))
+			return e;
+	return NULL;
+}
+
+static void lru_unlink(dns_cache *c, entry *e)
+{
+	if (e->newer)
+		e->newer->older = e->older;
+	else
+		c->newest = e->older;
+	if (e->older)
+		e->older->newer = e->newer;
+	else
+		c->oldest = e->newer;
+	e->newer = e->older = NULL;
+}
+
+static void lru_push(dns_cache *c, entry *e)
+{
+	e->newer = NULL;
+	e->older = c->newest;
+	if (c->newest)
+		c->newest->newer = e;
+	else
+		c->oldest = e;
+	c->newest = e;
+}
+
+/* Takes e out of the table and the list; the caller frees it (outside the
+ * lock when it can). */
+static void detach(dns_cache *c, entry *e)
+{
+	entry **link = &c->buckets[e->hash & c->mask];
+	while (*link != e)
+		link = &(*link)->chain;
+	*link = e->chain;
+	lru_unlink(c, e);
+	c->count--;
+}
+
+static entry *pick_victim(dns_cache *c, uint64_t now_ms)
+{
+	entry *e = c->oldest;
+	for (int i = 0; e && i < EVICT_SCAN; i++, e = e->newer)
+		if (now_ms >= e->expires_ms)
+			return e;
+	return c->oldest;
+}
+
+static void to_sockaddr(const caddr *a, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof *ss);
+	if (a->family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)ss;
+		in->sin_family = AF_INET;
+		memcpy(&in->sin_addr, a->ip, 4);
+	} else {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+		in6->sin6_family = AF_INET6;
+		memcpy(&in6->sin6_addr, a->ip, 16);
+	}
+}
+
+/* Returns false for a family the cache does not keep. */
+static bool from_sockaddr(const struct sockaddr_storage *ss, caddr *a)
+{
+	memset(a, 0, sizeof *a);
+	if (ss->ss_family == AF_INET) {
+		a->family = AF_INET;
+		memcpy(a->ip, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+		return true;
+	}
+	if (ss->ss_family == AF_INET6) {
+		a->family = AF_INET6;
+		memcpy(a->ip, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+		return true;
+	}
+	return false;
+}
+
+dns_cache *dns_cache_new(size_t capacity)
+{
+	if (capacity == 0 || capacity > DNS_CACHE_CAPACITY_LIMIT)
+		return NULL;
+	dns_cache *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	size_t buckets = 1;
+	while (buckets < capacity)
+		buckets <<= 1;
+	c->buckets = calloc(buckets, sizeof *c->buckets);
+	if (!c->buckets)
+		goto fail;
+	if (pthread_mutex_init(&c->lock, NULL) != 0)
+		goto fail;
+	c->capacity = capacity;
+	c->mask = buckets - 1;
+	return c;
+fail:
+	free(c->buckets);
+	free(c);
+	return NULL;
+}
+
+void dns_cache_del(dns_cache *c)
+{
+	if (!c)
+		return;
+	entry *e = c->newest;
+	while (e) {
+		entry *older = e->older;
+		free(e);
+		e = older;
+	}
+	pthread_mutex_destroy(&c->lock);
+	free(c->buckets);
+	free(c);
+}
+
+dns_cache_result dns_cache_lookup(dns_cache *c, const char *name, uint64_t now_ms,
+                                  struct sockaddr_storage *out, size_t max, size_t *n)
+{
+	*n = 0;
+	size_t len = name_length(name);
+	if (len == 0)
+		return DNS_CACHE_MISS;
+	uint32_t hash = name_hash(name, len);
+	entry *dead = NULL;
+	dns_cache_result res = DNS_CACHE_MISS;
+
+	pthread_mutex_lock(&c->lock);
+	entry *e = find(c, name, len, hash);
+	if (e && now_ms >= e->expires_ms) {
+		detach(c, e);
+		dead = e;
+	} else if (e) {
+		lru_unlink(c, e);
+		lru_push(c, e);
+		if (e->n == 0) {
+			res = DNS_CACHE_NEGATIVE;
+		} else {
+			size_t k = e->n < max ? e->n : max;
+			for (size_t i = 0; i < k; i++)
+				to_sockaddr(&e->addrs[i], &out[i]);
+			*n = k;
+			res = DNS_CACHE_HIT;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+
+	free(dead);
+	return res;
+}
+
+void dns_cache_store(dns_cache *c, const char *name, const struct sockaddr_storage *addrs,
+                     size_t n, uint32_t ttl_s, uint64_t now_ms)
+{
+	size_t len = name_length(name);
+	if (len == 0)
+		return;
+
+	caddr kept[DNS_MAX_ADDRS];
+	size_t k = 0;
+	for (size_t i = 0; i < n && k < DNS_MAX_ADDRS; i++)
+		if (from_sockaddr(&addrs[i], &kept[k]))
+			k++;
+	if (n > 0 && k == 0)
+		return; /* addresses given but none usable: not a negative answer */
+
+	if (ttl_s < DNS_TTL_MIN_S)
+		ttl_s = DNS_TTL_MIN_S;
+	if (ttl_s > DNS_TTL_MAX_S)
+		ttl_s = DNS_TTL_MAX_S;
+
+	/* Built before taking the lock, so the lock covers only the table. */
+	entry *e = malloc(sizeof *e + k * sizeof(caddr) + len + 1);
+	if (!e)
+		return;
+	*e = (entry){
+		.expires_ms = now_ms + (uint64_t)ttl_s * 1000,
+		.hash = name_hash(name, len),
+		.n = (uint8_t)k,
+		.name_len = (uint8_t)len,
+	};
+	memcpy(e->addrs, kept, k * sizeof(caddr));
+	e->name = (char *)(e->addrs + k);
+	memcpy(e->name, name, len);
+	e->name[len] = '\0';
+
+	entry *old, *victim = NULL;
+	pthread_mutex_lock(&c->lock);
+	old = find(c, name, len, e->hash);
+	if (old)
+		detach(c, old);
+	if (c->count >= c->capacity) {
+		victim = pick_victim(c, now_ms);
+		detach(c, victim);
+	}
+	entry **bucket = &c->buckets[e->hash & c->mask];
+	e->chain = *bucket;
+	*bucket = e;
+	lru_push(c, e);
+	c->count++;
+	pthread_mutex_unlock(&c->lock);
+
+	free(old);
+	free(victim);
+}
+
+size_t dns_cache_count(dns_cache *c)
+{
+	pthread_mutex_lock(&c->lock);
+	size_t n = c->count;
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}

@@ -1,0 +1,31 @@
+/* listener.h - a TCP listening socket on one worker, opened with SO_REUSEPORT so every worker has its own. */
+#ifndef ETM_RUNTIME_LISTENER_H
+#define ETM_RUNTIME_LISTENER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "runtime/worker.h"
+
+/* Pending connections the kernel queues per listener. */
+#define LISTENER_BACKLOG 1024
+
+typedef struct listener listener;
+
+/* A connection is waiting on server: accept it (conn_accept). */
+typedef void (*listener_fn)(listener *l, uv_stream_t *server, void *data);
+
+/* Binds ip:port on w's loop (worker thread only) and starts listening. fn
+ * and data are borrowed until listener_close. Returns the listener, or NULL
+ * with "failed to listen on <ip>:<port>: <reason>" in err. */
+listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn, void *data,
+                        char *err, size_t err_size);
+
+/* The port actually bound (useful with port 0). */
+uint16_t listener_port(const listener *l);
+
+/* Stops accepting and frees the listener once its handle is closed. */
+void listener_close(listener *l);
+
+#endif

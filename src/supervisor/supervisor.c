@@ -1,0 +1,227 @@
+/* supervisor.c - the engine's actor: builds the plane, runs workers and listeners, implements the connector. */
+#include "etemenanki/supervisor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "inbound/inbound.h"
+#include "runtime/dns_cache.h"
+#include "runtime/listener.h"
+#include "runtime/worker.h"
+#include "supervisor/plane.h"
+
+/* Names the process-wide DNS cache holds. */
+#define SUPERVISOR_DNS_CACHE 4096
+
+/* Longest error text a worker reports back while starting. */
+#define SUP_ERR_MAX 256
+
+struct etm_supervisor {
+	etm_spec spec; /* owned */
+	workers *ws;
+	plane *plane; /* the actor's reference to the published plane */
+	dns_cache *cache;
+	connector conn;
+	inbound_rt *inbounds; /* one per spec inbound */
+	uint16_t *ports;      /* the port each inbound is bound to */
+};
+
+/* The supervisor's state on one worker (worker_slot). Worker thread only. */
+typedef struct sup_worker {
+	plane *plane; /* a reference: flows read it, a publish swaps it */
+	dns_resolver *dns;
+	listener **listeners; /* one per inbound; NULL where not open */
+} sup_worker;
+
+static const char *const msgs[] = {
+	"listening on %s:%u (%s, %zu workers)",
+};
+
+/* ---- the connector (seed 000 "AppConnector") ---- */
+
+static connect_pending *sup_connect(void *self, worker *w, const flow *f, const flow_ctx *ctx,
+                                    connect_cb cb, void *data)
+{
+	(void)self;
+	sup_worker *sw = worker_slot(w);
+	const target *t = plane_route(sw->plane, f, ctx);
+	return outbound_connect_stream(t->ob, w, sw->dns, &f->dest, cb, data);
+}
+
+static dgram_link *sup_connect_datagram(void *self, worker *w, const flow *f, const flow_ctx *ctx,
+                                        dgram_recv_cb cb, void *ud, char *err, size_t err_size)
+{
+	(void)self;
+	sup_worker *sw = worker_slot(w);
+	const target *t = plane_route(sw->plane, f, ctx);
+	return outbound_connect_datagram(t->ob, w, sw->dns, cb, ud, err, err_size);
+}
+
+/* ---- per worker set-up and teardown ---- */
+
+typedef struct setup {
+	etm_supervisor *s;
+	char err[SUP_ERR_MAX];
+	int failed;
+} setup;
+
+static void worker_setup(worker *w, void *arg)
+{
+	setup *st = arg;
+	etm_supervisor *s = st->s;
+	sup_worker *sw = calloc(1, sizeof *sw);
+	if (sw)
+		sw->listeners = calloc(s->spec.inbounds_len ? s->spec.inbounds_len : 1,
+		                       sizeof *sw->listeners);
+	if (!sw || !sw->listeners) {
+		free(sw);
+		snprintf(st->err, sizeof st->err, "out of memory");
+		st->failed = 1;
+		return;
+	}
+	worker_set_slot(w, sw);
+	sw->plane = plane_ref(s->plane);
+	const etm_strlist *servers = &s->spec.dns.servers;
+	sw->dns = dns_resolver_new(worker_loop(w), s->cache, (const char *const *)servers->items,
+	                           servers->len, 0, st->err, sizeof st->err);
+	if (!sw->dns) {
+		st->failed = 1;
+		return;
+	}
+	for (size_t i = 0; i < s->spec.inbounds_len; i++) {
+		const etm_inbound_spec *in = &s->spec.inbounds[i];
+		const char *ip = in->listen ? in->listen : "127.0.0.1";
+		/* port 0: the first worker's bound port, for every worker */
+		uint16_t port = s->ports[i] ? s->ports[i] : in->port;
+		sw->listeners[i] = listener_open(w, ip, port, inbound_accept, &s->inbounds[i], st->err,
+		                                 sizeof st->err);
+		if (!sw->listeners[i]) {
+			st->failed = 1;
+			return;
+		}
+		s->ports[i] = listener_port(sw->listeners[i]);
+	}
+}
+
+/* Phase one of a stop: no new connections, every open one ends. */
+static void worker_quiesce(worker *w, void *arg)
+{
+	const etm_supervisor *s = arg;
+	sup_worker *sw = worker_slot(w);
+	if (!sw)
+		return;
+	for (size_t i = 0; sw->listeners && i < s->spec.inbounds_len; i++)
+		if (sw->listeners[i]) {
+			listener_close(sw->listeners[i]);
+			sw->listeners[i] = NULL;
+		}
+	conn_close_all(w);
+}
+
+/* Phase two, after the connections' close callbacks ran: what they used. */
+static void worker_teardown(worker *w, void *arg)
+{
+	(void)arg;
+	sup_worker *sw = worker_slot(w);
+	if (!sw)
+		return;
+	dns_resolver_del(sw->dns);
+	plane_unref(sw->plane);
+	free(sw->listeners);
+	free(sw);
+	worker_set_slot(w, NULL);
+}
+
+/* ---- start and stop ---- */
+
+static void free_supervisor(etm_supervisor *s)
+{
+	plane_unref(s->plane);
+	dns_cache_del(s->cache);
+	free(s->inbounds);
+	free(s->ports);
+	etm_spec_free(&s->spec);
+	free(s);
+}
+
+static void stop_workers(etm_supervisor *s)
+{
+	for (size_t i = 0; i < workers_count(s->ws); i++)
+		worker_run(workers_at(s->ws, i), worker_quiesce, s);
+	workers_stop(s->ws, worker_teardown, s);
+	s->ws = NULL;
+}
+
+int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t err_size)
+{
+	*out = NULL;
+	etm_supervisor *s = calloc(1, sizeof *s);
+	if (!s) {
+		snprintf(err, err_size, "out of memory");
+		return -1;
+	}
+	s->spec = *spec;
+	*spec = (etm_spec){0};
+	s->conn = (connector){.connect = sup_connect, .connect_datagram = sup_connect_datagram,
+	                      .self = s};
+	size_t n_in = s->spec.inbounds_len;
+	s->inbounds = calloc(n_in ? n_in : 1, sizeof *s->inbounds);
+	s->ports = calloc(n_in ? n_in : 1, sizeof *s->ports);
+	s->cache = dns_cache_new(SUPERVISOR_DNS_CACHE);
+	if (!s->inbounds || !s->ports || !s->cache) {
+		snprintf(err, err_size, "out of memory");
+		free_supervisor(s);
+		return -1;
+	}
+	for (size_t i = 0; i < n_in; i++)
+		s->inbounds[i] = (inbound_rt){
+			.spec = &s->spec.inbounds[i],
+			.connect = &s->conn,
+			.limits = {.handshake_ms = s->spec.policy.handshake_timeout * 1000,
+		                   .idle_ms = s->spec.policy.idle_timeout * 1000},
+		};
+	s->plane = plane_new(&s->spec, 1, err, err_size);
+	if (!s->plane) {
+		free_supervisor(s);
+		return -1;
+	}
+	s->ws = workers_start(s->spec.runtime.workers, err, err_size);
+	if (!s->ws) {
+		free_supervisor(s);
+		return -1;
+	}
+	/* One worker after the other, so a port-0 inbound gets its port from
+	 * the first and shares it with the rest. */
+	for (size_t i = 0; i < workers_count(s->ws); i++) {
+		setup st = {.s = s};
+		worker_run(workers_at(s->ws, i), worker_setup, &st);
+		if (st.failed) {
+			snprintf(err, err_size, "%s", st.err);
+			stop_workers(s);
+			free_supervisor(s);
+			return -1;
+		}
+	}
+	for (size_t i = 0; i < n_in; i++) {
+		const etm_inbound_spec *in = &s->spec.inbounds[i];
+		log_info("supervisor", msgs[0], in->listen ? in->listen : "127.0.0.1", s->ports[i],
+		         in->tag, workers_count(s->ws));
+	}
+	*out = s;
+	return 0;
+}
+
+uint16_t etm_supervisor_inbound_port(const etm_supervisor *s, size_t i)
+{
+	return i < s->spec.inbounds_len ? s->ports[i] : 0;
+}
+
+void etm_supervisor_stop(etm_supervisor *s)
+{
+	if (!s)
+		return;
+	stop_workers(s);
+	free_supervisor(s);
+}
