@@ -225,6 +225,7 @@ typedef struct etm_dns_spec {
 
 typedef struct etm_runtime_spec {
 	uint64_t workers; /* worker threads; 0 = one per core */
+	bool splice;      /* relay plain TCP to plain TCP with splice(2) */
 } etm_runtime_spec;
 
 typedef struct etm_policy_spec {

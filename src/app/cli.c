@@ -52,8 +52,8 @@ static const char *const msgs[CLI_MSG_COUNT_] = {
 	[CLI_UNKNOWN_OPTION] = "etemenanki-app: unknown option `%s` (see --help)\n",
 	[CLI_MISSING_ARGUMENT] = "etemenanki-app: option `%s` needs a value (see --help)\n",
 	[CLI_NO_CONFIG] = "etemenanki-app: no configuration file given; use -c FILE (see --help)\n",
-	[CLI_BAD_LEVEL] = "etemenanki-app: unknown log level `%s` (expected error, warn, info, "
-			  "debug or trace)\n",
+	[CLI_BAD_LEVEL] = ("etemenanki-app: unknown log level `%s` (expected error, warn, info, "
+			   "debug or trace)\n"),
 	[CLI_LOADED] = "loaded %s: %zu inbounds, %zu outbounds, %zu balancers, %zu rules",
 	[CLI_STOPPING] = "%s received, stopping",
 	[CLI_STOPPED] = "stopped",

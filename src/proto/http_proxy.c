@@ -240,6 +240,7 @@ static bool is_hop(const uint8_t *name, size_t n, const http_meta *m)
 static void put_fields(struct wbuf *w, const uint8_t *in, const http_head *h,
                        const http_meta *m, bool request)
 {
+	bool cl_done = false;
 	for (size_t i = 0; i < h->n_fields; i++) {
 		const http_field *f = &h->fields[i];
 		const uint8_t *name = in + f->name.off;
@@ -251,8 +252,23 @@ static void put_fields(struct wbuf *w, const uint8_t *in, const http_head *h,
 			continue;
 		/* RFC 9112 6.3 item 3: Transfer-Encoding overrides, and the
 		 * received Content-Length must go before forwarding. */
-		if (!request && m->has_te && http_eq_nocase(name, n, "content-length"))
+		bool cl = http_eq_nocase(name, n, "content-length");
+		if (!request && m->has_te && cl)
 			continue;
+		if (cl) {
+			/* A valid list of equal values (RFC 9112 6.3 item 5) goes on
+			 * as one value, so the next hop cannot read it another way. */
+			if (!cl_done) {
+				char num[24];
+				int k = snprintf(num, sizeof num, "%llu", (unsigned long long)m->cl);
+				put(w, name, n);
+				put(w, ": ", 2);
+				put(w, num, k > 0 ? (size_t)k : 0);
+				put(w, "\r\n", 2);
+			}
+			cl_done = true;
+			continue;
+		}
 		put(w, name, n);
 		put(w, ": ", 2);
 		put(w, in + f->value.off, f->value.len);

@@ -1,4 +1,4 @@
-/* socks.c - the SOCKS server core: SOCKS5 with RFC 1929 accounts, SOCKS4/4a CONNECT, SOCKS5 UDP headers. */
+/* socks.c - SOCKS server core: SOCKS5 + RFC 1929 accounts, SOCKS4/4a CONNECT, UDP headers. */
 #include "proto/socks.h"
 
 #include <assert.h>
@@ -199,7 +199,7 @@ static size_t addr_put(const addr_dest *d, uint8_t *p)
 static void reply5(proto_out *out, uint8_t rep, const addr_dest *bound)
 {
 	static const addr_dest none = {.kind = ADDR_IPV4};
-	uint8_t b[3 + SOCKS_UDP_HEADER_MAX];
+	uint8_t b[3 + 1 + 1 + ADDR_DOMAIN_MAX + 2];
 	if (!bound || addr_wire_len(bound) == 0)
 		bound = &none;
 	b[0] = VER5;

@@ -1,4 +1,4 @@
-/* socks.h - sans-io SOCKS server core: SOCKS5 (RFC 1928, RFC 1929 auth), SOCKS4 and 4a CONNECT, SOCKS5 UDP headers. */
+/* socks.h - sans-io SOCKS server core (SOCKS5, RFC 1929, SOCKS4/4a) and SOCKS5 UDP headers. */
 #ifndef ETM_PROTO_SOCKS_H
 #define ETM_PROTO_SOCKS_H
 

@@ -3,8 +3,10 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
+#include "runtime/splice.h"
 
 /* A handshake reply is small; the write carries its bytes inline. */
 typedef struct reply_req {
@@ -29,7 +31,7 @@ typedef struct dir {
 
 /* HANDSHAKE and DRIVEN feed the driver the client's bytes; RELAY and
  * BLACKHOLE do not. */
-enum conn_state { HANDSHAKE, DRIVEN, RELAY, BLACKHOLE, CLOSING };
+enum conn_state { HANDSHAKE, DRIVEN, RELAY, SPLICE, BLACKHOLE, CLOSING };
 
 struct conn {
 	worker *w;
@@ -54,6 +56,7 @@ struct conn {
 	unsigned replies; /* reply writes in flight */
 
 	dir d[2]; /* [0] client -> up, [1] up -> client */
+	splicer *sp; /* the SPLICE state's relay */
 	uint64_t last_active;
 };
 
@@ -62,6 +65,7 @@ static const char *const msgs[] = {
 	"handshake from %s is larger than %d bytes",
 	"connection from %s idle for %llu s",
 	"accept failed: %s",
+	"relay from %s ended: %s",
 };
 
 worker *conn_worker(const conn *c) { return c->w; }
@@ -109,12 +113,17 @@ void conn_close(conn *c)
 	if (c->state == CLOSING)
 		return;
 	c->state = CLOSING;
-	uv_close((uv_handle_t *)&c->client, on_handle_closed);
+	if (c->sp) {
+		splicer_stop(c->sp);
+		c->sp = NULL;
+	}
+	/* after a splice hand-over the sockets' handles are closing already */
+	if (!uv_is_closing((uv_handle_t *)&c->client))
+		uv_close((uv_handle_t *)&c->client, on_handle_closed);
 	uv_close((uv_handle_t *)&c->timer, on_handle_closed);
-	if (c->up) {
+	if (c->up && !uv_is_closing((uv_handle_t *)c->up)) {
 		c->up->data = c;
 		uv_close((uv_handle_t *)c->up, on_handle_closed);
-		c->open_handles++;
 	}
 }
 
@@ -449,6 +458,64 @@ static void on_blackhole_shutdown(uv_shutdown_t *req, int status)
 
 static void free_handle(uv_handle_t *h) { free(h); }
 
+static void on_splice_activity(void *ud)
+{
+	conn *c = ud;
+	c->last_active = uv_now(worker_loop(c->w));
+}
+
+static void on_splice_end(void *ud, int err)
+{
+	conn *c = ud;
+	c->sp = NULL; /* it stops itself */
+	if (err) {
+		char who[64];
+		peer_text(c, who, sizeof who);
+		log_debug("conn", msgs[4], who, uv_strerror(err));
+	}
+	conn_close(c);
+}
+
+static const splicer_events splice_events = {
+	.on_activity = on_splice_activity,
+	.on_end = on_splice_end,
+};
+
+/* Hands both sockets to a splicer. The handshake's leftover bytes go first
+ * with one non-blocking write; when that cannot finish, or the client has
+ * already sent its FIN, the buffered relay is used instead. Returns true
+ * when the splicer runs. */
+static bool try_splice(conn *c)
+{
+	if (c->client_eof)
+		return false;
+	if (c->hs_len) {
+		uv_buf_t b = uv_buf_init((char *)c->hs, (unsigned)c->hs_len);
+		if (uv_try_write((uv_stream_t *)c->up, &b, 1) != (int)c->hs_len)
+			return false; /* nothing or part written: the buffered path copes */
+		c->hs_len = 0;
+	}
+	uv_os_fd_t fa, fb;
+	if (uv_fileno((uv_handle_t *)&c->client, &fa) || uv_fileno((uv_handle_t *)c->up, &fb))
+		return false;
+	int a = dup(fa), b = dup(fb);
+	splicer *sp = a >= 0 && b >= 0 ? splicer_start(worker_loop(c->w), a, b, &splice_events, c)
+	                               : NULL;
+	if (!sp) {
+		if (a >= 0)
+			close(a);
+		if (b >= 0)
+			close(b);
+		return false;
+	}
+	c->sp = sp;
+	c->state = SPLICE;
+	/* the splicer owns the sockets now through its duplicates */
+	uv_close((uv_handle_t *)&c->client, on_handle_closed);
+	uv_close((uv_handle_t *)c->up, on_handle_closed);
+	return true;
+}
+
 void conn_touch(conn *c) { c->last_active = uv_now(worker_loop(c->w)); }
 
 void conn_drive(conn *c)
@@ -488,8 +555,6 @@ void conn_hold(conn *c)
 
 void conn_relay(conn *c, uv_tcp_t *up)
 {
-	const uint8_t *pending = c->hs;
-	size_t len = c->hs_len;
 	if (!fed(c)) {
 		if (up)
 			uv_close((uv_handle_t *)up, free_handle);
@@ -513,20 +578,23 @@ void conn_relay(conn *c, uv_tcp_t *up)
 		return;
 	}
 
-	c->state = RELAY;
 	c->up = up;
 	c->up->data = c;
 	c->open_handles++;
 	uv_tcp_nodelay(up, 1);
+	if (c->limits.splice && try_splice(c))
+		return;
+	c->state = RELAY;
 	c->d[0] = (dir){.from = (uv_stream_t *)&c->client, .to = (uv_stream_t *)up};
 	c->d[1] = (dir){.from = (uv_stream_t *)up, .to = (uv_stream_t *)&c->client};
 
-	if (len) {
+	if (c->hs_len) {
 		/* the handshake buffer itself becomes the first write */
 		uint8_t *b = c->hs;
+		size_t len = c->hs_len;
 		c->hs = NULL;
 		c->hs_len = 0;
-		if (dir_send(c, &c->d[0], b, (size_t)(pending - b), len)) {
+		if (dir_send(c, &c->d[0], b, 0, len)) {
 			conn_close(c);
 			return;
 		}

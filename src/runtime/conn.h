@@ -44,6 +44,7 @@ typedef struct conn_driver {
 typedef struct conn_limits {
 	uint64_t handshake_ms; /* 0 = none */
 	uint64_t idle_ms;      /* 0 = none */
+	bool splice;           /* relay plain TCP to plain TCP with splice(2) */
 } conn_limits;
 
 /* Accepts a pending connection on server and starts its handshake. The
@@ -83,7 +84,8 @@ size_t conn_write_queue(const conn *c);
 /* Ends the handshake and relays between the client and up, a connected TCP
  * handle allocated with malloc on the same loop (the connection takes it
  * over and frees it). Client bytes already read and not consumed by the
- * driver are sent to up first. With up == NULL the flow is a blackhole: the
+ * driver are sent to up first. With limits.splice the bytes move with
+ * splice(2), never entering user space; else through pool buffers. With up == NULL the flow is a blackhole: the
  * client reads EOF at once and what it sends is swallowed until it closes. */
 void conn_relay(conn *c, uv_tcp_t *up);
 

@@ -19,6 +19,10 @@
 #define TRY_DIVISOR 4
 #define TRIES 2
 
+/* A macro's value as a string literal. */
+#define TEXT_(x) #x
+#define TEXT(x) TEXT_(x)
+
 /* Longest server text: "[" v6 "]:" port, plus the NUL. */
 #define SERVER_TEXT_MAX (INET6_ADDRSTRLEN + 9)
 
@@ -33,6 +37,7 @@ static const char *const messages[] = {
 	[-DNS_ENOMEM] = "dns: out of memory",
 	[-DNS_EBUSY] = "dns: too many lookups in flight",
 	[-DNS_ESETUP] = "dns: resolver setup failed",
+	[-DNS_ETOOMANYSERVERS] = "dns: too many servers",
 };
 
 const char *dns_strerror(int status)
@@ -69,14 +74,14 @@ typedef struct qlist {
 	dns_query *head, *tail;
 } qlist;
 
-/* One name in c-ares (or about to be), shared by every query for it. */
+/* One name in c-ares (or about to be), shared by every query for it. Once
+ * started, c-ares holds a pointer to it until on_addrinfo, which frees it. */
 struct lookup {
 	dns_resolver *r;
 	lookup *prev, *next; /* r->joinable, while new queries may join */
 	lookup *start_next;  /* r->to_start, until the idle starts it */
 	qlist waiters;
 	bool joinable;
-	bool started; /* c-ares holds a pointer to it until on_addrinfo */
 	char name[DNS_NAME_MAX + 1];
 };
 
@@ -327,6 +332,7 @@ static void on_sock_state(void *data, ares_socket_t fd, int readable, int writab
 		r->open_handles++;
 	}
 	int events = (readable ? UV_READABLE : 0) | (writable ? UV_WRITABLE : 0);
+	/* On failure the socket goes unwatched and its queries time out. */
 	(void)uv_poll_start(&w->poll, events, on_poll);
 }
 
@@ -430,7 +436,6 @@ static void start(lookup *lk)
 		lookup_free(lk); /* everyone cancelled before it began */
 		return;
 	}
-	lk->started = true;
 	/* NOSORT: keep the answers' order and skip the RFC 6724 sort, which
 	 * costs a connect() per address; family preference is the caller's. */
 	struct ares_addrinfo_hints hints = {.ai_flags = ARES_AI_NOSORT, .ai_family = AF_UNSPEC};
@@ -597,7 +602,7 @@ void dns_query_cancel(dns_query *q)
 
 /* --- set-up and teardown --- */
 
-static void fail(char *err, size_t err_size, int status, const char *detail)
+static void set_err(char *err, size_t err_size, int status, const char *detail)
 {
 	if (!err || err_size == 0)
 		return;
@@ -706,19 +711,19 @@ dns_resolver *dns_resolver_new(uv_loop_t *loop, dns_cache *cache, const char *co
 	bool channel_open = false;
 
 	if (n_servers > DNS_MAX_SERVERS) {
-		fail(err, err_size, DNS_EBADSERVER, servers[DNS_MAX_SERVERS]);
+		set_err(err, err_size, DNS_ETOOMANYSERVERS, "at most " TEXT(DNS_MAX_SERVERS));
 		goto fail;
 	}
 	if (n_servers) {
 		nodes = calloc(n_servers, sizeof *nodes);
 		if (!nodes) {
-			fail(err, err_size, DNS_ENOMEM, NULL);
+			set_err(err, err_size, DNS_ENOMEM, NULL);
 			goto fail;
 		}
 	}
 	for (size_t i = 0; i < n_servers; i++) {
 		if (parse_server(servers[i], &nodes[i]) != 0) {
-			fail(err, err_size, DNS_EBADSERVER, servers[i]);
+			set_err(err, err_size, DNS_EBADSERVER, servers[i]);
 			goto fail;
 		}
 		nodes[i].next = i + 1 < n_servers ? &nodes[i + 1] : NULL;
@@ -726,13 +731,13 @@ dns_resolver *dns_resolver_new(uv_loop_t *loop, dns_cache *cache, const char *co
 
 	pthread_once(&library_once, library_init);
 	if (library_status != ARES_SUCCESS) {
-		fail(err, err_size, DNS_ESETUP, ares_strerror(library_status));
+		set_err(err, err_size, DNS_ESETUP, ares_strerror(library_status));
 		goto fail;
 	}
 
 	r = calloc(1, sizeof *r);
 	if (!r) {
-		fail(err, err_size, DNS_ENOMEM, NULL);
+		set_err(err, err_size, DNS_ENOMEM, NULL);
 		goto fail;
 	}
 	r->loop = loop;
@@ -745,7 +750,6 @@ dns_resolver *dns_resolver_new(uv_loop_t *loop, dns_cache *cache, const char *co
 
 	uint64_t try_ms = timeout_ms / TRY_DIVISOR;
 	struct ares_options opts = {
-		.flags = 0,
 		.timeout = (int)(try_ms ? try_ms : 1), /* ARES_OPT_TIMEOUTMS: ms */
 		.tries = TRIES,
 		.sock_state_cb = on_sock_state,
@@ -755,18 +759,17 @@ dns_resolver *dns_resolver_new(uv_loop_t *loop, dns_cache *cache, const char *co
 		.domains = NULL,
 		.ndomains = 0,
 	};
-	int mask = ARES_OPT_FLAGS | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES | ARES_OPT_SOCK_STATE_CB |
-	           ARES_OPT_DOMAINS;
+	int mask = ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES | ARES_OPT_SOCK_STATE_CB | ARES_OPT_DOMAINS;
 	int rc = ares_init_options(&r->channel, &opts, mask);
 	if (rc != ARES_SUCCESS) {
-		fail(err, err_size, DNS_ESETUP, ares_strerror(rc));
+		set_err(err, err_size, DNS_ESETUP, ares_strerror(rc));
 		goto fail;
 	}
 	channel_open = true;
 	if (nodes) {
 		rc = ares_set_servers_ports(r->channel, nodes);
 		if (rc != ARES_SUCCESS) {
-			fail(err, err_size, DNS_ESETUP, ares_strerror(rc));
+			set_err(err, err_size, DNS_ESETUP, ares_strerror(rc));
 			goto fail;
 		}
 	}

@@ -27,21 +27,23 @@
  * DNS_EBUSY instead of growing without bound. */
 #define DNS_MAX_LOOKUPS 1024
 
-/* Servers one resolver accepts from the config. */
+/* Servers one resolver accepts from the config. c-ares tries them in turn,
+ * so past a handful more servers only lengthen a failing lookup. */
 #define DNS_MAX_SERVERS 16
 
 /* Statuses the callback and dns_resolver_new report; texts in dns_strerror. */
 typedef enum dns_status {
 	DNS_OK = 0,
-	DNS_ENOTFOUND = -1,  /* NXDOMAIN, or no A/AAAA record for the name */
-	DNS_ETIMEOUT = -2,   /* no answer within the resolver's timeout */
-	DNS_ESERVFAIL = -3,  /* the server failed, refused, or answered garbage */
-	DNS_ECANCELLED = -4, /* the resolver was deleted while the query waited */
-	DNS_EBADNAME = -5,   /* empty, over DNS_NAME_MAX, or not a host name */
-	DNS_EBADSERVER = -6, /* a configured server is not "ip", "ip:port", "[v6]:port" */
-	DNS_ENOMEM = -7,     /* out of memory */
-	DNS_EBUSY = -8,      /* DNS_MAX_LOOKUPS already in flight */
-	DNS_ESETUP = -9,     /* c-ares could not start (library or channel init) */
+	DNS_ENOTFOUND = -1,        /* NXDOMAIN, or no A/AAAA record for the name */
+	DNS_ETIMEOUT = -2,         /* no answer within the resolver's timeout */
+	DNS_ESERVFAIL = -3,        /* the server failed, refused, or answered garbage */
+	DNS_ECANCELLED = -4,       /* the resolver was deleted while the query waited */
+	DNS_EBADNAME = -5,         /* empty, over DNS_NAME_MAX, or not a host name */
+	DNS_EBADSERVER = -6,       /* a configured server is not one of the forms below */
+	DNS_ENOMEM = -7,           /* out of memory */
+	DNS_EBUSY = -8,            /* DNS_MAX_LOOKUPS already in flight */
+	DNS_ESETUP = -9,           /* c-ares could not start (library or channel init) */
+	DNS_ETOOMANYSERVERS = -10, /* more than DNS_MAX_SERVERS configured */
 } dns_status;
 
 /* The fixed text of a status ("dns: no such host", ...); "dns: unknown
@@ -54,15 +56,16 @@ typedef struct dns_query dns_query;
 /* The answer to one dns_resolve. status is a dns_status. On DNS_OK addrs
  * holds n (1..DNS_MAX_ADDRS) AF_INET / AF_INET6 addresses with port 0 (the
  * caller sets the port), in the order the resolver gave them, both families
- * mixed; picking a family first is the caller's job. On an error n is 0.
- * addrs is borrowed for the duration of the call. The query is freed when
- * the callback returns. Runs on the resolver's loop thread, never inside
- * dns_resolve itself. */
+ * mixed; picking a family first is the caller's job. On an error n is 0 and
+ * addrs NULL. addrs is borrowed for the duration of the call; the query is
+ * freed when the callback returns. Runs on the resolver's loop thread, never
+ * inside dns_resolve itself. */
 typedef void (*dns_cb)(int status, const struct sockaddr_storage *addrs, size_t n, void *data);
 
-/* Threads: a resolver and its queries belong to the thread running loop;
- * every function below but dns_strerror is for that thread only. The cache
- * is the one shared object (see dns_cache.h).
+/* Threads: a resolver and its queries belong to the thread running loop:
+ * every function below is called on that thread (dns_resolver_new may also
+ * run before the loop does). The cache is the one object resolvers on
+ * different loops share (see dns_cache.h); dns_strerror is callable anywhere.
  *
  * Makes a resolver on loop. cache is borrowed, may be shared with other
  * resolvers on other loops, must outlive this resolver, and may be NULL (no
@@ -70,11 +73,15 @@ typedef void (*dns_cb)(int status, const struct sockaddr_storage *addrs, size_t 
  * "[v6]:port" or a bare v6 address; with n_servers == 0 the system's
  * resolv.conf servers are used. Search domains are never applied: names are
  * resolved as given (a proxy's destinations are full names). timeout_ms
- * bounds each dns_resolve (0: DNS_TIMEOUT_DEFAULT_MS). Returns NULL on
- * failure with one of these texts in err:
- *   dns: bad server address "<server>"   (DNS_EBADSERVER; also past DNS_MAX_SERVERS)
- *   dns: resolver setup failed: <c-ares reason>   (DNS_ESETUP)
- *   dns: out of memory   (DNS_ENOMEM) */
+ * bounds each dns_resolve (0: DNS_TIMEOUT_DEFAULT_MS, cut to
+ * DNS_TIMEOUT_MAX_MS): the callback comes at the latest that long after the
+ * call (plus loop latency), with DNS_ETIMEOUT if nothing usable came; c-ares
+ * may give up sooner on its own schedule, also as DNS_ETIMEOUT. Returns NULL
+ * on failure with one of these texts in err (err may be NULL):
+ *   dns: bad server address "<server>"         (DNS_EBADSERVER)
+ *   dns: too many servers: at most 16          (DNS_ETOOMANYSERVERS)
+ *   dns: resolver setup failed: <c-ares text>  (DNS_ESETUP)
+ *   dns: out of memory                         (DNS_ENOMEM) */
 __attribute__((warn_unused_result)) dns_resolver *
 dns_resolver_new(uv_loop_t *loop, dns_cache *cache, const char *const *servers, size_t n_servers,
                  uint64_t timeout_ms, char *err, size_t err_size);
@@ -92,7 +99,7 @@ void dns_resolver_del(dns_resolver *r);
  * names when the lookup ends or the timeout passes. Callers asking for a name
  * already being looked up share that lookup. data is borrowed until the
  * callback or dns_query_cancel. Returns the query handle, or NULL when memory
- * runs out (the callback will not run). */
+ * runs out or the resolver is being deleted (then the callback never runs). */
 __attribute__((warn_unused_result)) dns_query *dns_resolve(dns_resolver *r, const char *name,
                                                            dns_cb cb, void *data);
 

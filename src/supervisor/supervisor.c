@@ -180,7 +180,8 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 			.spec = &s->spec.inbounds[i],
 			.connect = &s->conn,
 			.limits = {.handshake_ms = s->spec.policy.handshake_timeout * 1000,
-		                   .idle_ms = s->spec.policy.idle_timeout * 1000},
+		                   .idle_ms = s->spec.policy.idle_timeout * 1000,
+		                   .splice = s->spec.runtime.splice},
 		};
 	s->plane = plane_new(&s->spec, 1, err, err_size);
 	if (!s->plane) {

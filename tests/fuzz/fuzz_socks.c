@@ -1,4 +1,4 @@
-/* fuzz_socks.c - libFuzzer target: the SOCKS server core fed whole, split and byte by byte, and the UDP header codec. */
+/* fuzz_socks.c - libFuzzer target: the SOCKS core cut three ways, and the UDP codec. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -61,6 +61,7 @@ static void defaults(void **state)
 	                     "[[balancer]]\ntag = \"b\"\noutbounds = [\"p\"]\n");
 	assert_int_equal(s.log_level, ETM_LOG_INFO);
 	assert_int_equal(s.runtime.workers, 0);
+	assert_true(s.runtime.splice);
 	assert_int_equal(s.policy.handshake_timeout, 10);
 	assert_int_equal(s.policy.idle_timeout, 300);
 	assert_int_equal(s.inbounds_len, 1);
@@ -112,7 +113,7 @@ static void everything_lowers(void **state)
 	(void)state;
 	etm_spec s = load_ok(
 		"[log]\nlevel = \"debug\"\n"
-		"[runtime]\nworkers = 3\n[policy]\nhandshake_timeout = 4\nidle_timeout = 60\n"
+		"[runtime]\nworkers = 3\nsplice = false\n[policy]\nhandshake_timeout = 4\nidle_timeout = 60\n"
 		"[dns]\nservers = [\"1.1.1.1\", \"9.9.9.9:53\"]\n"
 		"[[inbound]]\ntag = \"tr\"\nprotocol = \"trojan\"\nlisten = \"::\"\nport = 443\n"
 		"sniffing = true\n"
@@ -140,6 +141,7 @@ static void everything_lowers(void **state)
 		"[[route.rule]]\noutbound = \"ss\"\nport = 53\nnetwork = [\"tcp\", \"udp\"]\n");
 	assert_int_equal(s.log_level, ETM_LOG_DEBUG);
 	assert_int_equal(s.runtime.workers, 3);
+	assert_false(s.runtime.splice);
 	assert_int_equal(s.policy.handshake_timeout, 4);
 	assert_int_equal(s.policy.idle_timeout, 60);
 	assert_int_equal(s.dns.servers.len, 2);

@@ -515,9 +515,9 @@ static void silent_server_times_out(void **state)
 	assert_string_equal(dns_strerror(res.status), "dns: lookup timed out");
 	assert_true(res.at - start >= TIMEOUT_MS);
 	assert_true(res.at - start < TIMEOUT_MS + 1000);
-	/* One server: c-ares gives up first, within the timeout. */
+	/* One server: c-ares gives up on its own (at 3/4 of the timeout), which
+	 * is reported the same way. */
 	assert_int_equal(single.status, DNS_ETIMEOUT);
-	assert_true(single.at - start <= TIMEOUT_MS);
 	assert_true(fake_count(&fx->fake, SLOW_NAME) >= 2);
 	/* Deleting with lookups still in c-ares frees them (ASan checks). */
 	dns_resolver_del(r2);
@@ -529,16 +529,15 @@ static void half_answered_lookup_returns_what_came(void **state)
 {
 	fixture *fx = *state;
 	/* A answered, AAAA dropped: c-ares's retries end inside the timeout
-	 * and the A record comes back. */
-	result res = {.loop = &fx->loop};
-	uv_update_time(&fx->loop);
-	uint64_t start = uv_now(&fx->loop);
+	 * (and are processed before our deadlines if the loop was late), so
+	 * the A record comes back rather than a timeout. */
+	result res = {0};
 	assert_non_null(dns_resolve(fx->r, HALF_NAME, on_result, &res));
 	wait_for(fx, &res);
 	assert_int_equal(res.status, DNS_OK);
 	assert_int_equal(res.n, 1);
 	assert_true(has(&res, "198.51.100.8"));
-	assert_true(res.at - start <= TIMEOUT_MS);
+	assert_int_equal(fake_count(&fx->fake, HALF_NAME), 1 + 2); /* A once, AAAA twice */
 }
 
 static void cancelled_queries_never_call_back(void **state)
@@ -722,6 +721,8 @@ static void bad_server_strings(void **state)
 		assert_null(r);
 		assert_string_equal(err, bad[i].err);
 	}
+	const char *one_bad = "127.0.0.1:99999";
+	assert_null(dns_resolver_new(&fx->loop, NULL, &one_bad, 1, 0, NULL, 0)); /* err optional */
 	static const char *const good[] = {"127.0.0.1", "127.0.0.1:53", "[::1]:5353",
 	                                   "::1", "[::1]", "2001:db8::53"};
 	for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
@@ -731,14 +732,14 @@ static void bad_server_strings(void **state)
 			fail_msg("%s: %s", good[i], err);
 		dns_resolver_del(r);
 	}
-	/* More servers than DNS_MAX_SERVERS: the first one past the bound. */
+	/* More servers than DNS_MAX_SERVERS. */
 	const char *many[DNS_MAX_SERVERS + 1];
 	for (size_t i = 0; i < DNS_MAX_SERVERS; i++)
 		many[i] = "127.0.0.1";
 	many[DNS_MAX_SERVERS] = "127.0.0.2";
 	char err[128] = "";
 	assert_null(dns_resolver_new(&fx->loop, NULL, many, DNS_MAX_SERVERS + 1, 0, err, sizeof err));
-	assert_string_equal(err, "dns: bad server address \"127.0.0.2\"");
+	assert_string_equal(err, "dns: too many servers: at most 16");
 }
 
 static void messages_word_for_word(void **state)
@@ -758,6 +759,7 @@ static void messages_word_for_word(void **state)
 		{DNS_ENOMEM, "dns: out of memory"},
 		{DNS_EBUSY, "dns: too many lookups in flight"},
 		{DNS_ESETUP, "dns: resolver setup failed"},
+		{DNS_ETOOMANYSERVERS, "dns: too many servers"},
 		{-100, "dns: unknown error"},
 		{1, "dns: unknown error"},
 	};

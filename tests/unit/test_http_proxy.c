@@ -319,11 +319,13 @@ BOTH(hop_by_hop_removed)
 
 static void framing_fields_survive_connection(size_t chunk)
 {
-	/* "Connection: content-length" must not strip the body's framing. */
+	/* "Connection: content-length" must not strip the body's framing, and
+	 * an allowed list of equal lengths goes on as one value. */
 	struct sim *m = sim_new(chunk, NULL, 0);
 	send_client(m, "POST http://h/ HTTP/1.1\r\n"
 	               "Connection: Content-Length, Host\r\n"
-	               "Content-Length: 3\r\n"
+	               "Content-Length: 3, 3\r\n"
+	               "content-length: 003\r\n"
 	               "\r\n"
 	               "abc");
 	dial_ok(m);

@@ -1,4 +1,4 @@
-/* test_socks.c - the SOCKS server core and UDP header codec, fed whole, byte by byte and split in two. */
+/* test_socks.c - the SOCKS core fed whole, byte by byte and cut in two; the UDP codec. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -258,9 +258,9 @@ static const feed_case CASES[] = {
 	{"domain holding a NUL is malformed", USERS_NONE, false,
 	 B(GREET_NONE, 0x05, 0x01, 0x00, 0x03, 3, 'a', 0, 'b', 0x00, 0x50), PROTO_ERR_MALFORMED,
 	 B(REPLY_NONE, 0x05, 0x01, 0x00, ZERO_BND), PROTO_EV_CLOSE, 0, NULL, 0, -1, R_DOMAIN, "socks5"},
-	{"request version other than 5", USERS_NONE, false, B(GREET_NONE, 0x04, 0x01, 0x00, 0x01, 1, 2, 3, 4, 0, 80),
-	 PROTO_ERR_MALFORMED, B(REPLY_NONE), PROTO_EV_CLOSE, 0, NULL, 0, -1,
-	 "socks: request version is not 5", "socks5"},
+	{"request version other than 5", USERS_NONE, false,
+	 B(GREET_NONE, 0x04, 0x01, 0x00, 0x01, 1, 2, 3, 4, 0, 80), PROTO_ERR_MALFORMED,
+	 B(REPLY_NONE), PROTO_EV_CLOSE, 0, NULL, 0, -1, "socks: request version is not 5", "socks5"},
 	{"pipelined payload left unconsumed", USERS_NONE, false, B(GREET_NONE, CONNECT_V4, PAYLOAD),
 	 13, B(REPLY_NONE), PROTO_EV_OPEN, PROTO_CMD_CONNECT, "93.184.216.34:80", ADDR_TCP, -1, NULL,
 	 "socks5"},
@@ -338,7 +338,8 @@ static void socks4_field_bounds(void **state)
 		memcpy(in, head, sizeof head);
 		memset(in + sizeof head, 'h', hlen);
 		in[sizeof head + hlen] = 0;
-		assert_true(snprintf(host, sizeof host, "%.*s:80", (int)hlen, (const char *)in + sizeof head) > 0);
+		int n = snprintf(host, sizeof host, "%.*s:80", (int)hlen, (const char *)in + sizeof head);
+		assert_true(n > 0 && (size_t)n < sizeof host);
 		feed_case c = {"SOCKS4a host name at its bound", USERS_NONE, false, in,
 		               sizeof head + hlen + 1, (ssize_t)(sizeof head + hlen + 1), NULL, 0,
 		               PROTO_EV_OPEN, PROTO_CMD_CONNECT, host, ADDR_TCP, -1, NULL, "socks4a"};

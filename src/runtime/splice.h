@@ -1,0 +1,33 @@
+/* splice.h - zero-copy relay between two plain TCP sockets with splice(2) through a pipe per direction. */
+#ifndef ETM_RUNTIME_SPLICE_H
+#define ETM_RUNTIME_SPLICE_H
+
+#include <stdbool.h>
+#include <uv.h>
+
+/* Bytes moved by one splice call, and what a direction's pipe may hold: the
+ * default pipe capacity, so a slow reader holds at most this much per
+ * direction (the backpressure bound, like RELAY_MAX_PENDING for the
+ * buffered relay). */
+#define SPLICE_CHUNK (64 * 1024)
+
+typedef struct splicer splicer;
+
+typedef struct splicer_events {
+	/* Bytes moved (for the idle timeout). May be NULL. */
+	void (*on_activity)(void *ud);
+	/* Both directions ended (each side's EOF passed on as a shutdown), or
+	 * an error (err < 0, a libuv error code). Called once; the splicer
+	 * is stopped and freed after it returns. */
+	void (*on_end)(void *ud, int err);
+} splicer_events;
+
+/* Relays between the connected sockets a and b, which it takes over (it
+ * closes them). Returns NULL when the pipes cannot be made (the caller
+ * still owns a and b then). ev is borrowed; ud is passed back. */
+splicer *splicer_start(uv_loop_t *loop, int a, int b, const splicer_events *ev, void *ud);
+
+/* Stops at once: closes both sockets; no event runs after. */
+void splicer_stop(splicer *s);
+
+#endif

@@ -1,0 +1,551 @@
+"""Helpers for the proxy end-to-end tests: the process under test, loopback
+target servers run in threads, and a small SOCKS client on raw sockets.
+
+Standard library only. Everything binds 127.0.0.1.
+"""
+import asyncio
+import hashlib
+import http.server
+import ipaddress
+import os
+import signal
+import socket
+import socketserver
+import ssl
+import struct
+import subprocess
+import threading
+import time
+
+LOOPBACK = "127.0.0.1"
+
+
+# ---------------------------------------------------------------- sockets
+
+def free_port(kind=socket.SOCK_STREAM):
+    """A port the kernel just handed out on 127.0.0.1 (released again)."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def recv_exact(sock, n):
+    """Exactly n bytes; raises EOFError with what came when the peer closes first."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise EOFError(f"EOF after {len(buf)} of {n} bytes: {bytes(buf)!r}")
+        buf += chunk
+    return bytes(buf)
+
+
+def recv_all(sock, timeout=3.0):
+    """Everything until EOF (or until timeout, then raises socket.timeout)."""
+    sock.settimeout(timeout)
+    buf = bytearray()
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return bytes(buf)
+        buf += chunk
+
+
+def wait_closed(sock, timeout):
+    """Seconds until the peer closed (recv returned b"" or the connection was
+    reset), discarding any bytes; None when still open after timeout."""
+    start = time.monotonic()
+    deadline = start + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        sock.settimeout(left)
+        try:
+            if not sock.recv(65536):
+                return time.monotonic() - start
+        except socket.timeout:
+            return None
+        except (ConnectionResetError, BrokenPipeError):
+            return time.monotonic() - start
+
+
+def connect(port, timeout=5.0):
+    s = socket.create_connection((LOOPBACK, port), timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+# ---------------------------------------------------------------- the process under test
+
+class Proxy:
+    """One etemenanki-app process. The config is a format string whose
+    {port0}, {port1}, ... are filled with free ports; listen_ports names which
+    of them must accept before the proxy counts as started."""
+
+    def __init__(self, app, workdir, config, n_ports=1, extra=None, log_level=None):
+        self.app = app
+        self.workdir = workdir
+        self.template = config
+        self.n_ports = n_ports
+        self.extra = extra or {}
+        self.log_level = log_level
+        self.proc = None
+        self.ports = []
+        self.cfg_path = None
+        self.log_path = None
+        self._log = None
+
+    @property
+    def port(self):
+        return self.ports[0]
+
+    def start(self, attempts=4):
+        for attempt in range(attempts):
+            self.ports = [free_port() for _ in range(self.n_ports)]
+            fill = {f"port{i}": p for i, p in enumerate(self.ports)}
+            fill.update(self.extra)
+            text = self.template.format(**fill)
+            n = len(list(self.workdir.glob("proxy-*.toml")))
+            self.cfg_path = self.workdir / f"proxy-{n}.toml"
+            self.cfg_path.write_text(text)
+            self.log_path = self.workdir / f"proxy-{n}.log"
+            self._log = open(self.log_path, "wb")
+            args = [self.app, "-c", str(self.cfg_path)]
+            if self.log_level:
+                args += ["-l", self.log_level]
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
+                                         stdout=self._log, stderr=subprocess.STDOUT)
+            if self._wait_ready(10.0):
+                return self
+            rc = self.proc.poll()
+            log = self.log()
+            self.stop()
+            if rc is not None and "already in use" in log and attempt + 1 < attempts:
+                continue  # a port raced with another process: pick new ones
+            raise AssertionError(f"proxy did not start (rc={rc}); log:\n{log}")
+        raise AssertionError("unreachable")
+
+    def _wait_ready(self, timeout):
+        deadline = time.monotonic() + timeout
+        pending = list(self.ports)
+        while pending and time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                with socket.create_connection((LOOPBACK, pending[0]), timeout=0.5):
+                    pass
+                pending.pop(0)
+            except OSError:
+                time.sleep(0.02)
+        return not pending
+
+    def log(self):
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def terminate(self, timeout=2.0):
+        """SIGTERM; returns (exit code, seconds) or (None, seconds) when it
+        did not exit in time."""
+        start = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+        return rc, time.monotonic() - start
+
+    def stop(self):
+        """SIGTERM, then SIGKILL after 3 s; only this process."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+# ---------------------------------------------------------------- target servers
+
+class _ThreadedServer:
+    """Runs a socketserver-style server in a daemon thread."""
+
+    def __init__(self, server):
+        self.server = server
+        self.port = server.server_address[1]
+        self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class HttpTarget(_ThreadedServer):
+    """An HTTP/1.1 origin server. Every response is exactly
+
+        HTTP/1.1 200 OK\\r\\nContent-Type: text/plain\\r\\nContent-Length: N\\r\\n\\r\\n<body>
+
+    with body = expected_body(name, path); each request is recorded as
+    (method, path, Host field, client port)."""
+
+    def __init__(self, name="origin", tls_context=None):
+        target = self
+        self.name = name
+        self.requests = []
+        self.lock = threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _answer(self):
+                with target.lock:
+                    target.requests.append((self.command, self.path, self.headers.get("Host"),
+                                            self.client_address[1]))
+                length = int(self.headers.get("Content-Length") or 0)
+                sent = self.rfile.read(length) if length else b""
+                body = target.body(self.path, sent)
+                self.send_response_only(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_POST = do_HEAD = _answer
+
+        server = http.server.ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        server.daemon_threads = True
+        if tls_context is not None:
+            server.socket = tls_context.wrap_socket(server.socket, server_side=True)
+        super().__init__(server)
+
+    def body(self, path, sent=b""):
+        return f"{self.name} says hello to {path}\n".encode() + sent
+
+    @staticmethod
+    def response(body):
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+
+class Sha256Sink(_ThreadedServer):
+    """Reads until the client's FIN, then answers the hex sha256 of what came
+    (64 bytes) and closes."""
+
+    def __init__(self):
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                sock = self.request
+                h = hashlib.sha256()
+                buf = bytearray(1 << 20)
+                view = memoryview(buf)
+                while True:
+                    n = sock.recv_into(buf)
+                    if n == 0:
+                        break
+                    h.update(view[:n])
+                sock.sendall(h.hexdigest().encode())
+
+        server = socketserver.ThreadingTCPServer((LOOPBACK, 0), Handler)
+        server.daemon_threads = True
+        super().__init__(server)
+
+
+class EchoServer:
+    """A TCP echo server on an asyncio loop in its own thread (it holds
+    thousands of connections without a thread each)."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.connections = 0
+        ready = threading.Event()
+
+        async def handle(reader, writer):
+            self.connections += 1
+            try:
+                while True:
+                    data = await reader.read(65536)
+                    if not data:
+                        break
+                    writer.write(data)
+                    await writer.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                writer.close()
+
+        async def main():
+            self.server = await asyncio.start_server(handle, LOOPBACK, 0, backlog=4096)
+            self.port = self.server.sockets[0].getsockname()[1]
+            ready.set()
+
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(main(), self.loop)
+        assert ready.wait(5)
+
+    def close(self):
+        async def stop():
+            self.server.close()
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+class UdpEcho:
+    """Echoes every datagram to its sender; keeps (source, payload) of each."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((LOOPBACK, 0))
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.received = []
+        self._stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self._stop:
+            try:
+                data, src = self.sock.recvfrom(65535)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.received.append((src, data))
+            self.sock.sendto(data, src)
+
+    def close(self):
+        self._stop = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+class DnsServer:
+    """A UDP DNS server on 127.0.0.1. mode "nxdomain" answers every query
+    with RCODE 3 (no such name); mode "silent" reads and never answers."""
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((LOOPBACK, 0))
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.queries = 0
+        self._stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self._stop:
+            try:
+                q, src = self.sock.recvfrom(4096)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.queries += 1
+            if self.mode != "nxdomain" or len(q) < 12:
+                continue
+            # the question: QNAME labels, then QTYPE and QCLASS
+            i = 12
+            while i < len(q) and q[i] != 0:
+                i += 1 + q[i]
+            question = q[12:i + 5]
+            flags = 0x8000 | (q[2] << 8 & 0x7900) | 0x0080 | 3  # QR, opcode+RD, RA, NXDOMAIN
+            self.sock.sendto(q[:2] + struct.pack(">HHHHH", flags, 1, 0, 0, 0) + question, src)
+
+    def close(self):
+        self._stop = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+def make_cert(tmp_path):
+    """A self-signed certificate for 127.0.0.1 / localhost, via the openssl CLI."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=30)
+    return cert, key
+
+
+def tls_server_context(cert, key):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+    return ctx
+
+
+# ---------------------------------------------------------------- SOCKS client
+
+def socks_addr(host, port):
+    """ATYP ADDR PORT for an IP literal or a domain name (RFC 1928 section 5)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        name = host.encode()
+        return bytes([3, len(name)]) + name + struct.pack(">H", port)
+    atyp = 1 if ip.version == 4 else 4
+    return bytes([atyp]) + ip.packed + struct.pack(">H", port)
+
+
+def read_socks_addr(sock):
+    """Reads ATYP ADDR PORT; returns (host text, port)."""
+    atyp = recv_exact(sock, 1)[0]
+    if atyp == 1:
+        host = socket.inet_ntop(socket.AF_INET, recv_exact(sock, 4))
+    elif atyp == 4:
+        host = socket.inet_ntop(socket.AF_INET6, recv_exact(sock, 16))
+    elif atyp == 3:
+        host = recv_exact(sock, recv_exact(sock, 1)[0]).decode()
+    else:
+        raise AssertionError(f"bad ATYP {atyp}")
+    return host, struct.unpack(">H", recv_exact(sock, 2))[0]
+
+
+def parse_udp_header(pkt):
+    """RSV(2) FRAG ATYP ADDR PORT DATA -> ((host, port), data)."""
+    assert pkt[:3] == b"\0\0\0", pkt[:3]
+    atyp = pkt[3]
+    if atyp == 1:
+        host, rest = socket.inet_ntop(socket.AF_INET, pkt[4:8]), pkt[8:]
+    elif atyp == 4:
+        host, rest = socket.inet_ntop(socket.AF_INET6, pkt[4:20]), pkt[20:]
+    elif atyp == 3:
+        n = pkt[4]
+        host, rest = pkt[5:5 + n].decode(), pkt[5 + n:]
+    else:
+        raise AssertionError(f"bad ATYP {atyp}")
+    return (host, struct.unpack(">H", rest[:2])[0]), rest[2:]
+
+
+def socks5_greet(sock, user=None, password=None):
+    """Method negotiation and, with a user, RFC 1929 authentication.
+    Returns the auth STATUS byte (0 = accepted) or None without a user."""
+    method = 2 if user is not None else 0
+    sock.sendall(bytes([5, 1, method]))
+    assert recv_exact(sock, 2) == bytes([5, method])
+    if user is None:
+        return None
+    u, p = user.encode(), password.encode()
+    sock.sendall(bytes([1, len(u)]) + u + bytes([len(p)]) + p)
+    ver, status = recv_exact(sock, 2)
+    assert ver == 1
+    return status
+
+
+def socks5_request(sock, host, port, cmd=1):
+    """Sends the request; returns (REP, (bound host, bound port))."""
+    sock.sendall(bytes([5, cmd, 0]) + socks_addr(host, port))
+    ver, rep, rsv = recv_exact(sock, 3)
+    assert (ver, rsv) == (5, 0), (ver, rsv)
+    return rep, read_socks_addr(sock)
+
+
+def socks5_connect(proxy_port, host, port, user=None, password=None, timeout=5.0):
+    """A relayed socket to host:port through the proxy; asserts success."""
+    s = connect(proxy_port, timeout)
+    try:
+        status = socks5_greet(s, user, password)
+        assert status in (None, 0), f"auth status {status}"
+        rep, _ = socks5_request(s, host, port)
+        assert rep == 0, f"REP {rep:#x}"
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+async def socks5_echo_async(proxy_port, host, port, message, timeout=20.0):
+    """asyncio: CONNECT through the proxy, send message, read it back."""
+    async def run():
+        reader, writer = await asyncio.open_connection(LOOPBACK, proxy_port)
+        try:
+            writer.write(bytes([5, 1, 0]))
+            assert await reader.readexactly(2) == b"\x05\x00"
+            writer.write(bytes([5, 1, 0]) + socks_addr(host, port))
+            head = await reader.readexactly(4)
+            assert head[:2] == b"\x05\x00", head
+            assert head[3] == 1, head
+            await reader.readexactly(6)
+            writer.write(message)
+            await writer.drain()
+            return await reader.readexactly(len(message))
+        finally:
+            writer.close()
+    return await asyncio.wait_for(run(), timeout)
+
+
+class HttpReader:
+    """Reads HTTP/1.1 responses off a socket, keeping bytes that belong to
+    the next one (pipelining)."""
+
+    def __init__(self, sock, timeout=5.0):
+        self.sock = sock
+        self.sock.settimeout(timeout)
+        self.buf = b""
+
+    def _more(self, what):
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise EOFError(f"EOF inside {what}: {self.buf!r}")
+        self.buf += chunk
+
+    def response(self):
+        """One response framed by Content-Length (or by the close when it has
+        none): (head up to and including the blank line, body)."""
+        while b"\r\n\r\n" not in self.buf:
+            self._more("a response head")
+        end = self.buf.index(b"\r\n\r\n") + 4
+        head, self.buf = self.buf[:end], self.buf[end:]
+        length = None
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip())
+        if length is None:
+            body, self.buf = self.buf + recv_all(self.sock), b""
+            return head, body
+        while len(self.buf) < length:
+            self._more("a body")
+        body, self.buf = self.buf[:length], self.buf[length:]
+        return head, body
+
+    def raw_response(self):
+        """The response's exact bytes, head and body."""
+        head, body = self.response()
+        return head + body
+
+    def at_eof(self, timeout=2.0):
+        """True when the peer closes with no further bytes within timeout."""
+        if self.buf:
+            return False
+        self.sock.settimeout(timeout)
+        try:
+            extra = self.sock.recv(65536)
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+        self.buf += extra
+        return extra == b""
+
+
+def header_lines(head):
+    """The field lines of a response head, without the status line."""
+    return head.split(b"\r\n")[1:-2]

@@ -1,0 +1,732 @@
+"""The running proxy, end to end: socks, http and mixed inbounds, freedom and
+blackhole outbounds, timeouts, accounts, UDP ASSOCIATE and signals.
+
+Every test starts the real binary on 127.0.0.1 with a config written to
+tmp_path and talks to target servers this module runs in threads on
+127.0.0.1 (proxykit). Nothing leaves the loopback interface.
+"""
+import asyncio
+import base64
+import hashlib
+import os
+import resource
+import signal
+import socket
+import ssl
+import struct
+import subprocess
+import threading
+import time
+
+import pytest
+
+from proxykit import (LOOPBACK, DnsServer, EchoServer, HttpReader, HttpTarget, Proxy,
+                      Sha256Sink, UdpEcho, connect, free_port, header_lines, make_cert,
+                      parse_udp_header, read_socks_addr, recv_all, recv_exact, socks5_connect,
+                      socks5_echo_async, socks5_greet, socks5_request, socks_addr,
+                      tls_server_context, wait_closed)
+
+CURL = "/usr/bin/curl"
+
+# SOCKS5 REP codes (RFC 1928 section 6) and SOCKS4 CD codes.
+REP_OK, REP_GENERAL, REP_HOST_UNREACHABLE, REP_REFUSED, REP_TTL_EXPIRED, REP_CMD = 0, 1, 4, 5, 6, 7
+S4_GRANTED, S4_REJECTED = 0x5A, 0x5B
+# Every SOCKS5 refusal carries BND 0.0.0.0:0.
+NO_BOUND = b"\x00\x01\x00\x00\x00\x00\x00\x00"
+
+
+# ---------------------------------------------------------------- configs
+
+def inbound(tag, protocol, port_key="port0", users=()):
+    text = (f'[[inbound]]\ntag = "{tag}"\nprotocol = "{protocol}"\n'
+            f'listen = "127.0.0.1"\nport = {{{port_key}}}\n')
+    for user, password in users:
+        text += f'[[inbound.settings.users]]\nusername = "{user}"\npassword = "{password}"\n'
+    return text + "\n"
+
+
+DIRECT = '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n'
+BLOCK = '[[outbound]]\ntag = "sink"\nprotocol = "blackhole"\n\n'
+
+
+def config(*parts, policy=None, dns=None, default=None):
+    text = ""
+    if policy:
+        text += "[policy]\n" + "".join(f"{k} = {v}\n" for k, v in policy.items()) + "\n"
+    text += "".join(parts)
+    if default:
+        text += f'[route]\ndefault = "{default}"\n\n'
+    if dns is not None:
+        text += "[dns]\nservers = [" + ", ".join(f'"{s}"' for s in dns) + "]\n"
+    return text
+
+
+# ---------------------------------------------------------------- fixtures
+
+@pytest.fixture
+def start_proxy(app, tmp_path):
+    """Starts etemenanki-app processes; every one is stopped at teardown
+    (SIGTERM, then SIGKILL), and only those."""
+    started = []
+
+    def _start(text, n_ports=1, **kw):
+        p = Proxy(app, tmp_path, text, n_ports, **kw)
+        started.append(p)
+        return p.start()
+
+    yield _start
+    for p in started:
+        p.stop()
+
+
+@pytest.fixture(scope="module")
+def origin():
+    s = HttpTarget("origin")
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def origin2():
+    s = HttpTarget("second")
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def echo():
+    s = EchoServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def sink():
+    s = Sha256Sink()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def udp_echo():
+    s = UdpEcho()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def tls_origin(tmp_path_factory):
+    cert, key = make_cert(tmp_path_factory.mktemp("tls"))
+    s = HttpTarget("tls-origin", tls_context=tls_server_context(cert, key))
+    s.cert = cert
+    yield s
+    s.close()
+
+
+def curl(*args):
+    r = subprocess.run([CURL, "-sS", "--max-time", "10", "-w", "%{http_code}", *args],
+                       capture_output=True, timeout=20)
+    return r
+
+
+def closed_port():
+    """A TCP port on 127.0.0.1 that nothing listens on (just released)."""
+    return free_port()
+
+
+def echo_roundtrip(sock, message):
+    sock.sendall(message)
+    return recv_exact(sock, len(message))
+
+
+# ---------------------------------------------------------------- 1. curl through every client protocol
+
+# (curl option, host in the URL: a name lets the proxy resolve it)
+SOCKS_MODES = [
+    ("--socks5-hostname", "localhost"),
+    ("--socks5", "127.0.0.1"),
+    ("--socks4a", "localhost"),
+    ("--socks4", "127.0.0.1"),
+]
+HTTP_MODES = [("-x", "127.0.0.1"), ("-x", "localhost")]
+CURL_CASES = ([("socks",) + m for m in SOCKS_MODES] + [("http",) + m for m in HTTP_MODES] +
+              [("mixed",) + m for m in SOCKS_MODES + HTTP_MODES])
+
+
+@pytest.mark.parametrize("protocol,option,host", CURL_CASES,
+                         ids=[f"{p}-{o.lstrip('-')}-{h}" for p, o, h in CURL_CASES])
+def test_curl_get_through_the_proxy(start_proxy, origin, protocol, option, host):
+    proxy = start_proxy(config(inbound("in", protocol), DIRECT))
+    via = f"http://127.0.0.1:{proxy.port}" if option == "-x" else f"127.0.0.1:{proxy.port}"
+    path = f"/via/{protocol}/{option.lstrip('-')}/{host}?q=1"
+    r = curl(option, via, f"http://{host}:{origin.port}{path}")
+    assert r.returncode == 0, (r.stderr, proxy.log())
+    assert r.stdout == origin.body(path) + b"200"
+    # the origin got origin-form, the Host curl wrote (the http proxy rebuilds
+    # it from the absolute URI, which is the same)
+    assert ("GET", path, f"{host}:{origin.port}") in [q[:3] for q in origin.requests]
+
+
+# ---------------------------------------------------------------- 2. HTTPS through CONNECT
+
+@pytest.mark.parametrize("protocol", ["http", "mixed"])
+def test_https_through_connect_with_curl(start_proxy, tls_origin, protocol):
+    proxy = start_proxy(config(inbound("in", protocol), DIRECT))
+    r = curl("-k", "-p", "-x", f"http://127.0.0.1:{proxy.port}",
+             f"https://127.0.0.1:{tls_origin.port}/secure")
+    assert r.returncode == 0, (r.stderr, proxy.log())
+    assert r.stdout == tls_origin.body("/secure") + b"200"
+    # verified against the certificate, by name, through socks5h on the same port
+    if protocol == "mixed":
+        r = curl("--cacert", str(tls_origin.cert), "--socks5-hostname", f"127.0.0.1:{proxy.port}",
+                 f"https://localhost:{tls_origin.port}/verified")
+        assert r.returncode == 0, (r.stderr, proxy.log())
+        assert r.stdout == tls_origin.body("/verified") + b"200"
+
+
+def test_raw_connect_then_tls(start_proxy, tls_origin):
+    proxy = start_proxy(config(inbound("in", "http"), DIRECT))
+    s = connect(proxy.port)
+    with s:
+        target = f"127.0.0.1:{tls_origin.port}"
+        s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        established = b"HTTP/1.1 200 Connection established\r\n\r\n"
+        assert recv_exact(s, len(established)) == established
+        ctx = ssl.create_default_context(cafile=str(tls_origin.cert))
+        with ctx.wrap_socket(s, server_hostname="localhost") as t:
+            t.sendall(b"GET /tunnel HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            assert HttpReader(t).raw_response() == HttpTarget.response(tls_origin.body("/tunnel"))
+            t.sendall(b"GET /again HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            assert HttpReader(t).raw_response() == HttpTarget.response(tls_origin.body("/again"))
+
+
+# ---------------------------------------------------------------- 3. keep-alive on the http inbound
+
+def get(host_port, path, extra=""):
+    return f"GET http://{host_port}{path} HTTP/1.1\r\nHost: {host_port}\r\n{extra}\r\n".encode()
+
+
+def test_keep_alive_several_requests_on_one_connection(start_proxy, origin, origin2):
+    proxy = start_proxy(config(inbound("in", "http"), DIRECT))
+    a, b = f"127.0.0.1:{origin.port}", f"127.0.0.1:{origin2.port}"
+    with connect(proxy.port) as s:
+        r = HttpReader(s)
+        s.sendall(get(a, "/one"))
+        assert r.raw_response() == HttpTarget.response(origin.body("/one"))
+        s.sendall(get(a, "/two"))
+        assert r.raw_response() == HttpTarget.response(origin.body("/two"))
+        # a different host:port on the same client connection
+        s.sendall(get(b, "/three"))
+        assert r.raw_response() == HttpTarget.response(origin2.body("/three"))
+        # and back, with a request body this time
+        s.sendall(f"POST http://{a}/four HTTP/1.1\r\nHost: {a}\r\nContent-Length: 5\r\n\r\n"
+                  "hello".encode())
+        assert r.raw_response() == HttpTarget.response(origin.body("/four", b"hello"))
+        # Connection: close ends it after the response, which says so
+        s.sendall(get(a, "/five", "Connection: close\r\n"))
+        head, body = r.response()
+        assert head == (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+        assert body == origin.body("/five")
+        assert r.at_eof()
+    seen = {q[1]: q for q in origin.requests}
+    # origin-form with the Host of the URI; /one and /two shared one upstream connection
+    assert seen["/one"][:3] == ("GET", "/one", a)
+    assert seen["/one"][3] == seen["/two"][3]
+    assert ("GET", "/three", b) in [q[:3] for q in origin2.requests]
+
+
+def test_keep_alive_pipelined_requests_answered_in_order(start_proxy, origin, origin2):
+    proxy = start_proxy(config(inbound("in", "http"), DIRECT))
+    a, b = f"127.0.0.1:{origin.port}", f"127.0.0.1:{origin2.port}"
+    with connect(proxy.port) as s:
+        s.sendall(get(a, "/p1") + get(a, "/p2") + get(b, "/p3") + get(a, "/p4"))
+        r = HttpReader(s)
+        assert r.raw_response() == HttpTarget.response(origin.body("/p1"))
+        assert r.raw_response() == HttpTarget.response(origin.body("/p2"))
+        assert r.raw_response() == HttpTarget.response(origin2.body("/p3"))
+        assert r.raw_response() == HttpTarget.response(origin.body("/p4"))
+
+
+def test_http10_client_without_keep_alive_is_closed_after_the_response(start_proxy, origin):
+    proxy = start_proxy(config(inbound("in", "http"), DIRECT))
+    a = f"127.0.0.1:{origin.port}"
+    with connect(proxy.port) as s:
+        s.sendall(f"GET http://{a}/old HTTP/1.0\r\n\r\n".encode())
+        r = HttpReader(s)
+        head, body = r.response()
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert b"Connection: close" in header_lines(head)
+        assert body == origin.body("/old")
+        assert r.at_eof()
+
+
+# ---------------------------------------------------------------- 4. SOCKS5 UDP ASSOCIATE
+
+def udp_packet(host, port, data, frag=0):
+    return b"\0\0" + bytes([frag]) + socks_addr(host, port) + data
+
+
+def udp_no_reply(sock, wait=0.5):
+    """True when nothing comes back within wait (an ICMP refusal counts as nothing)."""
+    sock.settimeout(wait)
+    try:
+        sock.recvfrom(65535)
+    except (socket.timeout, ConnectionRefusedError):
+        return True
+    return False
+
+
+def udp_associate(proxy_port, user=None, password=None):
+    ctl = connect(proxy_port)
+    socks5_greet(ctl, user, password)
+    rep, bound = socks5_request(ctl, "0.0.0.0", 0, cmd=3)
+    assert rep == REP_OK
+    return ctl, bound
+
+
+def test_socks5_udp_associate_echo(start_proxy, udp_echo):
+    proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
+    ctl, relay = udp_associate(proxy.port)
+    assert relay[0] == LOOPBACK and relay[1] != 0, relay
+    a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    a.bind((LOOPBACK, 0))
+    b.bind((LOOPBACK, 0))
+    with ctl, a, b:
+        a.settimeout(3)
+        a.sendto(udp_packet(LOOPBACK, udp_echo.port, b"ping-1"), relay)
+        pkt, src = a.recvfrom(65535)
+        assert src == relay
+        assert parse_udp_header(pkt) == ((LOOPBACK, udp_echo.port), b"ping-1")
+        assert pkt == udp_packet(LOOPBACK, udp_echo.port, b"ping-1")
+
+        # another source port after the first datagram: ignored
+        b.sendto(udp_packet(LOOPBACK, udp_echo.port, b"stray"), relay)
+        assert udp_no_reply(b)
+        # a fragment (FRAG != 0) is dropped (RFC 1928 section 7)
+        a.sendto(udp_packet(LOOPBACK, udp_echo.port, b"fragment", frag=1), relay)
+        assert udp_no_reply(a)
+        # the association still works
+        a.sendto(udp_packet(LOOPBACK, udp_echo.port, b"ping-2"), relay)
+        pkt, _ = a.recvfrom(65535)
+        assert pkt == udp_packet(LOOPBACK, udp_echo.port, b"ping-2")
+        payloads = [d for _, d in udp_echo.received]
+        assert b"stray" not in payloads and b"fragment" not in payloads
+
+        # closing the control connection ends the association
+        ctl.close()
+        time.sleep(0.3)
+        a.sendto(udp_packet(LOOPBACK, udp_echo.port, b"after-close"), relay)
+        assert udp_no_reply(a)
+        assert b"after-close" not in [d for _, d in udp_echo.received]
+
+
+def test_socks5_udp_associate_large_datagram(start_proxy, udp_echo):
+    proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
+    ctl, relay = udp_associate(proxy.port)
+    with ctl, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+        a.bind((LOOPBACK, 0))
+        a.settimeout(3)
+        data = os.urandom(8000)
+        a.sendto(udp_packet(LOOPBACK, udp_echo.port, data), relay)
+        pkt, _ = a.recvfrom(65535)
+        assert pkt == udp_packet(LOOPBACK, udp_echo.port, data)
+
+
+# ---------------------------------------------------------------- 5. accounts
+
+USERS = [("alice", "wonderland"), ("bob", "the builder")]
+
+
+@pytest.mark.parametrize("protocol", ["socks", "mixed"])
+def test_socks5_accounts(start_proxy, echo, origin, protocol):
+    proxy = start_proxy(config(inbound("in", protocol, users=USERS), DIRECT))
+    # accepted, for each account, and the relay works
+    for user, password in USERS:
+        with connect(proxy.port) as s:
+            assert socks5_greet(s, user, password) == 0
+            rep, _ = socks5_request(s, LOOPBACK, echo.port)
+            assert rep == REP_OK
+            assert echo_roundtrip(s, f"hi {user}".encode()) == f"hi {user}".encode()
+    # refused: STATUS 1 (RFC 1929), then the server closes
+    for user, password in [("alice", "wonderlan"), ("alice", "the builder"), ("carol", "x"),
+                           ("Alice", "wonderland"), ("alice", "wonderland!")]:
+        with connect(proxy.port) as s:
+            assert socks5_greet(s, user, password) == 1, (user, password)
+            assert wait_closed(s, 2) is not None
+    # a client offering only "no authentication" gets 0xFF
+    with connect(proxy.port) as s:
+        s.sendall(b"\x05\x01\x00")
+        assert recv_exact(s, 2) == b"\x05\xff"
+        assert wait_closed(s, 2) is not None
+    # SOCKS4 cannot authenticate: rejected
+    with connect(proxy.port) as s:
+        s.sendall(b"\x04\x01" + struct.pack(">H", echo.port) + socket.inet_aton(LOOPBACK) + b"\0")
+        assert recv_exact(s, 8)[:2] == bytes([0, S4_REJECTED])
+        assert wait_closed(s, 2) is not None
+    # curl with the account, and without
+    url = f"http://localhost:{origin.port}/account"
+    r = curl("--socks5-hostname", f"127.0.0.1:{proxy.port}", "-U", "bob:the builder", url)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == origin.body("/account") + b"200"
+    r = curl("--socks5-hostname", f"127.0.0.1:{proxy.port}", url)
+    assert r.returncode != 0
+
+
+def basic(user, password):
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return f"Proxy-Authorization: Basic {token}\r\n"
+
+
+AUTH_407 = b"HTTP/1.1 407 Proxy Authentication Required\r\n"
+AUTH_CHALLENGE = b'Proxy-Authenticate: Basic realm="etemenanki"'
+
+
+def assert_407(s):
+    r = HttpReader(s)
+    head, body = r.response()
+    assert head.startswith(AUTH_407), head
+    assert AUTH_CHALLENGE in header_lines(head), head
+    assert b"Connection: close" in header_lines(head), head
+    assert r.at_eof()
+
+
+@pytest.mark.parametrize("protocol", ["http", "mixed"])
+def test_http_accounts(start_proxy, origin, tls_origin, protocol):
+    proxy = start_proxy(config(inbound("in", protocol, users=USERS), DIRECT))
+    a = f"127.0.0.1:{origin.port}"
+    with connect(proxy.port) as s:
+        s.sendall(get(a, "/no-credentials"))
+        assert_407(s)
+    with connect(proxy.port) as s:  # bob's password for alice
+        s.sendall(get(a, "/wrong", basic("alice", "the builder")))
+        assert_407(s)
+    with connect(proxy.port) as s:
+        s.sendall(f"CONNECT {a} HTTP/1.1\r\nHost: {a}\r\n\r\n".encode())
+        assert_407(s)
+    assert "/no-credentials" not in [q[1] for q in origin.requests]
+    # alice:wonderland, by hand; the credentials do not reach the origin
+    with connect(proxy.port) as s:
+        s.sendall(get(a, "/by-hand", basic("alice", "wonderland")))
+        assert HttpReader(s).raw_response() == HttpTarget.response(origin.body("/by-hand"))
+    # curl -U
+    r = curl("-U", "alice:wonderland", "-x", f"http://127.0.0.1:{proxy.port}",
+             f"http://{a}/curl-account")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == origin.body("/curl-account") + b"200"
+    r = curl("-U", "bob:the builder", "-k", "-p", "-x", f"http://127.0.0.1:{proxy.port}",
+             f"https://127.0.0.1:{tls_origin.port}/curl-tunnel")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == tls_origin.body("/curl-tunnel") + b"200"
+    r = curl("-U", "alice:wrong", "-x", f"http://127.0.0.1:{proxy.port}", f"http://{a}/x")
+    assert r.stdout.endswith(b"407"), r.stdout
+    r = curl("-x", f"http://127.0.0.1:{proxy.port}", f"http://{a}/x")
+    assert r.stdout.endswith(b"407"), r.stdout
+
+
+# ---------------------------------------------------------------- 6. 1 GiB, byte for byte, with a half-close
+
+def test_one_gib_through_socks5_arrives_intact(start_proxy, sink):
+    proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
+    block = os.urandom(1 << 20)
+    expected = hashlib.sha256()
+    hasher = threading.Thread(target=lambda: [expected.update(block) for _ in range(1024)])
+    hasher.start()
+    start = time.monotonic()
+    with socks5_connect(proxy.port, LOOPBACK, sink.port, timeout=60) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        for _ in range(1024):
+            s.sendall(block)
+        s.shutdown(socket.SHUT_WR)  # the sink answers only after this FIN
+        digest = recv_all(s, timeout=60)
+    elapsed = time.monotonic() - start
+    hasher.join()
+    print(f"1 GiB through SOCKS5 in {elapsed:.1f} s ({1024 / elapsed:.0f} MiB/s)")
+    assert digest == expected.hexdigest().encode()
+    assert elapsed < 30, f"1 GiB took {elapsed:.1f} s"
+
+
+def test_half_close_both_ways_over_http_connect(start_proxy, sink):
+    """CONNECT's tunnel carries the client's FIN too: the answer comes after it."""
+    proxy = start_proxy(config(inbound("in", "http"), DIRECT))
+    data = os.urandom(3 << 20)
+    with connect(proxy.port) as s:
+        target = f"127.0.0.1:{sink.port}"
+        s.sendall(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
+        established = b"HTTP/1.1 200 Connection established\r\n\r\n"
+        assert recv_exact(s, len(established)) == established
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        assert recv_all(s, 10) == hashlib.sha256(data).hexdigest().encode()
+
+
+# ---------------------------------------------------------------- 7. 1000 concurrent connections
+
+def test_a_thousand_concurrent_socks5_connections(start_proxy, echo):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4096:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
+    n = 1000
+
+    async def main():
+        msgs = [f"connection {i:04d} ".encode() * 8 + os.urandom(16) for i in range(n)]
+        got = await asyncio.gather(*(socks5_echo_async(proxy.port, LOOPBACK, echo.port, m)
+                                     for m in msgs), return_exceptions=True)
+        return msgs, got
+
+    start = time.monotonic()
+    msgs, got = asyncio.run(main())
+    elapsed = time.monotonic() - start
+    failures = [(i, g) for i, (m, g) in enumerate(zip(msgs, got)) if g != m]
+    print(f"{n} concurrent SOCKS5 echoes in {elapsed:.1f} s")
+    assert not failures, f"{len(failures)} of {n} failed, first: {failures[:3]}"
+
+
+# ---------------------------------------------------------------- 8. blackhole
+
+def test_blackhole_default_route(start_proxy, echo, udp_echo):
+    proxy = start_proxy(config(inbound("in", "mixed"), DIRECT, BLOCK, default="sink"))
+    before = echo.connections
+    with connect(proxy.port) as s:
+        socks5_greet(s)
+        rep, _ = socks5_request(s, LOOPBACK, echo.port)
+        assert rep == REP_OK
+        s.sendall(b"into the void")
+        took = wait_closed(s, 1.0)
+        assert took is not None, "a blackholed stream must get EOF at once"
+    time.sleep(0.1)
+    assert echo.connections == before  # nothing was dialled
+    # over HTTP the route's refusal is a 403
+    with connect(proxy.port) as s:
+        s.sendall(get(f"127.0.0.1:{echo.port}", "/blocked"))
+        head, body = HttpReader(s).response()
+        assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n"), head
+        assert body.startswith(b"destination not allowed")
+    # datagrams are swallowed
+    ctl, relay = udp_associate(proxy.port)
+    with ctl, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+        a.bind((LOOPBACK, 0))
+        before = len(udp_echo.received)
+        a.sendto(udp_packet(LOOPBACK, udp_echo.port, b"swallowed"), relay)
+        assert udp_no_reply(a)
+        assert len(udp_echo.received) == before
+
+
+def test_blackhole_as_first_outbound_closes_at_once(start_proxy, echo):
+    proxy = start_proxy(config(inbound("in", "socks"), BLOCK, DIRECT))
+    before = echo.connections
+    with connect(proxy.port) as s:
+        socks5_greet(s)
+        s.sendall(bytes([5, 1, 0]) + socks_addr(LOOPBACK, echo.port))
+        reply = recv_exact(s, 10)
+        assert reply[:3] == b"\x05\x00\x00", reply
+        s.settimeout(1.0)
+        start = time.monotonic()
+        assert s.recv(100) == b""
+        assert time.monotonic() - start < 1.0
+    time.sleep(0.1)
+    assert echo.connections == before
+
+
+# ---------------------------------------------------------------- 9. failure replies
+
+def test_socks5_connect_to_a_closed_port_is_refused(start_proxy):
+    proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
+    port = closed_port()
+    with connect(proxy.port) as s:
+        socks5_greet(s)
+        s.sendall(bytes([5, 1, 0]) + socks_addr(LOOPBACK, port))
+        assert recv_all(s, 5) == b"\x05" + bytes([REP_REFUSED]) + b"\x00" + NO_BOUND
+    with connect(proxy.port) as s:  # SOCKS4: the one refusal it has
+        s.sendall(b"\x04\x01" + struct.pack(">H", port) + socket.inet_aton(LOOPBACK) + b"\0")
+        assert recv_all(s, 5) == bytes([0, S4_REJECTED]) + bytes(6)
+
+
+def test_http_to_a_closed_port_is_502_naming_the_failure(start_proxy):
+    proxy = start_proxy(config(inbound("in", "http"), DIRECT))
+    target = f"127.0.0.1:{closed_port()}"
+    for request in (get(target, "/"), f"CONNECT {target} HTTP/1.1\r\n\r\n".encode()):
+        with connect(proxy.port) as s:
+            s.sendall(request)
+            r = HttpReader(s)
+            head, body = r.response()
+            assert head.startswith(b"HTTP/1.1 502 Bad Gateway\r\n"), head
+            assert b"Content-Type: text/plain" in header_lines(head)
+            assert body.startswith(b"connection refused"), body
+            assert target.encode() in body, body
+            assert r.at_eof()
+
+
+def test_unresolvable_names_get_an_error_not_a_hang(start_proxy):
+    """NXDOMAIN is host unreachable at once; a resolver that never answers is
+    a timeout after the resolver's deadline (5 s), both ways at once."""
+    nx, silent = DnsServer("nxdomain"), DnsServer("silent")
+    try:
+        fast = start_proxy(config(inbound("in", "mixed"), DIRECT, dns=[f"127.0.0.1:{nx.port}"]))
+        slow = start_proxy(config(inbound("in", "mixed"), DIRECT,
+                                  dns=[f"127.0.0.1:{silent.port}"]))
+        results = {}
+
+        def socks_case(key, port):
+            with connect(port, timeout=15) as s:
+                socks5_greet(s)
+                s.sendall(bytes([5, 1, 0]) + socks_addr("nonexistent.invalid", 80))
+                start = time.monotonic()
+                results[key] = (recv_all(s, 15), time.monotonic() - start)
+
+        def http_case(key, port):
+            with connect(port, timeout=15) as s:
+                s.sendall(get("nonexistent.invalid", "/"))
+                start = time.monotonic()
+                r = HttpReader(s, timeout=15)
+                results[key] = (r.response(), time.monotonic() - start)
+
+        threads = [threading.Thread(target=f, args=(k, p)) for f, k, p in [
+            (socks_case, "socks-nx", fast.port), (http_case, "http-nx", fast.port),
+            (socks_case, "socks-silent", slow.port), (http_case, "http-silent", slow.port)]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        assert nx.queries > 0 and silent.queries > 0
+
+        reply, took = results["socks-nx"]
+        assert reply == b"\x05" + bytes([REP_HOST_UNREACHABLE]) + b"\x00" + NO_BOUND
+        assert took < 2
+        (head, body), took = results["http-nx"]
+        assert head.startswith(b"HTTP/1.1 502 Bad Gateway\r\n"), head
+        assert body.startswith(b"host unreachable"), body
+        assert took < 2
+
+        reply, took = results["socks-silent"]
+        assert reply == b"\x05" + bytes([REP_TTL_EXPIRED]) + b"\x00" + NO_BOUND
+        assert took < 8
+        (head, body), took = results["http-silent"]
+        assert head.startswith(b"HTTP/1.1 504 Gateway Timeout\r\n"), head
+        assert body.startswith(b"connection timed out"), body
+        assert took < 8
+    finally:
+        nx.close()
+        silent.close()
+
+
+def test_socks5_unsupported_command_and_address_type(start_proxy, echo):
+    proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
+    with connect(proxy.port) as s:  # BIND
+        socks5_greet(s)
+        s.sendall(bytes([5, 2, 0]) + socks_addr(LOOPBACK, echo.port))
+        assert recv_all(s, 3) == b"\x05" + bytes([REP_CMD]) + b"\x00" + NO_BOUND
+    with connect(proxy.port) as s:  # ATYP 2 does not exist
+        socks5_greet(s)
+        s.sendall(bytes([5, 1, 0, 2]))
+        assert recv_all(s, 3) == b"\x05\x08\x00" + NO_BOUND
+
+
+# ---------------------------------------------------------------- 10. timeouts
+
+def test_handshake_and_idle_timeouts(start_proxy, echo):
+    proxy = start_proxy(config(inbound("in", "mixed"), DIRECT,
+                               policy={"handshake_timeout": 1, "idle_timeout": 1}))
+    silent = connect(proxy.port)
+    partial = connect(proxy.port)
+    partial.sendall(b"\x05\x01")  # a greeting cut short
+    half_http = connect(proxy.port)
+    half_http.sendall(b"GET http://127.0.0.1/ HTTP/1.1\r\n")
+    idle = socks5_connect(proxy.port, LOOPBACK, echo.port)
+    busy = socks5_connect(proxy.port, LOOPBACK, echo.port)
+    assert echo_roundtrip(idle, b"last words") == b"last words"
+    results = {}
+
+    def watch(name, sock):
+        results[name] = wait_closed(sock, 3.0)
+
+    def keep_busy():
+        for i in range(5):  # a byte every 0.4 s for 2 s
+            assert echo_roundtrip(busy, b"%d" % i) == b"%d" % i
+            time.sleep(0.4)
+
+    threads = [threading.Thread(target=watch, args=a) for a in
+               [("silent", silent), ("partial", partial), ("half_http", half_http),
+                ("idle", idle)]]
+    threads.append(threading.Thread(target=keep_busy))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    for name, took in results.items():
+        assert took is not None, f"{name} still open after 3 s"
+        assert 0.7 <= took <= 2.0, f"{name} closed after {took:.2f} s"
+    # a flow that carries a byte now and then outlives the idle timeout
+    assert echo_roundtrip(busy, b"still here") == b"still here"
+    for s in (silent, partial, half_http, idle, busy):
+        s.close()
+
+
+# ---------------------------------------------------------------- 11. SIGTERM with open connections
+
+def test_sigterm_with_open_connections_exits_0_quickly(start_proxy, echo, origin):
+    proxy = start_proxy(config(inbound("in", "mixed"), DIRECT))
+    relays = [socks5_connect(proxy.port, LOOPBACK, echo.port) for _ in range(20)]
+    for i, s in enumerate(relays):
+        assert echo_roundtrip(s, b"r%d" % i) == b"r%d" % i
+    handshaking = connect(proxy.port)
+    handshaking.sendall(b"\x05")
+    keepalive = connect(proxy.port)
+    keepalive.sendall(get(f"127.0.0.1:{origin.port}", "/before-sigterm"))
+    HttpReader(keepalive).response()
+    ctl, _ = udp_associate(proxy.port)
+    rc, took = proxy.terminate(timeout=5)
+    assert rc == 0, proxy.log()
+    assert took < 2, f"took {took:.2f} s"
+    # every client sees its connection end
+    for s in relays + [handshaking, keepalive, ctl]:
+        assert wait_closed(s, 1) is not None
+        s.close()
+    assert proxy.log().rstrip().endswith("app: stopped")
+
+
+def test_sigint_exits_0(start_proxy, echo):
+    proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
+    s = socks5_connect(proxy.port, LOOPBACK, echo.port)
+    start = time.monotonic()
+    proxy.proc.send_signal(signal.SIGINT)
+    assert proxy.proc.wait(5) == 0
+    assert time.monotonic() - start < 2
+    s.close()
+
+
+# ---------------------------------------------------------------- 12. garbage
+
+@pytest.mark.parametrize("first", [b"G", b"\x16\x03\x01\x00\x05hello", b"\x00", b"\xff" * 10,
+                                   b"\x03\x01\x00"], ids=["G", "tls", "nul", "ff", "three"])
+def test_socks_inbound_closes_on_a_bad_first_byte(start_proxy, first):
+    proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
+    with connect(proxy.port) as s:
+        s.sendall(first)
+        assert recv_all(s, 2) == b""
+
+
+BAD_REQUESTS = [
+    (b"FOO\r\n\r\n", b"malformed request line"),
+    (b"GET http://127.0.0.1:1/ HTTP/1.1\nHost: x\n\n", b"lines must end in CRLF"),
+    (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"a proxy request needs an absolute http:// URI"),
+    (b"GET http://127.0.0.1:1/ HTTP/1.1\r\nNo colon here\r\n\r\n", b"malformed header field"),
+    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", b"malformed request line"),
+]
+
+
+@pytest.mark.parametrize("protocol", ["http", "mixed"])
+@pytest.mark.parametrize("request_bytes,reason", BAD_REQUESTS,
+                         ids=["start-line", "bare-lf", "origin-form", "field", "tls-hello"])
+def test_malformed_http_gets_400(start_proxy, protocol, request_bytes, reason):
+    proxy = start_proxy(config(inbound("in", protocol), DIRECT))
+    with connect(proxy.port) as s:
+        s.sendall(request_bytes)
+        r = HttpReader(s)
+        head, body = r.response()
+        assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n"), head
+        assert b"Connection: close" in header_lines(head)
+        assert body == reason + b"\n"
+        assert r.at_eof()
