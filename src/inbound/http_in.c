@@ -188,13 +188,12 @@ static void connected(uv_tcp_t *up, bool blackhole, bool ok, proto_dial_error er
 			conn_close_after_write(ic->c);
 		return;
 	}
-	bool tunnel = h->core.connect; /* read before opened() moves the core on */
 	if (http_server_opened(&h->core, &ic->out) || !in_conn_flush(ic)) {
 		uv_close((uv_handle_t *)up, free_handle);
 		conn_close(ic->c);
 		return;
 	}
-	if (tunnel) {
+	if (http_server_is_tunnel(&h->core)) {
 		conn_relay(ic->c, up);
 		return;
 	}

@@ -26,10 +26,10 @@
  * Output model: bytes the core writes itself (200 Connection established,
  * 4xx/5xx answers) go to the client through a proto_out. Bytes relayed to
  * the other side come from the take functions, to be called after every
- * feed / opened call until they return false: first a rewritten head held
- * in the core, then body bytes that are a slice of the `in` just fed. Both
- * are borrowed until the next call on the core (copy them or write them
- * out before calling again).
+ * feed / opened / feed_upstream call until they return false: first a
+ * rewritten head held in the core, then body bytes that are a slice of the
+ * `in` just fed. Both are borrowed until the next call on the core (copy
+ * them or write them out before calling again).
  *
  * The shell, client side:
  *   loop: n = http_server_feed(s, buf, len, &out, &ev)
@@ -65,7 +65,8 @@
  *   Transfer-Encoding are kept even when Connection names them, because
  *   bodies pass through unchanged and those fields frame them; removing
  *   them would smuggle. Trailer is kept: the trailer section passes through
- *   and RFC 9110 6.6.2 makes Trailer end-to-end.
+ *   and RFC 9110 6.6.2 makes Trailer end-to-end. A Content-Length list of
+ *   equal values (RFC 9112 6.3 item 5) is forwarded as one value.
  * - Upgrade is not supported on absolute-form requests: the field is
  *   removed, so the origin never answers 101 (a 101 is treated as a bad
  *   response). WebSocket clients use CONNECT through a proxy (RFC 6455 4.1).

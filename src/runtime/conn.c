@@ -91,8 +91,10 @@ static void peer_text(const conn *c, char *out, size_t size)
 static void on_handle_closed(uv_handle_t *h)
 {
 	conn *c = h->data;
-	if (h == (uv_handle_t *)c->up)
+	if (h == (uv_handle_t *)c->up) {
 		free(c->up);
+		c->up = NULL;
+	}
 	if (--c->open_handles > 0)
 		return;
 	worker_conns *list = worker_conn_list(c->w);

@@ -22,10 +22,11 @@ LOOPBACK = "127.0.0.1"
 
 # ---------------------------------------------------------------- sockets
 
-def free_port(kind=socket.SOCK_STREAM):
-    """A port the kernel just handed out on 127.0.0.1 (released again)."""
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind((LOOPBACK, 0))
+def free_port(kind=socket.SOCK_STREAM, host=LOOPBACK):
+    """A port the kernel just handed out on host (released again)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, kind) as s:
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -70,8 +71,8 @@ def wait_closed(sock, timeout):
             return time.monotonic() - start
 
 
-def connect(port, timeout=5.0):
-    s = socket.create_connection((LOOPBACK, port), timeout=timeout)
+def connect(port, timeout=5.0, host=LOOPBACK):
+    s = socket.create_connection((host, port), timeout=timeout)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
 
@@ -83,13 +84,15 @@ class Proxy:
     {port0}, {port1}, ... are filled with free ports; listen_ports names which
     of them must accept before the proxy counts as started."""
 
-    def __init__(self, app, workdir, config, n_ports=1, extra=None, log_level=None):
+    def __init__(self, app, workdir, config, n_ports=1, extra=None, log_level=None,
+                 host=LOOPBACK):
         self.app = app
         self.workdir = workdir
         self.template = config
         self.n_ports = n_ports
         self.extra = extra or {}
         self.log_level = log_level
+        self.host = host
         self.proc = None
         self.ports = []
         self.cfg_path = None
@@ -102,7 +105,7 @@ class Proxy:
 
     def start(self, attempts=4):
         for attempt in range(attempts):
-            self.ports = [free_port() for _ in range(self.n_ports)]
+            self.ports = [free_port(host=self.host) for _ in range(self.n_ports)]
             fill = {f"port{i}": p for i, p in enumerate(self.ports)}
             fill.update(self.extra)
             text = self.template.format(**fill)
@@ -133,7 +136,7 @@ class Proxy:
             if self.proc.poll() is not None:
                 return False
             try:
-                with socket.create_connection((LOOPBACK, pending[0]), timeout=0.5):
+                with socket.create_connection((self.host, pending[0]), timeout=0.5):
                     pass
                 pending.pop(0)
             except OSError:
@@ -158,17 +161,25 @@ class Proxy:
         return rc, time.monotonic() - start
 
     def stop(self):
-        """SIGTERM, then SIGKILL after 3 s; only this process."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(3)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        """SIGTERM, then SIGKILL after 3 s; only this process. Returns the
+        exit status (negative: the signal that ended it; "killed" when SIGTERM
+        did not stop it in time)."""
+        status = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    status = self.proc.wait(3)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(5)
+                    status = "killed"
+            else:
+                status = self.proc.returncode
         if self._log is not None:
             self._log.close()
             self._log = None
+        return status
 
 
 # ---------------------------------------------------------------- target servers
@@ -193,8 +204,9 @@ class HttpTarget(_ThreadedServer):
 
         HTTP/1.1 200 OK\\r\\nContent-Type: text/plain\\r\\nContent-Length: N\\r\\n\\r\\n<body>
 
-    with body = expected_body(name, path); each request is recorded as
-    (method, path, Host field, client port)."""
+    with body = self.body(path, request body); each request is recorded as
+    (method, path, Host field, client port, header fields as (name, value)).
+    GET /big/N answers N bytes of big_body(N) instead."""
 
     def __init__(self, name="origin", tls_context=None):
         target = self
@@ -211,7 +223,15 @@ class HttpTarget(_ThreadedServer):
             def _answer(self):
                 with target.lock:
                     target.requests.append((self.command, self.path, self.headers.get("Host"),
-                                            self.client_address[1]))
+                                            self.client_address[1], list(self.headers.items())))
+                if self.path.startswith("/big/"):
+                    n = int(self.path[5:])
+                    self.send_response_only(200)
+                    self.send_header("Content-Length", str(n))
+                    self.end_headers()
+                    for chunk in big_chunks(n):
+                        self.wfile.write(chunk)
+                    return
                 length = int(self.headers.get("Content-Length") or 0)
                 sent = self.rfile.read(length) if length else b""
                 body = target.body(self.path, sent)
@@ -226,6 +246,7 @@ class HttpTarget(_ThreadedServer):
 
         server = http.server.ThreadingHTTPServer((LOOPBACK, 0), Handler)
         server.daemon_threads = True
+        server.block_on_close = False
         if tls_context is not None:
             server.socket = tls_context.wrap_socket(server.socket, server_side=True)
         super().__init__(server)
@@ -237,6 +258,95 @@ class HttpTarget(_ThreadedServer):
     def response(body):
         return (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
                 b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+
+_BIG_BLOCK = hashlib.sha512(b"etemenanki").digest() * (1 << 14)  # 1 MiB, fixed
+
+
+def big_chunks(n):
+    """The n bytes of a big body, in chunks of at most 1 MiB."""
+    while n > 0:
+        k = min(n, len(_BIG_BLOCK))
+        yield _BIG_BLOCK[:k]
+        n -= k
+
+
+def big_sha256(n):
+    h = hashlib.sha256()
+    for chunk in big_chunks(n):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+class RawOrigin(_ThreadedServer):
+    """An HTTP/1.1 origin whose answers are written byte for byte: ANSWERS maps
+    a path to the exact response. It reads request bodies framed by
+    Content-Length or chunked, keeps each request as (method, path, decoded
+    body, raw head), and serves requests on one connection until the answer's
+    framing needs a close. /echo answers the decoded body with a length."""
+
+    ANSWERS = {
+        "/chunked": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"),
+        "/no-content": b"HTTP/1.1 204 No Content\r\nX-Why: nothing\r\n\r\n",
+        "/continue": (b"HTTP/1.1 100 Continue\r\n\r\n"
+                      b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+        "/hop": (b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Secret\r\nKeep-Alive: timeout=5\r\n"
+                 b"X-Secret: hidden\r\nX-Public: shown\r\nContent-Length: 3\r\n\r\nhop"),
+        "/until-close": b"HTTP/1.1 200 OK\r\nX-Framing: close\r\n\r\nthe body ends with the connection",
+    }
+    HEAD_ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n"
+
+    def __init__(self):
+        origin = self
+        self.requests = []
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self):
+                while origin._one(self.rfile, self.wfile, self.client_address[1]):
+                    pass
+
+        server = socketserver.ThreadingTCPServer((LOOPBACK, 0), Handler)
+        server.daemon_threads = True
+        server.block_on_close = False
+        super().__init__(server)
+
+    def _one(self, rfile, wfile, client_port):
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            line = rfile.readline(65536)
+            if not line:
+                return False
+            head += line
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ")
+        fields = {}
+        for line in lines[1:]:
+            if line:
+                k, _, v = line.partition(":")
+                fields[k.strip().lower()] = v.strip()
+        body = b""
+        if fields.get("transfer-encoding", "").lower() == "chunked":
+            while True:
+                size = int(rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    while rfile.readline() not in (b"\r\n", b""):
+                        pass
+                    break
+                body += rfile.read(size)
+                rfile.readline()
+        elif "content-length" in fields:
+            body = rfile.read(int(fields["content-length"]))
+        self.requests.append((method, path, body, head, client_port))
+        if method == "HEAD":
+            answer = self.HEAD_ANSWER
+        elif path.split("?")[0] == "/echo":
+            answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+        else:
+            answer = self.ANSWERS[path.split("?")[0]]
+        wfile.write(answer)
+        wfile.flush()
+        return path != "/until-close"
 
 
 class Sha256Sink(_ThreadedServer):
@@ -259,6 +369,7 @@ class Sha256Sink(_ThreadedServer):
 
         server = socketserver.ThreadingTCPServer((LOOPBACK, 0), Handler)
         server.daemon_threads = True
+        server.block_on_close = False
         super().__init__(server)
 
 
@@ -266,7 +377,7 @@ class EchoServer:
     """A TCP echo server on an asyncio loop in its own thread (it holds
     thousands of connections without a thread each)."""
 
-    def __init__(self):
+    def __init__(self, host=LOOPBACK):
         self.loop = asyncio.new_event_loop()
         self.connections = 0
         ready = threading.Event()
@@ -286,7 +397,7 @@ class EchoServer:
                 writer.close()
 
         async def main():
-            self.server = await asyncio.start_server(handle, LOOPBACK, 0, backlog=4096)
+            self.server = await asyncio.start_server(handle, host, 0, backlog=4096)
             self.port = self.server.sockets[0].getsockname()[1]
             ready.set()
 

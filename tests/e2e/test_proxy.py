@@ -21,7 +21,7 @@ import time
 import pytest
 
 from proxykit import (LOOPBACK, DnsServer, EchoServer, HttpReader, HttpTarget, Proxy,
-                      Sha256Sink, UdpEcho, connect, free_port, header_lines, make_cert,
+                      RawOrigin, Sha256Sink, big_chunks, big_sha256, UdpEcho, connect, free_port, header_lines, make_cert,
                       parse_udp_header, read_socks_addr, recv_all, recv_exact, socks5_connect,
                       socks5_echo_async, socks5_greet, socks5_request, socks_addr,
                       tls_server_context, wait_closed)
@@ -32,7 +32,7 @@ CURL = "/usr/bin/curl"
 REP_OK, REP_GENERAL, REP_HOST_UNREACHABLE, REP_REFUSED, REP_TTL_EXPIRED, REP_CMD = 0, 1, 4, 5, 6, 7
 S4_GRANTED, S4_REJECTED = 0x5A, 0x5B
 # Every SOCKS5 refusal carries BND 0.0.0.0:0.
-NO_BOUND = b"\x00\x01\x00\x00\x00\x00\x00\x00"
+NO_BOUND = b"\x01" + bytes(6)
 
 
 # ---------------------------------------------------------------- configs
@@ -75,8 +75,14 @@ def start_proxy(app, tmp_path):
         return p.start()
 
     yield _start
+    # every proxy still running must stop cleanly: SIGTERM -> exit 0
+    unclean = []
     for p in started:
-        p.stop()
+        status = p.stop()
+        if status not in (0, None):
+            unclean.append(f"{p.cfg_path.name}: exit status {status}\n{p.log()}")
+    if unclean:
+        pytest.fail("proxy did not stop cleanly:\n" + "\n".join(unclean), pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +95,13 @@ def origin():
 @pytest.fixture(scope="module")
 def origin2():
     s = HttpTarget("second")
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def raw_origin():
+    s = RawOrigin()
     yield s
     s.close()
 
@@ -165,6 +178,105 @@ def test_curl_get_through_the_proxy(start_proxy, origin, protocol, option, host)
     # the origin got origin-form, the Host curl wrote (the http proxy rebuilds
     # it from the absolute URI, which is the same)
     assert ("GET", path, f"{host}:{origin.port}") in [q[:3] for q in origin.requests]
+
+
+# ---------------------------------------------------------------- SOCKS details
+
+def test_socks5_bound_address_is_the_upstream_socket(start_proxy, echo):
+    proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
+    with connect(proxy.port) as s:
+        socks5_greet(s)
+        rep, bound = socks5_request(s, LOOPBACK, echo.port)
+        assert rep == REP_OK
+        assert bound[0] == LOOPBACK and bound[1] not in (0, echo.port, proxy.port), bound
+        assert echo_roundtrip(s, b"bound") == b"bound"
+
+
+def test_socks_handshakes_split_byte_by_byte(start_proxy, echo):
+    proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
+    hello = bytes([5, 2, 0, 2])  # two methods offered
+    request = bytes([5, 1, 0]) + socks_addr("localhost", echo.port)
+    with connect(proxy.port) as s:
+        for b in hello:
+            s.send(bytes([b]))
+            time.sleep(0.005)
+        assert recv_exact(s, 2) == b"\x05\x00"
+        for b in request:
+            s.send(bytes([b]))
+            time.sleep(0.005)
+        assert recv_exact(s, 3) == b"\x05\x00\x00"
+        read_socks_addr(s)
+        assert echo_roundtrip(s, b"split") == b"split"
+    # SOCKS4a with a user id, one byte at a time
+    s4a = b"\x04\x01" + struct.pack(">H", echo.port) + b"\x00\x00\x00\x01" + b"someone\0localhost\0"
+    with connect(proxy.port) as s:
+        for b in s4a:
+            s.send(bytes([b]))
+            time.sleep(0.002)
+        reply = recv_exact(s, 8)
+        assert reply[:2] == bytes([0, S4_GRANTED]), reply
+        assert echo_roundtrip(s, b"four-a") == b"four-a"
+
+
+def test_socks_data_sent_with_the_request_is_relayed(start_proxy, echo):
+    """A client that does not wait for the replies: greeting, request and its
+    first bytes in one segment."""
+    proxy = start_proxy(config(inbound("in", "mixed"), DIRECT))
+    with connect(proxy.port) as s:
+        s.sendall(bytes([5, 1, 0]) + bytes([5, 1, 0]) + socks_addr(LOOPBACK, echo.port) +
+                  b"early bytes")
+        assert recv_exact(s, 2) == b"\x05\x00"
+        assert recv_exact(s, 3) == b"\x05\x00\x00"
+        read_socks_addr(s)
+        assert recv_exact(s, 11) == b"early bytes"
+    with connect(proxy.port) as s:
+        s.sendall(b"\x04\x01" + struct.pack(">H", echo.port) + socket.inet_aton(LOOPBACK) +
+                  b"\0early four")
+        assert recv_exact(s, 8)[:2] == bytes([0, S4_GRANTED])
+        assert recv_exact(s, 10) == b"early four"
+    # and CONNECT over HTTP with the tunnel's first bytes right behind it
+    with connect(proxy.port) as s:
+        s.sendall(f"CONNECT 127.0.0.1:{echo.port} HTTP/1.1\r\n\r\n".encode() + b"early http")
+        established = b"HTTP/1.1 200 Connection established\r\n\r\n"
+        assert recv_exact(s, len(established) + 10) == established + b"early http"
+
+
+def test_full_duplex_relay_under_backpressure(start_proxy, echo):
+    """32 MiB to the echo server while its echo is read back concurrently."""
+    proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
+    data = os.urandom(1 << 20) * 32
+    with socks5_connect(proxy.port, LOOPBACK, echo.port, timeout=30) as s:
+        sender = threading.Thread(target=s.sendall, args=(data,))
+        sender.start()
+        h, got = hashlib.sha256(), 0
+        while got < len(data):
+            chunk = s.recv(1 << 20)
+            assert chunk, f"EOF after {got} bytes"
+            h.update(chunk)
+            got += len(chunk)
+        sender.join(30)
+        assert got == len(data)
+        assert h.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_ipv6_listen_and_destination(start_proxy, app, tmp_path):
+    echo6 = EchoServer(host="::1")
+    try:
+        proxy = start_proxy(config(inbound("in", "mixed").replace('"127.0.0.1"', '"::1"'), DIRECT),
+                            host="::1")
+        with connect(proxy.port, host="::1") as s:
+            socks5_greet(s)
+            rep, bound = socks5_request(s, "::1", echo6.port)
+            assert rep == REP_OK
+            assert bound[0] == "::1", bound
+            assert echo_roundtrip(s, b"six") == b"six"
+        with connect(proxy.port, host="::1") as s:
+            s.sendall(f"CONNECT [::1]:{echo6.port} HTTP/1.1\r\n\r\n".encode())
+            established = b"HTTP/1.1 200 Connection established\r\n\r\n"
+            assert recv_exact(s, len(established)) == established
+            assert echo_roundtrip(s, b"six over http") == b"six over http"
+    finally:
+        echo6.close()
 
 
 # ---------------------------------------------------------------- 2. HTTPS through CONNECT
@@ -259,6 +371,86 @@ def test_http10_client_without_keep_alive_is_closed_after_the_response(start_pro
         assert b"Connection: close" in header_lines(head)
         assert body == origin.body("/old")
         assert r.at_eof()
+
+
+def test_http_framing_through_the_absolute_form_path(start_proxy, raw_origin):
+    """Chunked, 1xx, 204, HEAD and hop-by-hop fields, one keep-alive connection;
+    then a close-delimited body, which ends it."""
+    proxy = start_proxy(config(inbound("in", "http"), DIRECT))
+    o = f"127.0.0.1:{raw_origin.port}"
+    ans = RawOrigin.ANSWERS
+    with connect(proxy.port) as s:
+        r = HttpReader(s)
+
+        def exchange(request, expected):
+            s.sendall(request)
+            got = b""
+            s.settimeout(5)
+            while len(got) < len(expected):
+                chunk = s.recv(65536)
+                assert chunk, f"EOF after {got!r}"
+                got += chunk
+            assert got == expected
+
+        exchange(get(o, "/chunked"), ans["/chunked"])
+        exchange(get(o, "/no-content"), ans["/no-content"])
+        exchange(get(o, "/continue"), ans["/continue"])
+        exchange(f"HEAD http://{o}/anything HTTP/1.1\r\nHost: {o}\r\n\r\n".encode(),
+                 RawOrigin.HEAD_ANSWER)
+        # fields the Connection header names, and the hop-by-hop ones, are dropped
+        exchange(get(o, "/hop"),
+                 b"HTTP/1.1 200 OK\r\nX-Public: shown\r\nContent-Length: 3\r\n\r\nhop")
+        # a chunked request body arrives whole
+        exchange(f"POST http://{o}/echo HTTP/1.1\r\nHost: {o}\r\nTransfer-Encoding: chunked\r\n"
+                 "\r\n4\r\nabcd\r\n3\r\nefg\r\n0\r\n\r\n".encode(),
+                 b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nabcdefg")
+        # the request head the origin gets: origin-form, Host from the URI
+        # first, no hop-by-hop or proxy fields
+        exchange(f"GET http://{o}/echo?x=1 HTTP/1.1\r\nHost: wrong.example\r\n"
+                 "Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic eDp5\r\n"
+                 "Connection: X-Drop\r\nX-Drop: 1\r\nX-Keep: 2\r\nUser-Agent: t\r\n\r\n".encode(),
+                 b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        assert raw_origin.requests[-1][3] == (f"GET /echo?x=1 HTTP/1.1\r\nHost: {o}\r\n"
+                                              "X-Keep: 2\r\nUser-Agent: t\r\n\r\n").encode()
+        # every request so far went over one upstream connection
+        ports = {q[4] for q in raw_origin.requests[-7:]}
+        assert len(ports) == 1, ports
+        # a body that ends with the connection: the client is told, then closed
+        s.sendall(get(o, "/until-close"))
+        assert recv_all(s, 5) == (b"HTTP/1.1 200 OK\r\nX-Framing: close\r\nConnection: close\r\n"
+                                  b"\r\nthe body ends with the connection")
+
+
+def test_http_large_bodies_both_ways(start_proxy, origin):
+    """64 MiB down and 16 MiB up through the absolute-form path, then one
+    more request on the same connection."""
+    proxy = start_proxy(config(inbound("in", "http"), DIRECT))
+    a = f"127.0.0.1:{origin.port}"
+    n = 64 << 20
+    with connect(proxy.port, timeout=30) as s:
+        s.sendall(get(a, f"/big/{n}"))
+        r = HttpReader(s, timeout=30)
+        while b"\r\n\r\n" not in r.buf:
+            r._more("a head")
+        end = r.buf.index(b"\r\n\r\n") + 4
+        assert r.buf[:end] == b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % n
+        h, got = hashlib.sha256(r.buf[end:]), len(r.buf) - end
+        r.buf = b""
+        while got < n:
+            chunk = s.recv(min(1 << 20, n - got))
+            assert chunk, f"EOF after {got} of {n} bytes"
+            h.update(chunk)
+            got += len(chunk)
+        assert h.hexdigest() == big_sha256(n)
+
+        up = b"".join(big_chunks(16 << 20))
+        s.sendall(f"POST http://{a}/up HTTP/1.1\r\nHost: {a}\r\nContent-Length: {len(up)}\r\n"
+                  "\r\n".encode() + up)
+        head, body = r.response()
+        assert body == origin.body("/up", up)
+
+        s.sendall(get(a, "/after-big"))
+        assert r.raw_response() == HttpTarget.response(origin.body("/after-big"))
 
 
 # ---------------------------------------------------------------- 4. SOCKS5 UDP ASSOCIATE
@@ -410,6 +602,8 @@ def test_http_accounts(start_proxy, origin, tls_origin, protocol):
     with connect(proxy.port) as s:
         s.sendall(get(a, "/by-hand", basic("alice", "wonderland")))
         assert HttpReader(s).raw_response() == HttpTarget.response(origin.body("/by-hand"))
+    fields = [q[4] for q in origin.requests if q[1] == "/by-hand"][-1]
+    assert "proxy-authorization" not in [k.lower() for k, _ in fields]
     # curl -U
     r = curl("-U", "alice:wonderland", "-x", f"http://127.0.0.1:{proxy.port}",
              f"http://{a}/curl-account")
@@ -626,7 +820,7 @@ def test_socks5_unsupported_command_and_address_type(start_proxy, echo):
 
 # ---------------------------------------------------------------- 10. timeouts
 
-def test_handshake_and_idle_timeouts(start_proxy, echo):
+def test_handshake_and_idle_timeouts(start_proxy, echo, origin):
     proxy = start_proxy(config(inbound("in", "mixed"), DIRECT,
                                policy={"handshake_timeout": 1, "idle_timeout": 1}))
     silent = connect(proxy.port)
@@ -637,6 +831,10 @@ def test_handshake_and_idle_timeouts(start_proxy, echo):
     idle = socks5_connect(proxy.port, LOOPBACK, echo.port)
     busy = socks5_connect(proxy.port, LOOPBACK, echo.port)
     assert echo_roundtrip(idle, b"last words") == b"last words"
+    http_idle = connect(proxy.port)  # keep-alive, idle after its one response
+    http_idle.sendall(get(f"127.0.0.1:{origin.port}", "/then-idle"))
+    HttpReader(http_idle).response()
+    udp_idle, _ = udp_associate(proxy.port)  # an association no datagram uses
     results = {}
 
     def watch(name, sock):
@@ -649,7 +847,7 @@ def test_handshake_and_idle_timeouts(start_proxy, echo):
 
     threads = [threading.Thread(target=watch, args=a) for a in
                [("silent", silent), ("partial", partial), ("half_http", half_http),
-                ("idle", idle)]]
+                ("idle", idle), ("http_idle", http_idle), ("udp_idle", udp_idle)]]
     threads.append(threading.Thread(target=keep_busy))
     for t in threads:
         t.start()
@@ -660,15 +858,31 @@ def test_handshake_and_idle_timeouts(start_proxy, echo):
         assert 0.7 <= took <= 2.0, f"{name} closed after {took:.2f} s"
     # a flow that carries a byte now and then outlives the idle timeout
     assert echo_roundtrip(busy, b"still here") == b"still here"
-    for s in (silent, partial, half_http, idle, busy):
+    for s in (silent, partial, half_http, idle, busy, http_idle, udp_idle):
         s.close()
 
 
 # ---------------------------------------------------------------- 11. SIGTERM with open connections
 
 def test_sigterm_with_open_connections_exits_0_quickly(start_proxy, echo, origin):
-    proxy = start_proxy(config(inbound("in", "mixed"), DIRECT))
+    silent = DnsServer("silent")
+    try:
+        _sigterm_with_open_connections(start_proxy, echo, origin, silent)
+    finally:
+        silent.close()
+
+
+def _sigterm_with_open_connections(start_proxy, echo, origin, silent):
+    proxy = start_proxy(config(inbound("in", "mixed"), DIRECT,
+                               dns=[f"127.0.0.1:{silent.port}"]))
     relays = [socks5_connect(proxy.port, LOOPBACK, echo.port) for _ in range(20)]
+    resolving = connect(proxy.port)  # a lookup that will never be answered
+    socks5_greet(resolving)
+    resolving.sendall(bytes([5, 1, 0]) + socks_addr("nonexistent.invalid", 80))
+    deadline = time.monotonic() + 2
+    while silent.queries == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert silent.queries > 0
     for i, s in enumerate(relays):
         assert echo_roundtrip(s, b"r%d" % i) == b"r%d" % i
     handshaking = connect(proxy.port)
@@ -681,7 +895,7 @@ def test_sigterm_with_open_connections_exits_0_quickly(start_proxy, echo, origin
     assert rc == 0, proxy.log()
     assert took < 2, f"took {took:.2f} s"
     # every client sees its connection end
-    for s in relays + [handshaking, keepalive, ctl]:
+    for s in relays + [handshaking, keepalive, ctl, resolving]:
         assert wait_closed(s, 1) is not None
         s.close()
     assert proxy.log().rstrip().endswith("app: stopped")
