@@ -21,8 +21,8 @@ build: deps $(BUILD)/build.ninja
 run: build
 	$(BUILD)/src/etemenanki-app -c $(CONFIG)
 
-# Everything: unit, corpus and end-to-end tests, then the unit tests again
-# under AddressSanitizer and UBSan.
+# Everything: unit, corpus and end-to-end tests, then the unit and
+# end-to-end tests again with the binary under AddressSanitizer and UBSan.
 test: build
 	meson test -C $(BUILD) --print-errorlogs
 	$(MAKE) --no-print-directory test-asan
@@ -33,7 +33,7 @@ $(ASAN_BUILD)/build.ninja:
 test-asan: deps $(ASAN_BUILD)/build.ninja
 	meson compile -C $(ASAN_BUILD)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		meson test -C $(ASAN_BUILD) --print-errorlogs --suite unit --suite toml
+		meson test -C $(ASAN_BUILD) --print-errorlogs --suite unit --suite toml --suite e2e
 
 $(FUZZ_BUILD)/build.ninja:
 	CC=clang meson setup $(FUZZ_BUILD) -Dfuzz=true -Db_lundef=false

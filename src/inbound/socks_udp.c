@@ -146,8 +146,9 @@ void socks_udp_start(in_conn *ic, const proto_event *ev)
 	}
 	const connector *cn = ic->in->connect;
 	char why[200];
-	u->link = cn->connect_datagram(cn->self, conn_worker(ic->c), &ic->f, &ic->ctx, on_link_recv,
-	                               u, why, sizeof why);
+	static const dgram_handlers handlers = {.recv = on_link_recv};
+	u->link = cn->connect_datagram(cn->self, conn_worker(ic->c), &ic->f, &ic->ctx, &handlers, u,
+	                               why, sizeof why);
 	if (!u->link) {
 		snprintf(err, sizeof err, msgs[1], why);
 		socks_udp_stop(ic);

@@ -218,7 +218,7 @@ static void recv_cb(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct so
 static const dgram_link_ops freedom_ops = {.send_to = fu_send_to, .close = fu_close};
 
 dgram_link *freedom_udp_open(worker *w, dns_resolver *dns, etm_address_family af,
-                             dgram_recv_cb cb, void *ud, char *err, size_t err_size)
+                             const dgram_handlers *h, void *ud, char *err, size_t err_size)
 {
 	freedom_udp *f = calloc(1, sizeof *f);
 	uint8_t *buf = malloc(DGRAM_HEADROOM + DGRAM_MAX);
@@ -228,7 +228,7 @@ dgram_link *freedom_udp_open(worker *w, dns_resolver *dns, etm_address_family af
 		snprintf(err, err_size, "%s", msgs[0]);
 		return NULL;
 	}
-	*f = (freedom_udp){.base.ops = &freedom_ops, .w = w, .dns = dns, .af = af, .cb = cb,
+	*f = (freedom_udp){.base.ops = &freedom_ops, .w = w, .dns = dns, .af = af, .cb = h->recv,
 	                   .ud = ud, .buf = buf};
 	bool want[2] = {af != ETM_AF_IPV6_ONLY, af != ETM_AF_IPV4_ONLY};
 	for (int i = 0; i < 2; i++) {

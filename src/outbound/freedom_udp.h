@@ -17,7 +17,7 @@
  * bind fails is left out. Returns NULL with "udp: no usable local socket in
  * any requested family" in err when none binds. */
 dgram_link *freedom_udp_open(worker *w, dns_resolver *dns, etm_address_family af,
-                             dgram_recv_cb cb, void *ud, char *err, size_t err_size);
+                             const dgram_handlers *h, void *ud, char *err, size_t err_size);
 
 /* A link that swallows every datagram and never receives (BlackholeLink). */
 dgram_link *blackhole_udp_open(void);

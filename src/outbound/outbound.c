@@ -1,6 +1,7 @@
 /* outbound.c - dispatch of connect_stream by protocol. */
 #include "outbound/outbound.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,9 @@ static const char *const msgs[] = {
 	"outbound %s: protocol %s is not available yet",
 	"out of memory",
 };
+
+/* Source of outbound ids; a fan-out keys its sub-links by them. */
+static atomic_uint_fast64_t next_id = 1;
 
 outbound *outbound_new(const etm_outbound_spec *spec, char *err, size_t err_size)
 {
@@ -27,6 +31,7 @@ outbound *outbound_new(const etm_outbound_spec *spec, char *err, size_t err_size
 		snprintf(err, err_size, "%s", msgs[1]);
 		return NULL;
 	}
+	o->id = atomic_fetch_add(&next_id, 1);
 	o->protocol = spec->protocol;
 	o->af = spec->address_family;
 	return o;
@@ -61,11 +66,12 @@ connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resol
 }
 
 dgram_link *outbound_connect_datagram(const outbound *o, worker *w, dns_resolver *dns,
-                                      dgram_recv_cb cb, void *ud, char *err, size_t err_size)
+                                      const dgram_handlers *h, void *ud, char *err,
+                                      size_t err_size)
 {
 	switch (o->protocol) {
 	case ETM_PROTO_FREEDOM:
-		return freedom_udp_open(w, dns, o->af, cb, ud, err, err_size);
+		return freedom_udp_open(w, dns, o->af, h, ud, err, err_size);
 	case ETM_PROTO_BLACKHOLE:
 		return blackhole_udp_open();
 	default:

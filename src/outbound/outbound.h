@@ -9,7 +9,8 @@
 #include "runtime/dns.h"
 
 typedef struct outbound {
-	char *tag; /* owned */
+	uint64_t id; /* unique for the process's life: tag@vN, never reused */
+	char *tag;   /* owned */
 	etm_protocol protocol;
 	etm_address_family af;
 } outbound;
@@ -29,6 +30,7 @@ connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resol
 /* Opens a datagram link through o (seed 000 "connect_datagram"): freedom's
  * per-family sockets, blackhole's swallowing link. NULL with err on failure. */
 dgram_link *outbound_connect_datagram(const outbound *o, worker *w, dns_resolver *dns,
-                                      dgram_recv_cb cb, void *ud, char *err, size_t err_size);
+                                      const dgram_handlers *h, void *ud, char *err,
+                                      size_t err_size);
 
 #endif

@@ -46,6 +46,15 @@ typedef void (*connect_cb)(uv_tcp_t *up, bool blackhole, bool ok, proto_dial_err
  * and valid only during the call. */
 typedef void (*dgram_recv_cb)(const addr_dest *from, uint8_t *data, size_t len, void *ud);
 
+/* What a datagram link reports to its owner. */
+typedef struct dgram_handlers {
+	dgram_recv_cb recv;
+	/* The link can no longer receive (a SOCKS control connection closed,
+	 * a proxy stream failed); why is valid during the call. The owner
+	 * still closes the link. May be NULL. */
+	void (*end)(void *ud, const char *why);
+} dgram_handlers;
+
 typedef struct dgram_link dgram_link;
 
 typedef struct dgram_link_ops {
@@ -78,10 +87,12 @@ typedef struct connector {
 	 * which case connect returns NULL. */
 	connect_pending *(*connect)(void *self, worker *w, const flow *f, const flow_ctx *ctx,
 	                            connect_cb cb, void *data);
-	/* Opens a datagram link for a UDP flow; received datagrams go to cb.
-	 * Returns NULL with the reason in err. */
+	/* Opens the datagram link of a UDP association (the fan-out: every
+	 * packet is routed on its own); what it receives goes to h. Returns
+	 * NULL with the reason in err. */
 	dgram_link *(*connect_datagram)(void *self, worker *w, const flow *f, const flow_ctx *ctx,
-	                                dgram_recv_cb cb, void *ud, char *err, size_t err_size);
+	                                const dgram_handlers *h, void *ud, char *err,
+	                                size_t err_size);
 	void *self;
 } connector;
 

@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "inbound/inbound.h"
+#include "outbound/fanout.h"
 #include "runtime/dns_cache.h"
 #include "runtime/listener.h"
 #include "runtime/worker.h"
@@ -50,13 +51,60 @@ static connect_pending *sup_connect(void *self, worker *w, const flow *f, const 
 	return outbound_connect_stream(t->ob, w, sw->dns, &f->dest, cb, data);
 }
 
+/* One UDP association's view of the plane: every datagram is routed as a
+ * flow of its own (seed 000 "UDP fan-out"), against the worker's current
+ * plane at the time it is sent. */
+typedef struct assoc_env {
+	worker *w;
+	flow f; /* the association's flow; dest is replaced per datagram */
+	flow_ctx ctx;
+} assoc_env;
+
+static uint64_t assoc_route(void *env, const addr_dest *to, const void **out)
+{
+	assoc_env *e = env;
+	sup_worker *sw = worker_slot(e->w);
+	flow f = e->f;
+	f.dest = *to;
+	f.dest.network = ADDR_UDP;
+	const target *t = plane_route(sw->plane, &f, &e->ctx);
+	*out = t->ob;
+	return t->ob->id;
+}
+
+static connect_pending *assoc_open(void *env, const void *target, const dgram_handlers *h,
+                                   void *rud, fanout_opened_cb opened, void *oud)
+{
+	assoc_env *e = env;
+	sup_worker *sw = worker_slot(e->w);
+	char err[200];
+	dgram_link *l = outbound_connect_datagram(target, e->w, sw->dns, h, rud, err, sizeof err);
+	opened(oud, l, l ? NULL : err);
+	return NULL;
+}
+
+static void assoc_release(void *env) { free(env); }
+
+static const fanout_env_ops assoc_ops = {
+	.route = assoc_route,
+	.open = assoc_open,
+	.release = assoc_release,
+};
+
 static dgram_link *sup_connect_datagram(void *self, worker *w, const flow *f, const flow_ctx *ctx,
-                                        dgram_recv_cb cb, void *ud, char *err, size_t err_size)
+                                        const dgram_handlers *h, void *ud, char *err,
+                                        size_t err_size)
 {
 	(void)self;
-	sup_worker *sw = worker_slot(w);
-	const target *t = plane_route(sw->plane, f, ctx);
-	return outbound_connect_datagram(t->ob, w, sw->dns, cb, ud, err, err_size);
+	assoc_env *e = malloc(sizeof *e);
+	dgram_link *l = e ? fanout_new(&assoc_ops, e, h, ud) : NULL;
+	if (!l) {
+		free(e);
+		snprintf(err, err_size, "out of memory");
+		return NULL;
+	}
+	*e = (assoc_env){.w = w, .f = *f, .ctx = *ctx};
+	return l;
 }
 
 /* ---- per worker set-up and teardown ---- */

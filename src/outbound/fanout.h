@@ -1,0 +1,49 @@
+/* fanout.h - the per-packet UDP fan-out (seed 000 FanOutLink): one association, a sub-link per routed target. */
+#ifndef ETM_OUTBOUND_FANOUT_H
+#define ETM_OUTBOUND_FANOUT_H
+
+#include <stdint.h>
+
+#include "runtime/connector.h"
+
+/* Open sub-links per association; the least recently sent-to (or opened)
+ * one is closed first (seed 000 "Limits", MAX_SUBS). */
+#define FANOUT_MAX_SUBS 64
+
+/* Datagrams held while a sub-link opens (one open runs at a time; packets
+ * for other new targets wait behind it). Beyond this, new ones are dropped:
+ * UDP is lossy, memory is not unbounded. */
+#define FANOUT_MAX_WAITING 16
+
+/* The open of a sub-link finished: link, or NULL with why (valid during
+ * the call) when it failed. */
+typedef void (*fanout_opened_cb)(void *oud, dgram_link *link, const char *why);
+
+/* What the fan-out asks of its environment (the supervisor's plane; stubs
+ * in tests). */
+typedef struct fanout_env_ops {
+	/* Routes one datagram against the current plane. Returns the
+	 * identity of the target it goes to, unique for the process's life
+	 * (never a reusable pointer value), and sets *target to what open
+	 * needs. */
+	uint64_t (*route)(void *env, const addr_dest *to, const void **target);
+	/* Opens a sub-link on target; what it receives goes to h with rud.
+	 * Calls opened(oud, ...) exactly once unless the returned handle is
+	 * cancelled; it may call it before returning, and then returns NULL. */
+	connect_pending *(*open)(void *env, const void *target, const dgram_handlers *h, void *rud,
+	                         fanout_opened_cb opened, void *oud);
+	/* The fan-out closed: release env. May be NULL. */
+	void (*release)(void *env);
+} fanout_env_ops;
+
+/* A fan-out link. Datagrams received on any sub-link go to h->recv with
+ * the source the sub-link reports, so replies stay attributed to the peer
+ * that sent them. The link itself never reports an error: a sub-link that
+ * ends is dropped, and the association goes on. Returns NULL when memory
+ * runs out. */
+dgram_link *fanout_new(const fanout_env_ops *ops, void *env, const dgram_handlers *h, void *ud);
+
+/* Open sub-links, for tests and the admin view. */
+size_t fanout_sub_count(const dgram_link *l);
+
+#endif

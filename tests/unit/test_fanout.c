@@ -1,0 +1,256 @@
+/* test_fanout.c - the UDP fan-out with stub outbounds: eviction, one open at a time, failed opens, attribution. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "outbound/fanout.h"
+
+/* The stub plane: a datagram to port p goes to target p (identity p). */
+#define MAX_LOG 512
+
+typedef struct stub_link {
+	dgram_link base;
+	uint64_t id;
+	const dgram_handlers *h;
+	void *rud;
+} stub_link;
+
+typedef struct stub_env {
+	bool async;         /* opens complete only when the test says */
+	int fail_next;      /* this many opens fail first */
+	int opens;          /* opens started */
+	fanout_opened_cb pending_cb;
+	void *pending_oud;
+	uint64_t pending_id;
+	const dgram_handlers *pending_h;
+	void *pending_rud;
+	bool cancelled;
+	/* what reached the stub links: "id:payload" */
+	char sent[MAX_LOG][32];
+	size_t n_sent;
+	uint64_t closed[MAX_LOG];
+	size_t n_closed;
+	stub_link *links[MAX_LOG];
+	size_t n_links;
+	bool released;
+} stub_env;
+
+static stub_env *current;
+
+static int stub_send(dgram_link *l, const addr_dest *to, const uint8_t *data, size_t len)
+{
+	(void)to;
+	stub_link *s = (stub_link *)l;
+	snprintf(current->sent[current->n_sent++], 32, "%llu:%.*s", (unsigned long long)s->id,
+	         (int)len, (const char *)data);
+	return 0;
+}
+
+static void stub_close(dgram_link *l)
+{
+	stub_link *s = (stub_link *)l;
+	current->closed[current->n_closed++] = s->id;
+	for (size_t i = 0; i < current->n_links; i++)
+		if (current->links[i] == s)
+			current->links[i] = NULL;
+	free(s);
+}
+
+static const dgram_link_ops stub_ops = {.send_to = stub_send, .close = stub_close};
+
+static uint64_t route(void *env, const addr_dest *to, const void **target)
+{
+	(void)env;
+	*target = (const void *)(uintptr_t)to->port;
+	return to->port;
+}
+
+static stub_link *make_link(uint64_t id, const dgram_handlers *h, void *rud)
+{
+	stub_link *s = calloc(1, sizeof *s);
+	*s = (stub_link){.base.ops = &stub_ops, .id = id, .h = h, .rud = rud};
+	current->links[current->n_links++] = s;
+	return s;
+}
+
+static void cancel(connect_pending *p)
+{
+	(void)p;
+	current->cancelled = true;
+}
+static connect_pending pending_handle = {.cancel = cancel};
+
+static connect_pending *open_(void *env, const void *target, const dgram_handlers *h, void *rud,
+                              fanout_opened_cb opened, void *oud)
+{
+	stub_env *e = env;
+	uint64_t id = (uint64_t)(uintptr_t)target;
+	e->opens++;
+	if (e->async) {
+		e->pending_cb = opened;
+		e->pending_oud = oud;
+		e->pending_id = id;
+		e->pending_h = h;
+		e->pending_rud = rud;
+		return &pending_handle;
+	}
+	if (e->fail_next > 0) {
+		e->fail_next--;
+		opened(oud, NULL, "stub refused");
+		return NULL;
+	}
+	opened(oud, &make_link(id, h, rud)->base, NULL);
+	return NULL;
+}
+
+static void release(void *env) { ((stub_env *)env)->released = true; }
+
+static const fanout_env_ops env_ops = {.route = route, .open = open_, .release = release};
+
+/* The association's side: replies with their source. */
+static char replies[16][32];
+static size_t n_replies;
+static void on_reply(const addr_dest *from, uint8_t *data, size_t len, void *ud)
+{
+	(void)ud;
+	snprintf(replies[n_replies++], 32, "%u:%.*s", from->port, (int)len, (const char *)data);
+}
+static const dgram_handlers assoc = {.recv = on_reply};
+
+static void send_to(dgram_link *l, uint16_t port, const char *payload)
+{
+	addr_dest to = {.kind = ADDR_IPV4, .network = ADDR_UDP, .port = port, .u.v4 = {192, 0, 2, 1}};
+	(void)l->ops->send_to(l, &to, (const uint8_t *)payload, strlen(payload));
+}
+
+static dgram_link *start(stub_env *e)
+{
+	memset(e, 0, sizeof *e);
+	current = e;
+	n_replies = 0;
+	return fanout_new(&env_ops, e, &assoc, NULL);
+}
+
+static void the_65th_target_evicts_the_least_recent(void **state)
+{
+	(void)state;
+	static stub_env e;
+	dgram_link *l = start(&e);
+	for (uint16_t p = 1; p <= FANOUT_MAX_SUBS; p++)
+		send_to(l, p, "x");
+	assert_int_equal(fanout_sub_count(l), FANOUT_MAX_SUBS);
+	assert_int_equal(e.n_closed, 0);
+	send_to(l, 1, "again"); /* 1 becomes the most recent; 2 the least */
+	assert_int_equal(e.opens, FANOUT_MAX_SUBS);
+	send_to(l, FANOUT_MAX_SUBS + 1, "new");
+	assert_int_equal(fanout_sub_count(l), FANOUT_MAX_SUBS);
+	assert_int_equal(e.n_closed, 1);
+	assert_int_equal(e.closed[0], 2);
+	assert_string_equal(e.sent[e.n_sent - 1], "65:new");
+	l->ops->close(l);
+	assert_int_equal(e.n_closed, FANOUT_MAX_SUBS + 1);
+	assert_true(e.released);
+}
+
+static void a_second_new_target_waits_for_the_open_in_flight(void **state)
+{
+	(void)state;
+	static stub_env e;
+	dgram_link *l = start(&e);
+	e.async = true;
+	send_to(l, 10, "a1");
+	send_to(l, 20, "b1"); /* waits: one open at a time */
+	send_to(l, 10, "a2"); /* waits behind b1, in order */
+	assert_int_equal(e.opens, 1);
+	assert_int_equal(e.n_sent, 0);
+
+	/* the open for 10 completes: a1 goes, then b1 starts the next open
+	 * and a2, now with a sub-link, still waits behind it */
+	e.pending_cb(e.pending_oud, &make_link(e.pending_id, e.pending_h, e.pending_rud)->base, NULL);
+	assert_int_equal(e.n_sent, 1);
+	assert_string_equal(e.sent[0], "10:a1");
+	assert_int_equal(e.opens, 2);
+	assert_int_equal(e.pending_id, 20);
+
+	e.pending_cb(e.pending_oud, &make_link(e.pending_id, e.pending_h, e.pending_rud)->base, NULL);
+	assert_int_equal(e.n_sent, 3);
+	assert_string_equal(e.sent[1], "20:b1");
+	assert_string_equal(e.sent[2], "10:a2");
+	assert_int_equal(fanout_sub_count(l), 2);
+	l->ops->close(l);
+}
+
+static void closing_cancels_the_open_in_flight(void **state)
+{
+	(void)state;
+	static stub_env e;
+	dgram_link *l = start(&e);
+	e.async = true;
+	send_to(l, 10, "a");
+	send_to(l, 20, "b");
+	l->ops->close(l);
+	assert_true(e.cancelled);
+	assert_true(e.released);
+}
+
+static void a_failed_open_drops_its_packet_and_the_next_retries(void **state)
+{
+	(void)state;
+	static stub_env e;
+	dgram_link *l = start(&e);
+	e.fail_next = 1;
+	send_to(l, 7, "lost");
+	assert_int_equal(e.n_sent, 0);
+	assert_int_equal(fanout_sub_count(l), 0);
+	send_to(l, 7, "kept");
+	assert_int_equal(e.opens, 2);
+	assert_int_equal(e.n_sent, 1);
+	assert_string_equal(e.sent[0], "7:kept");
+	l->ops->close(l);
+}
+
+static void replies_keep_their_source_and_an_ended_sub_link_goes_alone(void **state)
+{
+	(void)state;
+	static stub_env e;
+	dgram_link *l = start(&e);
+	send_to(l, 1, "q1");
+	send_to(l, 2, "q2");
+	/* peers answer through their own sub-links, in any order */
+	addr_dest from2 = {.kind = ADDR_IPV4, .port = 2}, from1 = {.kind = ADDR_IPV4, .port = 1};
+	uint8_t buf[8];
+	memcpy(buf, "r2", 2);
+	e.links[1]->h->recv(&from2, buf, 2, e.links[1]->rud);
+	memcpy(buf, "r1", 2);
+	e.links[0]->h->recv(&from1, buf, 2, e.links[0]->rud);
+	assert_int_equal(n_replies, 2);
+	assert_string_equal(replies[0], "2:r2");
+	assert_string_equal(replies[1], "1:r1");
+
+	/* sub-link 1 ends: only it is dropped; 2 still carries traffic */
+	e.links[0]->h->end(e.links[0]->rud, "stub ended");
+	assert_int_equal(fanout_sub_count(l), 1);
+	send_to(l, 2, "q3");
+	assert_string_equal(e.sent[e.n_sent - 1], "2:q3");
+	/* and a new datagram to 1 opens it again */
+	send_to(l, 1, "q4");
+	assert_int_equal(e.opens, 3);
+	l->ops->close(l);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(the_65th_target_evicts_the_least_recent),
+		cmocka_unit_test(a_second_new_target_waits_for_the_open_in_flight),
+		cmocka_unit_test(closing_cancels_the_open_in_flight),
+		cmocka_unit_test(a_failed_open_drops_its_packet_and_the_next_retries),
+		cmocka_unit_test(replies_keep_their_source_and_an_ended_sub_link_goes_alone),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
