@@ -153,12 +153,8 @@ static int run(etm_spec *spec, FILE *err)
 	char msg[CONFIG_MSG_MAX];
 	signal(SIGPIPE, SIG_IGN); /* a peer's reset is an error value, not a signal */
 	raise_fd_limit();
-	etm_supervisor *sup;
-	if (etm_supervisor_start(spec, &sup, msg, sizeof msg)) {
-		etm_spec_free(spec);
-		say(err, CLI_START_FAILED, msg);
-		return 1;
-	}
+	/* The handlers come first: a signal during the start is kept by libuv
+	 * and handled as soon as the loop runs, so it still exits cleanly. */
 	uv_loop_t loop;
 	uv_signal_t sigint, sigterm;
 	uv_loop_init(&loop);
@@ -166,11 +162,20 @@ static int run(etm_spec *spec, FILE *err)
 	uv_signal_init(&loop, &sigterm);
 	uv_signal_start(&sigint, on_signal, SIGINT);
 	uv_signal_start(&sigterm, on_signal, SIGTERM);
-	uv_run(&loop, UV_RUN_DEFAULT);
-	etm_supervisor_stop(sup);
+	etm_supervisor *sup;
+	int rc = etm_supervisor_start(spec, &sup, msg, sizeof msg);
+	if (rc) {
+		etm_spec_free(spec);
+		say(err, CLI_START_FAILED, msg);
+	} else {
+		uv_run(&loop, UV_RUN_DEFAULT);
+		etm_supervisor_stop(sup);
+	}
 	uv_walk(&loop, close_handle, NULL);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	(void)uv_loop_close(&loop);
+	if (rc)
+		return 1;
 	log_info("app", "%s", msgs[CLI_STOPPED]);
 	return 0;
 }

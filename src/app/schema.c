@@ -316,9 +316,11 @@ static const schema_field inbound_fields[] = {
 	 .doc = "socks, http, mixed (SOCKS4/5 and HTTP on one port), trojan, vless, vmess, "
 		"shadowsocks, hysteria2 (aliases hysteria, hy2)."},
 	STR(etm_inbound_spec, listen, "listen", "\"127.0.0.1\"",
-	    "IP address to bind; \"0.0.0.0\" or \"::\" to accept from other hosts."),
+	    "IP address to bind; \"0.0.0.0\" for every IPv4 address, \"::\" for every IPv4 and "
+	    "IPv6 address."),
 	{.name = "port", .kind = SK_PORT, .offset = offsetof(etm_inbound_spec, port),
-	 .required = true, .doc = "Port to bind, 1-65535."},
+	 .required = true,
+	 .doc = "Port to bind; 0 lets the system pick one, which the `listening on` line names."},
 	BOOL(etm_inbound_spec, sniffing, "sniffing", 0,
 	     "Read the client's first bytes for a TLS SNI or HTTP Host, for domain rules."),
 	{.name = "settings", .kind = SK_SETTINGS, .offset = offsetof(etm_inbound_spec, settings),
@@ -408,7 +410,8 @@ static const schema_table route_table = TABLE_OF("[route]", "Routing.", route_fi
 
 static const schema_field dns_fields[] = {
 	LIST(etm_dns_spec, servers, "servers",
-	     "Resolver addresses, \"ip\" or \"ip:port\"; the system's when empty."),
+	     "Resolver addresses: \"ip\", \"ip:port\", \"[v6]\" or \"[v6]:port\"; the system's "
+	     "(/etc/resolv.conf) when empty."),
 };
 static const schema_table dns_table = TABLE_OF("[dns]", "Name resolution.", dns_fields);
 
@@ -419,7 +422,7 @@ static const schema_field runtime_fields[] = {
 	     "Relay plain TCP to plain TCP with splice(2), without copying through user space."),
 };
 static const schema_table runtime_table =
-	TABLE_OF("[runtime]", "Threads. Read at start; a reload keeps the running value.",
+	TABLE_OF("[runtime]", "Threads and the relay. Read at start.",
 	         runtime_fields);
 
 static const schema_field policy_fields[] = {

@@ -230,6 +230,15 @@ size_t http_in_data(in_conn *ic, const uint8_t *data, size_t len)
 		off += (size_t)n;
 		if (ev.kind == PROTO_EV_OPEN) {
 			drop_upstream(h); /* a new target: the core asked for a new dial */
+			if (ic->in->spec->sniffing && http_server_dialing_connect(&h->core)) {
+				/* 200 first: the tunnel's first bytes carry the name */
+				if (http_server_opened(&h->core, &ic->out) || !in_conn_flush(ic)) {
+					conn_close(ic->c);
+					return 0;
+				}
+				in_conn_sniff_then_open(ic, &ev.dest, ev.user, in_conn_sniffed_connected);
+				return off;
+			}
 			in_conn_open(ic, &ev.dest, ev.user, connected);
 			return off;
 		}

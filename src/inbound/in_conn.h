@@ -7,7 +7,12 @@
 
 #include "inbound/inbound.h"
 #include "proto/http_proxy.h"
+#include "proto/sniff.h"
 #include "proto/socks.h"
+
+/* How long a sniff waits for the client's first bytes: a protocol where the
+ * server speaks first (SMTP, SSH banners) must not stall for long. */
+#define INBOUND_SNIFF_WAIT_MS 300
 
 typedef enum in_kind {
 	IN_UNDECIDED, /* mixed before its first byte */
@@ -28,6 +33,10 @@ typedef struct in_conn {
 	} core;
 	proto_out out; /* what the core writes for the client */
 	connect_pending *pending; /* a connect in flight */
+	bool sniffing;            /* reading the first bytes before the dial */
+	addr_dest sniff_dest;     /* the open waiting for the sniff */
+	int sniff_user;
+	connect_cb sniff_cb;
 	socks_udp *udp; /* a SOCKS5 UDP association, owned */
 	flow f;
 	flow_ctx ctx;
@@ -36,8 +45,18 @@ typedef struct in_conn {
 /* Sends ic->out to the client; false (and the connection closing) on failure. */
 bool in_conn_flush(in_conn *ic);
 
-/* Fills ic->f and ic->ctx, pauses the client and asks the connector; cb gets ic. */
+/* Fills ic->f (keeping a sniffed name) and ic->ctx, pauses the client and
+ * asks the connector; cb gets ic. */
 void in_conn_open(in_conn *ic, const addr_dest *dest, int user, connect_cb cb);
+
+/* The client was told its flow is open; read its first bytes for a name
+ * (bounded by SNIFF_MAX_BYTES and INBOUND_SNIFF_WAIT_MS), then open with
+ * the name as f.sniffed. The bytes stay unconsumed: they go to the target. */
+void in_conn_sniff_then_open(in_conn *ic, const addr_dest *dest, int user, connect_cb cb);
+
+/* The connect callback for a flow whose client was already answered:
+ * relay on success, close on failure. */
+extern const connect_cb in_conn_sniffed_connected;
 
 /* Debug line "<tag> connection from <peer> to <dest> ended: <why>". */
 void in_conn_log_end(const in_conn *ic, const char *why);

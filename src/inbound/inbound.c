@@ -89,12 +89,64 @@ static void socks_connected(uv_tcp_t *up, bool blackhole, bool ok, proto_dial_er
 
 void in_conn_open(in_conn *ic, const addr_dest *dest, int user, connect_cb cb)
 {
-	ic->f = (flow){.dest = *dest, .user = user};
+	addr_dest sniffed = ic->f.sniffed;
+	ic->f = (flow){.dest = *dest, .user = user, .sniffed = sniffed};
 	ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
 	conn_pause(ic->c);
+	conn_request_done(ic->c);
 	const connector *cn = ic->in->connect;
 	ic->pending = cn->connect(cn->self, conn_worker(ic->c), &ic->f, &ic->ctx, cb, ic);
 }
+
+/* ---- sniffing ---- */
+
+static void finish_sniff(in_conn *ic, const char *name)
+{
+	ic->sniffing = false;
+	conn_set_deadline(ic->c, 0);
+	if (name && addr_dest_set_domain(&ic->f.sniffed, name, strlen(name), ic->sniff_dest.port))
+		ic->f.sniffed = (addr_dest){0};
+	in_conn_open(ic, &ic->sniff_dest, ic->sniff_user, ic->sniff_cb);
+}
+
+void in_conn_sniff_then_open(in_conn *ic, const addr_dest *dest, int user, connect_cb cb)
+{
+	ic->sniffing = true;
+	ic->sniff_dest = *dest;
+	ic->sniff_user = user;
+	ic->sniff_cb = cb;
+	conn_set_deadline(ic->c, INBOUND_SNIFF_WAIT_MS);
+}
+
+/* The first bytes so far: wait for more, or decide. Consumes nothing. */
+static size_t sniff_step(in_conn *ic, const uint8_t *data, size_t len)
+{
+	char name[ADDR_DOMAIN_MAX + 1];
+	sniff_proto proto;
+	sniff_result r = sniff_name(data, len, name, sizeof name, &proto);
+	if (r == SNIFF_NEED_MORE && len < SNIFF_MAX_BYTES && len < CONN_HANDSHAKE_MAX)
+		return 0;
+	finish_sniff(ic, r == SNIFF_FOUND ? name : NULL);
+	return 0;
+}
+
+/* After the client was answered: relay, or close when the dial failed. */
+static void sniffed_connected(uv_tcp_t *up, bool blackhole, bool ok, proto_dial_error err,
+                              const char *msg, void *data)
+{
+	(void)err;
+	(void)blackhole;
+	in_conn *ic = data;
+	ic->pending = NULL;
+	if (!ok) {
+		in_conn_log_end(ic, msg);
+		conn_close(ic->c);
+		return;
+	}
+	conn_relay(ic->c, up); /* up == NULL: the blackhole */
+}
+
+const connect_cb in_conn_sniffed_connected = sniffed_connected;
 
 static size_t socks_data(in_conn *ic, const uint8_t *data, size_t len)
 {
@@ -108,10 +160,19 @@ static size_t socks_data(in_conn *ic, const uint8_t *data, size_t len)
 		return 0;
 	}
 	if (ev.kind == PROTO_EV_OPEN) {
-		if (ev.cmd == PROTO_CMD_UDP_ASSOCIATE)
+		if (ev.cmd == PROTO_CMD_UDP_ASSOCIATE) {
 			socks_udp_start(ic, &ev);
-		else
+		} else if (ic->in->spec->sniffing) {
+			/* Answer first, as the client sends nothing before the
+			 * reply; the flow's own failure then ends in a close. */
+			if (socks_server_opened(&ic->core.socks, NULL, &ic->out) || !in_conn_flush(ic)) {
+				conn_close(ic->c);
+				return 0;
+			}
+			in_conn_sniff_then_open(ic, &ev.dest, ev.user, sniffed_connected);
+		} else {
 			in_conn_open(ic, &ev.dest, ev.user, socks_connected);
+		}
 	}
 	return (size_t)n;
 }
@@ -122,6 +183,8 @@ static size_t on_data(conn *c, void *drv, const uint8_t *data, size_t len)
 {
 	in_conn *ic = drv;
 	ic->c = c;
+	if (ic->sniffing)
+		return sniff_step(ic, data, len);
 	if (ic->kind == IN_UNDECIDED) {
 		etm_protocol p = ic->in->spec->protocol;
 		bool socks = p == ETM_PROTO_SOCKS || (p == ETM_PROTO_MIXED && (data[0] == 4 || data[0] == 5));
@@ -161,6 +224,14 @@ static bool on_client_end(conn *c, void *drv)
 	return ic->kind == IN_HTTP && ic->core.http ? http_in_client_end(ic) : true;
 }
 
+static void on_deadline(conn *c, void *drv)
+{
+	(void)c;
+	in_conn *ic = drv;
+	if (ic->sniffing)
+		finish_sniff(ic, NULL); /* the client sent nothing sniffable in time */
+}
+
 static void on_written(conn *c, void *drv)
 {
 	(void)c;
@@ -173,6 +244,7 @@ static const conn_driver driver = {
 	.on_data = on_data,
 	.on_client_end = on_client_end,
 	.on_written = on_written,
+	.on_deadline = on_deadline,
 	.on_close = on_close,
 };
 

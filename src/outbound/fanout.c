@@ -77,7 +77,7 @@ static void sub_end(void *ud, const char *why)
 {
 	sub *s = ud;
 	fanout *fo = s->fo;
-	log_debug("fanout", msgs[1], why ? why : "?");
+	log_debug("outbound", msgs[1], why ? why : "?");
 	for (size_t i = 0; i < fo->n_subs; i++)
 		if (fo->subs[i] == s) {
 			remove_at(fo, i);
@@ -136,7 +136,7 @@ static void on_opened(void *oud, dgram_link *link, const char *why)
 	}
 	if (!link) {
 		/* a failed open drops its own datagram only; the next one retries */
-		log_debug("fanout", msgs[0], why ? why : "?");
+		log_debug("outbound", msgs[0], why ? why : "?");
 		free(s);
 	} else {
 		s->link = link;
@@ -184,7 +184,7 @@ static int route_and_send(fanout *fo, const addr_dest *to, const uint8_t *data, 
 	}
 	if (fo->opening) {
 		if (fo->n_queue == FANOUT_MAX_WAITING) {
-			log_debug("fanout", msgs[2], FANOUT_MAX_WAITING);
+			log_debug("outbound", msgs[2], FANOUT_MAX_WAITING);
 			return -1;
 		}
 		if (hold(&fo->queue[fo->n_queue], to, data, len))

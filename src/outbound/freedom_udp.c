@@ -54,7 +54,7 @@ static int send_addr(freedom_udp *f, const struct sockaddr_storage *ss, const ui
 			char text[ADDR_TEXT_MAX] = "?";
 			if (addr_dest_from_sockaddr(&d, (const struct sockaddr *)ss) == 0)
 				addr_dest_format(&d, text, sizeof text);
-			log_debug("freedom", msgs[1], text);
+			log_debug("outbound", msgs[1], text);
 		}
 		return -1;
 	}
@@ -91,7 +91,7 @@ static void on_resolved(int st, const struct sockaddr_storage *addrs, size_t n, 
 			}
 	}
 	if (k == 0) {
-		log_debug("freedom", msgs[2], e->name,
+		log_debug("outbound", msgs[2], e->name,
 		          st == DNS_OK ? "no address in a usable family" : dns_strerror(st));
 		free(e->held);
 		e->held = NULL;

@@ -632,6 +632,11 @@ bool http_server_is_tunnel(const http_server *s)
 	return s->state == ST_TUNNEL;
 }
 
+bool http_server_dialing_connect(const http_server *s)
+{
+	return s->state == ST_DIAL && s->connect;
+}
+
 bool http_server_take_upstream(http_server *s, const uint8_t **data, size_t *len)
 {
 	if (s->head_to == TO_UPSTREAM && s->head_len) {

@@ -154,6 +154,10 @@ __attribute__((warn_unused_result)) int http_server_failed(http_server *s, proto
  * http_server_opened answered): the shell relays and calls the core no more. */
 bool http_server_is_tunnel(const http_server *s);
 
+/* Whether the OPEN being dialled is a CONNECT (so a shell that sniffs may
+ * answer it with http_server_opened before its dial ends). */
+bool http_server_dialing_connect(const http_server *s);
+
 /* Next bytes for the upstream from the last feed / opened call: returns
  * true with *data and *len set, false when there are none left. */
 __attribute__((warn_unused_result)) bool http_server_take_upstream(http_server *s,

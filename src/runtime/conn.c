@@ -44,6 +44,7 @@ struct conn {
 	uv_tcp_t client;
 	uv_tcp_t *up; /* owned, malloc'd; NULL before the relay or for a blackhole */
 	uv_timer_t timer;
+	uv_timer_t deadline; /* the driver's own deadline */
 	int open_handles; /* closes still to come before the free */
 
 	struct sockaddr_storage peer, local;
@@ -123,6 +124,7 @@ void conn_close(conn *c)
 	if (!uv_is_closing((uv_handle_t *)&c->client))
 		uv_close((uv_handle_t *)&c->client, on_handle_closed);
 	uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+	uv_close((uv_handle_t *)&c->deadline, on_handle_closed);
 	if (c->up && !uv_is_closing((uv_handle_t *)c->up)) {
 		c->up->data = c;
 		uv_close((uv_handle_t *)c->up, on_handle_closed);
@@ -225,9 +227,11 @@ conn *conn_accept(worker *w, uv_stream_t *server, const conn_driver *driver, voi
 	*c = (conn){.w = w, .driver = driver, .drv = drv, .limits = *limits, .hs = hs};
 	uv_tcp_init(loop, &c->client);
 	uv_timer_init(loop, &c->timer);
+	uv_timer_init(loop, &c->deadline);
 	c->client.data = c;
 	c->timer.data = c;
-	c->open_handles = 2;
+	c->deadline.data = c;
+	c->open_handles = 3;
 
 	worker_conns *list = worker_conn_list(w);
 	c->next = list->head;
@@ -273,6 +277,23 @@ void conn_resume(conn *c)
 size_t conn_write_queue(const conn *c) { return c->client.write_queue_size; }
 
 void conn_feed(conn *c) { feed_driver(c); }
+
+static void on_deadline(uv_timer_t *t)
+{
+	conn *c = t->data;
+	if (c->state != CLOSING && c->driver->on_deadline)
+		c->driver->on_deadline(c, c->drv);
+}
+
+void conn_set_deadline(conn *c, uint64_t ms)
+{
+	if (c->state == CLOSING)
+		return;
+	if (ms)
+		uv_timer_start(&c->deadline, on_deadline, ms, 0);
+	else
+		uv_timer_stop(&c->deadline);
+}
 
 static void on_reply_written(uv_write_t *req, int status)
 {
@@ -519,6 +540,12 @@ static bool try_splice(conn *c)
 }
 
 void conn_touch(conn *c) { c->last_active = uv_now(worker_loop(c->w)); }
+
+void conn_request_done(conn *c)
+{
+	if (c->state == HANDSHAKE)
+		uv_timer_stop(&c->timer);
+}
 
 void conn_drive(conn *c)
 {

@@ -36,6 +36,8 @@ typedef struct conn_driver {
 	/* A conn_write finished; the driver may resume what it paused for the
 	 * client's write queue. May be NULL. */
 	void (*on_written)(conn *c, void *drv);
+	/* The deadline set with conn_set_deadline passed. May be NULL. */
+	void (*on_deadline)(conn *c, void *drv);
 	/* The connection is closed and about to be freed: release everything
 	 * the driver holds (cancel a dial in flight). */
 	void (*on_close)(conn *c, void *drv);
@@ -69,10 +71,19 @@ __attribute__((warn_unused_result)) int conn_write(conn *c, const uint8_t *data,
 void conn_pause(conn *c);
 void conn_resume(conn *c);
 
+/* The client's request is complete (the dial starts): the handshake
+ * timeout no longer applies. The dial is bounded by its own timeouts, so
+ * a connect that times out still gets its protocol's reply. */
+void conn_request_done(conn *c);
+
 /* Leaves the handshake but keeps feeding the driver the client's bytes: for
  * a protocol core that stays in the stream (HTTP absolute-form requests).
  * The handshake timeout ends and the idle timeout starts. */
 void conn_drive(conn *c);
+
+/* Calls the driver's on_deadline after ms, unless cleared (ms = 0) or the
+ * connection closes first. One deadline at a time; a new one replaces it. */
+void conn_set_deadline(conn *c, uint64_t ms);
 
 /* Offers the driver again the client bytes it left unconsumed (after it
  * became ready for them without new bytes arriving). */

@@ -44,10 +44,10 @@ listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn
 	int one = 1;
 	socklen_t len = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in)
 	                                         : sizeof(struct sockaddr_in6);
+	/* "::" takes IPv4 clients too (as v4-mapped addresses), what users
+	 * of other proxies expect of it; a specific v6 address is v6 anyway. */
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
 	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) ||
-	    (ss.ss_family == AF_INET6 &&
-	     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one)) ||
 	    bind(fd, (struct sockaddr *)&ss, len)) {
 		rc = -errno;
 		close(fd);
@@ -79,6 +79,32 @@ listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn
 		return NULL;
 	}
 	return l;
+}
+
+int listener_check_free(const char *ip, uint16_t port, char *err, size_t err_size)
+{
+	struct sockaddr_storage ss;
+	if (port == 0)
+		return 0;
+	if (uv_ip4_addr(ip, port, (struct sockaddr_in *)&ss) != 0 &&
+	    uv_ip6_addr(ip, port, (struct sockaddr_in6 *)&ss) != 0) {
+		snprintf(err, err_size, FAILED, ip, port, "not an IP address");
+		return -1;
+	}
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0; /* the real bind will report it */
+	int one = 1;
+	socklen_t len = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in)
+	                                         : sizeof(struct sockaddr_in6);
+	int rc = 0;
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (bind(fd, (struct sockaddr *)&ss, len) && errno == EADDRINUSE) {
+		snprintf(err, err_size, FAILED, ip, port, uv_strerror(UV_EADDRINUSE));
+		rc = -1;
+	}
+	close(fd);
+	return rc;
 }
 
 uint16_t listener_port(const listener *l) { return l->port; }

@@ -22,6 +22,13 @@ typedef void (*listener_fn)(listener *l, uv_stream_t *server, void *data);
 listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn, void *data,
                         char *err, size_t err_size);
 
+/* Fails with "failed to listen on <ip>:<port>: address already in use"
+ * when some socket already listens there. SO_REUSEPORT would let this
+ * process share the port with another instance of itself silently; a probe
+ * bind without it tells. Returns 0 when the address is free (or port 0). */
+__attribute__((warn_unused_result)) int listener_check_free(const char *ip, uint16_t port,
+                                                            char *err, size_t err_size);
+
 /* The port actually bound (useful with port 0). */
 uint16_t listener_port(const listener *l);
 

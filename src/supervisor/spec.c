@@ -36,6 +36,7 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 				 "match",
 	[SPEC_RULE_BAD_CIDR] = "route rule #%s: invalid CIDR \"%s\"",
 	[SPEC_USER_NEEDS] = "inbound %s: every settings.users entry of protocol %s needs %s",
+	[SPEC_BAD_DNS_SERVER] = "dns server \"%s\" is not an IP address with an optional port",
 	[SPEC_UNAVAILABLE_INBOUND] = "inbound %s: protocol %s is not available yet",
 	[SPEC_UNAVAILABLE_OUTBOUND] = "outbound %s: protocol %s is not available yet",
 	[SPEC_UNAVAILABLE_FEATURE] = "%s is not available yet",
@@ -274,6 +275,58 @@ bool spec_cidr_valid(const char *s)
 	return bits <= max;
 }
 
+/* "ip", "ip:port", "[v6]", "[v6]:port" or a bare v6 address, the forms the
+ * resolver accepts (src/runtime/dns.h). */
+static bool dns_server_valid(const char *s)
+{
+	char host[64];
+	const char *port = NULL;
+	size_t hlen;
+	if (is_ip(s))
+		return true;
+	if (s[0] == '[') {
+		const char *close = strchr(s, ']');
+		if (!close)
+			return false;
+		hlen = (size_t)(close - s - 1);
+		if (hlen >= sizeof host)
+			return false;
+		memcpy(host, s + 1, hlen);
+		host[hlen] = '\0';
+		if (close[1] == ':')
+			port = close + 2;
+		else if (close[1] != '\0')
+			return false;
+		unsigned char buf[16];
+		if (inet_pton(AF_INET6, host, buf) != 1)
+			return false;
+	} else {
+		const char *colon = strchr(s, ':');
+		if (!colon || strchr(colon + 1, ':'))
+			return false;
+		hlen = (size_t)(colon - s);
+		if (hlen >= sizeof host)
+			return false;
+		memcpy(host, s, hlen);
+		host[hlen] = '\0';
+		unsigned char buf[4];
+		if (inet_pton(AF_INET, host, buf) != 1)
+			return false;
+		port = colon + 1;
+	}
+	if (!port)
+		return true;
+	if (*port == '\0' || strlen(port) > 5)
+		return false;
+	unsigned long n = 0;
+	for (const char *p = port; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return false;
+		n = n * 10 + (unsigned long)(*p - '0');
+	}
+	return n >= 1 && n <= 65535;
+}
+
 static int check_outbound(const etm_outbound_spec *o, char *msg, size_t size)
 {
 	const char *pn = etm_protocol_name(o->protocol);
@@ -442,6 +495,9 @@ int etm_spec_check(etm_spec *s, char *msg, size_t size)
 			return -1;
 	if (s->route.default_tag && !in_target_map(s, s->route.default_tag, s->balancers_len))
 		return spec_format(msg, size, SPEC_ROUTE_UNKNOWN_TAG, s->route.default_tag);
+	for (size_t i = 0; i < s->dns.servers.len; i++)
+		if (!dns_server_valid(s->dns.servers.items[i]))
+			return spec_format(msg, size, SPEC_BAD_DNS_SERVER, s->dns.servers.items[i]);
 	for (size_t i = 0; i < s->inbounds_len; i++) {
 		const etm_inbound_spec *in = &s->inbounds[i];
 		for (size_t j = 0; j < i; j++)
@@ -469,8 +525,6 @@ int etm_spec_check_available(const etm_spec *s, char *msg, size_t size)
 		if (!stream_is_plain(&in->stream))
 			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag,
 			                   "a transport other than plain tcp");
-		if (in->sniffing)
-			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag, "sniffing");
 	}
 	for (size_t i = 0; i < s->outbounds_len; i++) {
 		const etm_outbound_spec *o = &s->outbounds[i];

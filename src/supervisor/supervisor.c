@@ -37,7 +37,7 @@ typedef struct sup_worker {
 } sup_worker;
 
 static const char *const msgs[] = {
-	"listening on %s:%u (%s, %zu workers)",
+	"listening on %s%s%s:%u (%s, %zu workers)",
 };
 
 /* ---- the connector (seed 000 "AppConnector") ---- */
@@ -143,6 +143,10 @@ static void worker_setup(worker *w, void *arg)
 		const char *ip = in->listen ? in->listen : "127.0.0.1";
 		/* port 0: the first worker's bound port, for every worker */
 		uint16_t port = s->ports[i] ? s->ports[i] : in->port;
+		if (worker_index(w) == 0 && listener_check_free(ip, port, st->err, sizeof st->err)) {
+			st->failed = 1;
+			return;
+		}
 		sw->listeners[i] = listener_open(w, ip, port, inbound_accept, &s->inbounds[i], st->err,
 		                                 sizeof st->err);
 		if (!sw->listeners[i]) {
@@ -255,8 +259,10 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 	}
 	for (size_t i = 0; i < n_in; i++) {
 		const etm_inbound_spec *in = &s->spec.inbounds[i];
-		log_info("supervisor", msgs[0], in->listen ? in->listen : "127.0.0.1", s->ports[i],
-		         in->tag, workers_count(s->ws));
+		const char *ip = in->listen ? in->listen : "127.0.0.1";
+		bool v6 = strchr(ip, ':') != NULL;
+		log_info("supervisor", msgs[0], v6 ? "[" : "", ip, v6 ? "]" : "", s->ports[i], in->tag,
+		         workers_count(s->ws));
 	}
 	*out = s;
 	return 0;

@@ -52,6 +52,20 @@ def recv_all(sock, timeout=3.0):
         buf += chunk
 
 
+def recv_until_closed(sock, timeout=3.0):
+    """Everything until EOF or a reset (what came before a reset is kept)."""
+    sock.settimeout(timeout)
+    buf = bytearray()
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except (ConnectionResetError, BrokenPipeError):
+            return bytes(buf)
+        if not chunk:
+            return bytes(buf)
+        buf += chunk
+
+
 def wait_closed(sock, timeout):
     """Seconds until the peer closed (recv returned b"" or the connection was
     reset), discarding any bytes; None when still open after timeout."""
@@ -85,7 +99,7 @@ class Proxy:
     of them must accept before the proxy counts as started."""
 
     def __init__(self, app, workdir, config, n_ports=1, extra=None, log_level=None,
-                 host=LOOPBACK):
+                 host=LOOPBACK, wait_for_log=True):
         self.app = app
         self.workdir = workdir
         self.template = config
@@ -93,6 +107,7 @@ class Proxy:
         self.extra = extra or {}
         self.log_level = log_level
         self.host = host
+        self.wait_for_log = wait_for_log
         self.proc = None
         self.ports = []
         self.cfg_path = None
@@ -130,6 +145,11 @@ class Proxy:
         raise AssertionError("unreachable")
 
     def _wait_ready(self, timeout):
+        """Every port accepts and, with wait_for_log, the log has announced
+        every listener. The ports accept before the program has installed its
+        SIGTERM handler (see test_sigterm_right_after_start); the log lines
+        come just before it does, so a test that stops the proxy soon after
+        starting it does not run into that window."""
         deadline = time.monotonic() + timeout
         pending = list(self.ports)
         while pending and time.monotonic() < deadline:
@@ -141,7 +161,17 @@ class Proxy:
                 pending.pop(0)
             except OSError:
                 time.sleep(0.02)
-        return not pending
+        if pending:
+            return False
+        while self.wait_for_log and time.monotonic() < deadline:
+            lines = [l for l in self.log().splitlines() if "supervisor: listening on " in l]
+            if all(any(f":{p} (" in l for l in lines) for p in self.ports):
+                time.sleep(0.01)
+                return True
+            if self.proc.poll() is not None:
+                return False
+            time.sleep(0.01)
+        return not self.wait_for_log
 
     def log(self):
         try:
@@ -294,7 +324,11 @@ class RawOrigin(_ThreadedServer):
         "/hop": (b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Secret\r\nKeep-Alive: timeout=5\r\n"
                  b"X-Secret: hidden\r\nX-Public: shown\r\nContent-Length: 3\r\n\r\nhop"),
         "/until-close": b"HTTP/1.1 200 OK\r\nX-Framing: close\r\n\r\nthe body ends with the connection",
+        # these two close the connection after the answer, with and without notice
+        "/last": b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 4\r\n\r\nlast",
+        "/then-close": b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngone",
     }
+    CLOSING = ("/until-close", "/last", "/then-close")
     HEAD_ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n"
 
     def __init__(self):
@@ -346,7 +380,7 @@ class RawOrigin(_ThreadedServer):
             answer = self.ANSWERS[path.split("?")[0]]
         wfile.write(answer)
         wfile.flush()
-        return path != "/until-close"
+        return path not in self.CLOSING
 
 
 class Sha256Sink(_ThreadedServer):

@@ -22,7 +22,8 @@ import pytest
 
 from proxykit import (LOOPBACK, DnsServer, EchoServer, HttpReader, HttpTarget, Proxy,
                       RawOrigin, Sha256Sink, big_chunks, big_sha256, UdpEcho, connect, free_port, header_lines, make_cert,
-                      parse_udp_header, read_socks_addr, recv_all, recv_exact, socks5_connect,
+                      parse_udp_header, read_socks_addr, recv_all, recv_exact, recv_until_closed,
+                      socks5_connect,
                       socks5_echo_async, socks5_greet, socks5_request, socks_addr,
                       tls_server_context, wait_closed)
 
@@ -75,11 +76,13 @@ def start_proxy(app, tmp_path):
         return p.start()
 
     yield _start
-    # every proxy still running must stop cleanly: SIGTERM -> exit 0
+    # every proxy still running must stop cleanly: SIGTERM -> exit 0 (one that
+    # exited already, e.g. a test's own SIGTERM, is that test's business)
     unclean = []
     for p in started:
+        running = p.proc is not None and p.proc.poll() is None
         status = p.stop()
-        if status not in (0, None):
+        if running and status != 0:
             unclean.append(f"{p.cfg_path.name}: exit status {status}\n{p.log()}")
     if unclean:
         pytest.fail("proxy did not stop cleanly:\n" + "\n".join(unclean), pytrace=False)
@@ -421,6 +424,28 @@ def test_http_framing_through_the_absolute_form_path(start_proxy, raw_origin):
                                   b"\r\nthe body ends with the connection")
 
 
+def test_keep_alive_after_the_origin_closes(start_proxy, raw_origin):
+    """The origin ends its connection after a response, with Connection: close
+    or silently: the client's connection stays and the next request to the
+    same origin is dialled anew."""
+    proxy = start_proxy(config(inbound("in", "http"), DIRECT))
+    o = f"127.0.0.1:{raw_origin.port}"
+    empty = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+    with connect(proxy.port) as s:
+        r = HttpReader(s)
+        s.sendall(get(o, "/last"))
+        assert r.raw_response() == b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nlast"
+        s.sendall(get(o, "/echo"))
+        assert r.raw_response() == empty
+        s.sendall(get(o, "/then-close"))
+        assert r.raw_response() == b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngone"
+        time.sleep(0.3)  # the origin's FIN has reached the proxy
+        s.sendall(get(o, "/echo"))
+        assert r.raw_response() == empty
+    ports = [q[4] for q in raw_origin.requests[-4:]]
+    assert ports[0] != ports[1] and ports[2] != ports[3] and ports[1] == ports[2], ports
+
+
 def test_http_large_bodies_both_ways(start_proxy, origin):
     """64 MiB down and 16 MiB up through the absolute-form path, then one
     more request on the same connection."""
@@ -514,6 +539,25 @@ def test_socks5_udp_associate_echo(start_proxy, udp_echo):
         assert b"after-close" not in [d for _, d in udp_echo.received]
 
 
+def test_socks5_udp_associate_other_ip_and_domain_destination(start_proxy, udp_echo):
+    proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
+    ctl, relay = udp_associate(proxy.port)
+    a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    a.bind((LOOPBACK, 0))
+    other.bind(("127.0.0.2", 0))  # loopback too, but not the control connection's IP
+    with ctl, a, other:
+        # only the control connection's IP may use the relay, even first
+        other.sendto(udp_packet(LOOPBACK, udp_echo.port, b"from another ip"), relay)
+        assert udp_no_reply(other)
+        assert b"from another ip" not in [d for _, d in udp_echo.received]
+        # a destination by name: resolved; the reply names the address that answered
+        a.settimeout(3)
+        a.sendto(udp_packet("localhost", udp_echo.port, b"by name"), relay)
+        pkt, _ = a.recvfrom(65535)
+        assert pkt == udp_packet(LOOPBACK, udp_echo.port, b"by name")
+
+
 def test_socks5_udp_associate_large_datagram(start_proxy, udp_echo):
     proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
     ctl, relay = udp_associate(proxy.port)
@@ -528,7 +572,7 @@ def test_socks5_udp_associate_large_datagram(start_proxy, udp_echo):
 
 # ---------------------------------------------------------------- 5. accounts
 
-USERS = [("alice", "wonderland"), ("bob", "the builder")]
+USERS = [("alice", "wonderland"), ("bob", "the builder"), ("carol", "p:ss:word")]
 
 
 @pytest.mark.parametrize("protocol", ["socks", "mixed"])
@@ -613,6 +657,10 @@ def test_http_accounts(start_proxy, origin, tls_origin, protocol):
              f"https://127.0.0.1:{tls_origin.port}/curl-tunnel")
     assert r.returncode == 0, r.stderr
     assert r.stdout == tls_origin.body("/curl-tunnel") + b"200"
+    # a password may hold colons (RFC 7617: the user-id ends at the first)
+    r = curl("-U", "carol:p:ss:word", "-x", f"http://127.0.0.1:{proxy.port}", f"http://{a}/carol")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == origin.body("/carol") + b"200"
     r = curl("-U", "alice:wrong", "-x", f"http://127.0.0.1:{proxy.port}", f"http://{a}/x")
     assert r.stdout.endswith(b"407"), r.stdout
     r = curl("-x", f"http://127.0.0.1:{proxy.port}", f"http://{a}/x")
@@ -816,6 +864,10 @@ def test_socks5_unsupported_command_and_address_type(start_proxy, echo):
         socks5_greet(s)
         s.sendall(bytes([5, 1, 0, 2]))
         assert recv_all(s, 3) == b"\x05\x08\x00" + NO_BOUND
+    with connect(proxy.port) as s:  # an empty domain name
+        socks5_greet(s)
+        s.sendall(bytes([5, 1, 0, 3, 0]) + struct.pack(">H", echo.port))
+        assert recv_all(s, 3) == b"\x05" + bytes([REP_GENERAL]) + b"\x00" + NO_BOUND
 
 
 # ---------------------------------------------------------------- 10. timeouts
@@ -901,6 +953,19 @@ def _sigterm_with_open_connections(start_proxy, echo, origin, silent):
     assert proxy.log().rstrip().endswith("app: stopped")
 
 
+def test_sigterm_right_after_start(start_proxy):
+    """A supervisor that stops the proxy as soon as its port accepts. (Commit
+    d56351b accepted before installing its SIGTERM handler, so this SIGTERM
+    killed it: exit status 143; 128 workers widen that window.)"""
+    statuses = []
+    for _ in range(5):
+        proxy = start_proxy(config("[runtime]\nworkers = 128\n\n", inbound("in", "socks"), DIRECT),
+                            wait_for_log=False)
+        rc, took = proxy.terminate(timeout=5)
+        statuses.append(rc)
+    assert statuses == [0] * 5, f"exit statuses {statuses}"
+
+
 def test_sigint_exits_0(start_proxy, echo):
     proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
     s = socks5_connect(proxy.port, LOOPBACK, echo.port)
@@ -924,6 +989,12 @@ def test_socks_inbound_closes_on_a_bad_first_byte(start_proxy, first):
 
 BAD_REQUESTS = [
     (b"FOO\r\n\r\n", b"malformed request line"),
+    (b"GET https://127.0.0.1:1/ HTTP/1.1\r\n\r\n", b"https:// URIs go through CONNECT"),
+    (b"POST http://127.0.0.1:1/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+     b"both Transfer-Encoding and Content-Length"),
+    (b"POST http://127.0.0.1:1/ HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+     b"invalid Content-Length"),
+    (b"GET http://user@127.0.0.1:1/ HTTP/1.1\r\n\r\n", b"userinfo in the request target"),
     (b"GET http://127.0.0.1:1/ HTTP/1.1\nHost: x\n\n", b"lines must end in CRLF"),
     (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"a proxy request needs an absolute http:// URI"),
     (b"GET http://127.0.0.1:1/ HTTP/1.1\r\nNo colon here\r\n\r\n", b"malformed header field"),
@@ -931,9 +1002,29 @@ BAD_REQUESTS = [
 ]
 
 
+TOO_LARGE = [
+    (b"GET http://127.0.0.1:1/ HTTP/1.1\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n",
+     b"request head too large"),
+    (b"GET http://127.0.0.1:1/ HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(150)) +
+     b"\r\n", b"too many header fields"),
+]
+
+
+@pytest.mark.parametrize("request_bytes,reason", TOO_LARGE, ids=["20k-head", "150-fields"])
+def test_oversized_http_head_gets_431(start_proxy, request_bytes, reason):
+    proxy = start_proxy(config(inbound("in", "http"), DIRECT))
+    with connect(proxy.port) as s:
+        s.sendall(request_bytes)
+        # the proxy closes with the rest of the head unread, which may reset
+        answer = recv_until_closed(s)
+    assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), answer[:100]
+    assert answer.endswith(b"\r\n\r\n" + reason + b"\n"), answer
+
+
 @pytest.mark.parametrize("protocol", ["http", "mixed"])
 @pytest.mark.parametrize("request_bytes,reason", BAD_REQUESTS,
-                         ids=["start-line", "bare-lf", "origin-form", "field", "tls-hello"])
+                         ids=["start-line", "https", "te-and-cl", "two-lengths", "userinfo",
+                              "bare-lf", "origin-form", "field", "tls-hello"])
 def test_malformed_http_gets_400(start_proxy, protocol, request_bytes, reason):
     proxy = start_proxy(config(inbound("in", protocol), DIRECT))
     with connect(proxy.port) as s:

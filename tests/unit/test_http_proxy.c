@@ -218,7 +218,9 @@ static void connect_tunnel(size_t chunk)
 	assert_domain(&m->open.dest, "example.com", 443);
 	/* The pipelined bytes after the head stay with the shell. */
 	assert_bytes(m->cbuf, m->clen, "\x16\x03\x01 client hello");
+	assert_true(http_server_dialing_connect(&m->s));
 	dial_ok(m);
+	assert_false(http_server_dialing_connect(&m->s));
 	assert_true(m->tunnel);
 	assert_bytes(m->to_cl, m->cl_len, "HTTP/1.1 200 Connection established\r\n\r\n");
 	assert_int_equal(m->up_len, 0);
@@ -257,6 +259,7 @@ static void get_rewritten(size_t chunk)
 	assert_int_equal(m->opens, 1);
 	assert_domain(&m->open.dest, "Example.com", 80);
 	assert_int_equal(m->up_len, 0); /* nothing goes up before the dial */
+	assert_false(http_server_dialing_connect(&m->s)); /* a GET, not a CONNECT */
 	dial_ok(m);
 	assert_false(m->tunnel);
 	assert_bytes(m->to_up, m->up_len,

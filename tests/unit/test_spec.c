@@ -329,6 +329,27 @@ static void inbound_checks(void **state)
 	expect_error(&s, "inbound v: every settings.users entry of protocol vless needs id");
 }
 
+static void dns_servers_are_checked(void **state)
+{
+	(void)state;
+	const char *good[] = {"1.1.1.1", "9.9.9.9:53", "::1", "[::1]", "[2001:db8::1]:5353"};
+	const char *bad[] = {"dns.google", "1.1.1.1:", "1.1.1.1:0", "1.1.1.1:65536", "[::1",
+	                     "[::1]x", "::1:53x", "1.2.3.4:5:6"};
+	for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+		etm_spec s = recipe();
+		s.dns.servers = list(1, &good[i]);
+		expect_ok(&s);
+	}
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		etm_spec s = recipe();
+		s.dns.servers = list(1, &bad[i]);
+		char want[128];
+		snprintf(want, sizeof want,
+		         "dns server \"%s\" is not an IP address with an optional port", bad[i]);
+		expect_error(&s, want);
+	}
+}
+
 static void availability_names_what_is_not_built(void **state)
 {
 	(void)state;
@@ -355,10 +376,8 @@ static void availability_names_what_is_not_built(void **state)
 	add_inbound(&s, "c", ETM_PROTO_MIXED);
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
 
-	s.inbounds[1].sniffing = true;
-	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), -1);
-	assert_string_equal(msg, "inbound b: sniffing is not available yet");
-	s.inbounds[1].sniffing = false;
+	s.inbounds[1].sniffing = true; /* built */
+	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
 
 	s.inbounds[2].stream.network = ETM_NET_WS;
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), -1);
@@ -425,6 +444,7 @@ int main(void)
 		cmocka_unit_test(no_outbound_at_all),
 		cmocka_unit_test(ours_beyond_the_seeds),
 		cmocka_unit_test(inbound_checks),
+		cmocka_unit_test(dns_servers_are_checked),
 		cmocka_unit_test(availability_names_what_is_not_built),
 		cmocka_unit_test(messages_truncate_safely),
 		cmocka_unit_test(protocol_names),
