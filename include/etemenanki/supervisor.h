@@ -17,6 +17,13 @@ typedef struct etm_supervisor etm_supervisor;
 __attribute__((warn_unused_result)) int etm_supervisor_start(etm_spec *spec, etm_supervisor **out,
                                                              char *err, size_t err_size);
 
+/* What --test runs after etm_spec_check: builds what a start would build
+ * without binding or probing anything (the compiled routes, geodata
+ * included). Returns 0, or -1 with the reason ("building route failed:
+ * ...") in err. */
+__attribute__((warn_unused_result)) int etm_supervisor_check(const etm_spec *spec, char *err,
+                                                             size_t err_size);
+
 /* The port inbound i listens on (the bound one when the config said 0). */
 uint16_t etm_supervisor_inbound_port(const etm_supervisor *s, size_t i);
 

@@ -194,7 +194,12 @@ int cli_main(int argc, char **argv, FILE *out, FILE *err)
 		return 1;
 	}
 	if (o.test) {
+		rc = etm_supervisor_check(&spec, msg, sizeof msg);
 		etm_spec_free(&spec);
+		if (rc) {
+			say(err, CLI_CONFIG_INVALID, msg);
+			return 1;
+		}
 		say0(out, CLI_CONFIG_OK);
 		return 0;
 	}

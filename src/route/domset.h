@@ -25,7 +25,8 @@
 /* A name prepared once per decision and tested against many sets: ASCII
  * lowercased, one trailing dot dropped, and the hash of every suffix that
  * starts on a label boundary (the whole name included) computed in one
- * right-to-left pass, so a set lookup costs one probe per label. */
+ * pass, so a set lookup costs one probe per label. It points into itself:
+ * prepare it where it is used, do not copy it. */
 typedef struct domset_name {
 	const char *name; /* into pad, NUL-terminated */
 	uint16_t len;
@@ -68,10 +69,12 @@ __attribute__((warn_unused_result)) int domset_add_suffix(domset *s, const char 
  * keyword matches every name. Returns 0 or -1 (memory). */
 __attribute__((warn_unused_result)) int domset_add_keyword(domset *s, const char *kw, size_t len);
 
-/* Compiles pattern with PCRE2 (JIT when the machine allows) and adds it; it
- * is matched against the lowercased name, unanchored. Returns 0, -1 when
- * memory runs out, or -2 when the pattern does not compile, with
- * "<PCRE2 reason> at offset N" in reason. */
+/* Compiles pattern with PCRE2 (8-bit, no UTF, default options) and adds it;
+ * it is matched against the lowercased name, unanchored unless it anchors
+ * itself. Returns 0, -1 when memory runs out, or -2 when the pattern does
+ * not compile, with "<PCRE2 reason> at offset N" in reason. Sealing
+ * JIT-compiles the patterns (falling back to the interpreter where the
+ * machine refuses JIT) and joins anchored ones into one alternation. */
 __attribute__((warn_unused_result)) int domset_add_regex(domset *s, const char *pattern,
                                                          char *reason, size_t reason_size);
 
@@ -79,12 +82,13 @@ __attribute__((warn_unused_result)) int domset_add_regex(domset *s, const char *
 __attribute__((warn_unused_result)) int domset_regex_check(const char *pattern, char *reason,
                                                            size_t reason_size);
 
-/* Builds the keyword index. Returns 0 or -1 (memory). */
+/* Builds the keyword index and the name filter, and compiles the regexes
+ * for matching. Call once, after the last add. Returns 0 or -1 (memory). */
 __attribute__((warn_unused_result)) int domset_seal(domset *s);
 
 /* Whether the prepared name matches any entry of the sealed set. Cost: one
- * hash probe per label, one pass over the name for keywords, then each
- * regex in turn. */
+ * filter bit (and for a hit, one hash probe) per label, one pass over the
+ * name for keywords, then one JIT call per regex (anchored ones joined). */
 bool domset_match(const domset *s, const domset_name *n);
 
 /* Whether nothing was added (such a set never matches). */

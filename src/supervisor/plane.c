@@ -5,36 +5,53 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void free_targets(plane *p)
+static void free_plane(plane *p)
 {
 	for (size_t i = 0; i < p->n_targets; i++)
 		outbound_del(p->targets[i].ob);
 	free(p->targets);
+	route_table_free(p->routes);
+	free(p);
 }
 
 plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_size)
 {
 	plane *p = calloc(1, sizeof *p);
-	if (p)
-		p->targets = calloc(spec->outbounds_len ? spec->outbounds_len : 1, sizeof *p->targets);
-	if (!p || !p->targets) {
-		free(p);
+	if (!p) {
 		snprintf(err, err_size, "out of memory");
 		return NULL;
 	}
 	atomic_init(&p->refs, 1);
 	p->epoch = epoch;
-	const char *def = etm_spec_default_tag(spec);
-	for (size_t i = 0; i < spec->outbounds_len; i++) {
-		p->targets[i].ob = outbound_new(&spec->outbounds[i], err, err_size);
+	if (route_table_build(&spec->route, etm_spec_default_tag(spec), &p->routes, err,
+	                      err_size)) {
+		free(p);
+		return NULL;
+	}
+	size_t n = route_table_slots(p->routes);
+	p->targets = calloc(n, sizeof *p->targets);
+	if (!p->targets) {
+		snprintf(err, err_size, "out of memory");
+		free_plane(p);
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const char *tag = route_table_slot_tag(p->routes, i);
+		const etm_outbound_spec *o = NULL;
+		for (size_t k = 0; k < spec->outbounds_len && !o; k++)
+			if (strcmp(spec->outbounds[k].tag, tag) == 0)
+				o = &spec->outbounds[k];
+		if (!o) { /* a balancer: refused before a start reaches here */
+			snprintf(err, err_size, "route slot %s is not an outbound", tag);
+			free_plane(p);
+			return NULL;
+		}
+		p->targets[i].ob = outbound_new(o, err, err_size);
 		if (!p->targets[i].ob) {
-			free_targets(p);
-			free(p);
+			free_plane(p);
 			return NULL;
 		}
 		p->n_targets = i + 1;
-		if (def && strcmp(def, spec->outbounds[i].tag) == 0)
-			p->default_slot = i;
 	}
 	return p;
 }
@@ -47,15 +64,25 @@ plane *plane_ref(plane *p)
 
 void plane_unref(plane *p)
 {
-	if (p && atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1) {
-		free_targets(p);
-		free(p);
-	}
+	if (p && atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1)
+		free_plane(p);
 }
 
-const target *plane_route(const plane *p, const flow *f, const flow_ctx *ctx)
+const target *plane_route(const plane *p, const flow *f, const flow_ctx *ctx, int32_t *rule)
 {
-	(void)f;
-	(void)ctx;
-	return &p->targets[p->default_slot];
+	const struct sockaddr *source = NULL;
+	if (f->has_source)
+		source = (const struct sockaddr *)&f->source;
+	else if (ctx && ctx->peer.ss_family != AF_UNSPEC)
+		source = (const struct sockaddr *)&ctx->peer;
+	route_target t = {
+		.dest = &f->dest,
+		.sniffed = f->sniffed.kind == ADDR_DOMAIN ? f->sniffed.u.domain.name : NULL,
+		.inbound_tag = ctx ? ctx->inbound_tag : NULL,
+		.source = source,
+	};
+	route_decision d = route_table_decide(p->routes, &t);
+	if (rule)
+		*rule = d.rule;
+	return &p->targets[d.slot];
 }

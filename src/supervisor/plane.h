@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "outbound/outbound.h"
+#include "route/route.h"
 #include "runtime/connector.h"
 
 /* One route slot's target: the outbound it opens flows on. */
@@ -17,22 +18,24 @@ typedef struct target {
 typedef struct plane {
 	atomic_uint refs;
 	uint64_t epoch;
-	target *targets; /* owned, one per slot */
+	route_table *routes; /* owned: slots and rules */
+	target *targets;     /* owned, one per slot of routes */
 	size_t n_targets;
-	size_t default_slot;
 } plane;
 
-/* Builds the plane of a checked spec: one target per outbound, the default
- * route's slot. Returns NULL with the reason in err. The new plane holds one
- * reference. */
+/* Builds the plane of a checked spec: the compiled route table and one
+ * target per slot. Returns NULL with the reason in err ("building route
+ * failed: ..."). The new plane holds one reference. */
 plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_size);
 
 plane *plane_ref(plane *p);
 /* Drops a reference; the last one frees the plane. Any thread. */
 void plane_unref(plane *p);
 
-/* The target of a flow: first-match rules come with the routing issue; today
- * every flow takes the default route. Never NULL. */
-const target *plane_route(const plane *p, const flow *f, const flow_ctx *ctx);
+/* The target of a flow: the first rule that matches it, else the default
+ * route (seed 002 route_target: the flow's own source before the listener's
+ * peer; the sniffed name as an extra candidate for domain matchers). Never
+ * NULL. rule, when not NULL, gets the rule index or -1. Any thread. */
+const target *plane_route(const plane *p, const flow *f, const flow_ctx *ctx, int32_t *rule);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "etemenanki/spec.h"
+#include "route/route.h"
 
 /* The catalogue: every message etm_spec_check can produce. The first seven are
  * word for word from seed 003 "Common errors" and seed 000 "What may be
@@ -36,6 +37,7 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 				 "match",
 	[SPEC_RULE_BAD_CIDR] = "route rule #%s: invalid CIDR \"%s\"",
 	[SPEC_USER_NEEDS] = "inbound %s: every settings.users entry of protocol %s needs %s",
+	[SPEC_RULE_BAD_REGEX] = "route rule #%s: bad domain_regex %s",
 	[SPEC_BAD_DNS_SERVER] = "dns server \"%s\" is not an IP address with an optional port",
 	[SPEC_UNAVAILABLE_INBOUND] = "inbound %s: protocol %s is not available yet",
 	[SPEC_UNAVAILABLE_OUTBOUND] = "outbound %s: protocol %s is not available yet",
@@ -469,6 +471,11 @@ static int check_rule(const etm_spec *s, size_t ri, char *msg, size_t size)
 			if (!spec_cidr_valid(lists[l]->items[i]))
 				return spec_format(msg, size, SPEC_RULE_BAD_CIDR, num,
 				                   lists[l]->items[i]);
+	for (size_t i = 0; i < r->domain_regex.len; i++) {
+		char why[256];
+		if (route_regex_check(r->domain_regex.items[i], why, sizeof why))
+			return spec_format(msg, size, SPEC_RULE_BAD_REGEX, num, why);
+	}
 	return 0;
 }
 
@@ -537,7 +544,5 @@ int etm_spec_check_available(const etm_spec *s, char *msg, size_t size)
 	}
 	if (s->balancers_len)
 		return spec_format(msg, size, SPEC_UNAVAILABLE_FEATURE, "[[balancer]]");
-	if (s->route.rules_len)
-		return spec_format(msg, size, SPEC_UNAVAILABLE_FEATURE, "[[route.rule]]");
 	return 0;
 }

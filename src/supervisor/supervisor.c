@@ -38,7 +38,22 @@ typedef struct sup_worker {
 
 static const char *const msgs[] = {
 	"listening on %s%s%s:%u (%s, %zu workers)",
+	"%s flow to %s from inbound %s takes %s (%s)",
 };
+
+static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, int32_t rule)
+{
+	if (log_get_level() < ETM_LOG_DEBUG)
+		return;
+	char dest[ADDR_TEXT_MAX], why[32];
+	addr_dest_format(&f->dest, dest, sizeof dest);
+	if (rule < 0)
+		snprintf(why, sizeof why, "default route");
+	else
+		snprintf(why, sizeof why, "rule #%d", (int)rule + 1);
+	log_debug("route", msgs[1], f->dest.network == ADDR_UDP ? "udp" : "tcp", dest,
+	          ctx && ctx->inbound_tag ? ctx->inbound_tag : "-", t->ob->tag, why);
+}
 
 /* ---- the connector (seed 000 "AppConnector") ---- */
 
@@ -47,7 +62,9 @@ static connect_pending *sup_connect(void *self, worker *w, const flow *f, const 
 {
 	(void)self;
 	sup_worker *sw = worker_slot(w);
-	const target *t = plane_route(sw->plane, f, ctx);
+	int32_t rule;
+	const target *t = plane_route(sw->plane, f, ctx, &rule);
+	log_decision(f, ctx, t, rule);
 	return outbound_connect_stream(t->ob, w, sw->dns, &f->dest, cb, data);
 }
 
@@ -67,7 +84,9 @@ static uint64_t assoc_route(void *env, const addr_dest *to, const void **out)
 	flow f = e->f;
 	f.dest = *to;
 	f.dest.network = ADDR_UDP;
-	const target *t = plane_route(sw->plane, &f, &e->ctx);
+	int32_t rule;
+	const target *t = plane_route(sw->plane, &f, &e->ctx, &rule);
+	log_decision(&f, &e->ctx, t, rule);
 	*out = t->ob;
 	return t->ob->id;
 }
@@ -265,6 +284,15 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 		         workers_count(s->ws));
 	}
 	*out = s;
+	return 0;
+}
+
+int etm_supervisor_check(const etm_spec *spec, char *err, size_t err_size)
+{
+	route_table *t;
+	if (route_table_build(&spec->route, etm_spec_default_tag(spec), &t, err, err_size))
+		return -1;
+	route_table_free(t);
 	return 0;
 }
 
