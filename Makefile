@@ -38,13 +38,17 @@ test-asan: deps $(ASAN_BUILD)/build.ninja
 $(FUZZ_BUILD)/build.ninja:
 	CC=clang meson setup $(FUZZ_BUILD) -Dfuzz=true -Db_lundef=false
 
-# Runs every libFuzzer target for FUZZ_TIME seconds each.
+# Runs every libFuzzer target for FUZZ_TIME seconds each. The corpus grows
+# under the build folder; tests/fuzz/seeds/<target> is only read.
 fuzz: deps $(FUZZ_BUILD)/build.ninja
 	meson compile -C $(FUZZ_BUILD)
 	@for t in $(FUZZ_BUILD)/tests/fuzz/fuzz_*; do \
-		echo "fuzz: $$t for $(FUZZ_TIME)s"; \
-		mkdir -p $(FUZZ_BUILD)/corpus/$$(basename $$t); \
-		$$t -max_total_time=$(FUZZ_TIME) -max_len=8192 $(FUZZ_BUILD)/corpus/$$(basename $$t) tests/fuzz/seeds || exit 1; \
+		[ -x "$$t" ] && [ -f "$$t" ] || continue; \
+		name=$$(basename $$t); name=$${name#fuzz_}; \
+		echo "fuzz: $$name for $(FUZZ_TIME)s"; \
+		mkdir -p $(FUZZ_BUILD)/corpus/$$name; \
+		seeds=tests/fuzz/seeds/$$name; [ -d $$seeds ] || seeds=; \
+		$$t -max_total_time=$(FUZZ_TIME) -max_len=8192 $(FUZZ_BUILD)/corpus/$$name $$seeds || exit 1; \
 	done
 
 # Rewrites the generated reference section of docs/config.md from the schema.
