@@ -643,7 +643,8 @@ static bool keywords_match(const domset *s, const domset_name *n)
 {
 	if (!s->pairs) {
 		for (size_t i = 0; i < s->nkw; i++)
-			if (memmem(n->name, n->len, s->pool + s->kws[i].off, s->kws[i].len))
+			if (s->kws[i].len == 0 ||
+			    memmem(n->name, n->len, s->pool + s->kws[i].off, s->kws[i].len))
 				return true;
 		return false;
 	}

@@ -132,8 +132,12 @@ static int next(walk *w, field *f, char *reason, size_t rsize)
 		return 0;
 	f->at = (size_t)(w->p - w->base);
 	uint64_t key, v;
-	if (varint(w, &key) < 0 || key >> 3 == 0 || key >> 3 > 0x1fffffff) {
+	if (varint(w, &key) < 0) {
 		route_msg_format(reason, rsize, ROUTE_DEC_VARINT, f->at);
+		return -1;
+	}
+	if (key >> 3 == 0 || key >> 3 > 0x1fffffff) { /* 1 .. 2^29-1 */
+		route_msg_format(reason, rsize, ROUTE_DEC_FIELD_NUMBER, f->at);
 		return -1;
 	}
 	f->num = (uint32_t)(key >> 3);
@@ -360,7 +364,11 @@ static int site_build(const Geodata__GeoSite *site, const char *code, size_t bas
 			r = domset_add_full(s, v, vlen);
 			break;
 		case GEODATA__DOMAIN__TYPE__Regex:
-			if (domset_count_regexes(s) >= GEODATA_REGEX_MAX) {
+			r = domset_add_regex(s, v, reason, sizeof reason);
+			if (r == -2) {
+				route_warn(ROUTE_WARN_GEOSITE_REGEX, v, reason);
+				r = 0;
+			} else if (r == 0 && domset_count_regexes(s) > GEODATA_REGEX_MAX) {
 				char why[64];
 				route_msg_format(why, sizeof why, ROUTE_REGEX_TOO_MANY,
 				                 GEODATA_REGEX_MAX);
@@ -369,11 +377,6 @@ static int site_build(const Geodata__GeoSite *site, const char *code, size_t bas
 				                name ? name : code, why);
 				free(name);
 				goto fail;
-			}
-			r = domset_add_regex(s, v, reason, sizeof reason);
-			if (r == -2) {
-				route_warn(ROUTE_WARN_GEOSITE_REGEX, v, reason);
-				r = 0;
 			}
 			break;
 		default:

@@ -37,6 +37,7 @@ const char *const route_msg[ROUTE_MSG_COUNT_] = {
 	[ROUTE_WARN_GEOSITE_REGEX] = "skipping invalid geosite regex \"%s\": %s",
 
 	[ROUTE_DEC_VARINT] = "malformed varint at byte %zu",
+	[ROUTE_DEC_FIELD_NUMBER] = "invalid field number at byte %zu",
 	[ROUTE_DEC_WIRE_TYPE] = "unsupported wire type %u at byte %zu",
 	[ROUTE_DEC_TRUNCATED] = "field at byte %zu runs past the end of the data",
 	[ROUTE_DEC_FIELD_TYPE] = "field %u at byte %zu has wire type %u, expected 2 (length-delimited)",
