@@ -12,6 +12,7 @@
 static const char *const msgs[] = {
 	"blocked by a route",
 	"the upstream response head is larger than %d bytes",
+	"plain http:// requests through a proxy outbound are not supported yet; use CONNECT",
 };
 
 struct http_in {
@@ -174,27 +175,40 @@ static void on_up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 
 /* ---- client side ---- */
 
-static void connected(uv_tcp_t *up, bool blackhole, bool ok, proto_dial_error err,
-                      const char *msg, void *data)
+static void connected(const connect_result *r, void *data)
 {
 	in_conn *ic = data;
 	http_in *h = get(ic);
+	uv_tcp_t *up = r->up;
 	ic->pending = NULL;
-	if (!ok || blackhole) {
-		const char *why = ok ? msgs[0] : msg;
+	if (!r->ok || r->blackhole) {
+		const char *why = r->ok ? msgs[0] : r->msg;
 		in_conn_log_end(ic, why);
-		if (http_server_failed(&h->core, ok ? PROTO_DIAL_NOT_ALLOWED : err, why, &ic->out) == 0 &&
+		if (http_server_failed(&h->core, r->ok ? PROTO_DIAL_NOT_ALLOWED : r->err, why,
+		                       &ic->out) == 0 &&
 		    in_conn_flush(ic))
 			conn_close_after_write(ic->c);
 		return;
 	}
 	if (http_server_opened(&h->core, &ic->out) || !in_conn_flush(ic)) {
 		uv_close((uv_handle_t *)up, free_handle);
+		stack_free(r->st);
 		conn_close(ic->c);
 		return;
 	}
 	if (http_server_is_tunnel(&h->core)) {
-		conn_relay(ic->c, up);
+		conn_relay(ic->c, up, r->st);
+		return;
+	}
+	if (r->st) {
+		/* Plain http:// requests through a layered upstream (a proxy
+		 * outbound) are not carried yet: the request filter drives a plain
+		 * socket. CONNECT through the same outbound works. */
+		stack_free(r->st);
+		uv_close((uv_handle_t *)up, free_handle);
+		if (http_server_failed(&h->core, PROTO_DIAL_GENERAL, msgs[2], &ic->out) == 0 &&
+		    in_conn_flush(ic))
+			conn_close_after_write(ic->c);
 		return;
 	}
 	h->up = up;

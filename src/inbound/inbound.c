@@ -58,33 +58,31 @@ bool in_conn_flush(in_conn *ic)
 
 /* ---- SOCKS ---- */
 
-static void socks_connected(uv_tcp_t *up, bool blackhole, bool ok, proto_dial_error err,
-                            const char *msg, void *data)
+static void socks_connected(const connect_result *r, void *data)
 {
 	in_conn *ic = data;
 	ic->pending = NULL;
-	if (!ok) {
-		in_conn_log_end(ic, msg);
-		if (socks_server_failed(&ic->core.socks, err, &ic->out) == 0 && in_conn_flush(ic))
+	if (!r->ok) {
+		in_conn_log_end(ic, r->msg);
+		if (socks_server_failed(&ic->core.socks, r->err, &ic->out) == 0 && in_conn_flush(ic))
 			conn_close_after_write(ic->c);
 		return;
 	}
 	addr_dest bound = {0};
-	if (up) {
+	if (r->up) {
 		struct sockaddr_storage ss;
 		int len = sizeof ss;
-		if (uv_tcp_getsockname(up, (struct sockaddr *)&ss, &len) == 0)
+		if (uv_tcp_getsockname(r->up, (struct sockaddr *)&ss, &len) == 0)
 			if (addr_dest_from_sockaddr(&bound, (struct sockaddr *)&ss))
 				bound = (addr_dest){0};
 	}
 	if (socks_server_opened(&ic->core.socks, &bound, &ic->out) || !in_conn_flush(ic)) {
-		if (up)
-			conn_relay(ic->c, up); /* hands up over so it is closed with the conn */
+		/* hand up over so it is closed with the conn */
+		conn_relay(ic->c, r->up, r->st);
 		conn_close(ic->c);
 		return;
 	}
-	(void)blackhole; /* up == NULL is the blackhole: conn_relay swallows */
-	conn_relay(ic->c, up);
+	conn_relay(ic->c, r->up, r->st); /* up == NULL is the blackhole: conn_relay swallows */
 }
 
 void in_conn_open(in_conn *ic, const addr_dest *dest, int user, connect_cb cb)
@@ -131,19 +129,16 @@ static size_t sniff_step(in_conn *ic, const uint8_t *data, size_t len)
 }
 
 /* After the client was answered: relay, or close when the dial failed. */
-static void sniffed_connected(uv_tcp_t *up, bool blackhole, bool ok, proto_dial_error err,
-                              const char *msg, void *data)
+static void sniffed_connected(const connect_result *r, void *data)
 {
-	(void)err;
-	(void)blackhole;
 	in_conn *ic = data;
 	ic->pending = NULL;
-	if (!ok) {
-		in_conn_log_end(ic, msg);
+	if (!r->ok) {
+		in_conn_log_end(ic, r->msg);
 		conn_close(ic->c);
 		return;
 	}
-	conn_relay(ic->c, up); /* up == NULL: the blackhole */
+	conn_relay(ic->c, r->up, r->st); /* up == NULL: the blackhole */
 }
 
 const connect_cb in_conn_sniffed_connected = sniffed_connected;
@@ -221,6 +216,12 @@ static bool on_client_end(conn *c, void *drv)
 {
 	(void)c;
 	in_conn *ic = drv;
+	if (ic->sniffing) {
+		/* A FIN ends the sniff with what came: the flow opens and the FIN
+		 * follows its bytes. */
+		finish_sniff(ic, NULL);
+		return false;
+	}
 	return ic->kind == IN_HTTP && ic->core.http ? http_in_client_end(ic) : true;
 }
 
@@ -258,6 +259,6 @@ void inbound_accept(listener *l, uv_stream_t *server, void *data)
 	ic->in = in;
 	/* a worker is reached through its loop's data: set by the supervisor */
 	worker *w = server->loop->data;
-	if (!conn_accept(w, server, &driver, ic, &in->limits))
+	if (!conn_accept(w, server, &driver, ic, &in->limits, NULL))
 		free(ic);
 }

@@ -52,15 +52,15 @@ connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resol
 	case ETM_PROTO_FREEDOM: {
 		connect_pending *d = dial_tcp(w, dns, dest, o->af, cb, data);
 		if (!d)
-			cb(NULL, false, false, PROTO_DIAL_GENERAL, msgs[1], data);
+			cb(&(connect_result){.msg = msgs[1]}, data);
 		return d;
 	}
 	case ETM_PROTO_BLACKHOLE:
-		cb(NULL, true, true, PROTO_DIAL_GENERAL, NULL, data);
+		cb(&(connect_result){.ok = true, .blackhole = true}, data);
 		return NULL;
 	default:
 		/* outbound_new refuses what is not built */
-		cb(NULL, false, false, PROTO_DIAL_GENERAL, "protocol not available", data);
+		cb(&(connect_result){.msg = "protocol not available"}, data);
 		return NULL;
 	}
 }

@@ -1,5 +1,6 @@
 /* conn.c - a client connection: handshake reads for its driver, then the two-way relay. */
 #include "runtime/conn.h"
+#include "runtime/conn_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -7,59 +8,6 @@
 
 #include "base/log.h"
 #include "runtime/splice.h"
-
-/* A handshake reply is small; the write carries its bytes inline. */
-typedef struct reply_req {
-	uv_write_t req;
-	size_t len;
-	uint8_t data[];
-} reply_req;
-
-typedef struct wslot {
-	uv_write_t req;
-	uint8_t *buf; /* from the worker's pool; NULL when the slot is free */
-} wslot;
-
-/* One direction of the relay: from -> to. */
-typedef struct dir {
-	uv_stream_t *from, *to;
-	wslot slots[RELAY_MAX_PENDING];
-	unsigned pending;
-	bool reading, eof, shut_sent, done;
-	uv_shutdown_t shut;
-} dir;
-
-/* HANDSHAKE and DRIVEN feed the driver the client's bytes; RELAY and
- * BLACKHOLE do not. */
-enum conn_state { HANDSHAKE, DRIVEN, RELAY, SPLICE, BLACKHOLE, CLOSING };
-
-struct conn {
-	worker *w;
-	conn *prev, *next; /* the worker's list */
-	const conn_driver *driver;
-	void *drv;
-	conn_limits limits;
-	enum conn_state state;
-
-	uv_tcp_t client;
-	uv_tcp_t *up; /* owned, malloc'd; NULL before the relay or for a blackhole */
-	uv_timer_t timer;
-	uv_timer_t deadline; /* the driver's own deadline */
-	int open_handles; /* closes still to come before the free */
-
-	struct sockaddr_storage peer, local;
-
-	uint8_t *hs;      /* handshake bytes not yet consumed (a pool buffer) */
-	size_t hs_len;
-	bool paused;
-	bool client_eof; /* the client's EOF came during the handshake or driven */
-	bool close_after_write;
-	unsigned replies; /* reply writes in flight */
-
-	dir d[2]; /* [0] client -> up, [1] up -> client */
-	splicer *sp; /* the SPLICE state's relay */
-	uint64_t last_active;
-};
 
 static const char *const msgs[] = {
 	"handshake from %s did not finish in time",
@@ -108,6 +56,9 @@ static void on_handle_closed(uv_handle_t *h)
 	list->n--;
 	c->driver->on_close(c, c->drv);
 	pool_put(worker_pool(c->w), c->hs);
+	conn_layer_free(c);
+	stack_free(c->cst);
+	stack_free(c->ust);
 	free(c);
 }
 
@@ -139,7 +90,7 @@ void conn_close_all(worker *w)
 
 /* ---- timers ---- */
 
-static void on_timer(uv_timer_t *t)
+void conn_on_timer(uv_timer_t *t)
 {
 	conn *c = t->data;
 	char who[64];
@@ -157,7 +108,7 @@ static void on_timer(uv_timer_t *t)
 		conn_close(c);
 		return;
 	}
-	uv_timer_start(t, on_timer, c->limits.idle_ms - idle, 0);
+	uv_timer_start(t, conn_on_timer, c->limits.idle_ms - idle, 0);
 }
 
 /* ---- handshake ---- */
@@ -170,13 +121,13 @@ static void alloc_hs(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	buf->len = CONN_HANDSHAKE_MAX - c->hs_len;
 }
 
-static bool fed(const conn *c) { return c->state == HANDSHAKE || c->state == DRIVEN; }
+bool conn_fed(const conn *c) { return c->state == HANDSHAKE || c->state == DRIVEN; }
 
-static void feed_driver(conn *c)
+void conn_feed_driver(conn *c)
 {
-	while (fed(c) && c->hs && c->hs_len > 0 && !c->paused) {
+	while (conn_fed(c) && c->hs && c->hs_len > 0 && !c->paused) {
 		size_t used = c->driver->on_data(c, c->drv, c->hs, c->hs_len);
-		if (!fed(c) || used == 0)
+		if (!conn_fed(c) || used == 0)
 			return;
 		if (used > c->hs_len)
 			used = c->hs_len;
@@ -204,8 +155,8 @@ static void on_hs_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 	if (c->state == DRIVEN)
 		c->last_active = uv_now(worker_loop(c->w));
 	size_t before = c->hs_len;
-	feed_driver(c);
-	if (fed(c) && !c->paused && c->hs_len == CONN_HANDSHAKE_MAX && before == c->hs_len) {
+	conn_feed_driver(c);
+	if (conn_fed(c) && !c->paused && c->hs_len == CONN_HANDSHAKE_MAX && before == c->hs_len) {
 		char who[64];
 		peer_text(c, who, sizeof who);
 		log_debug("conn", msgs[1], who, CONN_HANDSHAKE_MAX);
@@ -213,18 +164,57 @@ static void on_hs_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 	}
 }
 
+static void alloc_pool(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	(void)suggested;
+	conn *c = h->data;
+	uint8_t *b = pool_get(worker_pool(c->w));
+	buf->base = (char *)b;
+	buf->len = b ? POOL_BUF_SIZE : 0;
+}
+
+/* A stacked client's handshake reads: wire bytes go through its layers. */
+static void on_hs_layer_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+	conn *c = s->data;
+	if (n <= 0) {
+		pool_put(worker_pool(c->w), (uint8_t *)buf->base);
+		if (n == 0)
+			return;
+		uv_read_stop(s);
+		c->paused = true;
+		c->client_eof = true;
+		if (n != UV_EOF || !c->driver->on_client_end ||
+		    c->driver->on_client_end(c, c->drv))
+			conn_close(c);
+		return;
+	}
+	conn_layer_hs_read(c, (uint8_t *)buf->base, (size_t)n);
+}
+
+void conn_start_reading(conn *c)
+{
+	if (c->cst)
+		uv_read_start((uv_stream_t *)&c->client, alloc_pool, on_hs_layer_read);
+	else
+		uv_read_start((uv_stream_t *)&c->client, alloc_hs, on_hs_read);
+}
+
 conn *conn_accept(worker *w, uv_stream_t *server, const conn_driver *driver, void *drv,
-                  const conn_limits *limits)
+                  const conn_limits *limits, stack *cst)
 {
 	conn *c = calloc(1, sizeof *c);
 	uint8_t *hs = pool_get(worker_pool(w));
 	if (!c || !hs) {
 		free(c);
 		pool_put(worker_pool(w), hs);
+		stack_free(cst);
 		return NULL;
 	}
 	uv_loop_t *loop = worker_loop(w);
-	*c = (conn){.w = w, .driver = driver, .drv = drv, .limits = *limits, .hs = hs};
+	*c = (conn){.w = w, .driver = driver, .drv = drv, .limits = *limits, .hs = hs, .cst = cst};
+	if (cst)
+		c->sd[0] = (side){.s = (uv_stream_t *)&c->client, .st = cst};
 	uv_tcp_init(loop, &c->client);
 	uv_timer_init(loop, &c->timer);
 	uv_timer_init(loop, &c->deadline);
@@ -252,14 +242,18 @@ conn *conn_accept(worker *w, uv_stream_t *server, const conn_driver *driver, voi
 	uv_tcp_getsockname(&c->client, (struct sockaddr *)&c->local, &len);
 	uv_tcp_nodelay(&c->client, 1);
 	if (c->limits.handshake_ms)
-		uv_timer_start(&c->timer, on_timer, c->limits.handshake_ms, 0);
-	uv_read_start((uv_stream_t *)&c->client, alloc_hs, on_hs_read);
+		uv_timer_start(&c->timer, conn_on_timer, c->limits.handshake_ms, 0);
+	if (cst && stack_start(cst) < 0) {
+		conn_close(c);
+		return c;
+	}
+	conn_start_reading(c);
 	return c;
 }
 
 void conn_pause(conn *c)
 {
-	if (!fed(c) || c->paused)
+	if (!conn_fed(c) || c->paused)
 		return;
 	c->paused = true;
 	uv_read_stop((uv_stream_t *)&c->client);
@@ -267,16 +261,18 @@ void conn_pause(conn *c)
 
 void conn_resume(conn *c)
 {
-	if (!fed(c) || !c->paused || c->client_eof)
+	if (!conn_fed(c) || !c->paused || c->client_eof)
 		return;
 	c->paused = false;
-	uv_read_start((uv_stream_t *)&c->client, alloc_hs, on_hs_read);
-	feed_driver(c);
+	conn_start_reading(c);
+	if (c->cst)
+		conn_layer_hs_resume(c);
+	conn_feed_driver(c);
 }
 
 size_t conn_write_queue(const conn *c) { return c->client.write_queue_size; }
 
-void conn_feed(conn *c) { feed_driver(c); }
+void conn_feed(conn *c) { conn_feed_driver(c); }
 
 static void on_deadline(uv_timer_t *t)
 {
@@ -314,6 +310,8 @@ int conn_write(conn *c, const uint8_t *data, size_t len)
 {
 	if (c->state == CLOSING)
 		return -1;
+	if (c->cst)
+		return conn_layer_write(c, data, len);
 	reply_req *r = malloc(sizeof *r + len);
 	if (!r)
 		return -1;
@@ -335,7 +333,7 @@ void conn_close_after_write(conn *c)
 		return;
 	uv_read_stop((uv_stream_t *)&c->client);
 	c->close_after_write = true;
-	if (c->replies == 0)
+	if (c->cst ? conn_layer_written_all(c) : c->replies == 0)
 		conn_close(c);
 }
 
@@ -364,7 +362,9 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 {
 	(void)status; /* a peer that already went away has nothing left to tell */
 	dir *d = req->data;
-	conn *c = d->from->data;
+	/* The stream shut is alive during its callback, even a cancelled one;
+	 * d->from may be a handle already closed and freed. */
+	conn *c = req->handle->data;
 	if (c->state == CLOSING)
 		return;
 	d->done = true;
@@ -555,41 +555,43 @@ void conn_drive(conn *c)
 	uv_timer_stop(&c->timer);
 	c->last_active = uv_now(worker_loop(c->w));
 	if (c->limits.idle_ms)
-		uv_timer_start(&c->timer, on_timer, c->limits.idle_ms, 0);
+		uv_timer_start(&c->timer, conn_on_timer, c->limits.idle_ms, 0);
 }
 
 /* Leaves the handshake: stops its reads and timer, starts the idle timer. */
-static void leave_handshake(conn *c)
+void conn_leave_handshake(conn *c)
 {
 	uv_read_stop((uv_stream_t *)&c->client);
 	c->paused = false;
 	uv_timer_stop(&c->timer);
 	c->last_active = uv_now(worker_loop(c->w));
 	if (c->limits.idle_ms)
-		uv_timer_start(&c->timer, on_timer, c->limits.idle_ms, 0);
+		uv_timer_start(&c->timer, conn_on_timer, c->limits.idle_ms, 0);
 }
 
 void conn_hold(conn *c)
 {
-	if (!fed(c))
+	if (!conn_fed(c))
 		return;
 	if (c->client_eof) {
 		conn_close(c);
 		return;
 	}
-	leave_handshake(c);
+	conn_leave_handshake(c);
 	c->state = BLACKHOLE;
 	uv_read_start((uv_stream_t *)&c->client, alloc_relay, on_blackhole_read);
 }
 
-void conn_relay(conn *c, uv_tcp_t *up)
+void conn_relay(conn *c, uv_tcp_t *up, stack *ust)
 {
-	if (!fed(c)) {
+	if (!conn_fed(c)) {
 		if (up)
 			uv_close((uv_handle_t *)up, free_handle);
+		stack_free(ust);
 		return;
 	}
-	leave_handshake(c);
+	c->ust = ust;
+	conn_leave_handshake(c);
 
 	if (!up && c->client_eof) {
 		conn_close(c);
@@ -611,6 +613,10 @@ void conn_relay(conn *c, uv_tcp_t *up)
 	c->up->data = c;
 	c->open_handles++;
 	uv_tcp_nodelay(up, 1);
+	if (c->cst || c->ust) {
+		conn_layer_relay(c);
+		return;
+	}
 	if (c->limits.splice && try_splice(c))
 		return;
 	c->state = RELAY;

@@ -8,6 +8,7 @@
 #include <uv.h>
 
 #include "runtime/worker.h"
+#include "transport/stack.h"
 
 /* Writes a relay direction may have in flight before it stops reading its
  * source: the backpressure bound. 4 x POOL_BUF_SIZE = 64 KiB per direction,
@@ -49,12 +50,15 @@ typedef struct conn_limits {
 	bool splice;           /* relay plain TCP to plain TCP with splice(2) */
 } conn_limits;
 
-/* Accepts a pending connection on server and starts its handshake. The
+/* Accepts a pending connection on server and starts its handshake. cst is
+ * the client side's layer stack (an inbound's TLS or WebSocket; NULL for
+ * plain TCP), which the connection takes over in every case. The
  * driver state drv is borrowed until on_close, which runs exactly once when
  * a connection was returned (also when the accept itself failed). Returns
- * NULL only when memory runs out; drv stays the caller's then. */
+ * NULL only when memory runs out; drv stays the caller's then (cst is
+ * freed). */
 conn *conn_accept(worker *w, uv_stream_t *server, const conn_driver *driver, void *drv,
-                  const conn_limits *limits);
+                  const conn_limits *limits, stack *cst);
 
 worker *conn_worker(const conn *c);
 
@@ -64,6 +68,9 @@ const struct sockaddr_storage *conn_local(const conn *c);
 
 /* Queues bytes for the client (a handshake reply); copied. Returns 0 or -1. */
 __attribute__((warn_unused_result)) int conn_write(conn *c, const uint8_t *data, size_t len);
+
+/* (Re)starts reading the client for its handshake. */
+void conn_start_reading(conn *c);
 
 /* Stops / resumes reading the client during the handshake or while driven
  * (while dialing, or for backpressure). Resuming feeds the driver the bytes
@@ -93,12 +100,14 @@ void conn_feed(conn *c);
 size_t conn_write_queue(const conn *c);
 
 /* Ends the handshake and relays between the client and up, a connected TCP
- * handle allocated with malloc on the same loop (the connection takes it
- * over and frees it). Client bytes already read and not consumed by the
- * driver are sent to up first. With limits.splice the bytes move with
- * splice(2), never entering user space; else through pool buffers. With up == NULL the flow is a blackhole: the
- * client reads EOF at once and what it sends is swallowed until it closes. */
-void conn_relay(conn *c, uv_tcp_t *up);
+ * handle allocated with malloc on the same loop, with its layer stack ust
+ * (NULL: plain TCP); the connection takes both over. Client bytes already
+ * read and not consumed by the driver are sent to up first. Between two
+ * plain sockets the bytes move with splice(2) when limits.splice is set,
+ * else through pool buffers; with layers on either side app bytes move
+ * between the stacks. With up == NULL the flow is a blackhole: the client
+ * reads EOF at once and what it sends is swallowed until it closes. */
+void conn_relay(conn *c, uv_tcp_t *up, stack *ust);
 
 /* Ends the handshake and keeps the client connection open, reading and
  * discarding, until the client closes it (a SOCKS5 UDP association's

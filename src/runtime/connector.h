@@ -9,6 +9,7 @@
 #include "base/addr.h"
 #include "proto/proto.h"
 #include "runtime/worker.h"
+#include "transport/stack.h"
 
 /* A flow as a server core produced it (seed 002 "Flow, Principal and
  * FlowContext"): where it goes, who asked, what sniffing saw. */
@@ -26,13 +27,21 @@ typedef struct flow_ctx {
 	struct sockaddr_storage peer;
 } flow_ctx;
 
-/* The result of a connect. On success err is 0-valued and either up is a
- * connected TCP handle on the worker's loop that the callee now owns, or
- * blackhole is true and up is NULL (the flow is swallowed). On failure up is
- * NULL, blackhole false, err the kind and msg (valid during the call) the
- * reason. */
-typedef void (*connect_cb)(uv_tcp_t *up, bool blackhole, bool ok, proto_dial_error err,
-                           const char *msg, void *data);
+/* The result of a connect. On success either up is a connected TCP handle
+ * on the worker's loop with its layer stack st (NULL: plain TCP), both now
+ * the callee's, or blackhole is true and up is NULL (the flow is
+ * swallowed). On failure err is the kind and msg (valid during the call)
+ * the reason. */
+typedef struct connect_result {
+	bool ok;
+	bool blackhole;
+	uv_tcp_t *up;
+	stack *st;
+	proto_dial_error err;
+	const char *msg;
+} connect_result;
+
+typedef void (*connect_cb)(const connect_result *r, void *data);
 
 /* Room a datagram link leaves before the payload it hands to a receive
  * callback, so the receiver can prepend a header in place (a SOCKS5 UDP

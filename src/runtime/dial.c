@@ -112,7 +112,8 @@ static void fail(dial *d, proto_dial_error kind, const char *msg)
 {
 	if (!d->finished) {
 		d->finished = true;
-		d->cb(NULL, false, false, kind, msg, d->data);
+		connect_result r = {.err = kind, .msg = msg};
+		d->cb(&r, d->data);
 	}
 	release(d);
 }
@@ -183,7 +184,8 @@ static void on_connect(uv_connect_t *req, int status)
 		d->handles--; /* handed over: no longer ours to close */
 		up->data = NULL;
 		d->finished = true;
-		d->cb(up, false, true, PROTO_DIAL_GENERAL, NULL, d->data);
+		connect_result r = {.ok = true, .up = up};
+		d->cb(&r, d->data);
 		release(d);
 		return;
 	}

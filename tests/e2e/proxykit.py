@@ -7,7 +7,6 @@ import asyncio
 import hashlib
 import http.server
 import ipaddress
-import os
 import signal
 import socket
 import socketserver
@@ -381,6 +380,48 @@ class RawOrigin(_ThreadedServer):
         wfile.write(answer)
         wfile.flush()
         return path not in self.CLOSING
+
+
+class Spout:
+    """Answers each connection with as many bytes as the 4-byte big-endian
+    number it first receives asks for, then its FIN; closes when the peer
+    does. sent[i] is set when connection i's bytes were all written."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind((LOOPBACK, 0))
+        self.sock.listen(128)
+        self.port = self.sock.getsockname()[1]
+        self.sent = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            done = threading.Event()
+            self.sent.append(done)
+            threading.Thread(target=self._serve, args=(c, done), daemon=True).start()
+
+    @staticmethod
+    def _serve(c, done):
+        with c:
+            try:
+                n = struct.unpack(">I", recv_exact(c, 4))[0]
+                c.sendall(bytes(n))
+                c.shutdown(socket.SHUT_WR)
+                done.set()
+                c.settimeout(30)
+                while c.recv(65536):
+                    pass
+            except (OSError, EOFError):
+                pass
+
+    def close(self):
+        self.sock.close()
 
 
 class Sha256Sink(_ThreadedServer):

@@ -21,11 +21,10 @@ import time
 import pytest
 
 from proxykit import (LOOPBACK, DnsServer, EchoServer, HttpReader, HttpTarget, Proxy,
-                      RawOrigin, Sha256Sink, big_chunks, big_sha256, UdpEcho, connect, free_port, header_lines, make_cert,
-                      parse_udp_header, read_socks_addr, recv_all, recv_exact, recv_until_closed,
-                      socks5_connect,
-                      socks5_echo_async, socks5_greet, socks5_request, socks_addr,
-                      tls_server_context, wait_closed)
+                      RawOrigin, Sha256Sink, Spout, UdpEcho, big_chunks, big_sha256, connect,
+                      free_port, header_lines, make_cert, parse_udp_header, read_socks_addr,
+                      recv_all, recv_exact, recv_until_closed, socks5_connect, socks5_echo_async,
+                      socks5_greet, socks5_request, socks_addr, tls_server_context, wait_closed)
 
 CURL = "/usr/bin/curl"
 
@@ -282,6 +281,61 @@ def test_ipv6_listen_and_destination(start_proxy, app, tmp_path):
         echo6.close()
 
 
+# A regression guard: the buffered relay ([runtime] splice = false, and with
+# splice on the flows the splicer cannot take) closed the upstream handle
+# before the client's, and its shutdown callback toward the client read the
+# freed upstream handle (a SIGSEGV). That needs the upstream's FIN read while
+# 1-3 writes wait for the client: a download whose end sits just beyond what
+# the kernel buffers hold. Its size depends on the socket buffers, so the test
+# walks the size in 16 KiB steps (the window is 48 KiB wide), most likely
+# sizes first.
+RESET_SIZES = ([n for n in range(2560 << 10, 4 << 20, 16 << 10)] +
+               [n for n in range(256 << 10, 2560 << 10, 16 << 10)] +
+               [n for n in range(4 << 20, 8 << 20, 16 << 10)])
+
+
+@pytest.mark.parametrize("splice", [
+    pytest.param("true", id="spliced"),
+    pytest.param("false", id="buffered"),
+])
+def test_relay_survives_a_reset_after_a_finished_download(start_proxy, splice):
+    spout = Spout()
+    proxy = start_proxy(config(f"[runtime]\nsplice = {splice}\n\n", inbound("in", "socks"),
+                               DIRECT))
+    batch = 16  # downloads at once, each on its own connection and buffers
+    likely = RESET_SIZES[:96]
+    # the spliced relay is the control: the likely sizes only; the buffered one
+    # walks them a second time, should load have made the proxy miss the window
+    walk = likely if splice == "true" else RESET_SIZES + likely
+    try:
+        for i in range(0, len(walk), batch):
+            sizes = walk[i:i + batch]
+            clients = []
+            for n in sizes:
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # never reads
+                s.settimeout(5)
+                s.connect((LOOPBACK, proxy.port))
+                socks5_greet(s)
+                rep, _ = socks5_request(s, LOOPBACK, spout.port)
+                assert rep == REP_OK, proxy.log()
+                s.sendall(struct.pack(">I", n))
+                clients.append(s)
+            time.sleep(0.05)  # the proxy reads what it can, and the FIN
+            for s in clients:  # RSTs: the users gave up on their downloads
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.close()
+            time.sleep(0.01)
+            status = proxy.proc.poll()
+            assert status is None, (f"the proxy died ({status}) after downloads of "
+                                    f"{sizes[0]}-{sizes[-1]} bytes")
+    finally:
+        spout.close()
+    with socks5_connect(proxy.port, LOOPBACK, spout.port) as s:
+        s.sendall(struct.pack(">I", 5))
+        assert recv_all(s) == bytes(5)
+
+
 # ---------------------------------------------------------------- 2. HTTPS through CONNECT
 
 @pytest.mark.parametrize("protocol", ["http", "mixed"])
@@ -383,8 +437,6 @@ def test_http_framing_through_the_absolute_form_path(start_proxy, raw_origin):
     o = f"127.0.0.1:{raw_origin.port}"
     ans = RawOrigin.ANSWERS
     with connect(proxy.port) as s:
-        r = HttpReader(s)
-
         def exchange(request, expected):
             s.sendall(request)
             got = b""
@@ -907,7 +959,7 @@ def test_handshake_and_idle_timeouts(start_proxy, echo, origin):
         t.join(5)
     for name, took in results.items():
         assert took is not None, f"{name} still open after 3 s"
-        assert 0.7 <= took <= 2.0, f"{name} closed after {took:.2f} s"
+        assert 0.7 <= took <= 2.5, f"{name} closed after {took:.2f} s"
     # a flow that carries a byte now and then outlives the idle timeout
     assert echo_roundtrip(busy, b"still here") == b"still here"
     for s in (silent, partial, half_http, idle, busy, http_idle, udp_idle):

@@ -1,0 +1,82 @@
+/* layer.h - a sans-io stream layer (TLS, WebSocket, a proxy client's framing): wire-side bytes in, app-side bytes out, and back. */
+#ifndef ETM_TRANSPORT_LAYER_H
+#define ETM_TRANSPORT_LAYER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* A connection is one socket and an ordered stack of layers (ARCHITECTURE.md
+ * section 4): layer 0 touches the wire, the last one touches the app. Each
+ * layer is a pure state machine; the stack (stack.h) moves bytes between
+ * them and the shell moves bytes between the stack and the socket.
+ *
+ * Output goes into a layer_buf the caller owns. A layer writes as much as
+ * fits and keeps the rest pending inside itself (OpenSSL's BIO, a frame
+ * half written); the caller drains pending output by calling again with
+ * len 0 once it has made room. Calls never block and never fail for lack
+ * of room: they just consume less. */
+
+typedef struct layer_buf {
+	uint8_t *data;
+	size_t len; /* bytes held */
+	size_t cap;
+} layer_buf;
+
+static inline size_t layer_buf_room(const layer_buf *b) { return b->cap - b->len; }
+
+/* Errors a layer returns. The layer's error() text says more. */
+enum {
+	LAYER_ERR_PROTO = -1,  /* the peer broke the protocol (bad record, bad frame, bad reply) */
+	LAYER_ERR_AUTH = -2,   /* refused: certificate, credentials, the proxy said no */
+	LAYER_ERR_CLOSED = -3, /* the peer ended the layer cleanly (close_notify, close frame)
+	                          where data was still expected */
+	LAYER_ERR_NOMEM = -4,
+	LAYER_ERR_STATE = -5,  /* a call that does not fit the layer's state */
+};
+
+typedef struct layer layer;
+
+typedef struct layer_ops {
+	const char *name; /* "tls", "ws", "trojan", ... for logs */
+
+	/* A client layer's first bytes (TLS ClientHello, the WebSocket
+	 * upgrade request, a SOCKS greeting) into down. Called once, before
+	 * anything else; NULL for layers that wait for the peer. Returns 0 or
+	 * an error. */
+	int (*start)(layer *l, layer_buf *down);
+
+	/* Bytes from below (the wire side). Appends what they carry for the
+	 * layer above into up, and anything the layer must answer on the wire
+	 * (handshake messages, a pong) into down. Returns how many bytes of
+	 * in it consumed, or an error. len 0 drains pending output. */
+	ssize_t (*from_below)(layer *l, const uint8_t *in, size_t len, layer_buf *up,
+	                      layer_buf *down);
+
+	/* Bytes from above (the app side) to send. Appends their wire form
+	 * into down. Returns how many it consumed (0 before ready), or an
+	 * error. len 0 drains pending output. */
+	ssize_t (*from_above)(layer *l, const uint8_t *in, size_t len, layer_buf *down);
+
+	/* Whether the handshake is done: app bytes may flow both ways. */
+	bool (*ready)(const layer *l);
+
+	/* The app has nothing more to send: the layer's orderly end
+	 * (close_notify, a close frame) into down. NULL when the layer has
+	 * none (the shell then just shuts the socket's write side). */
+	int (*shutdown)(layer *l, layer_buf *down);
+
+	/* Text of the last error, for logs and dial failures ("tls:
+	 * certificate verify failed", "ws: upgrade refused: 404"). */
+	const char *(*error)(const layer *l);
+
+	void (*free)(layer *l);
+} layer_ops;
+
+/* Every concrete layer starts with this. */
+struct layer {
+	const layer_ops *ops;
+};
+
+#endif

@@ -1,0 +1,240 @@
+/* stack.c - moving bytes through a stack of layers until nothing moves. */
+#include "transport/stack.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A bounded FIFO of bytes; the buffer is allocated on first use. */
+typedef struct queue {
+	uint8_t *data;
+	size_t len;
+} queue;
+
+/* up[i] feeds layer i's from_below (up[0] is the wire's input, up[n] the
+ * app's); down[i + 1] feeds layer i's from_above (down[n] is the app's
+ * output, down[0] the wire's). */
+struct stack {
+	layer *layers[STACK_MAX_LAYERS];
+	size_t n;
+	queue up[STACK_MAX_LAYERS + 1];
+	queue down[STACK_MAX_LAYERS + 1];
+	int err;
+	char err_text[160];
+};
+
+static const char *const msgs[] = {
+	"%s: %s",
+	"stack: out of memory",
+	"stack: too many layers",
+};
+
+stack *stack_new(void) { return calloc(1, sizeof(stack)); }
+
+void stack_free(stack *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->n; i++)
+		s->layers[i]->ops->free(s->layers[i]);
+	for (size_t i = 0; i <= STACK_MAX_LAYERS; i++) {
+		free(s->up[i].data);
+		free(s->down[i].data);
+	}
+	free(s);
+}
+
+size_t stack_depth(const stack *s) { return s->n; }
+
+int stack_push(stack *s, layer *l)
+{
+	if (s->n == STACK_MAX_LAYERS) {
+		l->ops->free(l);
+		snprintf(s->err_text, sizeof s->err_text, "%s", msgs[2]);
+		return -1;
+	}
+	/* What waited for the app now waits for the new top layer: nothing,
+	 * as layers are pushed before any byte moves. */
+	s->layers[s->n++] = l;
+	return 0;
+}
+
+static int fail(stack *s, int err, const layer *l)
+{
+	if (!s->err) {
+		s->err = err;
+		if (l) {
+			const char *why = l->ops->error ? l->ops->error(l) : NULL;
+			snprintf(s->err_text, sizeof s->err_text, msgs[0], l->ops->name,
+			         why ? why : "error");
+		} else {
+			snprintf(s->err_text, sizeof s->err_text, "%s", msgs[1]);
+		}
+	}
+	return err;
+}
+
+static bool ensure(queue *q)
+{
+	if (!q->data)
+		q->data = malloc(STACK_QUEUE_CAP);
+	return q->data != NULL;
+}
+
+/* A layer_buf over the free end of q. */
+static layer_buf tail(queue *q)
+{
+	return (layer_buf){.data = q->data + q->len, .len = 0, .cap = STACK_QUEUE_CAP - q->len};
+}
+
+static void eat(queue *q, size_t n)
+{
+	memmove(q->data, q->data + n, q->len - n);
+	q->len -= n;
+}
+
+/* Moves bytes through every layer both ways until nothing moves. */
+static int pump(stack *s)
+{
+	if (s->err)
+		return s->err;
+	for (size_t i = 0; i <= s->n; i++)
+		if (!ensure(&s->up[i]) || !ensure(&s->down[i]))
+			return fail(s, LAYER_ERR_NOMEM, NULL);
+	bool moved = true;
+	/* Each round moves at least one byte or ends; queues are bounded, so
+	 * the rounds are too. */
+	while (moved) {
+		moved = false;
+		for (size_t i = 0; i < s->n; i++) {
+			layer *l = s->layers[i];
+			layer_buf up = tail(&s->up[i + 1]), down = tail(&s->down[i]);
+			ssize_t r = l->ops->from_below(l, s->up[i].data, s->up[i].len, &up, &down);
+			if (r < 0)
+				return fail(s, (int)r, l);
+			if (r > 0)
+				eat(&s->up[i], (size_t)r);
+			s->up[i + 1].len += up.len;
+			s->down[i].len += down.len;
+			moved |= r > 0 || up.len > 0 || down.len > 0;
+		}
+		for (size_t k = s->n; k-- > 0;) {
+			layer *l = s->layers[k];
+			layer_buf down = tail(&s->down[k]);
+			ssize_t r = l->ops->from_above(l, s->down[k + 1].data, s->down[k + 1].len, &down);
+			if (r < 0)
+				return fail(s, (int)r, l);
+			if (r > 0)
+				eat(&s->down[k + 1], (size_t)r);
+			s->down[k].len += down.len;
+			moved |= r > 0 || down.len > 0;
+		}
+	}
+	return 0;
+}
+
+int stack_start(stack *s)
+{
+	if (s->n == 0)
+		return 0;
+	for (size_t i = 0; i <= s->n; i++)
+		if (!ensure(&s->up[i]) || !ensure(&s->down[i]))
+			return fail(s, LAYER_ERR_NOMEM, NULL);
+	for (size_t i = 0; i < s->n; i++) {
+		layer *l = s->layers[i];
+		if (!l->ops->start)
+			continue;
+		layer_buf down = tail(&s->down[i]);
+		int rc = l->ops->start(l, &down);
+		if (rc < 0)
+			return fail(s, rc, l);
+		s->down[i].len += down.len;
+	}
+	return pump(s);
+}
+
+static ssize_t feed(stack *s, queue *q, const uint8_t *in, size_t len)
+{
+	if (s->err)
+		return s->err;
+	if (!ensure(q))
+		return fail(s, LAYER_ERR_NOMEM, NULL);
+	size_t n = STACK_QUEUE_CAP - q->len;
+	if (n > len)
+		n = len;
+	memcpy(q->data + q->len, in, n);
+	q->len += n;
+	int rc = s->n ? pump(s) : 0;
+	return rc < 0 ? rc : (ssize_t)n;
+}
+
+/* An empty stack passes bytes straight across: wire in is app in, app out
+ * is wire out (up[0] doubles as up[n], down[n] as down[0]). */
+ssize_t stack_from_wire(stack *s, const uint8_t *in, size_t len)
+{
+	return feed(s, &s->up[0], in, len);
+}
+
+ssize_t stack_from_app(stack *s, const uint8_t *in, size_t len)
+{
+	return feed(s, &s->down[s->n], in, len);
+}
+
+size_t stack_wire_out(const stack *s, const uint8_t **data)
+{
+	*data = s->down[0].data;
+	return s->down[0].len;
+}
+
+int stack_wire_done(stack *s, size_t n)
+{
+	eat(&s->down[0], n);
+	return s->n ? pump(s) : 0;
+}
+
+size_t stack_app_in(const stack *s, const uint8_t **data)
+{
+	*data = s->up[s->n].data;
+	return s->up[s->n].len;
+}
+
+int stack_app_done(stack *s, size_t n)
+{
+	eat(&s->up[s->n], n);
+	return s->n ? pump(s) : 0;
+}
+
+bool stack_ready(const stack *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (!s->layers[i]->ops->ready(s->layers[i]))
+			return false;
+	return true;
+}
+
+size_t stack_app_room(const stack *s) { return STACK_QUEUE_CAP - s->down[s->n].len; }
+
+int stack_shutdown(stack *s)
+{
+	if (s->err)
+		return s->err;
+	int rc = pump(s); /* what the app sent first goes first */
+	if (rc)
+		return rc;
+	for (size_t k = s->n; k-- > 0;) {
+		layer *l = s->layers[k];
+		if (!l->ops->shutdown)
+			continue;
+		layer_buf down = tail(&s->down[k]);
+		rc = l->ops->shutdown(l, &down);
+		if (rc < 0)
+			return fail(s, rc, l);
+		s->down[k].len += down.len;
+		rc = pump(s);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+const char *stack_error(const stack *s) { return s->err ? s->err_text : NULL; }

@@ -1,0 +1,73 @@
+/* stack.h - an ordered stack of sans-io layers with bounded queues between them: wire bytes at the bottom, app bytes at the top. */
+#ifndef ETM_TRANSPORT_STACK_H
+#define ETM_TRANSPORT_STACK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "transport/layer.h"
+
+/* Layers one connection may carry: TLS, WebSocket and a proxy client's
+ * framing is three; one to spare. */
+#define STACK_MAX_LAYERS 4
+
+/* Bytes one queue between two layers holds: one TLS record's plaintext and
+ * its framing. A full queue stops the layer feeding it (backpressure). */
+#define STACK_QUEUE_CAP (17 * 1024)
+
+typedef struct stack stack;
+
+/* An empty stack (the app talks to the wire directly). NULL on no memory. */
+stack *stack_new(void);
+
+/* Frees the stack and every layer in it. */
+void stack_free(stack *s);
+
+/* Puts l on top of the stack (the stack owns it from now on). Returns 0, or
+ * -1 when the stack is full (l is freed). */
+__attribute__((warn_unused_result)) int stack_push(stack *s, layer *l);
+
+size_t stack_depth(const stack *s);
+
+/* Runs every client layer's start (bottom to top) and moves what it can.
+ * Returns 0, or a LAYER_ERR_*. */
+__attribute__((warn_unused_result)) int stack_start(stack *s);
+
+/* Bytes read from the socket. Returns how many were taken (less than len
+ * when the stack is full: offer the rest again after draining the app
+ * side), or a LAYER_ERR_*. */
+__attribute__((warn_unused_result)) ssize_t stack_from_wire(stack *s, const uint8_t *in,
+                                                            size_t len);
+
+/* Bytes the app wants sent. Returns how many were taken (0 before the
+ * stack is ready, or when it is full), or a LAYER_ERR_*. */
+__attribute__((warn_unused_result)) ssize_t stack_from_app(stack *s, const uint8_t *in,
+                                                           size_t len);
+
+/* What the socket should write next: *data points at the bytes, valid until
+ * the next call on the stack; returns their count (0: nothing). */
+size_t stack_wire_out(const stack *s, const uint8_t **data);
+/* n bytes of stack_wire_out were written. Moves more through the stack. */
+__attribute__((warn_unused_result)) int stack_wire_done(stack *s, size_t n);
+
+/* What arrived for the app: as above. */
+size_t stack_app_in(const stack *s, const uint8_t **data);
+/* n bytes of stack_app_in were used. */
+__attribute__((warn_unused_result)) int stack_app_done(stack *s, size_t n);
+
+/* Every layer's handshake is done. */
+bool stack_ready(const stack *s);
+
+/* Bytes the app side may still hand in right now (the top queue's room). */
+size_t stack_app_room(const stack *s);
+
+/* The app will send nothing more: each layer's orderly end goes out
+ * (top to bottom). Returns 0 or a LAYER_ERR_*. */
+__attribute__((warn_unused_result)) int stack_shutdown(stack *s);
+
+/* The text of the error a call returned: "<layer>: <reason>". */
+const char *stack_error(const stack *s);
+
+#endif

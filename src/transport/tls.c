@@ -1,0 +1,634 @@
+/* tls.c - the TLS layer: an SSL object between two memory BIOs, driven by the stack's buffers. */
+#include "transport/tls.h"
+
+#include <arpa/inet.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+/* Undecrypted input the layer holds: the largest record, 2^14 bytes of
+ * plaintext plus the 2048 bytes of expansion TLS 1.2 allows (RFC 5246
+ * section 6.2.3; TLS 1.3 allows 256, RFC 8446 section 5.2) and the 5-byte
+ * header. OpenSSL can always finish the record in hand, and a full queue
+ * above stops intake from the wire instead of growing the BIO. */
+#define TLS_IN_MAX (16384 + 2048 + 5)
+
+/* Plaintext per SSL_write: one full record (RFC 8446 section 5.1). A new
+ * record is made only once the last one has left the write BIO, so that
+ * BIO never holds more than one record and the handshake's flight. */
+#define TLS_RECORD_MAX 16384
+
+/* Room for an error text: a path (PATH_MAX would be silly in a log line;
+ * longer ones are cut) and OpenSSL's reason. */
+#define TLS_ERR_MAX 320
+
+enum {
+	M_VERIFY,
+	M_HANDSHAKE,
+	M_CONN,
+	M_CLOSED_HS,
+	M_SEND_SHUT,
+	M_NOMEM,
+	M_CA,
+	M_CERT,
+	M_KEY,
+	M_MISMATCH,
+	M_ALPN,
+	M_VERSIONS,
+	M_NO_NAME,
+	M_BAD_NAME,
+};
+
+/* Every text this module shows a user; tests assert them word for word. */
+static const char *const msgs[] = {
+	[M_VERIFY] = "tls: certificate verify failed: %s",
+	[M_HANDSHAKE] = "tls: handshake failed: %s",
+	[M_CONN] = "tls: connection failed: %s",
+	[M_CLOSED_HS] = "tls: peer closed during the handshake",
+	[M_SEND_SHUT] = "tls: send after shutdown",
+	[M_NOMEM] = "tls: out of memory",
+	[M_CA] = "tls: cannot read CA file %s: %s",
+	[M_CERT] = "tls: cannot read certificate %s: %s",
+	[M_KEY] = "tls: cannot read key %s: %s",
+	[M_MISMATCH] = "tls: key does not match certificate",
+	[M_ALPN] = "tls: bad ALPN list",
+	[M_VERSIONS] = "tls: bad version range",
+	[M_NO_NAME] = "tls: no server name to verify",
+	[M_BAD_NAME] = "tls: bad server name \"%s\"",
+};
+
+struct tls_client_ctx {
+	SSL_CTX *ssl;
+	atomic_uint refs;
+	bool verify;
+	char *server_name; /* owned; NULL: none configured */
+};
+
+struct tls_server_ctx {
+	SSL_CTX *ssl;
+	atomic_uint refs;
+	size_t alpn_len; /* 0: no ALPN */
+	uint8_t alpn[TLS_ALPN_WIRE_MAX];
+};
+
+typedef struct tls_layer {
+	layer base;
+	SSL *ssl;          /* owns both BIOs */
+	BIO *rbio, *wbio;  /* wire bytes in, wire bytes out */
+	tls_client_ctx *cctx; /* a reference (client), or NULL */
+	tls_server_ctx *sctx; /* a reference (server), or NULL */
+	bool done;         /* handshake complete: ready */
+	bool peer_closed;  /* close_notify received */
+	bool shut;         /* our close_notify written */
+	int fail;          /* LAYER_ERR_* found, returned once the alert is out */
+	char err[TLS_ERR_MAX];
+} tls_layer;
+
+static void say(char *buf, size_t size, int id, ...)
+{
+	if (!buf || size == 0)
+		return;
+	va_list ap;
+	va_start(ap, id);
+	int n = vsnprintf(buf, size, msgs[id], ap);
+	va_end(ap);
+	if (n < 0)
+		buf[0] = '\0'; /* only on an encoding error, never with our texts */
+}
+
+/* The root cause of OpenSSL's current error: the oldest entry in the
+ * thread's queue (later ones are the callers' wrappers, "PEM lib"). */
+static const char *reason(char *buf, size_t size)
+{
+	unsigned long e = ERR_peek_error();
+	if (e == 0)
+		return "unknown error";
+	if (ERR_SYSTEM_ERROR(e))
+		return strerror_r(ERR_GET_REASON(e), buf, size);
+	const char *r = ERR_reason_error_string(e);
+	return r ? r : "unknown error";
+}
+
+/* ---- contexts ---- */
+
+/* Encodes a NULL-terminated name list as RFC 7301 section 3.1 wants it:
+ * each name prefixed by its length. Returns 0, or -1 for an empty list, an
+ * empty or over-long name, or a list over TLS_ALPN_WIRE_MAX. */
+static int alpn_encode(const char *const *list, uint8_t out[TLS_ALPN_WIRE_MAX], size_t *len)
+{
+	size_t n = 0;
+	for (size_t i = 0; list[i]; i++) {
+		size_t k = strlen(list[i]);
+		if (k == 0 || k > 255 || n + 1 + k > TLS_ALPN_WIRE_MAX)
+			return -1;
+		out[n++] = (uint8_t)k;
+		memcpy(out + n, list[i], k);
+		n += k;
+	}
+	if (n == 0)
+		return -1;
+	*len = n;
+	return 0;
+}
+
+static int version_of(tls_version v)
+{
+	return v == TLS_VERSION_12 ? TLS1_2_VERSION : TLS1_3_VERSION;
+}
+
+tls_client_ctx *tls_client_ctx_new(const tls_client_config *cfg, char *err, size_t err_size)
+{
+	char why[128];
+	uint8_t wire[TLS_ALPN_WIRE_MAX];
+	size_t wire_len = 0;
+	int id = M_NOMEM;
+
+	ERR_clear_error();
+	if (cfg->alpn && alpn_encode(cfg->alpn, wire, &wire_len) < 0) {
+		say(err, err_size, M_ALPN);
+		return NULL;
+	}
+	int min = cfg->min_version ? version_of(cfg->min_version) : TLS1_2_VERSION;
+	int max = cfg->max_version ? version_of(cfg->max_version) : TLS1_3_VERSION;
+	if (min > max) {
+		say(err, err_size, M_VERSIONS);
+		return NULL;
+	}
+	tls_client_ctx *c = calloc(1, sizeof *c);
+	if (!c)
+		goto fail;
+	atomic_init(&c->refs, 1);
+	c->ssl = SSL_CTX_new(TLS_client_method());
+	if (!c->ssl)
+		goto fail;
+	if (!SSL_CTX_set_min_proto_version(c->ssl, min) ||
+	    !SSL_CTX_set_max_proto_version(c->ssl, max))
+		goto fail;
+	SSL_CTX_set_options(c->ssl, SSL_OP_NO_RENEGOTIATION);
+	/* SSL_CTX_set_alpn_protos returns 0 on success. */
+	if (wire_len && SSL_CTX_set_alpn_protos(c->ssl, wire, (unsigned)wire_len) != 0)
+		goto fail;
+	c->verify = !cfg->allow_insecure;
+	if (c->verify) {
+		SSL_CTX_set_verify(c->ssl, SSL_VERIFY_PEER, NULL);
+		int ok = cfg->ca_file ? SSL_CTX_load_verify_locations(c->ssl, cfg->ca_file, NULL)
+		                      : SSL_CTX_set_default_verify_paths(c->ssl);
+		if (ok != 1) {
+			id = M_CA;
+			goto fail;
+		}
+	} else {
+		SSL_CTX_set_verify(c->ssl, SSL_VERIFY_NONE, NULL);
+	}
+	if (cfg->server_name && !(c->server_name = strdup(cfg->server_name)))
+		goto fail;
+	ERR_clear_error();
+	return c;
+fail:
+	if (id == M_CA)
+		say(err, err_size, M_CA, cfg->ca_file ? cfg->ca_file : "(system store)",
+		    reason(why, sizeof why));
+	else
+		say(err, err_size, id);
+	ERR_clear_error();
+	tls_client_ctx_unref(c);
+	return NULL;
+}
+
+void tls_client_ctx_ref(tls_client_ctx *c) { atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed); }
+
+void tls_client_ctx_unref(tls_client_ctx *c)
+{
+	if (!c || atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	SSL_CTX_free(c->ssl);
+	free(c->server_name);
+	free(c);
+}
+
+/* The server picks the first of its own names that the client offers
+ * (SSL_select_next_proto walks the server's list in order); no overlap
+ * goes on without ALPN, as nginx and Xray do. */
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *out_len,
+                       const unsigned char *in, unsigned int in_len, void *arg)
+{
+	(void)ssl;
+	tls_server_ctx *c = arg;
+	unsigned char *sel;
+	if (SSL_select_next_proto(&sel, out_len, c->alpn, (unsigned)c->alpn_len, in, in_len) !=
+	    OPENSSL_NPN_NEGOTIATED)
+		return SSL_TLSEXT_ERR_NOACK;
+	*out = sel;
+	return SSL_TLSEXT_ERR_OK;
+}
+
+/* A key file is never encrypted here: refuse instead of OpenSSL's default
+ * of prompting on the terminal. */
+static int no_passphrase(char *buf, int size, int rw, void *u)
+{
+	(void)buf, (void)size, (void)rw, (void)u;
+	return -1;
+}
+
+tls_server_ctx *tls_server_ctx_new(const char *cert_file, const char *key_file,
+                                   const char *const *alpn, char *err, size_t err_size)
+{
+	char why[128];
+	int id = M_NOMEM;
+	BIO *kb = NULL;
+	EVP_PKEY *key = NULL;
+
+	ERR_clear_error();
+	tls_server_ctx *c = calloc(1, sizeof *c);
+	if (!c)
+		goto fail;
+	atomic_init(&c->refs, 1);
+	if (alpn && alpn_encode(alpn, c->alpn, &c->alpn_len) < 0) {
+		id = M_ALPN;
+		goto fail;
+	}
+	c->ssl = SSL_CTX_new(TLS_server_method());
+	if (!c->ssl)
+		goto fail;
+	if (!SSL_CTX_set_min_proto_version(c->ssl, TLS1_2_VERSION) ||
+	    !SSL_CTX_set_max_proto_version(c->ssl, TLS1_3_VERSION))
+		goto fail;
+	SSL_CTX_set_options(c->ssl, SSL_OP_NO_RENEGOTIATION);
+	if (SSL_CTX_use_certificate_chain_file(c->ssl, cert_file) != 1) {
+		id = M_CERT;
+		goto fail;
+	}
+	/* The key is read by hand so that a key that does not match is told
+	 * apart from one that cannot be read (SSL_CTX_use_PrivateKey_file
+	 * says "key values mismatch" or "PEM lib" alike). */
+	id = M_KEY;
+	if (!(kb = BIO_new_file(key_file, "r")))
+		goto fail;
+	if (!(key = PEM_read_bio_PrivateKey(kb, NULL, no_passphrase, NULL)))
+		goto fail;
+	if (!X509_check_private_key(SSL_CTX_get0_certificate(c->ssl), key)) {
+		id = M_MISMATCH;
+		goto fail;
+	}
+	if (SSL_CTX_use_PrivateKey(c->ssl, key) != 1)
+		goto fail;
+	if (c->alpn_len)
+		SSL_CTX_set_alpn_select_cb(c->ssl, alpn_select, c);
+	EVP_PKEY_free(key);
+	BIO_free(kb);
+	ERR_clear_error();
+	return c;
+fail:
+	if (id == M_CERT)
+		say(err, err_size, id, cert_file, reason(why, sizeof why));
+	else if (id == M_KEY)
+		say(err, err_size, id, key_file, reason(why, sizeof why));
+	else
+		say(err, err_size, id);
+	ERR_clear_error();
+	EVP_PKEY_free(key);
+	BIO_free(kb);
+	tls_server_ctx_unref(c);
+	return NULL;
+}
+
+void tls_server_ctx_ref(tls_server_ctx *c) { atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed); }
+
+void tls_server_ctx_unref(tls_server_ctx *c)
+{
+	if (!c || atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	SSL_CTX_free(c->ssl);
+	free(c);
+}
+
+/* ---- the layer ---- */
+
+static int set_err(tls_layer *t, int code, int id, const char *arg)
+{
+	say(t->err, sizeof t->err, id, arg);
+	t->fail = code;
+	ERR_clear_error();
+	return code;
+}
+
+/* Ciphertext OpenSSL wrote, moved into down as far as it fits. */
+static void drain(tls_layer *t, layer_buf *down)
+{
+	size_t room = layer_buf_room(down);
+	if (room == 0 || BIO_ctrl_pending(t->wbio) == 0)
+		return;
+	int n = BIO_read(t->wbio, down->data + down->len, room > INT_MAX ? INT_MAX : (int)room);
+	if (n > 0)
+		down->len += (size_t)n;
+}
+
+/* Sorts out a failed SSL_do_handshake: 0 when it only wants more bytes,
+ * else the error (recorded in t). */
+static int handshake_error(tls_layer *t, int ret)
+{
+	char why[128];
+	switch (SSL_get_error(t->ssl, ret)) {
+	case SSL_ERROR_WANT_READ:
+	case SSL_ERROR_WANT_WRITE:
+		return 0;
+	case SSL_ERROR_ZERO_RETURN:
+		return set_err(t, LAYER_ERR_CLOSED, M_CLOSED_HS, NULL);
+	default:
+		break;
+	}
+	unsigned long e = ERR_peek_error();
+	long vr = SSL_get_verify_result(t->ssl);
+	if (vr != X509_V_OK && ERR_GET_LIB(e) == ERR_LIB_SSL &&
+	    ERR_GET_REASON(e) == SSL_R_CERTIFICATE_VERIFY_FAILED)
+		return set_err(t, LAYER_ERR_AUTH, M_VERIFY, X509_verify_cert_error_string(vr));
+	return set_err(t, LAYER_ERR_PROTO, M_HANDSHAKE, reason(why, sizeof why));
+}
+
+/* Runs the handshake, then decrypts into up while it has room. */
+static int advance(tls_layer *t, layer_buf *up)
+{
+	char why[128];
+	ERR_clear_error();
+	if (!t->done) {
+		int r = SSL_do_handshake(t->ssl);
+		if (r != 1)
+			return handshake_error(t, r);
+		t->done = true;
+	}
+	while (!t->peer_closed && layer_buf_room(up) > 0) {
+		size_t got = 0;
+		ERR_clear_error();
+		int r = SSL_read_ex(t->ssl, up->data + up->len, layer_buf_room(up), &got);
+		if (r == 1) {
+			up->len += got;
+			continue;
+		}
+		switch (SSL_get_error(t->ssl, r)) {
+		case SSL_ERROR_WANT_READ:
+		case SSL_ERROR_WANT_WRITE:
+			return 0;
+		case SSL_ERROR_ZERO_RETURN:
+			t->peer_closed = true;
+			return 0;
+		default:
+			return set_err(t, LAYER_ERR_PROTO, M_CONN, reason(why, sizeof why));
+		}
+	}
+	return 0;
+}
+
+/* A failure is returned only once the alert OpenSSL wrote for it has been
+ * handed to down: the stack drops a failing call's output, so the peer
+ * would otherwise never learn why. While some is still moving (or this
+ * call consumed input), the call succeeds and a later one fails. */
+static ssize_t failing(tls_layer *t, layer_buf *down, size_t consumed)
+{
+	size_t before = down->len;
+	drain(t, down);
+	if (consumed > 0 || down->len > before)
+		return (ssize_t)consumed;
+	return t->fail;
+}
+
+static ssize_t tls_from_below(layer *l, const uint8_t *in, size_t len, layer_buf *up,
+                              layer_buf *down)
+{
+	tls_layer *t = (tls_layer *)l;
+	if (t->fail)
+		return failing(t, down, 0);
+	size_t n = len;
+	if (!t->peer_closed) {
+		/* After close_notify every byte is dropped: nothing may follow it. */
+		size_t held = BIO_ctrl_pending(t->rbio);
+		size_t room = held < TLS_IN_MAX ? TLS_IN_MAX - held : 0;
+		if (n > room)
+			n = room;
+		if (n > 0 && BIO_write(t->rbio, in, (int)n) != (int)n)
+			return set_err(t, LAYER_ERR_NOMEM, M_NOMEM, NULL);
+	}
+	int rc = advance(t, up);
+	if (rc < 0)
+		return failing(t, down, n);
+	drain(t, down);
+	return (ssize_t)n;
+}
+
+static ssize_t tls_from_above(layer *l, const uint8_t *in, size_t len, layer_buf *down)
+{
+	tls_layer *t = (tls_layer *)l;
+	char why[128];
+	drain(t, down);
+	if (t->fail || !t->done) /* a failure is from_below's to return */
+		return 0;
+	if (t->shut)
+		return len ? set_err(t, LAYER_ERR_STATE, M_SEND_SHUT, NULL) : 0;
+	size_t used = 0;
+	while (used < len && BIO_ctrl_pending(t->wbio) == 0 && layer_buf_room(down) > 0) {
+		size_t chunk = len - used, w = 0;
+		if (chunk > TLS_RECORD_MAX)
+			chunk = TLS_RECORD_MAX;
+		ERR_clear_error();
+		if (SSL_write_ex(t->ssl, in + used, chunk, &w) != 1)
+			return set_err(t, LAYER_ERR_PROTO, M_CONN, reason(why, sizeof why));
+		used += w;
+		drain(t, down);
+	}
+	return (ssize_t)used;
+}
+
+static int tls_start(layer *l, layer_buf *down)
+{
+	tls_layer *t = (tls_layer *)l;
+	layer_buf none = {0};
+	int rc = advance(t, &none);
+	drain(t, down);
+	return rc;
+}
+
+static bool tls_ready(const layer *l) { return ((const tls_layer *)l)->done; }
+
+/* Writes close_notify. Before the handshake there is nothing to close:
+ * the shell just shuts the socket. */
+static int tls_shutdown(layer *l, layer_buf *down)
+{
+	tls_layer *t = (tls_layer *)l;
+	char why[128];
+	if (t->fail)
+		return t->fail;
+	if (!t->done || t->shut)
+		return 0;
+	ERR_clear_error();
+	int r = SSL_shutdown(t->ssl);
+	if (r < 0) {
+		int e = SSL_get_error(t->ssl, r);
+		if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+			return set_err(t, LAYER_ERR_PROTO, M_CONN, reason(why, sizeof why));
+	}
+	t->shut = true;
+	drain(t, down);
+	return 0;
+}
+
+static const char *tls_error(const layer *l)
+{
+	const tls_layer *t = (const tls_layer *)l;
+	return t->err[0] ? t->err : NULL;
+}
+
+static void tls_free(layer *l)
+{
+	tls_layer *t = (tls_layer *)l;
+	SSL_free(t->ssl);
+	tls_client_ctx_unref(t->cctx);
+	tls_server_ctx_unref(t->sctx);
+	free(t);
+}
+
+static const layer_ops client_ops = {
+	.name = "tls",
+	.start = tls_start,
+	.from_below = tls_from_below,
+	.from_above = tls_from_above,
+	.ready = tls_ready,
+	.shutdown = tls_shutdown,
+	.error = tls_error,
+	.free = tls_free,
+};
+
+static const layer_ops server_ops = {
+	.name = "tls",
+	.start = NULL,
+	.from_below = tls_from_below,
+	.from_above = tls_from_above,
+	.ready = tls_ready,
+	.shutdown = tls_shutdown,
+	.error = tls_error,
+	.free = tls_free,
+};
+
+static const tls_layer *as_tls(const layer *l)
+{
+	return l && (l->ops == &client_ops || l->ops == &server_ops) ? (const tls_layer *)l : NULL;
+}
+
+/* An SSL object between two fresh memory BIOs; NULL on no memory. */
+static tls_layer *layer_new(SSL_CTX *ctx, const layer_ops *ops)
+{
+	tls_layer *t = calloc(1, sizeof *t);
+	if (!t)
+		return NULL;
+	t->base.ops = ops;
+	t->ssl = SSL_new(ctx);
+	t->rbio = BIO_new(BIO_s_mem());
+	t->wbio = BIO_new(BIO_s_mem());
+	if (!t->ssl || !t->rbio || !t->wbio) {
+		BIO_free(t->rbio);
+		BIO_free(t->wbio);
+		SSL_free(t->ssl);
+		free(t);
+		return NULL;
+	}
+	/* An empty BIO means "no bytes yet", not end of file. */
+	BIO_set_mem_eof_return(t->rbio, -1);
+	BIO_set_mem_eof_return(t->wbio, -1);
+	SSL_set_bio(t->ssl, t->rbio, t->wbio);
+	return t;
+}
+
+static bool is_ip(const char *name)
+{
+	uint8_t a[16];
+	return inet_pton(AF_INET, name, a) == 1 || inet_pton(AF_INET6, name, a) == 1;
+}
+
+layer *tls_client_new(tls_client_ctx *ctx, const char *server_name, char *err, size_t err_size)
+{
+	const char *name = server_name ? server_name : ctx->server_name;
+	if (name && !*name)
+		name = NULL;
+	if (ctx->verify && !name) {
+		say(err, err_size, M_NO_NAME);
+		return NULL;
+	}
+	ERR_clear_error();
+	tls_layer *t = layer_new(ctx->ssl, &client_ops);
+	if (!t) {
+		say(err, err_size, M_NOMEM);
+		ERR_clear_error();
+		return NULL;
+	}
+	tls_client_ctx_ref(ctx);
+	t->cctx = ctx;
+	SSL_set_connect_state(t->ssl);
+	int ok = 1;
+	if (name && is_ip(name)) {
+		if (ctx->verify)
+			ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t->ssl), name);
+	} else if (name) {
+		ok = SSL_set_tlsext_host_name(t->ssl, name);
+		if (ok && ctx->verify) {
+			SSL_set_hostflags(t->ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+			ok = SSL_set1_host(t->ssl, name);
+		}
+	}
+	if (ok != 1) {
+		say(err, err_size, M_BAD_NAME, name);
+		ERR_clear_error();
+		tls_free(&t->base);
+		return NULL;
+	}
+	return &t->base;
+}
+
+layer *tls_server_new(tls_server_ctx *ctx, char *err, size_t err_size)
+{
+	ERR_clear_error();
+	tls_layer *t = layer_new(ctx->ssl, &server_ops);
+	if (!t) {
+		say(err, err_size, M_NOMEM);
+		ERR_clear_error();
+		return NULL;
+	}
+	tls_server_ctx_ref(ctx);
+	t->sctx = ctx;
+	SSL_set_accept_state(t->ssl);
+	return &t->base;
+}
+
+size_t tls_alpn(const layer *l, const uint8_t **proto)
+{
+	const tls_layer *t = as_tls(l);
+	const unsigned char *p = NULL;
+	unsigned int n = 0;
+	if (t)
+		SSL_get0_alpn_selected(t->ssl, &p, &n);
+	*proto = p;
+	return n;
+}
+
+const char *tls_server_name(const layer *l)
+{
+	const tls_layer *t = as_tls(l);
+	return t ? SSL_get_servername(t->ssl, TLSEXT_NAMETYPE_host_name) : NULL;
+}
+
+const char *tls_version_name(const layer *l)
+{
+	const tls_layer *t = as_tls(l);
+	return t && t->done ? SSL_get_version(t->ssl) : NULL;
+}
+
+bool tls_peer_closed(const layer *l)
+{
+	const tls_layer *t = as_tls(l);
+	return t && t->peer_closed;
+}
