@@ -8,6 +8,8 @@
 #include "inbound/inbound.h"
 #include "proto/http_proxy.h"
 #include "proto/sniff.h"
+#include "proto/trojan.h"
+#include "proto/vless.h"
 #include "proto/socks.h"
 
 /* How long a sniff waits for the client's first bytes: a protocol where the
@@ -18,6 +20,8 @@ typedef enum in_kind {
 	IN_UNDECIDED, /* mixed before its first byte */
 	IN_SOCKS,
 	IN_HTTP,
+	IN_TROJAN,
+	IN_VLESS,
 } in_kind;
 
 typedef struct socks_udp socks_udp;
@@ -30,6 +34,8 @@ typedef struct in_conn {
 	union {
 		socks_server socks;
 		http_in *http; /* owned; see http_in.c */
+		trojan_server trojan;
+		vless_server vless;
 	} core;
 	proto_out out; /* what the core writes for the client */
 	connect_pending *pending; /* a connect in flight */

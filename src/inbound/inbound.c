@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "transport/tls.h"
+#include "transport/ws.h"
 #include "inbound/in_conn.h"
 #include "inbound/socks_udp.h"
 
@@ -172,6 +174,105 @@ static size_t socks_data(in_conn *ic, const uint8_t *data, size_t len)
 	return (size_t)n;
 }
 
+/* ---- Trojan and VLESS ---- */
+
+/* Trojan has no reply: on success the relay starts, on failure the
+ * connection closes. */
+static void trojan_connected(const connect_result *r, void *data)
+{
+	in_conn *ic = data;
+	ic->pending = NULL;
+	if (!r->ok) {
+		in_conn_log_end(ic, r->msg);
+		conn_close(ic->c);
+		return;
+	}
+	conn_relay(ic->c, r->up, r->st);
+}
+
+static void vless_connected(const connect_result *r, void *data)
+{
+	in_conn *ic = data;
+	ic->pending = NULL;
+	if (!r->ok) {
+		in_conn_log_end(ic, r->msg);
+		conn_close(ic->c);
+		return;
+	}
+	if (vless_server_opened(&ic->core.vless, &ic->out) || !in_conn_flush(ic)) {
+		conn_relay(ic->c, r->up, r->st);
+		conn_close(ic->c);
+		return;
+	}
+	conn_relay(ic->c, r->up, r->st);
+}
+
+/* What is not Trojan goes, untouched, to the fallback (the bytes are all
+ * still unconsumed in the handshake buffer, so the relay sends them first). */
+static void fallback_connected(const connect_result *r, void *data)
+{
+	in_conn *ic = data;
+	ic->pending = NULL;
+	if (!r->ok) {
+		in_conn_log_end(ic, r->msg);
+		conn_close(ic->c);
+		return;
+	}
+	conn_relay(ic->c, r->up, r->st);
+}
+
+static size_t trojan_data(in_conn *ic, const uint8_t *data, size_t len)
+{
+	proto_event ev;
+	ssize_t n = trojan_server_feed(&ic->core.trojan, data, len, &ic->out, &ev);
+	if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
+		if (trojan_server_wants_fallback(&ic->core.trojan) && ic->in->has_fallback) {
+			log_refused(ic, ev.reason);
+			/* the fallback is dialled directly, whatever the routes say */
+			ic->f = (flow){.dest = ic->in->fallback, .user = -1};
+			ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
+			conn_pause(ic->c);
+			conn_request_done(ic->c);
+			const connector *cn = ic->in->connect;
+			ic->pending = cn->connect_direct(cn->self, conn_worker(ic->c), &ic->f.dest,
+			                                 fallback_connected, ic);
+			return 0;
+		}
+		log_refused(ic, ev.reason);
+		conn_close(ic->c);
+		return 0;
+	}
+	if (ev.kind == PROTO_EV_OPEN) {
+		if (ev.cmd == PROTO_CMD_UDP_ASSOCIATE) {
+			log_refused(ic, "trojan: UDP is not carried yet");
+			conn_close(ic->c);
+			return 0;
+		}
+		in_conn_open(ic, &ev.dest, ev.user, trojan_connected);
+	}
+	return (size_t)n;
+}
+
+static size_t vless_data(in_conn *ic, const uint8_t *data, size_t len)
+{
+	proto_event ev;
+	ssize_t n = vless_server_feed(&ic->core.vless, data, len, &ic->out, &ev);
+	if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
+		log_refused(ic, ev.reason);
+		conn_close(ic->c);
+		return 0;
+	}
+	if (ev.kind == PROTO_EV_OPEN) {
+		if (ev.cmd == PROTO_CMD_UDP_ASSOCIATE) {
+			log_refused(ic, "vless: UDP is not carried yet");
+			conn_close(ic->c);
+			return 0;
+		}
+		in_conn_open(ic, &ev.dest, ev.user, vless_connected);
+	}
+	return (size_t)n;
+}
+
 /* ---- the driver ---- */
 
 static size_t on_data(conn *c, void *drv, const uint8_t *data, size_t len)
@@ -180,6 +281,19 @@ static size_t on_data(conn *c, void *drv, const uint8_t *data, size_t len)
 	ic->c = c;
 	if (ic->sniffing)
 		return sniff_step(ic, data, len);
+	if (ic->kind == IN_UNDECIDED && ic->in->spec->protocol == ETM_PROTO_TROJAN) {
+		ic->kind = IN_TROJAN;
+		trojan_server_init(&ic->core.trojan, (const uint8_t(*)[56])ic->in->trojan_hashes,
+		                   ic->in->spec->settings.users_len);
+	} else if (ic->kind == IN_UNDECIDED && ic->in->spec->protocol == ETM_PROTO_VLESS) {
+		ic->kind = IN_VLESS;
+		vless_server_init(&ic->core.vless, (const uint8_t(*)[16])ic->in->vless_uuids,
+		                  ic->in->spec->settings.users_len);
+	}
+	if (ic->kind == IN_TROJAN)
+		return trojan_data(ic, data, len);
+	if (ic->kind == IN_VLESS)
+		return vless_data(ic, data, len);
 	if (ic->kind == IN_UNDECIDED) {
 		etm_protocol p = ic->in->spec->protocol;
 		bool socks = p == ETM_PROTO_SOCKS || (p == ETM_PROTO_MIXED && (data[0] == 4 || data[0] == 5));
@@ -249,6 +363,8 @@ static const conn_driver driver = {
 	.on_close = on_close,
 };
 
+static void free_handle(uv_handle_t *h) { free(h); }
+
 void inbound_accept(listener *l, uv_stream_t *server, void *data)
 {
 	(void)l;
@@ -259,6 +375,109 @@ void inbound_accept(listener *l, uv_stream_t *server, void *data)
 	ic->in = in;
 	/* a worker is reached through its loop's data: set by the supervisor */
 	worker *w = server->loop->data;
-	if (!conn_accept(w, server, &driver, ic, &in->limits, NULL))
+	stack *cst = NULL;
+	if (in->tls || in->ws) {
+		char err[200];
+		layer *l;
+		cst = stack_new();
+		if (!cst)
+			goto fail;
+		if (in->tls) {
+			l = tls_server_new(in->tls, err, sizeof err);
+			if (!l || stack_push(cst, l))
+				goto fail;
+		}
+		if (in->ws) {
+			const char *path = in->spec->stream.ws.path ? in->spec->stream.ws.path : "/";
+			l = ws_server_new(path, err, sizeof err);
+			if (!l || stack_push(cst, l))
+				goto fail;
+		}
+	}
+	if (!conn_accept(w, server, &driver, ic, &in->limits, cst))
 		free(ic);
+	return;
+fail:
+	stack_free(cst);
+	free(ic);
+	/* accept and drop, so the listener does not spin on it */
+	uv_tcp_t *t = malloc(sizeof *t);
+	if (t) {
+		uv_tcp_init(server->loop, t);
+		(void)uv_accept(server, (uv_stream_t *)t);
+		uv_close((uv_handle_t *)t, free_handle);
+	}
+}
+
+/* ---- building an inbound ---- */
+
+static const char *const build_msgs[] = {
+	"inbound %s: %s",
+	"inbound %s: settings.fallback \"%s\" is not host:port",
+	"inbound %s: out of memory",
+	"inbound %s: cannot hash a password",
+	"inbound %s: a settings.users id is not a UUID",
+};
+
+int inbound_rt_build(inbound_rt *in, char *err, size_t err_size)
+{
+	const etm_inbound_spec *sp = in->spec;
+	const etm_stream_spec *st = &sp->stream;
+	if (st->network == ETM_NET_TLS || st->security == ETM_SEC_TLS) {
+		const char *alpn[17] = {0};
+		for (size_t i = 0; i < st->tls.alpn.len && i < 16; i++)
+			alpn[i] = st->tls.alpn.items[i];
+		char why[256];
+		in->tls = tls_server_ctx_new(st->tls.certificate, st->tls.key,
+		                             st->tls.alpn.len ? alpn : NULL, why, sizeof why);
+		if (!in->tls) {
+			snprintf(err, err_size, build_msgs[0], sp->tag, why);
+			return -1;
+		}
+	}
+	in->ws = st->network == ETM_NET_WS;
+	const etm_settings_spec *set = &sp->settings;
+	size_t n = set->users_len ? set->users_len : 1;
+	if (sp->protocol == ETM_PROTO_TROJAN) {
+		in->trojan_hashes = calloc(n, sizeof *in->trojan_hashes);
+		if (!in->trojan_hashes) {
+			snprintf(err, err_size, build_msgs[2], sp->tag);
+			return -1;
+		}
+		for (size_t i = 0; i < set->users_len; i++)
+			if (trojan_password_hash(set->users[i].password, (char *)in->trojan_hashes[i])) {
+				snprintf(err, err_size, build_msgs[3], sp->tag);
+				return -1;
+			}
+		if (set->fallback) {
+			if (addr_dest_parse(&in->fallback, set->fallback)) {
+				snprintf(err, err_size, build_msgs[1], sp->tag, set->fallback);
+				return -1;
+			}
+			in->has_fallback = true;
+		}
+	}
+	if (sp->protocol == ETM_PROTO_VLESS) {
+		in->vless_uuids = calloc(n, sizeof *in->vless_uuids);
+		if (!in->vless_uuids) {
+			snprintf(err, err_size, build_msgs[2], sp->tag);
+			return -1;
+		}
+		for (size_t i = 0; i < set->users_len; i++)
+			if (vless_uuid_parse(set->users[i].id, in->vless_uuids[i])) {
+				snprintf(err, err_size, build_msgs[4], sp->tag);
+				return -1;
+			}
+	}
+	return 0;
+}
+
+void inbound_rt_free(inbound_rt *in)
+{
+	tls_server_ctx_unref(in->tls);
+	in->tls = NULL;
+	free(in->trojan_hashes);
+	in->trojan_hashes = NULL;
+	free(in->vless_uuids);
+	in->vless_uuids = NULL;
 }

@@ -11,11 +11,28 @@
 
 /* One inbound as the workers run it. Immutable once the listeners are
  * open; shared by every worker. */
+typedef struct tls_server_ctx tls_server_ctx;
+
 typedef struct inbound_rt {
 	const etm_inbound_spec *spec; /* borrowed for the inbound's life */
 	const connector *connect;     /* borrowed */
 	conn_limits limits;
+
+	/* Built by inbound_rt_build from the spec, released by inbound_rt_free. */
+	tls_server_ctx *tls;  /* a reference; NULL: no TLS */
+	bool ws;              /* a WebSocket transport on spec->stream.ws.path */
+	uint8_t (*trojan_hashes)[56]; /* owned, one per user */
+	uint8_t (*vless_uuids)[16];   /* owned, one per user */
+	bool has_fallback;
+	addr_dest fallback;   /* trojan: where what is not Trojan goes */
 } inbound_rt;
+
+/* Builds the run-time parts of an inbound (TLS context, credentials). On
+ * the control thread, before the listeners open. Returns 0 or -1 with
+ * "inbound <tag>: <reason>" in err. */
+__attribute__((warn_unused_result)) int inbound_rt_build(inbound_rt *in, char *err,
+                                                         size_t err_size);
+void inbound_rt_free(inbound_rt *in);
 
 /* A listener_fn: accepts the waiting connection and drives its handshake
  * with the inbound's protocol. data is the inbound_rt. */

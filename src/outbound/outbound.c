@@ -5,14 +5,96 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
 
 #include "outbound/freedom_udp.h"
+#include "proto/http_client.h"
+#include "proto/socks_client.h"
+#include "proto/trojan.h"
+#include "proto/vless.h"
 #include "runtime/dial.h"
+#include "runtime/dial_stream.h"
+#include "transport/tls.h"
+#include "transport/ws.h"
 
 static const char *const msgs[] = {
 	"outbound %s: protocol %s is not available yet",
 	"out of memory",
+	"outbound %s: %s",
+	"outbound %s: settings.id is not a UUID",
+	"outbound %s: cannot hash the password",
+	"cannot build the layers of %s",
 };
+
+static bool is_proxy(etm_protocol p)
+{
+	return p == ETM_PROTO_SOCKS || p == ETM_PROTO_HTTP || p == ETM_PROTO_TROJAN ||
+	       p == ETM_PROTO_VLESS;
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+/* The transport and credentials of a proxy client, built once per
+ * outbound on the control thread. Returns 0 or -1 with err. */
+static int build_proxy(outbound *o, const etm_outbound_spec *spec, char *err, size_t err_size)
+{
+	unsigned char ip[16];
+	if (inet_pton(AF_INET, spec->server, ip) == 1) {
+		o->server = (addr_dest){.kind = ADDR_IPV4, .port = spec->port};
+		memcpy(o->server.u.v4, ip, 4);
+	} else if (inet_pton(AF_INET6, spec->server, ip) == 1) {
+		o->server = (addr_dest){.kind = ADDR_IPV6, .port = spec->port};
+		memcpy(o->server.u.v6, ip, 16);
+	} else if (addr_dest_set_domain(&o->server, spec->server, strlen(spec->server),
+	                                spec->port)) {
+		snprintf(err, err_size, msgs[2], spec->tag, "server is not a host name");
+		return -1;
+	}
+	const etm_stream_spec *st = &spec->stream;
+	if (st->network == ETM_NET_TLS || st->security == ETM_SEC_TLS) {
+		const etm_tls_spec *t = &st->tls;
+		tls_client_config cfg = {
+			.server_name = t->server_name,
+			.alpn = t->alpn.len ? (const char *const *)t->alpn.items : NULL,
+			.allow_insecure = t->allow_insecure,
+			.ca_file = t->ca,
+		};
+		/* the ALPN list must end with NULL: copy it */
+		const char *alpn[17] = {0};
+		for (size_t i = 0; i < t->alpn.len && i < 16; i++)
+			alpn[i] = t->alpn.items[i];
+		cfg.alpn = t->alpn.len ? alpn : NULL;
+		char why[256];
+		o->tls = tls_client_ctx_new(&cfg, why, sizeof why);
+		if (!o->tls) {
+			snprintf(err, err_size, msgs[2], spec->tag, why);
+			return -1;
+		}
+		o->tls_name = dup_or_null(t->server_name ? t->server_name : spec->server);
+	}
+	if (st->network == ETM_NET_WS) {
+		o->ws = true;
+		o->ws_path = strdup(st->ws.path ? st->ws.path : "/");
+		o->ws_host = strdup(st->ws.host ? st->ws.host
+		                                : st->tls.server_name ? st->tls.server_name
+		                                                      : spec->server);
+	}
+	const etm_settings_spec *set = &spec->settings;
+	o->username = dup_or_null(set->username);
+	o->password = dup_or_null(set->password);
+	if (spec->protocol == ETM_PROTO_TROJAN &&
+	    trojan_password_hash(set->password, (char *)o->trojan_hash)) {
+		snprintf(err, err_size, msgs[4], spec->tag);
+		return -1;
+	}
+	if (spec->protocol == ETM_PROTO_VLESS && vless_uuid_parse(set->id, o->vless_uuid)) {
+		snprintf(err, err_size, msgs[3], spec->tag);
+		return -1;
+	}
+	return 0;
+}
 
 /* Source of outbound ids; a fan-out keys its sub-links by them. */
 static atomic_uint_fast64_t next_id = 1;
@@ -34,6 +116,10 @@ outbound *outbound_new(const etm_outbound_spec *spec, char *err, size_t err_size
 	o->id = atomic_fetch_add(&next_id, 1);
 	o->protocol = spec->protocol;
 	o->af = spec->address_family;
+	if (is_proxy(o->protocol) && build_proxy(o, spec, err, err_size)) {
+		outbound_del(o);
+		return NULL;
+	}
 	return o;
 }
 
@@ -41,8 +127,67 @@ void outbound_del(outbound *o)
 {
 	if (!o)
 		return;
+	tls_client_ctx_unref(o->tls);
+	free(o->tls_name);
+	free(o->ws_path);
+	free(o->ws_host);
+	free(o->username);
+	free(o->password);
 	free(o->tag);
 	free(o);
+}
+
+/* One stream's layers, bottom up: TLS, WebSocket, the proxy request. */
+static stack *build_stack(const outbound *o, const addr_dest *dest, char *err, size_t err_size)
+{
+	stack *st = stack_new();
+	if (!st) {
+		snprintf(err, err_size, "%s", msgs[1]);
+		return NULL;
+	}
+	layer *l;
+	if (o->tls) {
+		l = tls_client_new(o->tls, o->tls_name, err, err_size);
+		if (!l || stack_push(st, l))
+			goto fail;
+	}
+	if (o->ws) {
+		ws_client_config cfg = {.path = o->ws_path, .host = o->ws_host};
+		if (getentropy(cfg.seed, sizeof cfg.seed)) {
+			snprintf(err, err_size, "%s", msgs[1]);
+			goto fail;
+		}
+		l = ws_client_new(&cfg, err, err_size);
+		if (!l || stack_push(st, l))
+			goto fail;
+	}
+	switch (o->protocol) {
+	case ETM_PROTO_SOCKS:
+		l = socks_client_new(dest, o->username, o->password);
+		break;
+	case ETM_PROTO_HTTP:
+		l = http_client_new(dest, o->username, o->password);
+		break;
+	case ETM_PROTO_TROJAN:
+		l = trojan_client_new(o->trojan_hash, dest);
+		break;
+	case ETM_PROTO_VLESS:
+		l = vless_client_new(o->vless_uuid, dest, dest->network == ADDR_UDP);
+		break;
+	default:
+		l = NULL;
+		break;
+	}
+	if (!l) {
+		snprintf(err, err_size, msgs[5], etm_protocol_name(o->protocol));
+		goto fail;
+	}
+	if (stack_push(st, l))
+		goto fail;
+	return st;
+fail:
+	stack_free(st);
+	return NULL;
 }
 
 connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resolver *dns,
@@ -58,6 +203,21 @@ connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resol
 	case ETM_PROTO_BLACKHOLE:
 		cb(&(connect_result){.ok = true, .blackhole = true}, data);
 		return NULL;
+	case ETM_PROTO_SOCKS:
+	case ETM_PROTO_HTTP:
+	case ETM_PROTO_TROJAN:
+	case ETM_PROTO_VLESS: {
+		char err[256];
+		stack *st = build_stack(o, dest, err, sizeof err);
+		if (!st) {
+			cb(&(connect_result){.msg = err}, data);
+			return NULL;
+		}
+		connect_pending *p = dial_stream(w, dns, &o->server, o->af, st, cb, data);
+		if (!p)
+			cb(&(connect_result){.msg = msgs[1]}, data);
+		return p;
+	}
 	default:
 		/* outbound_new refuses what is not built */
 		cb(&(connect_result){.msg = "protocol not available"}, data);

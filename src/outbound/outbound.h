@@ -8,11 +8,24 @@
 #include "runtime/connector.h"
 #include "runtime/dns.h"
 
+typedef struct tls_client_ctx tls_client_ctx;
+
 typedef struct outbound {
 	uint64_t id; /* unique for the process's life: tag@vN, never reused */
 	char *tag;   /* owned */
 	etm_protocol protocol;
 	etm_address_family af;
+
+	/* The proxy clients (socks, http, trojan, vless): where the server is,
+	 * the transport to it, and the credentials a stream's layers need. */
+	addr_dest server;
+	tls_client_ctx *tls; /* a reference; NULL: no TLS */
+	char *tls_name;      /* owned: the name verified, NULL: the server's */
+	bool ws;
+	char *ws_path, *ws_host; /* owned */
+	char *username, *password; /* owned: socks and http */
+	uint8_t trojan_hash[56];
+	uint8_t vless_uuid[16];
 } outbound;
 
 /* Builds the outbound of a checked spec entry. Returns NULL with the reason

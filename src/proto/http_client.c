@@ -128,12 +128,11 @@ static ssize_t read_heads(http_client *c, const uint8_t *in, size_t len)
 			break;
 		}
 		int status = c->head.status;
-		if (status >= 200 && status < 300)
-			c->st = ST_READY;
-		else if (status < 200 && status != 101)
-			; /* interim: the final head follows */
-		else
+		bool interim = status < 200 && status != 101; /* the final head follows */
+		if (!interim && (status < 200 || status >= 300))
 			return refuse(c, in + used);
+		if (!interim)
+			c->st = ST_READY;
 		used += (size_t)r;
 		c->scan = 0;
 	}

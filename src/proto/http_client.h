@@ -31,7 +31,8 @@
  *                    status but 2xx, e.g. "http: CONNECT refused: 407 Proxy
  *                    Authentication Required" (the reason as the proxy
  *                    sent it, printable ASCII only, cut to
- *                    HTTP_CLIENT_REASON_MAX; no reason, no space)
+ *                    HTTP_CLIENT_REASON_MAX; no reason, no space); a 101
+ *                    is a refusal too, as CONNECT cannot switch protocols
  *   LAYER_ERR_PROTO  "http: malformed response from the proxy",
  *                    "http: response head too large",
  *                    and from start: "http: the destination is not a valid

@@ -96,6 +96,10 @@ typedef struct connector {
 	 * which case connect returns NULL. */
 	connect_pending *(*connect)(void *self, worker *w, const flow *f, const flow_ctx *ctx,
 	                            connect_cb cb, void *data);
+	/* Dials dest directly, past the routes (a Trojan fallback is part of
+	 * the inbound, not a flow). Callback contract as connect. */
+	connect_pending *(*connect_direct)(void *self, worker *w, const addr_dest *dest,
+	                                   connect_cb cb, void *data);
 	/* Opens the datagram link of a UDP association (the fan-out: every
 	 * packet is routed on its own); what it receives goes to h. Returns
 	 * NULL with the reason in err. */

@@ -67,8 +67,10 @@ bool etm_protocol_available(etm_protocol p, bool inbound)
 	/* What the runtime serves today; every other protocol parses and
 	 * validates, and a start names it. */
 	if (inbound)
-		return p == ETM_PROTO_SOCKS || p == ETM_PROTO_HTTP || p == ETM_PROTO_MIXED;
-	return p == ETM_PROTO_FREEDOM || p == ETM_PROTO_BLACKHOLE;
+		return p == ETM_PROTO_SOCKS || p == ETM_PROTO_HTTP || p == ETM_PROTO_MIXED ||
+		       p == ETM_PROTO_TROJAN || p == ETM_PROTO_VLESS;
+	return p == ETM_PROTO_FREEDOM || p == ETM_PROTO_BLACKHOLE || p == ETM_PROTO_SOCKS ||
+	       p == ETM_PROTO_HTTP || p == ETM_PROTO_TROJAN || p == ETM_PROTO_VLESS;
 }
 
 int spec_format(char *msg, size_t size, spec_msg_id id, ...)
@@ -516,11 +518,8 @@ int etm_spec_check(etm_spec *s, char *msg, size_t size)
 	return 0;
 }
 
-/* Transports come with the proxy-protocols issue. */
-static bool stream_is_plain(const etm_stream_spec *st)
-{
-	return st->network == ETM_NET_TCP && st->security == ETM_SEC_NONE;
-}
+/* tcp, tls and ws run today; grpc comes later. */
+static bool stream_available(const etm_stream_spec *st) { return st->network != ETM_NET_GRPC; }
 
 int etm_spec_check_available(const etm_spec *s, char *msg, size_t size)
 {
@@ -529,18 +528,18 @@ int etm_spec_check_available(const etm_spec *s, char *msg, size_t size)
 		if (!etm_protocol_available(in->protocol, true))
 			return spec_format(msg, size, SPEC_UNAVAILABLE_INBOUND, in->tag,
 			                   etm_protocol_name(in->protocol));
-		if (!stream_is_plain(&in->stream))
+		if (!stream_available(&in->stream))
 			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag,
-			                   "a transport other than plain tcp");
+			                   "the grpc transport");
 	}
 	for (size_t i = 0; i < s->outbounds_len; i++) {
 		const etm_outbound_spec *o = &s->outbounds[i];
 		if (!etm_protocol_available(o->protocol, false))
 			return spec_format(msg, size, SPEC_UNAVAILABLE_OUTBOUND, o->tag,
 			                   etm_protocol_name(o->protocol));
-		if (!stream_is_plain(&o->stream))
+		if (!stream_available(&o->stream))
 			return spec_format(msg, size, SPEC_UNAVAILABLE_OUT_FEATURE, o->tag,
-			                   "a transport other than plain tcp");
+			                   "the grpc transport");
 	}
 	if (s->balancers_len)
 		return spec_format(msg, size, SPEC_UNAVAILABLE_FEATURE, "[[balancer]]");

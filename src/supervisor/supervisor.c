@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "inbound/inbound.h"
 #include "outbound/fanout.h"
+#include "runtime/dial.h"
 #include "runtime/dns_cache.h"
 #include "runtime/listener.h"
 #include "runtime/worker.h"
@@ -66,6 +67,17 @@ static connect_pending *sup_connect(void *self, worker *w, const flow *f, const 
 	const target *t = plane_route(sw->plane, f, ctx, &rule);
 	log_decision(f, ctx, t, rule);
 	return outbound_connect_stream(t->ob, w, sw->dns, &f->dest, cb, data);
+}
+
+static connect_pending *sup_connect_direct(void *self, worker *w, const addr_dest *dest,
+                                           connect_cb cb, void *data)
+{
+	(void)self;
+	sup_worker *sw = worker_slot(w);
+	connect_pending *p = dial_tcp(w, sw->dns, dest, ETM_AF_AUTO, cb, data);
+	if (!p)
+		cb(&(connect_result){.msg = "out of memory"}, data);
+	return p;
 }
 
 /* One UDP association's view of the plane: every datagram is routed as a
@@ -211,6 +223,8 @@ static void free_supervisor(etm_supervisor *s)
 {
 	plane_unref(s->plane);
 	dns_cache_del(s->cache);
+	for (size_t i = 0; s->inbounds && i < s->spec.inbounds_len; i++)
+		inbound_rt_free(&s->inbounds[i]);
 	free(s->inbounds);
 	free(s->ports);
 	etm_spec_free(&s->spec);
@@ -235,8 +249,8 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 	}
 	s->spec = *spec;
 	*spec = (etm_spec){0};
-	s->conn = (connector){.connect = sup_connect, .connect_datagram = sup_connect_datagram,
-	                      .self = s};
+	s->conn = (connector){.connect = sup_connect, .connect_direct = sup_connect_direct,
+	                      .connect_datagram = sup_connect_datagram, .self = s};
 	size_t n_in = s->spec.inbounds_len;
 	s->inbounds = calloc(n_in ? n_in : 1, sizeof *s->inbounds);
 	s->ports = calloc(n_in ? n_in : 1, sizeof *s->ports);
@@ -254,6 +268,11 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 		                   .idle_ms = s->spec.policy.idle_timeout * 1000,
 		                   .splice = s->spec.runtime.splice},
 		};
+	for (size_t i = 0; i < n_in; i++)
+		if (inbound_rt_build(&s->inbounds[i], err, err_size)) {
+			free_supervisor(s);
+			return -1;
+		}
 	s->plane = plane_new(&s->spec, 1, err, err_size);
 	if (!s->plane) {
 		free_supervisor(s);

@@ -24,7 +24,7 @@ struct stack {
 };
 
 static const char *const msgs[] = {
-	"%s: %s",
+	"%s: error",
 	"stack: out of memory",
 	"stack: too many layers",
 };
@@ -64,9 +64,12 @@ static int fail(stack *s, int err, const layer *l)
 	if (!s->err) {
 		s->err = err;
 		if (l) {
+			/* A layer's text names it already ("tls: ...", layer.h). */
 			const char *why = l->ops->error ? l->ops->error(l) : NULL;
-			snprintf(s->err_text, sizeof s->err_text, msgs[0], l->ops->name,
-			         why ? why : "error");
+			if (why)
+				snprintf(s->err_text, sizeof s->err_text, "%s", why);
+			else
+				snprintf(s->err_text, sizeof s->err_text, msgs[0], l->ops->name);
 		} else {
 			snprintf(s->err_text, sizeof s->err_text, "%s", msgs[1]);
 		}
@@ -89,6 +92,8 @@ static layer_buf tail(queue *q)
 
 static void eat(queue *q, size_t n)
 {
+	if (n == 0) /* q->data may still be NULL: memmove must not see it */
+		return;
 	memmove(q->data, q->data + n, q->len - n);
 	q->len -= n;
 }
@@ -235,6 +240,14 @@ int stack_shutdown(stack *s)
 			return rc;
 	}
 	return 0;
+}
+
+const char *stack_waiting_layer(const stack *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (!s->layers[i]->ops->ready(s->layers[i]))
+			return s->layers[i]->ops->name;
+	return NULL;
 }
 
 const char *stack_error(const stack *s) { return s->err ? s->err_text : NULL; }

@@ -67,6 +67,10 @@ size_t stack_app_room(const stack *s);
  * (top to bottom). Returns 0 or a LAYER_ERR_*. */
 __attribute__((warn_unused_result)) int stack_shutdown(stack *s);
 
+/* The name of the lowest layer whose handshake is not done, NULL when all
+ * are ("tls", "socks", ...): says who the peer left hanging. */
+const char *stack_waiting_layer(const stack *s);
+
 /* The text of the error a call returned: "<layer>: <reason>". */
 const char *stack_error(const stack *s);
 

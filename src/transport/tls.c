@@ -117,6 +117,14 @@ static const char *reason(char *buf, size_t size)
 	return r ? r : "unknown error";
 }
 
+/* SSL_get_error needs an empty error queue before each call (its manual
+ * page); clearing one that is empty already is what costs, so look first. */
+static void clear_errors(void)
+{
+	if (ERR_peek_error() != 0)
+		ERR_clear_error();
+}
+
 /* ---- contexts ---- */
 
 /* Encodes a NULL-terminated name list as RFC 7301 section 3.1 wants it:
@@ -357,7 +365,7 @@ static int handshake_error(tls_layer *t, int ret)
 static int advance(tls_layer *t, layer_buf *up)
 {
 	char why[128];
-	ERR_clear_error();
+	clear_errors();
 	if (!t->done) {
 		int r = SSL_do_handshake(t->ssl);
 		if (r != 1)
@@ -365,8 +373,11 @@ static int advance(tls_layer *t, layer_buf *up)
 		t->done = true;
 	}
 	while (!t->peer_closed && layer_buf_room(up) > 0) {
+		/* Nothing to read saves a trip through the record layer. */
+		if (BIO_ctrl_pending(t->rbio) == 0 && !SSL_has_pending(t->ssl))
+			return 0;
 		size_t got = 0;
-		ERR_clear_error();
+		clear_errors();
 		int r = SSL_read_ex(t->ssl, up->data + up->len, layer_buf_room(up), &got);
 		if (r == 1) {
 			up->len += got;
@@ -436,7 +447,7 @@ static ssize_t tls_from_above(layer *l, const uint8_t *in, size_t len, layer_buf
 		size_t chunk = len - used, w = 0;
 		if (chunk > TLS_RECORD_MAX)
 			chunk = TLS_RECORD_MAX;
-		ERR_clear_error();
+		clear_errors();
 		if (SSL_write_ex(t->ssl, in + used, chunk, &w) != 1)
 			return set_err(t, LAYER_ERR_PROTO, M_CONN, reason(why, sizeof why));
 		used += w;

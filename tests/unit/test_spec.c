@@ -356,18 +356,19 @@ static void availability_names_what_is_not_built(void **state)
 	char msg[128];
 	etm_spec s = recipe();
 	add_inbound(&s, "socks-in", ETM_PROTO_SOCKS);
-	add_inbound(&s, "tr-in", ETM_PROTO_TROJAN);
+	add_inbound(&s, "ss-in", ETM_PROTO_SHADOWSOCKS);
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), -1);
-	assert_string_equal(msg, "inbound tr-in: protocol trojan is not available yet");
+	assert_string_equal(msg, "inbound ss-in: protocol shadowsocks is not available yet");
 	etm_spec_free(&s);
 
-	/* the recipe's proxy members come with a later issue */
+	/* the recipe's third member, vmess, comes with a later issue */
 	s = recipe();
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), -1);
-	assert_string_equal(msg, "outbound primary: protocol trojan is not available yet");
+	assert_string_equal(msg, "outbound tertiary: protocol vmess is not available yet");
 	etm_spec_free(&s);
 
-	/* what runs today: socks, http, mixed in; freedom, blackhole out */
+	/* what runs today: socks, http, mixed, trojan, vless in; freedom,
+	 * blackhole, socks, http, trojan, vless out */
 	s = (etm_spec){0};
 	add_outbound(&s, "direct", ETM_PROTO_FREEDOM, NULL, -1);
 	add_outbound(&s, "block", ETM_PROTO_BLACKHOLE, NULL, -1);
@@ -379,16 +380,17 @@ static void availability_names_what_is_not_built(void **state)
 	s.inbounds[1].sniffing = true; /* built */
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
 
-	s.inbounds[2].stream.network = ETM_NET_WS;
+	s.inbounds[2].stream.network = ETM_NET_WS; /* built, as are tls and ws + tls */
+	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
+	s.inbounds[2].stream.network = ETM_NET_GRPC;
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), -1);
-	assert_string_equal(msg, "inbound c: a transport other than plain tcp is not available yet");
+	assert_string_equal(msg, "inbound c: the grpc transport is not available yet");
 	s.inbounds[2].stream.network = ETM_NET_TCP;
 
-	s.outbounds[0].stream.security = ETM_SEC_TLS;
+	s.outbounds[0].stream.network = ETM_NET_GRPC;
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), -1);
-	assert_string_equal(msg,
-	                    "outbound direct: a transport other than plain tcp is not available yet");
-	s.outbounds[0].stream.security = ETM_SEC_NONE;
+	assert_string_equal(msg, "outbound direct: the grpc transport is not available yet");
+	s.outbounds[0].stream.network = ETM_NET_TCP;
 
 	add_rule(&s, "direct")->networks = ETM_RULE_NET_TCP; /* built */
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);

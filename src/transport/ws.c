@@ -1,0 +1,749 @@
+/* ws.c - the WebSocket layer: the upgrade handshake by hand, frames by wslay reading and writing the stack's buffers. */
+#include "transport/ws.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+#include <wslay/wslay.h>
+
+#include "proto/http_parse.h"
+
+/* The most bytes handed to wslay per read callback. wslay delivers a
+ * frame's payload only out of what it read, and is read from only while
+ * pend is empty, so pend never holds more than this. */
+#define WS_READ_MAX 4096
+
+/* The handshake bytes the layer writes: a request line with a path of
+ * WS_PATH_MAX, a Host of WS_HOST_MAX and fixed fields (about 150 bytes),
+ * or one of the fixed responses. */
+#define WS_HS_MAX 1024
+
+/* Longest bit of peer text (a path, a status line) quoted in an error. */
+#define WS_QUOTE_MAX 64
+
+#define WS_ERR_MAX 256
+
+/* RFC 6455 section 1.3. */
+static const char GUID[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+enum {
+	M_REFUSED,
+	M_BAD_RESPONSE,
+	M_BAD_ACCEPT,
+	M_RESPONSE_TOO_BIG,
+	M_WRONG_PATH,
+	M_BAD_REQUEST,
+	M_VERSION,
+	M_REQUEST_TOO_BIG,
+	M_TOO_LARGE,
+	M_BAD_FRAME,
+	M_CLOSED_MID,
+	M_SEND_SHUT,
+	M_NOMEM,
+	M_BAD_PATH,
+	M_BAD_HOST,
+	M_OVERFLOW,
+};
+
+/* Every text this module shows a user; tests assert them word for word. */
+static const char *const msgs[] = {
+	[M_REFUSED] = "ws: upgrade refused: %s",
+	[M_BAD_RESPONSE] = "ws: bad upgrade response: %s",
+	[M_BAD_ACCEPT] = "ws: bad Sec-WebSocket-Accept",
+	[M_RESPONSE_TOO_BIG] = "ws: upgrade response head too large",
+	[M_WRONG_PATH] = "ws: wrong path \"%s\" (expected \"%s\")",
+	[M_BAD_REQUEST] = "ws: bad upgrade request: %s",
+	[M_VERSION] = "ws: unsupported Sec-WebSocket-Version",
+	[M_REQUEST_TOO_BIG] = "ws: upgrade request head too large",
+	[M_TOO_LARGE] = "ws: frame too large",
+	[M_BAD_FRAME] = "ws: bad frame",
+	[M_CLOSED_MID] = "ws: peer closed in the middle of a message",
+	[M_SEND_SHUT] = "ws: send after shutdown",
+	[M_NOMEM] = "ws: out of memory",
+	[M_BAD_PATH] = "ws: bad path \"%s\"",
+	[M_BAD_HOST] = "ws: bad host \"%s\"",
+	[M_OVERFLOW] = "ws: read buffer overflow",
+};
+
+/* The server's answers. Errors close the connection (RFC 9112 9.6). */
+static const char RESP_101[] = "HTTP/1.1 101 Switching Protocols\r\n"
+                               "Upgrade: websocket\r\n"
+                               "Connection: Upgrade\r\n"
+                               "Sec-WebSocket-Accept: %s\r\n"
+                               "\r\n";
+static const char RESP_ERROR[] = "HTTP/1.1 %s\r\n"
+                                 "%s"
+                                 "Content-Length: 0\r\n"
+                                 "Connection: close\r\n"
+                                 "\r\n";
+
+typedef struct ws_layer {
+	layer base;
+	bool client;
+	bool open;        /* upgrade done: frames flow (ready) */
+	bool peer_closed; /* a close frame arrived */
+	bool shut;        /* shutdown() queued our close frame */
+	bool in_msg;      /* a data message has begun and not ended */
+	bool data_frame;  /* the frame being received carries app bytes */
+	bool frame_fin;   /* ... and ends its message */
+	int fail;         /* LAYER_ERR_* found, returned once its answer is out */
+	wslay_event_context_ptr ws;
+
+	/* Set for the length of one call, for wslay's callbacks. */
+	const uint8_t *in;
+	size_t in_len, in_off;
+	layer_buf *up, *down;
+
+	size_t scan;       /* http_parse's resume point in the head */
+	char *path;        /* owned: the client's request target, the server's path */
+	char accept[29];   /* client: the Sec-WebSocket-Accept to expect */
+	size_t out_len, out_off;
+	uint8_t out[WS_HS_MAX]; /* handshake bytes still to write */
+
+	size_t pend_len, pend_off;
+	uint8_t pend[WS_READ_MAX]; /* payload up had no room for */
+
+	EVP_CIPHER_CTX *mask; /* client: ChaCha20 keyed by the seed */
+	size_t ks_off;
+	uint8_t ks[64];       /* keystream block; ks_off bytes of it are used */
+	char err[WS_ERR_MAX];
+} ws_layer;
+
+static int set_err(ws_layer *w, int code, int id, ...)
+{
+	va_list ap;
+	va_start(ap, id);
+	if (vsnprintf(w->err, sizeof w->err, msgs[id], ap) < 0)
+		w->err[0] = '\0';
+	va_end(ap);
+	w->fail = code;
+	return code;
+}
+
+static void say(char *err, size_t size, int id, const char *arg)
+{
+	if (err && size > 0 && snprintf(err, size, msgs[id], arg) < 0)
+		err[0] = '\0';
+}
+
+/* Copies peer bytes for an error text: printable ASCII only, cut at
+ * WS_QUOTE_MAX, so a log line stays one line. */
+static const char *quote(const uint8_t *p, size_t n, char out[WS_QUOTE_MAX + 1])
+{
+	if (n > WS_QUOTE_MAX)
+		n = WS_QUOTE_MAX;
+	for (size_t i = 0; i < n; i++)
+		out[i] = p[i] >= 0x20 && p[i] < 0x7f ? (char)p[i] : '?';
+	out[n] = '\0';
+	return out;
+}
+
+int ws_accept_key(const char *key, size_t key_len, char out[29])
+{
+	uint8_t buf[64 + sizeof GUID], md[EVP_MAX_MD_SIZE];
+	unsigned int md_len = 0;
+	out[0] = '\0';
+	if (key_len > 64)
+		return -1;
+	memcpy(buf, key, key_len);
+	memcpy(buf + key_len, GUID, sizeof GUID - 1);
+	if (EVP_Digest(buf, key_len + sizeof GUID - 1, md, &md_len, EVP_sha1(), NULL) != 1 ||
+	    md_len != 20)
+		return -1;
+	EVP_EncodeBlock((unsigned char *)out, md, 20); /* 28 characters and a NUL */
+	return 0;
+}
+
+/* ---- moving bytes ---- */
+
+/* Handshake bytes, then queued frames, into down as far as they fit. */
+static int flush(ws_layer *w, layer_buf *down)
+{
+	w->down = down;
+	size_t k = w->out_len - w->out_off;
+	if (k > layer_buf_room(down))
+		k = layer_buf_room(down);
+	memcpy(down->data + down->len, w->out + w->out_off, k);
+	down->len += k;
+	w->out_off += k;
+	if (w->out_off < w->out_len || !w->open)
+		return 0;
+	int r = wslay_event_send(w->ws);
+	if (r == WSLAY_ERR_NOMEM)
+		return set_err(w, LAYER_ERR_NOMEM, M_NOMEM);
+	return 0;
+}
+
+/* Payload wslay decoded: into up, and what does not fit into pend. */
+static void deliver(ws_layer *w, const uint8_t *p, size_t n)
+{
+	if (w->pend_len == w->pend_off) {
+		w->pend_len = w->pend_off = 0;
+		size_t k = layer_buf_room(w->up);
+		if (k > n)
+			k = n;
+		memcpy(w->up->data + w->up->len, p, k);
+		w->up->len += k;
+		p += k;
+		n -= k;
+	}
+	if (n == 0)
+		return;
+	if (w->pend_off > 0) {
+		memmove(w->pend, w->pend + w->pend_off, w->pend_len - w->pend_off);
+		w->pend_len -= w->pend_off;
+		w->pend_off = 0;
+	}
+	if (n > sizeof w->pend - w->pend_len) {
+		/* Cannot happen while wslay reads at most WS_READ_MAX at a time
+		 * and only when pend is empty; fail rather than trust it. */
+		set_err(w, LAYER_ERR_STATE, M_OVERFLOW);
+		return;
+	}
+	memcpy(w->pend + w->pend_len, p, n);
+	w->pend_len += n;
+}
+
+static void undeliver_pend(ws_layer *w)
+{
+	size_t k = w->pend_len - w->pend_off;
+	if (k > layer_buf_room(w->up))
+		k = layer_buf_room(w->up);
+	memcpy(w->up->data + w->up->len, w->pend + w->pend_off, k);
+	w->up->len += k;
+	w->pend_off += k;
+	if (w->pend_off == w->pend_len)
+		w->pend_len = w->pend_off = 0;
+}
+
+/* ---- wslay callbacks ---- */
+
+static ssize_t recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags,
+                       void *user)
+{
+	(void)flags;
+	ws_layer *w = user;
+	size_t n = w->in_len - w->in_off;
+	if (n == 0 || w->pend_len > w->pend_off || w->fail) {
+		wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
+		return -1;
+	}
+	if (n > len)
+		n = len;
+	if (n > WS_READ_MAX)
+		n = WS_READ_MAX;
+	memcpy(buf, w->in + w->in_off, n);
+	w->in_off += n;
+	return (ssize_t)n;
+}
+
+static ssize_t send_cb(wslay_event_context_ptr ctx, const uint8_t *data, size_t len, int flags,
+                       void *user)
+{
+	(void)flags;
+	ws_layer *w = user;
+	size_t n = layer_buf_room(w->down);
+	if (n == 0) {
+		wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
+		return -1;
+	}
+	if (n > len)
+		n = len;
+	memcpy(w->down->data + w->down->len, data, n);
+	w->down->len += n;
+	return (ssize_t)n;
+}
+
+static int keystream(ws_layer *w, uint8_t *out, size_t n)
+{
+	static const uint8_t zero[sizeof w->ks];
+	while (n > 0) {
+		if (w->ks_off == sizeof w->ks) {
+			int got = 0;
+			if (EVP_EncryptUpdate(w->mask, w->ks, &got, zero, (int)sizeof zero) != 1 ||
+			    got != (int)sizeof zero)
+				return -1;
+			w->ks_off = 0;
+		}
+		size_t k = sizeof w->ks - w->ks_off;
+		if (k > n)
+			k = n;
+		memcpy(out, w->ks + w->ks_off, k);
+		w->ks_off += k;
+		out += k;
+		n -= k;
+	}
+	return 0;
+}
+
+static int genmask_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, void *user)
+{
+	(void)ctx;
+	return keystream(user, buf, len);
+}
+
+static void frame_start_cb(wslay_event_context_ptr ctx,
+                           const struct wslay_event_on_frame_recv_start_arg *arg, void *user)
+{
+	ws_layer *w = user;
+	w->data_frame = arg->opcode == WSLAY_TEXT_FRAME || arg->opcode == WSLAY_BINARY_FRAME ||
+	                arg->opcode == WSLAY_CONTINUATION_FRAME;
+	if (!w->data_frame)
+		return;
+	if (arg->payload_length > WS_FRAME_MAX) {
+		/* RFC 6455 section 7.4.1: 1009, a message too big to process. */
+		set_err(w, LAYER_ERR_PROTO, M_TOO_LARGE);
+		w->data_frame = false;
+		int r = wslay_event_queue_close(ctx, WSLAY_CODE_MESSAGE_TOO_BIG, NULL, 0);
+		(void)r; /* NO_MORE_MSG: a close is queued already, which will do */
+		wslay_event_shutdown_read(ctx);
+		return;
+	}
+	w->in_msg = true;
+	w->frame_fin = arg->fin;
+}
+
+static void frame_chunk_cb(wslay_event_context_ptr ctx,
+                           const struct wslay_event_on_frame_recv_chunk_arg *arg, void *user)
+{
+	(void)ctx;
+	ws_layer *w = user;
+	if (w->data_frame && !w->fail)
+		deliver(w, arg->data, arg->data_length);
+}
+
+static void frame_end_cb(wslay_event_context_ptr ctx, void *user)
+{
+	(void)ctx;
+	ws_layer *w = user;
+	if (w->data_frame && w->frame_fin)
+		w->in_msg = false;
+}
+
+static void msg_cb(wslay_event_context_ptr ctx, const struct wslay_event_on_msg_recv_arg *arg,
+                   void *user)
+{
+	(void)ctx;
+	ws_layer *w = user;
+	if (arg->opcode != WSLAY_CONNECTION_CLOSE)
+		return; /* pings are answered by wslay; data came by chunks */
+	w->peer_closed = true;
+	if (w->in_msg && !w->fail)
+		set_err(w, LAYER_ERR_CLOSED, M_CLOSED_MID);
+}
+
+static const struct wslay_event_callbacks callbacks = {
+	.recv_callback = recv_cb,
+	.send_callback = send_cb,
+	.genmask_callback = genmask_cb,
+	.on_frame_recv_start_callback = frame_start_cb,
+	.on_frame_recv_chunk_callback = frame_chunk_cb,
+	.on_frame_recv_end_callback = frame_end_cb,
+	.on_msg_recv_callback = msg_cb,
+};
+
+/* ---- the upgrade ---- */
+
+static bool span_is(const uint8_t *in, http_span s, const char *lower)
+{
+	return http_eq_nocase(in + s.off, s.len, lower);
+}
+
+/* Whether a comma-separated field value lists token (any case). */
+static bool lists(const uint8_t *in, http_span v, const char *token)
+{
+	size_t pos = 0, n;
+	const uint8_t *e;
+	while (http_list_next(in + v.off, v.len, &pos, &e, &n))
+		if (http_eq_nocase(e, n, token))
+			return true;
+	return false;
+}
+
+/* The value of the first field called name, or NULL. */
+static const http_span *field(const uint8_t *in, const http_head *h, const char *name)
+{
+	for (size_t i = 0; i < h->n_fields; i++)
+		if (span_is(in, h->fields[i].name, name))
+			return &h->fields[i].value;
+	return NULL;
+}
+
+/* Queues an HTTP answer for the handshake. */
+static void answer(ws_layer *w, const char *fmt, const char *a, const char *b)
+{
+	int n = snprintf((char *)w->out, sizeof w->out, fmt, a, b);
+	w->out_len = n > 0 && (size_t)n < sizeof w->out ? (size_t)n : 0;
+	w->out_off = 0;
+}
+
+static int refuse(ws_layer *w, const char *status, const char *extra, int code, int id, ...)
+{
+	answer(w, RESP_ERROR, status, extra);
+	va_list ap;
+	va_start(ap, id);
+	if (vsnprintf(w->err, sizeof w->err, msgs[id], ap) < 0)
+		w->err[0] = '\0';
+	va_end(ap);
+	w->fail = code;
+	return code;
+}
+
+/* RFC 6455 section 4.1: a base64 nonce of 16 bytes is 22 characters of the
+ * alphabet and "==". */
+static bool key_ok(const uint8_t *k, size_t n)
+{
+	static const char alphabet[] =
+	        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	if (n != 24 || k[22] != '=' || k[23] != '=')
+		return false;
+	for (size_t i = 0; i < 22; i++)
+		if (!memchr(alphabet, k[i], sizeof alphabet - 1))
+			return false;
+	return true;
+}
+
+/* The server's side of section 4.2. Returns the head's length once it has
+ * answered 101, 0 for more bytes, or an error with its answer queued. */
+static ssize_t server_head(ws_layer *w, const uint8_t *in, size_t len)
+{
+	http_head h;
+	char q[WS_QUOTE_MAX + 1], acc[29];
+	size_t lim = len < WS_HEAD_MAX ? len : WS_HEAD_MAX;
+	ssize_t r = http_parse_request(in, lim, &w->scan, &h);
+	if (r == 0 && len >= WS_HEAD_MAX)
+		return refuse(w, "431 Request Header Fields Too Large", "", LAYER_ERR_PROTO,
+		              M_REQUEST_TOO_BIG);
+	if (r == 0)
+		return 0;
+	if (r < 0)
+		return refuse(w, "400 Bad Request", "", LAYER_ERR_PROTO, M_BAD_REQUEST,
+		              "malformed head");
+
+	/* The path first: a prober at another path sees a plain 404, as
+	 * from any web server. */
+	const uint8_t *t = in + h.target.off;
+	size_t tn = h.target.len;
+	const uint8_t *qm = memchr(t, '?', tn);
+	size_t pn = qm ? (size_t)(qm - t) : tn;
+	if (pn != strlen(w->path) || memcmp(t, w->path, pn) != 0)
+		return refuse(w, "404 Not Found", "", LAYER_ERR_AUTH, M_WRONG_PATH, quote(t, pn, q),
+		              w->path);
+
+	const char *what = NULL;
+	const http_span *v;
+	if (h.method.len != 3 || memcmp(in + h.method.off, "GET", 3) != 0)
+		what = "not GET";
+	else if (h.minor < 1)
+		what = "not HTTP/1.1";
+	else if (!field(in, &h, "host"))
+		what = "no Host";
+	else if (!(v = field(in, &h, "upgrade")) || !lists(in, *v, "websocket"))
+		what = "no Upgrade: websocket";
+	else if (!(v = field(in, &h, "connection")) || !lists(in, *v, "upgrade"))
+		what = "no Connection: Upgrade";
+	if (what)
+		return refuse(w, "400 Bad Request", "", LAYER_ERR_PROTO, M_BAD_REQUEST, what);
+	/* Section 4.4: a version we do not speak is answered 426 with ours. */
+	if (!(v = field(in, &h, "sec-websocket-version")) || v->len != 2 ||
+	    memcmp(in + v->off, "13", 2) != 0)
+		return refuse(w, "426 Upgrade Required", "Sec-WebSocket-Version: 13\r\n",
+		              LAYER_ERR_PROTO, M_VERSION);
+	if (!(v = field(in, &h, "sec-websocket-key")) || !key_ok(in + v->off, v->len))
+		return refuse(w, "400 Bad Request", "", LAYER_ERR_PROTO, M_BAD_REQUEST,
+		              "bad Sec-WebSocket-Key");
+	if (ws_accept_key((const char *)in + v->off, v->len, acc) < 0)
+		return set_err(w, LAYER_ERR_NOMEM, M_NOMEM);
+	answer(w, RESP_101, acc, NULL);
+	w->open = true;
+	return r;
+}
+
+/* The client's side of section 4.1, steps 1 to 6 of the response checks. */
+static ssize_t client_head(ws_layer *w, const uint8_t *in, size_t len)
+{
+	http_head h;
+	char q[WS_QUOTE_MAX + 1];
+	size_t lim = len < WS_HEAD_MAX ? len : WS_HEAD_MAX;
+	ssize_t r = http_parse_response(in, lim, &w->scan, &h);
+	if (r == 0 && len >= WS_HEAD_MAX)
+		return set_err(w, LAYER_ERR_PROTO, M_RESPONSE_TOO_BIG);
+	if (r == 0)
+		return 0;
+	if (r < 0)
+		return set_err(w, LAYER_ERR_PROTO, M_BAD_RESPONSE, "malformed head");
+	if (h.status != 101) {
+		/* "HTTP/1.1 " is 9 bytes; what follows is "403 Forbidden". */
+		const uint8_t *s = in + h.start.off + 9;
+		size_t n = h.start.len > 9 ? h.start.len - 9 : 0;
+		return set_err(w, LAYER_ERR_AUTH, M_REFUSED, quote(s, n, q));
+	}
+	const http_span *v;
+	const char *what = NULL;
+	if (!(v = field(in, &h, "upgrade")) || !lists(in, *v, "websocket"))
+		what = "no Upgrade: websocket";
+	else if (!(v = field(in, &h, "connection")) || !lists(in, *v, "upgrade"))
+		what = "no Connection: Upgrade";
+	else if (field(in, &h, "sec-websocket-extensions"))
+		what = "an extension we did not ask for";
+	else if (field(in, &h, "sec-websocket-protocol"))
+		what = "a subprotocol we did not ask for";
+	if (what)
+		return set_err(w, LAYER_ERR_PROTO, M_BAD_RESPONSE, what);
+	if (!(v = field(in, &h, "sec-websocket-accept")) || v->len != 28 ||
+	    memcmp(in + v->off, w->accept, 28) != 0)
+		return set_err(w, LAYER_ERR_PROTO, M_BAD_ACCEPT);
+	w->open = true;
+	return r;
+}
+
+/* ---- layer ops ---- */
+
+/* A failure is returned only once its answer (an HTTP status, a close
+ * frame) has been handed to down: the stack drops a failing call's
+ * output. While some is still moving, or this call consumed input, the
+ * call succeeds and a later one fails. */
+static ssize_t failing(ws_layer *w, layer_buf *down, size_t consumed)
+{
+	size_t before = down->len;
+	int rc = flush(w, down);
+	if (rc < 0)
+		return rc;
+	if (consumed > 0 || down->len > before)
+		return (ssize_t)consumed;
+	return w->fail;
+}
+
+static ssize_t ws_from_below(layer *l, const uint8_t *in, size_t len, layer_buf *up,
+                             layer_buf *down)
+{
+	ws_layer *w = (ws_layer *)l;
+	w->up = up;
+	if (w->fail)
+		return failing(w, down, 0);
+	size_t used = 0;
+	if (!w->open) {
+		ssize_t r = w->client ? client_head(w, in, len) : server_head(w, in, len);
+		if (r < 0)
+			return failing(w, down, 0);
+		used = (size_t)r;
+	}
+	if (w->open) {
+		if (w->pend_len > w->pend_off)
+			undeliver_pend(w);
+		w->in = in + used;
+		w->in_len = len - used;
+		w->in_off = 0;
+		if (w->pend_len == w->pend_off && wslay_event_get_read_enabled(w->ws)) {
+			int r = wslay_event_recv(w->ws);
+			if (r == WSLAY_ERR_NOMEM)
+				set_err(w, LAYER_ERR_NOMEM, M_NOMEM);
+			else if (!w->fail && !w->peer_closed && !wslay_event_get_read_enabled(w->ws))
+				set_err(w, LAYER_ERR_PROTO, M_BAD_FRAME); /* wslay queued 1002 */
+		}
+		/* Nothing may follow a close frame: drop it. */
+		used += w->peer_closed ? w->in_len : w->in_off;
+		w->in = NULL;
+		w->in_len = w->in_off = 0;
+	}
+	if (w->fail)
+		return failing(w, down, used);
+	int rc = flush(w, down);
+	return rc < 0 ? rc : (ssize_t)used;
+}
+
+static ssize_t ws_from_above(layer *l, const uint8_t *in, size_t len, layer_buf *down)
+{
+	ws_layer *w = (ws_layer *)l;
+	if (w->fail) { /* from_below returns it, once lower layers took the answer */
+		ssize_t r = failing(w, down, 0);
+		return r < 0 ? 0 : r;
+	}
+	int rc = flush(w, down);
+	if (rc < 0 || !w->open)
+		return rc;
+	if (w->shut)
+		return len ? set_err(w, LAYER_ERR_STATE, M_SEND_SHUT) : 0;
+	if (w->peer_closed)
+		return (ssize_t)len; /* see ws.h: nobody reads them any more */
+	size_t used = 0;
+	while (used < len && wslay_event_get_queued_msg_count(w->ws) == 0 &&
+	       layer_buf_room(down) > 0) {
+		struct wslay_event_msg m = {
+			.opcode = WSLAY_BINARY_FRAME,
+			.msg = in + used,
+			.msg_length = len - used < WS_MSG_OUT_MAX ? len - used : WS_MSG_OUT_MAX,
+		};
+		int r = wslay_event_queue_msg(w->ws, &m);
+		if (r == WSLAY_ERR_NO_MORE_MSG) /* a close is queued: as peer_closed */
+			return (ssize_t)len;
+		if (r != 0)
+			return set_err(w, LAYER_ERR_NOMEM, M_NOMEM);
+		used += m.msg_length;
+		if ((rc = flush(w, down)) < 0)
+			return rc;
+	}
+	return (ssize_t)used;
+}
+
+static int ws_start(layer *l, layer_buf *down)
+{
+	ws_layer *w = (ws_layer *)l;
+	return flush(w, down);
+}
+
+static bool ws_ready(const layer *l) { return ((const ws_layer *)l)->open; }
+
+static int ws_shutdown(layer *l, layer_buf *down)
+{
+	ws_layer *w = (ws_layer *)l;
+	if (w->fail)
+		return w->fail;
+	if (!w->open || w->shut)
+		return 0;
+	w->shut = true;
+	if (!w->peer_closed) {
+		int r = wslay_event_queue_close(w->ws, WSLAY_CODE_NORMAL_CLOSURE, NULL, 0);
+		if (r == WSLAY_ERR_NOMEM)
+			return set_err(w, LAYER_ERR_NOMEM, M_NOMEM);
+	}
+	return flush(w, down);
+}
+
+static const char *ws_error(const layer *l)
+{
+	const ws_layer *w = (const ws_layer *)l;
+	return w->err[0] ? w->err : NULL;
+}
+
+static void ws_free(layer *l)
+{
+	ws_layer *w = (ws_layer *)l;
+	wslay_event_context_free(w->ws);
+	EVP_CIPHER_CTX_free(w->mask);
+	free(w->path);
+	free(w);
+}
+
+static const layer_ops client_ops = {
+	.name = "ws",
+	.start = ws_start,
+	.from_below = ws_from_below,
+	.from_above = ws_from_above,
+	.ready = ws_ready,
+	.shutdown = ws_shutdown,
+	.error = ws_error,
+	.free = ws_free,
+};
+
+static const layer_ops server_ops = {
+	.name = "ws",
+	.start = NULL,
+	.from_below = ws_from_below,
+	.from_above = ws_from_above,
+	.ready = ws_ready,
+	.shutdown = ws_shutdown,
+	.error = ws_error,
+	.free = ws_free,
+};
+
+/* Whether s can go on a request line or header line as it is. */
+static bool visible(const char *s, size_t max)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > max)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f)
+			return false;
+	return true;
+}
+
+static ws_layer *layer_new(bool client, const char *path)
+{
+	ws_layer *w = calloc(1, sizeof *w);
+	if (!w)
+		return NULL;
+	w->base.ops = client ? &client_ops : &server_ops;
+	w->client = client;
+	w->ks_off = sizeof w->ks;
+	int r = client ? wslay_event_context_client_init(&w->ws, &callbacks, w)
+	               : wslay_event_context_server_init(&w->ws, &callbacks, w);
+	if (r != 0 || !(w->path = strdup(path))) {
+		ws_free(&w->base);
+		return NULL;
+	}
+	/* Payload streams through the chunk callback; wslay buffers only
+	 * control frames (at most 125 bytes, RFC 6455 section 5.5). */
+	wslay_event_config_set_no_buffering(w->ws, 1);
+	/* wslay's own bound (2^31 - 1) would refuse a huge frame before
+	 * frame_start_cb can name the reason; ours is lower. */
+	wslay_event_config_set_max_recv_msg_length(w->ws, UINT64_MAX);
+	return w;
+}
+
+layer *ws_client_new(const ws_client_config *cfg, char *err, size_t err_size)
+{
+	static const uint8_t iv[16];
+	uint8_t nonce[16];
+	char key[25];
+	if (!cfg->path || cfg->path[0] != '/' || !visible(cfg->path, WS_PATH_MAX)) {
+		say(err, err_size, M_BAD_PATH, cfg->path ? cfg->path : "");
+		return NULL;
+	}
+	if (!cfg->host || !visible(cfg->host, WS_HOST_MAX)) {
+		say(err, err_size, M_BAD_HOST, cfg->host ? cfg->host : "");
+		return NULL;
+	}
+	ws_layer *w = layer_new(true, cfg->path);
+	if (!w)
+		goto nomem;
+	if (!(w->mask = EVP_CIPHER_CTX_new()) ||
+	    EVP_EncryptInit_ex(w->mask, EVP_chacha20(), NULL, cfg->seed, iv) != 1 ||
+	    keystream(w, nonce, sizeof nonce) < 0)
+		goto nomem;
+	EVP_EncodeBlock((unsigned char *)key, nonce, sizeof nonce);
+	if (ws_accept_key(key, 24, w->accept) < 0)
+		goto nomem;
+	int n = snprintf((char *)w->out, sizeof w->out,
+	                 "GET %s HTTP/1.1\r\n"
+	                 "Host: %s\r\n"
+	                 "Upgrade: websocket\r\n"
+	                 "Connection: Upgrade\r\n"
+	                 "Sec-WebSocket-Key: %s\r\n"
+	                 "Sec-WebSocket-Version: 13\r\n"
+	                 "\r\n",
+	                 cfg->path, cfg->host, key);
+	if (n < 0 || (size_t)n >= sizeof w->out)
+		goto nomem; /* cannot happen within WS_PATH_MAX and WS_HOST_MAX */
+	w->out_len = (size_t)n;
+	return &w->base;
+nomem:
+	if (w)
+		ws_free(&w->base);
+	say(err, err_size, M_NOMEM, NULL);
+	return NULL;
+}
+
+layer *ws_server_new(const char *path, char *err, size_t err_size)
+{
+	if (!path || path[0] != '/' || !visible(path, WS_PATH_MAX)) {
+		say(err, err_size, M_BAD_PATH, path ? path : "");
+		return NULL;
+	}
+	ws_layer *w = layer_new(false, path);
+	if (!w) {
+		say(err, err_size, M_NOMEM, NULL);
+		return NULL;
+	}
+	return &w->base;
+}
+
+bool ws_peer_closed(const layer *l)
+{
+	return l && (l->ops == &client_ops || l->ops == &server_ops) &&
+	       ((const ws_layer *)l)->peer_closed;
+}

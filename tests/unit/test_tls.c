@@ -1,0 +1,588 @@
+/* test_tls.c - a client and a server TLS stack wired in memory: handshakes, data, verification, ALPN, SNI, close, errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
+
+#include "transport/stack.h"
+#include "transport/tls.h"
+
+#define NAME "example.test"
+
+/* Files made once for every test: a self-signed certificate for NAME and
+ * 127.0.0.1, its key, another key, and a file that is no PEM at all. */
+static char dir[64], cert[96], key[96], key2[96], junk[96];
+
+static void write_key(const char *path, EVP_PKEY *k)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(PEM_write_PrivateKey(f, k, NULL, NULL, 0, NULL, NULL), 1);
+	fclose(f);
+}
+
+static int make_files(void **state)
+{
+	(void)state;
+	snprintf(dir, sizeof dir, "/tmp/test_tls.XXXXXX");
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(cert, sizeof cert, "%s/cert.pem", dir);
+	snprintf(key, sizeof key, "%s/key.pem", dir);
+	snprintf(key2, sizeof key2, "%s/key2.pem", dir);
+	snprintf(junk, sizeof junk, "%s/junk.pem", dir);
+
+	EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+	EVP_PKEY *k2 = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+	X509 *x = X509_new();
+	X509_set_version(x, 2);
+	ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+	X509_gmtime_adj(X509_getm_notBefore(x), -3600);
+	X509_gmtime_adj(X509_getm_notAfter(x), 86400);
+	X509_set_pubkey(x, k);
+	X509_NAME *n = X509_get_subject_name(x);
+	X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)NAME, -1, -1, 0);
+	X509_set_issuer_name(x, n);
+	X509V3_CTX v3;
+	X509V3_set_ctx_nodb(&v3);
+	X509V3_set_ctx(&v3, x, x, NULL, NULL, 0);
+	X509_EXTENSION *san = X509V3_EXT_conf_nid(NULL, &v3, NID_subject_alt_name,
+	                                          "DNS:" NAME ",IP:127.0.0.1");
+	X509_add_ext(x, san, -1);
+	X509_EXTENSION_free(san);
+	X509_sign(x, k, EVP_sha256());
+
+	FILE *f = fopen(cert, "w");
+	PEM_write_X509(f, x);
+	fclose(f);
+	write_key(key, k);
+	write_key(key2, k2);
+	f = fopen(junk, "w");
+	fputs("this is not PEM\n", f);
+	fclose(f);
+	X509_free(x);
+	EVP_PKEY_free(k);
+	EVP_PKEY_free(k2);
+	return 0;
+}
+
+static int remove_files(void **state)
+{
+	(void)state;
+	unlink(cert), unlink(key), unlink(key2), unlink(junk);
+	rmdir(dir);
+	return 0;
+}
+
+/* ---- two stacks wired to each other ---- */
+
+typedef struct end {
+	stack *s;
+	layer *l; /* borrowed: the stack owns it */
+	const uint8_t *tx;
+	size_t tx_len, tx_off;
+	uint8_t *rx;
+	size_t rx_len, rx_cap;
+	bool reading;
+} end;
+
+static size_t wire(stack *a, stack *b, size_t chunk, int *err)
+{
+	size_t moved = 0;
+	const uint8_t *d;
+	size_t n;
+	while (!*err && (n = stack_wire_out(a, &d)) > 0) {
+		ssize_t k = stack_from_wire(b, d, n < chunk ? n : chunk);
+		if (k < 0)
+			*err = (int)k;
+		if (k <= 0)
+			break;
+		if (stack_wire_done(a, (size_t)k) < 0)
+			*err = -100; /* a's own failure: told apart from b's */
+		moved += (size_t)k;
+	}
+	return moved;
+}
+
+static size_t app(end *e, size_t chunk, int *err)
+{
+	size_t moved = 0, n;
+	const uint8_t *d;
+	if (e->tx_off < e->tx_len && !*err) {
+		n = e->tx_len - e->tx_off;
+		ssize_t k = stack_from_app(e->s, e->tx + e->tx_off, n < chunk ? n : chunk);
+		if (k < 0)
+			*err = (int)k;
+		else
+			e->tx_off += (size_t)k, moved += (size_t)k;
+	}
+	while (e->reading && !*err && (n = stack_app_in(e->s, &d)) > 0) {
+		if (e->rx_len + n > e->rx_cap) {
+			e->rx_cap = (e->rx_len + n) * 2;
+			e->rx = realloc(e->rx, e->rx_cap);
+		}
+		memcpy(e->rx + e->rx_len, d, n);
+		e->rx_len += n;
+		if (stack_app_done(e->s, n) < 0)
+			*err = -101;
+		moved += n;
+	}
+	return moved;
+}
+
+static int run(end *a, end *b, size_t chunk)
+{
+	int err = 0;
+	size_t moved;
+	do {
+		moved = app(a, chunk, &err) + app(b, chunk, &err);
+		moved += wire(a->s, b->s, chunk, &err) + wire(b->s, a->s, chunk, &err);
+	} while (moved > 0 && !err);
+	return err;
+}
+
+static uint8_t *pattern(size_t n, uint32_t seed)
+{
+	uint8_t *p = malloc(n);
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 1103515245u + 12345u;
+		p[i] = (uint8_t)(seed >> 16);
+	}
+	return p;
+}
+
+static const char *const SERVER_ALPN[] = {"h2", "http/1.1", NULL};
+static const char *const CLIENT_ALPN[] = {"http/1.1", "h2", NULL};
+
+static tls_server_ctx *server_ctx(void)
+{
+	char err[256] = "";
+	tls_server_ctx *c = tls_server_ctx_new(cert, key, SERVER_ALPN, err, sizeof err);
+	assert_non_null(c);
+	return c;
+}
+
+/* The usual client: trusts cert, names NAME, offers CLIENT_ALPN. */
+static tls_client_config client_cfg(void)
+{
+	return (tls_client_config){.server_name = NAME, .alpn = CLIENT_ALPN, .ca_file = cert};
+}
+
+static void open_pair(end *c, end *s, const tls_client_config *cfg, const char *name)
+{
+	char err[256] = "";
+	memset(c, 0, sizeof *c);
+	memset(s, 0, sizeof *s);
+	tls_client_ctx *cc = tls_client_ctx_new(cfg, err, sizeof err);
+	assert_non_null(cc);
+	tls_server_ctx *sc = server_ctx();
+	c->l = tls_client_new(cc, name, err, sizeof err);
+	s->l = tls_server_new(sc, err, sizeof err);
+	assert_non_null(c->l);
+	assert_non_null(s->l);
+	/* The layers hold their own references. */
+	tls_client_ctx_unref(cc);
+	tls_server_ctx_unref(sc);
+	c->s = stack_new();
+	s->s = stack_new();
+	assert_int_equal(stack_push(c->s, c->l), 0);
+	assert_int_equal(stack_push(s->s, s->l), 0);
+	c->reading = s->reading = true;
+	assert_int_equal(stack_start(c->s), 0);
+	assert_int_equal(stack_start(s->s), 0);
+}
+
+static void close_pair(end *c, end *s)
+{
+	stack_free(c->s);
+	stack_free(s->s);
+	free(c->rx);
+	free(s->rx);
+}
+
+static void assert_prefix(const char *text, const char *prefix)
+{
+	assert_non_null(text);
+	if (strncmp(text, prefix, strlen(prefix)) != 0)
+		fail_msg("\"%s\" does not start with \"%s\"", text, prefix);
+}
+
+static void exchange(tls_version v, size_t len, size_t chunk, const char *version)
+{
+	end c, s;
+	tls_client_config cfg = client_cfg();
+	cfg.min_version = cfg.max_version = v;
+	open_pair(&c, &s, &cfg, NULL);
+	uint8_t *up = pattern(len, 1), *down = pattern(len, 2);
+	c.tx = up, c.tx_len = len;
+	s.tx = down, s.tx_len = len;
+	assert_int_equal(run(&c, &s, chunk), 0);
+	assert_true(stack_ready(c.s) && stack_ready(s.s));
+	assert_string_equal(tls_version_name(c.l), version);
+	assert_string_equal(tls_version_name(s.l), version);
+	assert_int_equal(s.rx_len, len);
+	assert_memory_equal(s.rx, up, len);
+	assert_int_equal(c.rx_len, len);
+	assert_memory_equal(c.rx, down, len);
+	/* SNI reached the server; ALPN took the server's first choice. */
+	assert_string_equal(tls_server_name(s.l), NAME);
+	const uint8_t *p;
+	assert_int_equal(tls_alpn(c.l, &p), 2);
+	assert_memory_equal(p, "h2", 2);
+	assert_int_equal(tls_alpn(s.l, &p), 2);
+	assert_memory_equal(p, "h2", 2);
+	free(up);
+	free(down);
+	close_pair(&c, &s);
+}
+
+/* ---- tests ---- */
+
+static void tls13_bulk(void **state) { (void)state, exchange(TLS_VERSION_13, 1 << 20, SIZE_MAX, "TLSv1.3"); }
+static void tls12_bulk(void **state) { (void)state, exchange(TLS_VERSION_12, 1 << 20, SIZE_MAX, "TLSv1.2"); }
+static void tls13_byte_by_byte(void **state) { (void)state, exchange(TLS_VERSION_13, 20000, 1, "TLSv1.3"); }
+static void tls12_byte_by_byte(void **state) { (void)state, exchange(TLS_VERSION_12, 20000, 1, "TLSv1.2"); }
+
+/* Before the handshake the layer takes no app bytes; after it, it does. */
+static void from_above_waits_for_ready(void **state)
+{
+	(void)state;
+	end c, s;
+	tls_client_config cfg = client_cfg();
+	open_pair(&c, &s, &cfg, NULL);
+	uint8_t buf[64];
+	layer_buf down = {.data = buf, .cap = sizeof buf};
+	assert_false(c.l->ops->ready(c.l));
+	assert_int_equal(c.l->ops->from_above(c.l, (const uint8_t *)"x", 1, &down), 0);
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_true(c.l->ops->ready(c.l));
+	close_pair(&c, &s);
+}
+
+static void wrong_name_fails_verification(void **state)
+{
+	(void)state;
+	end c, s;
+	tls_client_config cfg = client_cfg();
+	open_pair(&c, &s, &cfg, "wrong.test");
+	assert_int_equal(run(&c, &s, SIZE_MAX), LAYER_ERR_AUTH);
+	assert_string_equal(stack_error(c.s), "tls: certificate verify failed: hostname mismatch");
+	assert_null(stack_error(s.s));
+	/* The client's alert is still on its way: the server learns why. */
+	const uint8_t *d;
+	size_t n = stack_wire_out(c.s, &d);
+	assert_true(n > 0);
+	assert_int_equal(stack_from_wire(s.s, d, n), LAYER_ERR_PROTO);
+	assert_prefix(stack_error(s.s), "tls: handshake failed: ");
+	assert_non_null(strstr(stack_error(s.s), "alert"));
+	close_pair(&c, &s);
+}
+
+/* Without the CA file the system store is used, which does not know the
+ * self-signed certificate. */
+static void system_store_refuses_self_signed(void **state)
+{
+	(void)state;
+	end c, s;
+	tls_client_config cfg = client_cfg();
+	cfg.ca_file = NULL;
+	open_pair(&c, &s, &cfg, NULL);
+	assert_int_equal(run(&c, &s, SIZE_MAX), LAYER_ERR_AUTH);
+	assert_prefix(stack_error(c.s), "tls: certificate verify failed: ");
+	close_pair(&c, &s);
+}
+
+static void insecure_skips_verification(void **state)
+{
+	(void)state;
+	end c, s;
+	tls_client_config cfg = {.allow_insecure = true};
+	open_pair(&c, &s, &cfg, "wrong.test");
+	c.tx = (const uint8_t *)"hi", c.tx_len = 2;
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_int_equal(s.rx_len, 2);
+	assert_string_equal(tls_server_name(s.l), "wrong.test");
+	const uint8_t *p;
+	assert_int_equal(tls_alpn(c.l, &p), 0); /* offered none */
+	close_pair(&c, &s);
+}
+
+/* An IP address is verified against the IP SAN and not sent as SNI. */
+static void ip_address_name(void **state)
+{
+	(void)state;
+	end c, s;
+	tls_client_config cfg = client_cfg();
+	cfg.server_name = "127.0.0.1";
+	open_pair(&c, &s, &cfg, NULL);
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_true(stack_ready(c.s));
+	assert_null(tls_server_name(s.l));
+	close_pair(&c, &s);
+	cfg.server_name = "127.0.0.2";
+	open_pair(&c, &s, &cfg, NULL);
+	assert_int_equal(run(&c, &s, SIZE_MAX), LAYER_ERR_AUTH);
+	assert_prefix(stack_error(c.s), "tls: certificate verify failed: ");
+	close_pair(&c, &s);
+}
+
+static void alpn_without_overlap(void **state)
+{
+	(void)state;
+	end c, s;
+	static const char *const other[] = {"spdy/1", NULL};
+	tls_client_config cfg = client_cfg();
+	cfg.alpn = other;
+	open_pair(&c, &s, &cfg, NULL);
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	const uint8_t *p;
+	assert_int_equal(tls_alpn(c.l, &p), 0);
+	assert_int_equal(tls_alpn(s.l, &p), 0);
+	close_pair(&c, &s);
+}
+
+/* close_notify ends one direction: the other still carries data (TLS 1.3
+ * half-close), and bytes after a close_notify are dropped. */
+static void close_notify(void **state)
+{
+	(void)state;
+	end c, s;
+	tls_client_config cfg = client_cfg();
+	open_pair(&c, &s, &cfg, NULL);
+	c.tx = (const uint8_t *)"request", c.tx_len = 7;
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_false(tls_peer_closed(s.l));
+	assert_int_equal(stack_shutdown(c.s), 0);
+	assert_int_equal(stack_shutdown(c.s), 0); /* once is enough */
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_true(tls_peer_closed(s.l));
+	assert_true(stack_ready(s.s));
+	assert_int_equal(s.rx_len, 7);
+	assert_memory_equal(s.rx, "request", 7);
+	s.tx = (const uint8_t *)"response", s.tx_len = 8;
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_int_equal(c.rx_len, 8);
+	assert_memory_equal(c.rx, "response", 8);
+	assert_false(tls_peer_closed(c.l));
+	assert_int_equal(stack_shutdown(s.s), 0);
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_true(tls_peer_closed(c.l));
+	assert_int_equal(stack_from_wire(s.s, (const uint8_t *)"junk after the end", 18), 18);
+	assert_null(stack_error(s.s));
+	/* The client said it was done: more app bytes are a mistake. */
+	assert_int_equal(stack_from_app(c.s, (const uint8_t *)"more", 4), LAYER_ERR_STATE);
+	assert_string_equal(stack_error(c.s), "tls: send after shutdown");
+	close_pair(&c, &s);
+}
+
+/* A close_notify alert in place of the ServerHello: a reply was due. */
+static void close_during_handshake(void **state)
+{
+	(void)state;
+	end c, s;
+	tls_client_config cfg = client_cfg();
+	open_pair(&c, &s, &cfg, NULL);
+	static const uint8_t alert[] = {0x15, 0x03, 0x03, 0x00, 0x02, 0x01, 0x00};
+	assert_int_equal(stack_from_wire(c.s, alert, sizeof alert), LAYER_ERR_CLOSED);
+	assert_string_equal(stack_error(c.s), "tls: peer closed during the handshake");
+	close_pair(&c, &s);
+}
+
+static void not_tls_at_all(void **state)
+{
+	(void)state;
+	end c, s;
+	tls_client_config cfg = client_cfg();
+	open_pair(&c, &s, &cfg, NULL);
+	static const char get[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+	ssize_t r = stack_from_wire(s.s, (const uint8_t *)get, sizeof get - 1);
+	if (r >= 0) /* the alert went out first; the next call fails */
+		r = stack_from_wire(s.s, (const uint8_t *)"", 0);
+	assert_int_equal(r, LAYER_ERR_PROTO);
+	assert_prefix(stack_error(s.s), "tls: handshake failed: ");
+	close_pair(&c, &s);
+}
+
+/* The server's app reads nothing: the client's sends stop at a bound (the
+ * queues plus one record in each BIO), then everything arrives. */
+static void backpressure(void **state)
+{
+	(void)state;
+	end c, s;
+	tls_client_config cfg = client_cfg();
+	open_pair(&c, &s, &cfg, NULL);
+	size_t len = 1 << 20;
+	uint8_t *up = pattern(len, 3);
+	c.tx = up, c.tx_len = len;
+	s.reading = false;
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_true(c.tx_off < 8 * STACK_QUEUE_CAP);
+	size_t held = c.tx_off;
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_int_equal(c.tx_off, held);
+	s.reading = true;
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_int_equal(s.rx_len, len);
+	assert_memory_equal(s.rx, up, len);
+	free(up);
+	close_pair(&c, &s);
+}
+
+/* One context serves many connections. */
+static void shared_context(void **state)
+{
+	(void)state;
+	char err[256];
+	tls_client_config cfg = client_cfg();
+	tls_client_ctx *cc = tls_client_ctx_new(&cfg, err, sizeof err);
+	tls_server_ctx *sc = server_ctx();
+	for (int i = 0; i < 3; i++) {
+		end c = {0}, s = {0};
+		c.l = tls_client_new(cc, NULL, err, sizeof err);
+		s.l = tls_server_new(sc, err, sizeof err);
+		c.s = stack_new(), s.s = stack_new();
+		assert_int_equal(stack_push(c.s, c.l), 0);
+		assert_int_equal(stack_push(s.s, s.l), 0);
+		c.reading = s.reading = true;
+		assert_int_equal(stack_start(c.s), 0);
+		assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+		assert_true(stack_ready(c.s) && stack_ready(s.s));
+		close_pair(&c, &s);
+	}
+	tls_client_ctx_unref(cc);
+	tls_server_ctx_unref(sc);
+}
+
+typedef struct ctx_case {
+	const char *cert, *key;
+	const char *const *alpn;
+	const char *text;  /* exact, or the prefix when OpenSSL adds the rest */
+	bool prefix;
+} ctx_case;
+
+static void server_ctx_errors(void **state)
+{
+	(void)state;
+	static const char *const empty_name[] = {"h2", "", NULL};
+	static const char *const none[] = {NULL};
+	char missing_cert[128], missing_key[128], junk_cert[128], junk_key[128];
+	snprintf(missing_cert, sizeof missing_cert, "tls: cannot read certificate %s/none.pem: ", dir);
+	snprintf(missing_key, sizeof missing_key, "tls: cannot read key %s/none.pem: ", dir);
+	snprintf(junk_cert, sizeof junk_cert, "tls: cannot read certificate %s: ", junk);
+	snprintf(junk_key, sizeof junk_key, "tls: cannot read key %s: ", junk);
+	char none_path[128];
+	snprintf(none_path, sizeof none_path, "%s/none.pem", dir);
+	const ctx_case cases[] = {
+		{none_path, key, NULL, missing_cert, true},
+		{junk, key, NULL, junk_cert, true},
+		{cert, none_path, NULL, missing_key, true},
+		{cert, junk, NULL, junk_key, true},
+		{cert, key2, NULL, "tls: key does not match certificate", false},
+		{cert, key, empty_name, "tls: bad ALPN list", false},
+		{cert, key, none, "tls: bad ALPN list", false},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char err[256] = "";
+		assert_null(tls_server_ctx_new(cases[i].cert, cases[i].key, cases[i].alpn, err,
+		                               sizeof err));
+		if (cases[i].prefix)
+			assert_prefix(err, cases[i].text);
+		else
+			assert_string_equal(err, cases[i].text);
+	}
+	char err[256] = "";
+	tls_server_ctx_unref(NULL);
+	/* A missing file's reason is the system's. */
+	assert_null(tls_server_ctx_new(none_path, key, NULL, err, sizeof err));
+	assert_non_null(strstr(err, "No such file or directory"));
+}
+
+static void client_ctx_errors(void **state)
+{
+	(void)state;
+	char err[256] = "", want[160];
+	tls_client_config cfg = client_cfg();
+	cfg.ca_file = junk;
+	assert_null(tls_client_ctx_new(&cfg, err, sizeof err));
+	snprintf(want, sizeof want, "tls: cannot read CA file %s: ", junk);
+	assert_prefix(err, want);
+
+	static const char *const long_list[] = {
+	        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+	        "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+	        "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",
+	        NULL};
+	cfg = client_cfg();
+	cfg.alpn = long_list;
+	assert_null(tls_client_ctx_new(&cfg, err, sizeof err));
+	assert_string_equal(err, "tls: bad ALPN list");
+
+	cfg = client_cfg();
+	cfg.min_version = TLS_VERSION_13;
+	cfg.max_version = TLS_VERSION_12;
+	assert_null(tls_client_ctx_new(&cfg, err, sizeof err));
+	assert_string_equal(err, "tls: bad version range");
+
+	cfg = client_cfg();
+	cfg.server_name = NULL;
+	tls_client_ctx *cc = tls_client_ctx_new(&cfg, err, sizeof err);
+	assert_non_null(cc);
+	assert_null(tls_client_new(cc, NULL, err, sizeof err));
+	assert_string_equal(err, "tls: no server name to verify");
+	assert_null(tls_client_new(cc, "", err, sizeof err));
+	assert_string_equal(err, "tls: no server name to verify");
+	char huge[300];
+	memset(huge, 'a', sizeof huge - 1);
+	huge[sizeof huge - 1] = '\0';
+	assert_null(tls_client_new(cc, huge, err, sizeof err));
+	assert_prefix(err, "tls: bad server name \"aaaa");
+	tls_client_ctx_unref(cc);
+}
+
+/* The queries answer nothing for a layer that is not TLS. */
+static void queries_on_other_layers(void **state)
+{
+	(void)state;
+	static const layer_ops other_ops = {.name = "other"};
+	layer other = {.ops = &other_ops};
+	const uint8_t *p = (const uint8_t *)"x";
+	assert_int_equal(tls_alpn(&other, &p), 0);
+	assert_null(p);
+	assert_null(tls_server_name(&other));
+	assert_null(tls_version_name(&other));
+	assert_false(tls_peer_closed(&other));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(tls13_bulk),
+		cmocka_unit_test(tls12_bulk),
+		cmocka_unit_test(tls13_byte_by_byte),
+		cmocka_unit_test(tls12_byte_by_byte),
+		cmocka_unit_test(from_above_waits_for_ready),
+		cmocka_unit_test(wrong_name_fails_verification),
+		cmocka_unit_test(system_store_refuses_self_signed),
+		cmocka_unit_test(insecure_skips_verification),
+		cmocka_unit_test(ip_address_name),
+		cmocka_unit_test(alpn_without_overlap),
+		cmocka_unit_test(close_notify),
+		cmocka_unit_test(close_during_handshake),
+		cmocka_unit_test(not_tls_at_all),
+		cmocka_unit_test(backpressure),
+		cmocka_unit_test(shared_context),
+		cmocka_unit_test(server_ctx_errors),
+		cmocka_unit_test(client_ctx_errors),
+		cmocka_unit_test(queries_on_other_layers),
+	};
+	return cmocka_run_group_tests(tests, make_files, remove_files);
+}

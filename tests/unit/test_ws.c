@@ -1,0 +1,795 @@
+/* test_ws.c - WebSocket stacks (alone and over TLS) wired in memory: upgrade, data, ping, close, refusals, bad frames. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
+
+#include "transport/stack.h"
+#include "transport/tls.h"
+#include "transport/ws.h"
+
+#define PATH "/vless"
+#define HOST "example.test"
+
+/* ---- a certificate for the TLS+WS cases ---- */
+
+static char dir[64], cert[96], key[96];
+
+static int make_files(void **state)
+{
+	(void)state;
+	snprintf(dir, sizeof dir, "/tmp/test_ws.XXXXXX");
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(cert, sizeof cert, "%s/cert.pem", dir);
+	snprintf(key, sizeof key, "%s/key.pem", dir);
+	EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+	X509 *x = X509_new();
+	X509_set_version(x, 2);
+	ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+	X509_gmtime_adj(X509_getm_notBefore(x), -3600);
+	X509_gmtime_adj(X509_getm_notAfter(x), 86400);
+	X509_set_pubkey(x, k);
+	X509_NAME *n = X509_get_subject_name(x);
+	X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)HOST, -1, -1, 0);
+	X509_set_issuer_name(x, n);
+	X509V3_CTX v3;
+	X509V3_set_ctx_nodb(&v3);
+	X509V3_set_ctx(&v3, x, x, NULL, NULL, 0);
+	X509_EXTENSION *san = X509V3_EXT_conf_nid(NULL, &v3, NID_subject_alt_name, "DNS:" HOST);
+	X509_add_ext(x, san, -1);
+	X509_EXTENSION_free(san);
+	X509_sign(x, k, EVP_sha256());
+	FILE *f = fopen(cert, "w");
+	PEM_write_X509(f, x);
+	fclose(f);
+	f = fopen(key, "w");
+	PEM_write_PrivateKey(f, k, NULL, NULL, 0, NULL, NULL);
+	fclose(f);
+	X509_free(x);
+	EVP_PKEY_free(k);
+	return 0;
+}
+
+static int remove_files(void **state)
+{
+	(void)state;
+	unlink(cert), unlink(key);
+	rmdir(dir);
+	return 0;
+}
+
+/* ---- two stacks wired to each other ---- */
+
+typedef struct end {
+	stack *s;
+	layer *ws; /* borrowed: the stack owns it */
+	const uint8_t *tx;
+	size_t tx_len, tx_off;
+	uint8_t *rx;
+	size_t rx_len, rx_cap;
+	bool reading;
+} end;
+
+static size_t wire(stack *a, stack *b, size_t chunk, int *err)
+{
+	size_t moved = 0, n;
+	const uint8_t *d;
+	while (!*err && (n = stack_wire_out(a, &d)) > 0) {
+		ssize_t k = stack_from_wire(b, d, n < chunk ? n : chunk);
+		if (k < 0)
+			*err = (int)k;
+		if (k <= 0)
+			break;
+		if (stack_wire_done(a, (size_t)k) < 0)
+			*err = -100;
+		moved += (size_t)k;
+	}
+	return moved;
+}
+
+static size_t app(end *e, size_t chunk, int *err)
+{
+	size_t moved = 0, n;
+	const uint8_t *d;
+	if (e->tx_off < e->tx_len && !*err) {
+		n = e->tx_len - e->tx_off;
+		ssize_t k = stack_from_app(e->s, e->tx + e->tx_off, n < chunk ? n : chunk);
+		if (k < 0)
+			*err = (int)k;
+		else
+			e->tx_off += (size_t)k, moved += (size_t)k;
+	}
+	while (e->reading && !*err && (n = stack_app_in(e->s, &d)) > 0) {
+		if (e->rx_len + n > e->rx_cap) {
+			e->rx_cap = (e->rx_len + n) * 2;
+			e->rx = realloc(e->rx, e->rx_cap);
+		}
+		memcpy(e->rx + e->rx_len, d, n);
+		e->rx_len += n;
+		if (stack_app_done(e->s, n) < 0)
+			*err = -101;
+		moved += n;
+	}
+	return moved;
+}
+
+static int run(end *a, end *b, size_t chunk)
+{
+	int err = 0;
+	size_t moved;
+	do {
+		moved = app(a, chunk, &err) + app(b, chunk, &err);
+		moved += wire(a->s, b->s, chunk, &err) + wire(b->s, a->s, chunk, &err);
+	} while (moved > 0 && !err);
+	return err;
+}
+
+static uint8_t *pattern(size_t n, uint32_t seed)
+{
+	uint8_t *p = malloc(n);
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 1103515245u + 12345u;
+		p[i] = (uint8_t)(seed >> 16);
+	}
+	return p;
+}
+
+static layer *client_layer(const char *path, uint8_t seed)
+{
+	char err[128] = "";
+	ws_client_config cfg = {.path = path, .host = HOST};
+	memset(cfg.seed, seed, sizeof cfg.seed);
+	layer *l = ws_client_new(&cfg, err, sizeof err);
+	assert_non_null(l);
+	return l;
+}
+
+/* A client and a server stack: WebSocket alone, or over TLS. */
+static void open_pair(end *c, end *s, bool tls, const char *client_path)
+{
+	char err[256] = "";
+	memset(c, 0, sizeof *c);
+	memset(s, 0, sizeof *s);
+	c->s = stack_new();
+	s->s = stack_new();
+	c->reading = s->reading = true;
+	if (tls) {
+		tls_client_config cfg = {.server_name = HOST, .ca_file = cert};
+		tls_client_ctx *cc = tls_client_ctx_new(&cfg, err, sizeof err);
+		tls_server_ctx *sc = tls_server_ctx_new(cert, key, NULL, err, sizeof err);
+		assert_non_null(cc);
+		assert_non_null(sc);
+		assert_int_equal(stack_push(c->s, tls_client_new(cc, NULL, err, sizeof err)), 0);
+		assert_int_equal(stack_push(s->s, tls_server_new(sc, err, sizeof err)), 0);
+		tls_client_ctx_unref(cc);
+		tls_server_ctx_unref(sc);
+	}
+	c->ws = client_layer(client_path, 7);
+	s->ws = ws_server_new(PATH, err, sizeof err);
+	assert_non_null(s->ws);
+	assert_int_equal(stack_push(c->s, c->ws), 0);
+	assert_int_equal(stack_push(s->s, s->ws), 0);
+	assert_int_equal(stack_start(c->s), 0);
+}
+
+static void close_pair(end *c, end *s)
+{
+	stack_free(c->s);
+	stack_free(s->s);
+	free(c->rx);
+	free(s->rx);
+}
+
+static void exchange(bool tls, size_t len, size_t chunk)
+{
+	end c, s;
+	open_pair(&c, &s, tls, PATH);
+	uint8_t *up = pattern(len, 1), *down = pattern(len, 2);
+	c.tx = up, c.tx_len = len;
+	s.tx = down, s.tx_len = len;
+	assert_int_equal(run(&c, &s, chunk), 0);
+	assert_true(stack_ready(c.s) && stack_ready(s.s));
+	assert_int_equal(s.rx_len, len);
+	assert_memory_equal(s.rx, up, len);
+	assert_int_equal(c.rx_len, len);
+	assert_memory_equal(c.rx, down, len);
+	free(up);
+	free(down);
+	close_pair(&c, &s);
+}
+
+/* What a's socket would write next, all of it, as a string. */
+static char *take_wire(stack *a, size_t *len)
+{
+	const uint8_t *d;
+	size_t n = stack_wire_out(a, &d);
+	char *t = malloc(n + 1);
+	memcpy(t, d, n);
+	t[n] = '\0';
+	if (stack_wire_done(a, n) < 0) /* only a failed stack says no */
+		assert_non_null(stack_error(a));
+	*len = n;
+	return t;
+}
+
+/* A frame as a client sends it (masked with 1 2 3 4) or a server does. */
+static size_t frame(uint8_t *out, uint8_t b0, const void *payload, size_t n, bool masked)
+{
+	static const uint8_t mask[4] = {1, 2, 3, 4};
+	size_t k = 0;
+	out[k++] = b0;
+	uint8_t m = masked ? 0x80 : 0;
+	if (n < 126) {
+		out[k++] = m | (uint8_t)n;
+	} else {
+		out[k++] = m | 126;
+		out[k++] = (uint8_t)(n >> 8);
+		out[k++] = (uint8_t)n;
+	}
+	if (masked) {
+		memcpy(out + k, mask, 4);
+		k += 4;
+	}
+	for (size_t i = 0; i < n; i++)
+		out[k + i] = ((const uint8_t *)payload)[i] ^ (masked ? mask[i % 4] : 0);
+	return k + n;
+}
+
+static void upgraded(end *c, end *s)
+{
+	open_pair(c, s, false, PATH);
+	assert_int_equal(run(c, s, SIZE_MAX), 0);
+	assert_true(stack_ready(c->s) && stack_ready(s->s));
+}
+
+/* ---- tests ---- */
+
+/* RFC 6455 section 1.3's example. */
+static void accept_key_example(void **state)
+{
+	(void)state;
+	char out[29];
+	assert_int_equal(ws_accept_key("dGhlIHNhbXBsZSBub25jZQ==", 24, out), 0);
+	assert_string_equal(out, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+}
+
+static void ws_bulk(void **state) { (void)state, exchange(false, 1 << 20, SIZE_MAX); }
+static void ws_byte_by_byte(void **state) { (void)state, exchange(false, 5000, 1); }
+static void tls_ws_bulk(void **state) { (void)state, exchange(true, 1 << 20, SIZE_MAX); }
+static void tls_ws_byte_by_byte(void **state) { (void)state, exchange(true, 5000, 1); }
+
+static void request_format(void **state)
+{
+	(void)state;
+	stack *a = stack_new(), *b = stack_new();
+	assert_int_equal(stack_push(a, client_layer("/vless?ed=2048", 1)), 0);
+	assert_int_equal(stack_push(b, client_layer("/vless?ed=2048", 2)), 0);
+	assert_int_equal(stack_start(a), 0);
+	assert_int_equal(stack_start(b), 0);
+	size_t n, m;
+	char *r = take_wire(a, &n), *r2 = take_wire(b, &m);
+	const char *fixed[] = {"GET /vless?ed=2048 HTTP/1.1\r\n", "\r\nHost: " HOST "\r\n",
+	                       "\r\nUpgrade: websocket\r\n", "\r\nConnection: Upgrade\r\n",
+	                       "\r\nSec-WebSocket-Version: 13\r\n"};
+	assert_memory_equal(r, fixed[0], strlen(fixed[0]));
+	for (size_t i = 1; i < sizeof fixed / sizeof fixed[0]; i++)
+		assert_non_null(strstr(r, fixed[i]));
+	assert_string_equal(r + n - 4, "\r\n\r\n");
+	const char *k = strstr(r, "Sec-WebSocket-Key: ");
+	assert_non_null(k);
+	k += strlen("Sec-WebSocket-Key: ");
+	assert_memory_equal(k + 22, "==\r\n", 4);
+	/* Another seed, another key. */
+	assert_string_not_equal(strstr(r, "Sec-WebSocket-Key: "), strstr(r2, "Sec-WebSocket-Key: "));
+	assert_false(stack_ready(a));
+	free(r);
+	free(r2);
+	stack_free(a);
+	stack_free(b);
+}
+
+/* A wrong path is answered 404 and named on both sides. */
+static void wrong_path(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *path;
+		const char *server_text;
+	} cases[] = {
+		{"/x", "ws: wrong path \"/x\" (expected \"/vless\")"},
+		{"/x?ed=2048", "ws: wrong path \"/x\" (expected \"/vless\")"},
+		{"/vless/", "ws: wrong path \"/vless/\" (expected \"/vless\")"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		end c, s;
+		open_pair(&c, &s, false, cases[i].path);
+		assert_int_equal(run(&c, &s, SIZE_MAX), LAYER_ERR_AUTH);
+		assert_string_equal(stack_error(s.s), cases[i].server_text);
+		assert_null(stack_error(c.s));
+		const uint8_t *d;
+		size_t n = stack_wire_out(s.s, &d);
+		assert_true(n > 0);
+		assert_memory_equal(d, "HTTP/1.1 404 Not Found\r\n", 24);
+		assert_int_equal(stack_from_wire(c.s, d, n), LAYER_ERR_AUTH);
+		assert_string_equal(stack_error(c.s), "ws: upgrade refused: 404 Not Found");
+		close_pair(&c, &s);
+	}
+}
+
+/* The same refusals over TLS: the 404 is encrypted before the error. */
+static void wrong_path_over_tls(void **state)
+{
+	(void)state;
+	end c, s;
+	open_pair(&c, &s, true, "/x");
+	assert_int_equal(run(&c, &s, SIZE_MAX), LAYER_ERR_AUTH);
+	assert_string_equal(stack_error(s.s), "ws: wrong path \"/x\" (expected \"/vless\")");
+	const uint8_t *d;
+	size_t n = stack_wire_out(s.s, &d);
+	assert_int_equal(stack_from_wire(c.s, d, n), LAYER_ERR_AUTH);
+	assert_string_equal(stack_error(c.s), "ws: upgrade refused: 404 Not Found");
+	close_pair(&c, &s);
+}
+
+typedef struct response_case {
+	const char *response;
+	int err;
+	const char *text;
+} response_case;
+
+/* The client's checks of the server's answer (RFC 6455 section 4.1). */
+static void client_checks_response(void **state)
+{
+	(void)state;
+	const response_case cases[] = {
+		{"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n", LAYER_ERR_AUTH,
+		 "ws: upgrade refused: 403 Forbidden"},
+		{"HTTP/1.1 200 OK\r\n\r\n", LAYER_ERR_AUTH, "ws: upgrade refused: 200 OK"},
+		{"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+		 "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+		 LAYER_ERR_PROTO, "ws: bad Sec-WebSocket-Accept"},
+		{"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+		 LAYER_ERR_PROTO, "ws: bad Sec-WebSocket-Accept"},
+		{"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\r\n", LAYER_ERR_PROTO,
+		 "ws: bad upgrade response: no Upgrade: websocket"},
+		{"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n", LAYER_ERR_PROTO,
+		 "ws: bad upgrade response: no Connection: Upgrade"},
+		{"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n"
+		 "Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n",
+		 LAYER_ERR_PROTO, "ws: bad upgrade response: an extension we did not ask for"},
+		{"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n"
+		 "Sec-WebSocket-Protocol: chat\r\n\r\n",
+		 LAYER_ERR_PROTO, "ws: bad upgrade response: a subprotocol we did not ask for"},
+		{"HTTP/1.1 101\nUpgrade: websocket\r\n\r\n", LAYER_ERR_PROTO,
+		 "ws: bad upgrade response: malformed head"},
+		{"HTTP/1.1 418 \x80\xff tea\r\n\r\n", LAYER_ERR_AUTH, "ws: upgrade refused: 418 ?? tea"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		stack *a = stack_new();
+		assert_int_equal(stack_push(a, client_layer(PATH, 3)), 0);
+		assert_int_equal(stack_start(a), 0);
+		const char *r = cases[i].response;
+		assert_int_equal(stack_from_wire(a, (const uint8_t *)r, strlen(r)), cases[i].err);
+		assert_string_equal(stack_error(a), cases[i].text);
+		stack_free(a);
+	}
+	/* An endless head is cut at WS_HEAD_MAX. */
+	stack *a = stack_new();
+	assert_int_equal(stack_push(a, client_layer(PATH, 3)), 0);
+	assert_int_equal(stack_start(a), 0);
+	char *big = malloc(WS_HEAD_MAX);
+	memset(big, 'a', WS_HEAD_MAX);
+	memcpy(big, "HTTP/1.1 101 OK\r\nX: ", 20);
+	assert_int_equal(stack_from_wire(a, (const uint8_t *)big, WS_HEAD_MAX - 1), WS_HEAD_MAX - 1);
+	assert_int_equal(stack_from_wire(a, (const uint8_t *)"a", 1), LAYER_ERR_PROTO);
+	assert_string_equal(stack_error(a), "ws: upgrade response head too large");
+	free(big);
+	stack_free(a);
+}
+
+typedef struct request_case {
+	const char *request;
+	const char *status; /* the answer's start line */
+	int err;
+	const char *text;
+} request_case;
+
+#define KEY_FIELD "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+
+/* The server's checks of the request (RFC 6455 section 4.2.1). */
+static void server_checks_request(void **state)
+{
+	(void)state;
+	const request_case cases[] = {
+		{"GET /vless HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" KEY_FIELD
+		 "Sec-WebSocket-Version: 13\r\n\r\n",
+		 "HTTP/1.1 101 Switching Protocols\r\n", 0, NULL},
+		{"GET /vless?ed=1 HTTP/1.1\r\nHost: h\r\nUpgrade: WebSocket\r\n"
+		 "Connection: keep-alive, Upgrade\r\n" KEY_FIELD "Sec-WebSocket-Version: 13\r\n\r\n",
+		 "HTTP/1.1 101 Switching Protocols\r\n", 0, NULL},
+		{"POST /vless HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" KEY_FIELD
+		 "Sec-WebSocket-Version: 13\r\n\r\n",
+		 "HTTP/1.1 400 Bad Request\r\n", LAYER_ERR_PROTO, "ws: bad upgrade request: not GET"},
+		{"GET /vless HTTP/1.0\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" KEY_FIELD
+		 "Sec-WebSocket-Version: 13\r\n\r\n",
+		 "HTTP/1.1 400 Bad Request\r\n", LAYER_ERR_PROTO, "ws: bad upgrade request: not HTTP/1.1"},
+		{"GET /vless HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" KEY_FIELD
+		 "Sec-WebSocket-Version: 13\r\n\r\n",
+		 "HTTP/1.1 400 Bad Request\r\n", LAYER_ERR_PROTO, "ws: bad upgrade request: no Host"},
+		{"GET /vless HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\n" KEY_FIELD
+		 "Sec-WebSocket-Version: 13\r\n\r\n",
+		 "HTTP/1.1 400 Bad Request\r\n", LAYER_ERR_PROTO,
+		 "ws: bad upgrade request: no Upgrade: websocket"},
+		{"GET /vless HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n" KEY_FIELD
+		 "Sec-WebSocket-Version: 13\r\n\r\n",
+		 "HTTP/1.1 400 Bad Request\r\n", LAYER_ERR_PROTO,
+		 "ws: bad upgrade request: no Connection: Upgrade"},
+		{"GET /vless HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" KEY_FIELD
+		 "Sec-WebSocket-Version: 8\r\n\r\n",
+		 "HTTP/1.1 426 Upgrade Required\r\nSec-WebSocket-Version: 13\r\n", LAYER_ERR_PROTO,
+		 "ws: unsupported Sec-WebSocket-Version"},
+		{"GET /vless HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+		 "Sec-WebSocket-Key: short==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+		 "HTTP/1.1 400 Bad Request\r\n", LAYER_ERR_PROTO,
+		 "ws: bad upgrade request: bad Sec-WebSocket-Key"},
+		{"GET /vless HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+		 "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25j!!==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+		 "HTTP/1.1 400 Bad Request\r\n", LAYER_ERR_PROTO,
+		 "ws: bad upgrade request: bad Sec-WebSocket-Key"},
+		{"GET /vless HTTP/1.1\r\nBad Field\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n",
+		 LAYER_ERR_PROTO, "ws: bad upgrade request: malformed head"},
+		{"GET /other HTTP/1.1\r\n\r\n", "HTTP/1.1 404 Not Found\r\n", LAYER_ERR_AUTH,
+		 "ws: wrong path \"/other\" (expected \"/vless\")"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char err[64];
+		stack *b = stack_new();
+		assert_int_equal(stack_push(b, ws_server_new(PATH, err, sizeof err)), 0);
+		const char *r = cases[i].request;
+		size_t len = strlen(r);
+		/* Byte by byte: nothing is decided before the blank line. */
+		ssize_t got = 0;
+		for (size_t k = 0; k < len && got >= 0; k++)
+			got = stack_from_wire(b, (const uint8_t *)r + k, 1);
+		if (got >= 0 && cases[i].err)
+			got = stack_from_wire(b, (const uint8_t *)"", 0);
+		assert_int_equal(got < 0 ? got : 0, cases[i].err);
+		if (cases[i].text)
+			assert_string_equal(stack_error(b), cases[i].text);
+		else
+			assert_true(stack_ready(b));
+		size_t n;
+		char *out = take_wire(b, &n);
+		assert_memory_equal(out, cases[i].status, strlen(cases[i].status));
+		if (!cases[i].err)
+			assert_non_null(strstr(out, "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
+		free(out);
+		stack_free(b);
+	}
+	/* An endless head is cut at WS_HEAD_MAX and answered 431. */
+	char err[64];
+	stack *b = stack_new();
+	assert_int_equal(stack_push(b, ws_server_new(PATH, err, sizeof err)), 0);
+	char *big = malloc(WS_HEAD_MAX);
+	memset(big, 'a', WS_HEAD_MAX);
+	memcpy(big, "GET /vless HTTP/1.1\r\nX: ", 24);
+	assert_int_equal(stack_from_wire(b, (const uint8_t *)big, WS_HEAD_MAX - 1), WS_HEAD_MAX - 1);
+	ssize_t got = stack_from_wire(b, (const uint8_t *)"a", 1);
+	if (got >= 0)
+		got = stack_from_wire(b, (const uint8_t *)"", 0);
+	assert_int_equal(got, LAYER_ERR_PROTO);
+	assert_string_equal(stack_error(b), "ws: upgrade request head too large");
+	size_t n;
+	char *out = take_wire(b, &n);
+	assert_memory_equal(out, "HTTP/1.1 431 ", 13);
+	free(out);
+	free(big);
+	stack_free(b);
+}
+
+/* Frames that come in the same read as the request are not lost. */
+static void frames_after_the_request(void **state)
+{
+	(void)state;
+	char err[64];
+	stack *b = stack_new();
+	assert_int_equal(stack_push(b, ws_server_new(PATH, err, sizeof err)), 0);
+	uint8_t buf[512];
+	static const char req[] = "GET /vless HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n"
+	                          "Connection: Upgrade\r\n" KEY_FIELD "Sec-WebSocket-Version: 13\r\n\r\n";
+	memcpy(buf, req, sizeof req - 1);
+	size_t n = sizeof req - 1;
+	n += frame(buf + n, 0x82, "early", 5, true);
+	assert_int_equal(stack_from_wire(b, buf, n), (ssize_t)n);
+	const uint8_t *d;
+	assert_int_equal(stack_app_in(b, &d), 5);
+	assert_memory_equal(d, "early", 5);
+	stack_free(b);
+}
+
+static void ping_is_answered(void **state)
+{
+	(void)state;
+	end c, s;
+	upgraded(&c, &s);
+	uint8_t buf[64];
+	size_t n = frame(buf, 0x89, "ping", 4, true);
+	assert_int_equal(stack_from_wire(s.s, buf, n), (ssize_t)n);
+	size_t m;
+	char *out = take_wire(s.s, &m);
+	assert_int_equal(m, 6);
+	assert_memory_equal(out, "\x8a\x04ping", 6);
+	free(out);
+	const uint8_t *d;
+	assert_int_equal(stack_app_in(s.s, &d), 0);
+
+	/* The client's pong is masked. */
+	n = frame(buf, 0x89, "hello", 5, false);
+	assert_int_equal(stack_from_wire(c.s, buf, n), (ssize_t)n);
+	out = take_wire(c.s, &m);
+	assert_int_equal(m, 2 + 4 + 5);
+	assert_int_equal((uint8_t)out[0], 0x8a);
+	assert_int_equal((uint8_t)out[1], 0x85);
+	for (size_t i = 0; i < 5; i++)
+		assert_int_equal(out[6 + i] ^ out[2 + i % 4], "hello"[i]);
+	free(out);
+	/* Pongs are taken and dropped. */
+	n = frame(buf, 0x8a, "x", 1, false);
+	assert_int_equal(stack_from_wire(c.s, buf, n), (ssize_t)n);
+	assert_int_equal(stack_wire_out(c.s, &d), 0);
+	assert_int_equal(stack_app_in(c.s, &d), 0);
+	close_pair(&c, &s);
+}
+
+/* Text frames and fragmented messages carry bytes like binary ones. */
+static void fragments_and_text(void **state)
+{
+	(void)state;
+	end c, s;
+	upgraded(&c, &s);
+	uint8_t buf[128];
+	size_t n = frame(buf, 0x01, "hel", 3, true);         /* text, not final */
+	n += frame(buf + n, 0x89, "p", 1, true);             /* a ping between */
+	n += frame(buf + n, 0x80, "lo", 2, true);            /* continuation, final */
+	n += frame(buf + n, 0x82, "", 0, true);              /* an empty message */
+	n += frame(buf + n, 0x82, " world", 6, true);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(stack_from_wire(s.s, buf + i, 1), 1);
+	const uint8_t *d;
+	assert_int_equal(stack_app_in(s.s, &d), 11);
+	assert_memory_equal(d, "hello world", 11);
+	close_pair(&c, &s);
+}
+
+static void close_handshake(void **state)
+{
+	(void)state;
+	end c, s;
+	upgraded(&c, &s);
+	c.tx = (const uint8_t *)"bye now", c.tx_len = 7;
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_int_equal(stack_shutdown(c.s), 0);
+	const uint8_t *d;
+	size_t n = stack_wire_out(c.s, &d);
+	assert_int_equal(n, 2 + 4 + 2);
+	assert_int_equal(d[0], 0x88);
+	assert_int_equal(d[6] ^ d[2], 0x03); /* 1000 */
+	assert_int_equal(d[7] ^ d[3], 0xe8);
+	assert_int_equal(run(&c, &s, 1), 0);
+	assert_int_equal(s.rx_len, 7);
+	assert_true(ws_peer_closed(s.ws));
+	assert_true(ws_peer_closed(c.ws)); /* the server's reply came back */
+	assert_true(stack_ready(s.s));
+	/* After the peer's close, app bytes are dropped; after ours, refused. */
+	assert_int_equal(stack_from_app(s.s, (const uint8_t *)"late", 4), 4);
+	assert_int_equal(stack_wire_out(s.s, &d), 0);
+	assert_int_equal(stack_from_app(c.s, (const uint8_t *)"late", 4), LAYER_ERR_STATE);
+	assert_string_equal(stack_error(c.s), "ws: send after shutdown");
+	close_pair(&c, &s);
+}
+
+/* The server closes: the client answers, and bytes after the close frame
+ * are dropped. */
+static void close_from_server(void **state)
+{
+	(void)state;
+	end c, s;
+	upgraded(&c, &s);
+	uint8_t buf[32];
+	size_t n = frame(buf, 0x88, "\x03\xe8", 2, false);
+	n += frame(buf + n, 0x82, "after", 5, false);
+	assert_int_equal(stack_from_wire(c.s, buf, n), (ssize_t)n);
+	assert_true(ws_peer_closed(c.ws));
+	const uint8_t *d;
+	assert_int_equal(stack_app_in(c.s, &d), 0);
+	size_t m;
+	char *out = take_wire(c.s, &m);
+	assert_int_equal((uint8_t)out[0], 0x88);
+	free(out);
+	assert_int_equal(stack_shutdown(c.s), 0); /* nothing more to say */
+	assert_int_equal(stack_wire_out(c.s, &d), 0);
+	close_pair(&c, &s);
+}
+
+static void close_mid_message(void **state)
+{
+	(void)state;
+	end c, s;
+	upgraded(&c, &s);
+	uint8_t buf[32];
+	size_t n = frame(buf, 0x02, "ab", 2, true);
+	n += frame(buf + n, 0x88, "\x03\xe8", 2, true);
+	ssize_t r = stack_from_wire(s.s, buf, n);
+	if (r >= 0)
+		r = stack_from_wire(s.s, (const uint8_t *)"", 0);
+	assert_int_equal(r, LAYER_ERR_CLOSED);
+	assert_string_equal(stack_error(s.s), "ws: peer closed in the middle of a message");
+	const uint8_t *d;
+	assert_int_equal(stack_app_in(s.s, &d), 2);
+	close_pair(&c, &s);
+}
+
+static void oversize_frame(void **state)
+{
+	(void)state;
+	end c, s;
+	upgraded(&c, &s);
+	uint64_t len = (uint64_t)WS_FRAME_MAX + 1;
+	uint8_t hdr[15] = {0x82, 0x80 | 127};
+	for (int i = 0; i < 8; i++)
+		hdr[2 + i] = (uint8_t)(len >> (56 - 8 * i));
+	/* wslay reports a frame with its first payload byte. */
+	ssize_t r = stack_from_wire(s.s, hdr, sizeof hdr);
+	if (r >= 0)
+		r = stack_from_wire(s.s, (const uint8_t *)"", 0);
+	assert_int_equal(r, LAYER_ERR_PROTO);
+	assert_string_equal(stack_error(s.s), "ws: frame too large");
+	const uint8_t *d;
+	size_t n = stack_wire_out(s.s, &d);
+	assert_int_equal(n, 4);
+	assert_memory_equal(d, "\x88\x02\x03\xf1", 4); /* close 1009 went out first */
+	close_pair(&c, &s);
+
+	/* WS_FRAME_MAX itself is fine. */
+	upgraded(&c, &s);
+	uint8_t *big = pattern(WS_FRAME_MAX, 5);
+	hdr[1] = 127;
+	for (int i = 0; i < 8; i++)
+		hdr[2 + i] = (uint8_t)((uint64_t)WS_FRAME_MAX >> (56 - 8 * i));
+	assert_int_equal(stack_from_wire(c.s, hdr, 10), 10);
+	size_t off = 0;
+	int err = 0;
+	while (off < WS_FRAME_MAX) {
+		ssize_t k = stack_from_wire(c.s, big + off, WS_FRAME_MAX - off);
+		assert_true(k > 0);
+		off += (size_t)k;
+		app(&c, SIZE_MAX, &err);
+		assert_int_equal(err, 0);
+	}
+	app(&c, SIZE_MAX, &err);
+	assert_int_equal(c.rx_len, WS_FRAME_MAX);
+	assert_memory_equal(c.rx, big, WS_FRAME_MAX);
+	free(big);
+	close_pair(&c, &s);
+}
+
+static void bad_frames(void **state)
+{
+	(void)state;
+	static const struct {
+		uint8_t bytes[8];
+		size_t len;
+	} cases[] = {
+		{{0x82, 0x01, 'x'}, 3},             /* a client frame without a mask */
+		{{0x83, 0x81, 1, 2, 3, 4, 'x'}, 7}, /* a reserved opcode */
+		{{0xc2, 0x81, 1, 2, 3, 4, 'x'}, 7}, /* RSV1 without an extension */
+		{{0x80, 0x81, 1, 2, 3, 4, 'x'}, 7}, /* a continuation of nothing */
+		{{0x09, 0x80, 1, 2, 3, 4}, 6},      /* a fragmented ping */
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		end c, s;
+		upgraded(&c, &s);
+		ssize_t r = stack_from_wire(s.s, cases[i].bytes, cases[i].len);
+		if (r >= 0)
+			r = stack_from_wire(s.s, (const uint8_t *)"", 0);
+		assert_int_equal(r, LAYER_ERR_PROTO);
+		assert_string_equal(stack_error(s.s), "ws: bad frame");
+		const uint8_t *d;
+		size_t n = stack_wire_out(s.s, &d);
+		assert_true(n >= 2);
+		assert_int_equal(d[0], 0x88); /* a close frame went out first */
+		close_pair(&c, &s);
+	}
+}
+
+/* The server's app reads nothing: the client stops at a bound. */
+static void backpressure(void **state)
+{
+	(void)state;
+	end c, s;
+	upgraded(&c, &s);
+	size_t len = 1 << 20;
+	uint8_t *up = pattern(len, 4);
+	c.tx = up, c.tx_len = len;
+	s.reading = false;
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_true(c.tx_off < 8 * STACK_QUEUE_CAP);
+	size_t held = c.tx_off;
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_int_equal(c.tx_off, held);
+	s.reading = true;
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_int_equal(s.rx_len, len);
+	assert_memory_equal(s.rx, up, len);
+	free(up);
+	close_pair(&c, &s);
+}
+
+static void config_errors(void **state)
+{
+	(void)state;
+	char err[128], longpath[WS_PATH_MAX + 2];
+	memset(longpath, 'a', sizeof longpath - 1);
+	longpath[0] = '/';
+	longpath[sizeof longpath - 1] = '\0';
+	static const struct {
+		const char *path, *host, *text;
+	} cases[] = {
+		{"vless", HOST, "ws: bad path \"vless\""},
+		{"/a b", HOST, "ws: bad path \"/a b\""},
+		{"/a\r\nX: y", HOST, "ws: bad path \"/a\r\nX: y\""},
+		{NULL, HOST, "ws: bad path \"\""},
+		{"/", "", "ws: bad host \"\""},
+		{"/", "a b", "ws: bad host \"a b\""},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		ws_client_config cfg = {.path = cases[i].path, .host = cases[i].host};
+		assert_null(ws_client_new(&cfg, err, sizeof err));
+		assert_string_equal(err, cases[i].text);
+	}
+	ws_client_config cfg = {.path = longpath, .host = HOST};
+	assert_null(ws_client_new(&cfg, err, sizeof err));
+	assert_memory_equal(err, "ws: bad path \"/aaa", 18);
+	assert_null(ws_server_new("vless", err, sizeof err));
+	assert_string_equal(err, "ws: bad path \"vless\"");
+	static const layer_ops other_ops = {.name = "other"};
+	layer other = {.ops = &other_ops};
+	assert_false(ws_peer_closed(&other));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(accept_key_example),
+		cmocka_unit_test(ws_bulk),
+		cmocka_unit_test(ws_byte_by_byte),
+		cmocka_unit_test(tls_ws_bulk),
+		cmocka_unit_test(tls_ws_byte_by_byte),
+		cmocka_unit_test(request_format),
+		cmocka_unit_test(wrong_path),
+		cmocka_unit_test(wrong_path_over_tls),
+		cmocka_unit_test(client_checks_response),
+		cmocka_unit_test(server_checks_request),
+		cmocka_unit_test(frames_after_the_request),
+		cmocka_unit_test(ping_is_answered),
+		cmocka_unit_test(fragments_and_text),
+		cmocka_unit_test(close_handshake),
+		cmocka_unit_test(close_from_server),
+		cmocka_unit_test(close_mid_message),
+		cmocka_unit_test(oversize_frame),
+		cmocka_unit_test(bad_frames),
+		cmocka_unit_test(backpressure),
+		cmocka_unit_test(config_errors),
+	};
+	return cmocka_run_group_tests(tests, make_files, remove_files);
+}
