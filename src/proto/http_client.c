@@ -160,6 +160,8 @@ static ssize_t client_from_below(layer *l, const uint8_t *in, size_t len, layer_
 	if (c->st == ST_NEW)
 		return 0;
 	flush(c, down);
+	if (c->req_off < c->req_len)
+		return 0; /* a response is read only once the whole request is out */
 	size_t used = 0;
 	if (c->st == ST_HEAD) {
 		ssize_t r = read_heads(c, in, len);

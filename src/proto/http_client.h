@@ -24,7 +24,8 @@
  * are the tunnel's first bytes and go up in the same call. The head is
  * parsed in place: from_below consumes nothing until it is complete (the
  * stack offers the bytes again with more appended), so the buffer below
- * must hold HTTP_CLIENT_HEAD_MAX bytes.
+ * must hold HTTP_CLIENT_HEAD_MAX bytes; nor before the whole request is
+ * out below, so what the layer sends never depends on buffer sizes.
  *
  * Errors (error() texts; the layer's name is "http"):
  *   LAYER_ERR_AUTH   "http: CONNECT refused: <code> <reason>" for any final

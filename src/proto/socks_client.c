@@ -272,6 +272,10 @@ static ssize_t client_from_below(layer *l, const uint8_t *in, size_t len, layer_
 	flush(c, down);
 	size_t used = 0;
 	while (c->st != ST_READY) {
+		/* A reply that came before our message went out waits for it:
+		 * the next message must not overwrite the one still unsent. */
+		if (c->msg_off < c->msg_len)
+			return (ssize_t)used;
 		ssize_t r = step(c, in + used, len - used);
 		if (r < 0)
 			return r;

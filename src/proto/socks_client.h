@@ -27,7 +27,8 @@
  *
  * Replies are parsed in place: from_below consumes nothing until a whole
  * reply has arrived (the stack offers the bytes again with more
- * appended), and refuses as soon as a byte decides. Bytes after the final
+ * appended), nor before the message it answers is all out below, and
+ * refuses as soon as a byte decides. Bytes after the final
  * reply are the upstream's first app bytes and go up in the same call.
  * from_above takes nothing before ready.
  *

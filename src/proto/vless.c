@@ -161,8 +161,11 @@ static ssize_t client_from_below(layer *l, const uint8_t *in, size_t len, layer_
 	vless_client *c = (vless_client *)l;
 	if (c->err)
 		return LAYER_ERR_PROTO;
-	if (c->started)
-		flush(c, down);
+	if (!c->started)
+		return 0;
+	flush(c, down);
+	if (c->req_off < c->req_len)
+		return 0; /* the response is read only once the whole request is out */
 	size_t used = 0;
 	if (!c->got_response) {
 		if (len >= 1 && in[0] != VLESS_VERSION) {

@@ -59,8 +59,9 @@ __attribute__((warn_unused_result)) int vless_uuid_parse(const char *text,
  * server as the account uuid: start() writes the request and the layer is
  * ready at once (the app's first bytes follow the request in the same
  * write). from_below skips the response header once (consuming nothing
- * until all of it has arrived; the stack offers the bytes again with more
- * appended), then passes bytes up unchanged; from_above passes bytes down
+ * until all of it has arrived, and the whole request is out; the stack
+ * offers the bytes again with more appended), then passes bytes up
+ * unchanged; from_above passes bytes down
  * unchanged. For udp the app frames each datagram with vless_udp_encode
  * and reads them with vless_udp_decode. uuid is copied. Returns NULL when
  * out of memory, or when dest is unset or a domain addr_dest would refuse.

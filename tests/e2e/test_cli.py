@@ -137,10 +137,11 @@ def test_a_missing_file(run, tmp_path):
 
 NOT_BUILT = """
 [[inbound]]
-tag = "tr-in"
-protocol = "trojan"
-port = 4443
-[[inbound.settings.users]]
+tag = "ss-in"
+protocol = "shadowsocks"
+port = 8388
+[inbound.settings]
+method = "aes-128-gcm"
 password = "secret"
 
 [[outbound]]
@@ -155,7 +156,7 @@ def test_starting_says_what_is_not_built_yet(run, tmp_path):
     r = run("-c", str(cfg))
     assert r.returncode == 1
     lines = r.stderr.splitlines()
-    assert lines[-1] == "failed to start: inbound tr-in: protocol trojan is not available yet"
+    assert lines[-1] == "failed to start: inbound ss-in: protocol shadowsocks is not available yet"
     # the log line before it: time, level, target, message
     assert re.fullmatch(
         r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO  app: loaded .*config\.toml: "
@@ -167,7 +168,7 @@ def test_log_level_option_overrides_the_file(run, tmp_path):
     cfg.write_text(NOT_BUILT)
     r = run("-l", "error", "-c", str(cfg))
     assert r.returncode == 1
-    assert r.stderr == "failed to start: inbound tr-in: protocol trojan is not available yet\n"
+    assert r.stderr == "failed to start: inbound ss-in: protocol shadowsocks is not available yet\n"
 
 
 def test_a_bad_log_level(run):

@@ -12,7 +12,9 @@
  *   selector % 6: 0 socks CONNECT, 1 socks CONNECT with an account,
  *   2 socks UDP ASSOCIATE, 3 socks UDP ASSOCIATE with an account,
  *   4 http CONNECT, 5 http CONNECT with an account;
- *   (selector / 6) % 3: the destination: IPv4, IPv6, a domain. */
+ *   (selector / 6) % 3: the destination: IPv4, IPv6, a domain;
+ *   (selector / 18) % 2: the buffer below takes 1 + (selector / 36) % 7
+ *   bytes at a time in two of the three runs, instead of all. */
 
 #define CHECK(x)                                                                                   \
 	do {                                                                                       \
@@ -72,29 +74,39 @@ static bool is_socks(uint8_t sel)
 }
 
 /* Drives l as the stack would: the server's bytes arrive in pieces of step
- * (0: at once; cut first when cut > 0) and what is not consumed is offered
- * again with the next piece appended. */
+ * (0: at once; cut first when cut > 0), what is not consumed is offered
+ * again with the next piece appended, and the layer is called until
+ * nothing moves; the buffer below has room for window bytes at a time and
+ * is emptied into o->sent after each call. */
 static void drive(uint8_t sel, const uint8_t *srv, size_t len, size_t step, size_t cut,
-                  outcome *o)
+                  size_t window, outcome *o)
 {
 	static uint8_t held[64 * 1024];
+	uint8_t wbuf[SENT_MAX];
 	layer *l = make(sel);
 	CHECK(l != NULL);
 	memset(o, 0, offsetof(outcome, sent));
-	layer_buf down = {.data = o->sent, .cap = SENT_MAX};
+	layer_buf down = {.data = wbuf, .cap = window};
 	layer_buf up = {.data = o->up, .cap = UP_MAX};
 	CHECK(!l->ops->ready(l));
 	int rc = l->ops->start(l, &down);
 	size_t held_len = 0, arrived = 0;
-	while (rc == 0 && arrived < len) {
-		size_t n = step ? step : len;
-		if (cut && arrived == 0)
-			n = cut;
-		if (n > len - arrived)
-			n = len - arrived;
-		memcpy(held + held_len, srv + arrived, n);
-		held_len += n;
-		arrived += n;
+	bool more = true; /* another round is due: bytes arrived or moved */
+	while (rc == 0 && more) {
+		CHECK(o->sent_len + down.len <= SENT_MAX);
+		memcpy(o->sent + o->sent_len, down.data, down.len);
+		o->sent_len += down.len;
+		down.len = 0;
+		if (arrived < len) {
+			size_t n = step ? step : len;
+			if (cut && arrived == 0)
+				n = cut;
+			if (n > len - arrived)
+				n = len - arrived;
+			memcpy(held + held_len, srv + arrived, n);
+			held_len += n;
+			arrived += n;
+		}
 		ssize_t r = l->ops->from_below(l, held, held_len, &up, &down);
 		if (r < 0) {
 			rc = (int)r;
@@ -106,7 +118,11 @@ static void drive(uint8_t sel, const uint8_t *srv, size_t len, size_t step, size
 		/* Before ready nothing goes up; the head bounds what is held. */
 		if (!l->ops->ready(l))
 			CHECK(up.len == 0 && held_len <= HTTP_CLIENT_HEAD_MAX);
+		more = arrived < len || r > 0 || down.len > 0;
 	}
+	CHECK(o->sent_len + down.len <= SENT_MAX);
+	memcpy(o->sent + o->sent_len, down.data, down.len);
+	o->sent_len += down.len;
 	o->err = rc;
 	const char *text = l->ops->error(l);
 	o->has_text = text != NULL;
@@ -115,7 +131,6 @@ static void drive(uint8_t sel, const uint8_t *srv, size_t len, size_t step, size
 		memcpy(o->text, text, strlen(text) + 1);
 	}
 	o->ready = l->ops->ready(l);
-	o->sent_len = down.len;
 	o->up_len = up.len;
 	CHECK(rc == 0 || rc == LAYER_ERR_AUTH || rc == LAYER_ERR_PROTO);
 	CHECK((rc != 0) == o->has_text);
@@ -169,12 +184,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		len = 16 * 1024;
 	size_t cut = ((size_t)data[1] << 8 | data[2]) % (len + 1);
 	static outcome whole, other;
-	drive(sel, srv, len, 0, 0, &whole);
-	drive(sel, srv, len, 0, cut, &other);
+	/* The buffer below: roomy, or a few bytes at a time. */
+	size_t window = (sel / 18) % 2 ? 1 + (sel / 36) % 7 : SENT_MAX;
+	drive(sel, srv, len, 0, 0, SENT_MAX, &whole);
+	drive(sel, srv, len, 0, cut, window, &other);
 	same(&whole, &other);
 	/* Byte by byte is slow on long inputs; the first 2 KiB say enough. */
 	if (len <= 2048) {
-		drive(sel, srv, len, 1, 0, &other);
+		drive(sel, srv, len, 1, 0, window, &other);
 		same(&whole, &other);
 	}
 	return 0;

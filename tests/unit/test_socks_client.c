@@ -320,6 +320,36 @@ static void before_ready_and_small_buffer(void **state)
 	l->ops->free(l);
 }
 
+/* A server that answers everything at once, before a 4-byte window below
+ * has carried our messages: each reply waits for its message to be out. */
+static void replies_ahead_of_messages(void **state)
+{
+	(void)state;
+	addr_dest d = {.kind = ADDR_IPV4, .port = 80, .u.v4 = {93, 184, 216, 34}};
+	layer *l = socks_client_new(&d, "alice", "secret");
+	static const uint8_t replies[] = {0x05, 0x02, 0x01, 0x00, OK_V4, 'x', 'y'};
+	uint8_t dbuf[4], ubuf[16], sent[64];
+	size_t n_sent = 0, held = 0;
+	layer_buf down = {.data = dbuf, .cap = sizeof dbuf}, up = {.data = ubuf, .cap = sizeof ubuf};
+	assert_int_equal(l->ops->start(l, &down), 0);
+	for (int i = 0; i < 100 && held < sizeof replies; i++) {
+		memcpy(sent + n_sent, down.data, down.len);
+		n_sent += down.len;
+		down.len = 0;
+		ssize_t r = l->ops->from_below(l, replies + held, sizeof replies - held, &up, &down);
+		assert_true(r >= 0);
+		held += (size_t)r;
+	}
+	memcpy(sent + n_sent, down.data, down.len);
+	n_sent += down.len;
+	assert_true(l->ops->ready(l));
+	assert_int_equal(n_sent, 3 + 14 + 10);
+	assert_memory_equal(sent, ((const uint8_t[]){GREET_AUTH, AUTH_ALICE, REQ_V4}), n_sent);
+	assert_int_equal(up.len, 2);
+	assert_memory_equal(up.data, "xy", 2);
+	l->ops->free(l);
+}
+
 /* ---- against the SOCKS server core ---- */
 
 static const etm_user_spec ACCOUNTS[] = {
@@ -419,6 +449,7 @@ int main(void)
 		cmocka_unit_test(eof_mapping),
 		cmocka_unit_test(credentials_and_dest),
 		cmocka_unit_test(before_ready_and_small_buffer),
+		cmocka_unit_test(replies_ahead_of_messages),
 		cmocka_unit_test(against_server_core),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
