@@ -8,6 +8,9 @@ packages=(
   libcmocka-dev python3 python3-pytest curl
   libuv1-dev libssl-dev libc-ares-dev libpcre2-dev
   libprotobuf-c-dev protobuf-c-compiler libwslay-dev libnghttp2-dev
+  openssl
+  # real peers for the interop tests
+  v2ray trojan
 )
 
 missing=()

@@ -211,7 +211,10 @@ fail:
 	return NULL;
 }
 
-void tls_client_ctx_ref(tls_client_ctx *c) { atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed); }
+void tls_client_ctx_ref(tls_client_ctx *c)
+{
+	atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+}
 
 void tls_client_ctx_unref(tls_client_ctx *c)
 {
@@ -308,7 +311,10 @@ fail:
 	return NULL;
 }
 
-void tls_server_ctx_ref(tls_server_ctx *c) { atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed); }
+void tls_server_ctx_ref(tls_server_ctx *c)
+{
+	atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+}
 
 void tls_server_ctx_unref(tls_server_ctx *c)
 {

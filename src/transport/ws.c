@@ -539,9 +539,10 @@ static ssize_t ws_from_below(layer *l, const uint8_t *in, size_t len, layer_buf 
 		w->in_off = 0;
 		if (w->pend_len == w->pend_off && wslay_event_get_read_enabled(w->ws)) {
 			int r = wslay_event_recv(w->ws);
+			bool refused = !wslay_event_get_read_enabled(w->ws) && !w->peer_closed;
 			if (r == WSLAY_ERR_NOMEM)
 				set_err(w, LAYER_ERR_NOMEM, M_NOMEM);
-			else if (!w->fail && !w->peer_closed && !wslay_event_get_read_enabled(w->ws))
+			else if (refused && !w->fail)
 				set_err(w, LAYER_ERR_PROTO, M_BAD_FRAME); /* wslay queued 1002 */
 		}
 		/* Nothing may follow a close frame: drop it. */
