@@ -44,6 +44,7 @@ typedef struct in_conn {
 	int sniff_user;
 	connect_cb sniff_cb;
 	socks_udp *udp; /* a SOCKS5 UDP association, owned */
+	dgram_link *dlink; /* Trojan / VLESS UDP over the client's stream, owned */
 	flow f;
 	flow_ctx ctx;
 } in_conn;

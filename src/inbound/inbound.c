@@ -221,34 +221,117 @@ static void fallback_connected(const connect_result *r, void *data)
 	conn_relay(ic->c, r->up, r->st);
 }
 
+/* ---- Trojan and VLESS UDP: datagrams framed in the client's stream ---- */
+
+/* Replies queued to the client beyond this are dropped (UDP). */
+#define INBOUND_UDP_QUEUE_MAX (256 * 1024)
+
+static void stream_udp_reply(const addr_dest *from, uint8_t *data, size_t len, void *ud)
+{
+	in_conn *ic = ud;
+	if (conn_write_queue(ic->c) > INBOUND_UDP_QUEUE_MAX)
+		return;
+	uint8_t hdr[TROJAN_UDP_HEADER_MAX];
+	ssize_t h = ic->kind == IN_TROJAN ? trojan_udp_encode(from, len, hdr, sizeof hdr)
+	                                  : vless_udp_encode(len, hdr, sizeof hdr);
+	if (h < 0 || (size_t)h > DGRAM_HEADROOM)
+		return;
+	/* the link leaves DGRAM_HEADROOM writable bytes before data */
+	memcpy(data - h, hdr, (size_t)h);
+	if (conn_write(ic->c, data - h, (size_t)h + len))
+		conn_close(ic->c);
+	conn_touch(ic->c);
+}
+
+static const dgram_handlers stream_udp_handlers = {.recv = stream_udp_reply};
+
+/* Frames from the client: every Trojan packet names its destination; every
+ * VLESS packet goes to the request's one target. */
+static size_t stream_udp_data(in_conn *ic, const uint8_t *data, size_t len)
+{
+	size_t used = 0;
+	while (used < len) {
+		addr_dest to = ic->f.dest;
+		size_t off, plen;
+		ssize_t r;
+		if (ic->kind == IN_TROJAN) {
+			r = trojan_udp_decode(data + used, len - used, &to, &off, &plen);
+		} else {
+			r = vless_udp_decode(data + used, len - used, &plen);
+			off = VLESS_UDP_HEADER_LEN;
+		}
+		if (r == 0)
+			break;
+		if (r < 0) {
+			in_conn_log_end(ic, "a malformed UDP frame");
+			conn_close(ic->c);
+			return 0;
+		}
+		to.network = ADDR_UDP;
+		(void)ic->dlink->ops->send_to(ic->dlink, &to, data + used + off, plen);
+		conn_touch(ic->c);
+		used += (size_t)r;
+	}
+	return used;
+}
+
+/* The request was UDP: open the association's link (every datagram routed
+ * on its own) and keep reading the client's frames. */
+static void stream_udp_start(in_conn *ic, const proto_event *ev)
+{
+	ic->f = (flow){.dest = ev->dest, .user = ev->user};
+	ic->f.dest.network = ADDR_UDP;
+	ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
+	const connector *cn = ic->in->connect;
+	char why[200];
+	ic->dlink = cn->connect_datagram(cn->self, conn_worker(ic->c), &ic->f, &ic->ctx,
+	                                 &stream_udp_handlers, ic, why, sizeof why);
+	if (!ic->dlink) {
+		in_conn_log_end(ic, why);
+		conn_close(ic->c);
+		return;
+	}
+	if (ic->kind == IN_VLESS) {
+		if (vless_server_opened(&ic->core.vless, &ic->out) || !in_conn_flush(ic)) {
+			conn_close(ic->c);
+			return;
+		}
+	}
+	conn_request_done(ic->c);
+	conn_drive(ic->c);
+}
+
+/* Sends what is not Trojan to the fallback, or closes without one. */
+static void trojan_reject(in_conn *ic, const char *why)
+{
+	log_refused(ic, why);
+	if (!trojan_server_wants_fallback(&ic->core.trojan) || !ic->in->has_fallback) {
+		conn_close(ic->c);
+		return;
+	}
+	/* the fallback is dialled directly, whatever the routes say */
+	ic->f = (flow){.dest = ic->in->fallback, .user = -1};
+	ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
+	conn_pause(ic->c);
+	conn_request_done(ic->c);
+	const connector *cn = ic->in->connect;
+	ic->pending = cn->connect_direct(cn->self, conn_worker(ic->c), &ic->f.dest,
+	                                 fallback_connected, ic);
+}
+
 static size_t trojan_data(in_conn *ic, const uint8_t *data, size_t len)
 {
 	proto_event ev;
 	ssize_t n = trojan_server_feed(&ic->core.trojan, data, len, &ic->out, &ev);
 	if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
-		if (trojan_server_wants_fallback(&ic->core.trojan) && ic->in->has_fallback) {
-			log_refused(ic, ev.reason);
-			/* the fallback is dialled directly, whatever the routes say */
-			ic->f = (flow){.dest = ic->in->fallback, .user = -1};
-			ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
-			conn_pause(ic->c);
-			conn_request_done(ic->c);
-			const connector *cn = ic->in->connect;
-			ic->pending = cn->connect_direct(cn->self, conn_worker(ic->c), &ic->f.dest,
-			                                 fallback_connected, ic);
-			return 0;
-		}
-		log_refused(ic, ev.reason);
-		conn_close(ic->c);
+		trojan_reject(ic, ev.reason);
 		return 0;
 	}
 	if (ev.kind == PROTO_EV_OPEN) {
-		if (ev.cmd == PROTO_CMD_UDP_ASSOCIATE) {
-			log_refused(ic, "trojan: UDP is not carried yet");
-			conn_close(ic->c);
-			return 0;
-		}
-		in_conn_open(ic, &ev.dest, ev.user, trojan_connected);
+		if (ev.cmd == PROTO_CMD_UDP_ASSOCIATE)
+			stream_udp_start(ic, &ev);
+		else
+			in_conn_open(ic, &ev.dest, ev.user, trojan_connected);
 	}
 	return (size_t)n;
 }
@@ -263,12 +346,10 @@ static size_t vless_data(in_conn *ic, const uint8_t *data, size_t len)
 		return 0;
 	}
 	if (ev.kind == PROTO_EV_OPEN) {
-		if (ev.cmd == PROTO_CMD_UDP_ASSOCIATE) {
-			log_refused(ic, "vless: UDP is not carried yet");
-			conn_close(ic->c);
-			return 0;
-		}
-		in_conn_open(ic, &ev.dest, ev.user, vless_connected);
+		if (ev.cmd == PROTO_CMD_UDP_ASSOCIATE)
+			stream_udp_start(ic, &ev);
+		else
+			in_conn_open(ic, &ev.dest, ev.user, vless_connected);
 	}
 	return (size_t)n;
 }
@@ -290,6 +371,8 @@ static size_t on_data(conn *c, void *drv, const uint8_t *data, size_t len)
 		vless_server_init(&ic->core.vless, (const uint8_t(*)[16])ic->in->vless_uuids,
 		                  ic->in->spec->settings.users_len);
 	}
+	if (ic->dlink)
+		return stream_udp_data(ic, data, len);
 	if (ic->kind == IN_TROJAN)
 		return trojan_data(ic, data, len);
 	if (ic->kind == IN_VLESS)
@@ -321,6 +404,8 @@ static void on_close(conn *c, void *drv)
 		ic->pending->cancel(ic->pending);
 	if (ic->udp)
 		socks_udp_stop(ic);
+	if (ic->dlink)
+		ic->dlink->ops->close(ic->dlink);
 	if (ic->kind == IN_HTTP)
 		http_in_free(ic);
 	free(ic);
@@ -337,6 +422,20 @@ static bool on_client_end(conn *c, void *drv)
 		return false;
 	}
 	return ic->kind == IN_HTTP && ic->core.http ? http_in_client_end(ic) : true;
+}
+
+/* A Trojan peer that stalls before a decision is a prober too: it goes to
+ * the fallback, like any other bytes that are not Trojan. */
+static bool on_handshake_timeout(conn *c, void *drv)
+{
+	(void)c;
+	in_conn *ic = drv;
+	proto_event ev;
+	if (ic->kind != IN_TROJAN || ic->pending || !ic->in->has_fallback ||
+	    trojan_server_timeout(&ic->core.trojan, &ev))
+		return false;
+	trojan_reject(ic, ev.reason);
+	return true;
 }
 
 static void on_deadline(conn *c, void *drv)
@@ -360,6 +459,7 @@ static const conn_driver driver = {
 	.on_client_end = on_client_end,
 	.on_written = on_written,
 	.on_deadline = on_deadline,
+	.on_handshake_timeout = on_handshake_timeout,
 	.on_close = on_close,
 };
 

@@ -203,7 +203,7 @@ static int route_and_send(fanout *fo, const addr_dest *to, const uint8_t *data, 
 	fo->opening_id = id;
 	fo->opening_sub = s;
 	fo->in_callback = true;
-	connect_pending *p = fo->ops->open(fo->env, target, &sub_handlers, s, on_opened, fo);
+	connect_pending *p = fo->ops->open(fo->env, target, to, &sub_handlers, s, on_opened, fo);
 	fo->in_callback = false;
 	if (fo->opening)
 		fo->pending = p;

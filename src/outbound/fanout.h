@@ -27,11 +27,13 @@ typedef struct fanout_env_ops {
 	 * (never a reusable pointer value), and sets *target to what open
 	 * needs. */
 	uint64_t (*route)(void *env, const addr_dest *to, const void **target);
-	/* Opens a sub-link on target; what it receives goes to h with rud.
+	/* Opens a sub-link on target for a datagram to `to` (the one target
+	 * of a VLESS UDP sub-link); what it receives goes to h with rud.
 	 * Calls opened(oud, ...) exactly once unless the returned handle is
 	 * cancelled; it may call it before returning, and then returns NULL. */
-	connect_pending *(*open)(void *env, const void *target, const dgram_handlers *h, void *rud,
-	                         fanout_opened_cb opened, void *oud);
+	connect_pending *(*open)(void *env, const void *target, const addr_dest *to,
+	                         const dgram_handlers *h, void *rud, fanout_opened_cb opened,
+	                         void *oud);
 	/* The fan-out closed: release env. May be NULL. */
 	void (*release)(void *env);
 } fanout_env_ops;

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 
 #include "outbound/freedom_udp.h"
+#include "outbound/stream_udp.h"
 #include "proto/http_client.h"
 #include "proto/socks_client.h"
 #include "proto/trojan.h"
@@ -137,8 +138,11 @@ void outbound_del(outbound *o)
 	free(o);
 }
 
-/* One stream's layers, bottom up: TLS, WebSocket, the proxy request. */
-static stack *build_stack(const outbound *o, const addr_dest *dest, char *err, size_t err_size)
+/* One stream's layers, bottom up: TLS, WebSocket, the proxy request. For a
+ * datagram link (dest->network UDP) the request is the protocol's UDP one;
+ * *top gets the request layer (the SOCKS association reads its relay). */
+static stack *build_stack(const outbound *o, const addr_dest *dest, layer **top, char *err,
+                          size_t err_size)
 {
 	stack *st = stack_new();
 	if (!st) {
@@ -161,9 +165,11 @@ static stack *build_stack(const outbound *o, const addr_dest *dest, char *err, s
 		if (!l || stack_push(st, l))
 			goto fail;
 	}
+	bool udp = dest->network == ADDR_UDP;
 	switch (o->protocol) {
 	case ETM_PROTO_SOCKS:
-		l = socks_client_new(dest, o->username, o->password);
+		l = udp ? socks_client_udp_new(o->username, o->password)
+		        : socks_client_new(dest, o->username, o->password);
 		break;
 	case ETM_PROTO_HTTP:
 		l = http_client_new(dest, o->username, o->password);
@@ -182,6 +188,8 @@ static stack *build_stack(const outbound *o, const addr_dest *dest, char *err, s
 		snprintf(err, err_size, msgs[5], etm_protocol_name(o->protocol));
 		goto fail;
 	}
+	if (top)
+		*top = l;
 	if (stack_push(st, l))
 		goto fail;
 	return st;
@@ -208,7 +216,7 @@ connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resol
 	case ETM_PROTO_TROJAN:
 	case ETM_PROTO_VLESS: {
 		char err[256];
-		stack *st = build_stack(o, dest, err, sizeof err);
+		stack *st = build_stack(o, dest, NULL, err, sizeof err);
 		if (!st) {
 			cb(&(connect_result){.msg = err}, data);
 			return NULL;
@@ -225,17 +233,91 @@ connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resol
 	}
 }
 
-dgram_link *outbound_connect_datagram(const outbound *o, worker *w, dns_resolver *dns,
-                                      const dgram_handlers *h, void *ud, char *err,
-                                      size_t err_size)
+/* A datagram link over a proxy stream, while its stream dials. */
+typedef struct dgram_open {
+	connect_pending base; /* first: the handle callers hold */
+	connect_pending *dial;
+	const outbound *o;
+	worker *w;
+	addr_dest to;
+	const dgram_handlers *h;
+	void *ud;
+	outbound_dgram_cb done;
+	void *oud;
+	layer *control; /* the request layer: the SOCKS association's relay */
+} dgram_open;
+
+static void dgram_cancel(connect_pending *p)
 {
+	dgram_open *d = (dgram_open *)p;
+	d->dial->cancel(d->dial);
+	free(d);
+}
+
+static void on_dgram_stream(const connect_result *r, void *data)
+{
+	dgram_open *d = data;
+	char err[256];
+	dgram_link *l = NULL;
+	if (!r->ok) {
+		snprintf(err, sizeof err, "%s", r->msg ? r->msg : "?");
+	} else if (d->o->protocol == ETM_PROTO_SOCKS) {
+		l = socks_udp_link_open(d->w, r->up, r->st, d->control, d->h, d->ud, err, sizeof err);
+	} else {
+		l = stream_udp_open(d->w, r->up, r->st,
+		                    d->o->protocol == ETM_PROTO_VLESS ? STREAM_UDP_VLESS
+		                                                       : STREAM_UDP_TROJAN,
+		                    &d->to, d->h, d->ud);
+		if (!l)
+			snprintf(err, sizeof err, "%s", msgs[1]);
+	}
+	d->done(d->oud, l, l ? NULL : err);
+	free(d);
+}
+
+connect_pending *outbound_connect_datagram(const outbound *o, worker *w, dns_resolver *dns,
+                                           const addr_dest *to, const dgram_handlers *h,
+                                           void *ud, outbound_dgram_cb done, void *oud)
+{
+	char err[256];
+	dgram_link *l = NULL;
 	switch (o->protocol) {
 	case ETM_PROTO_FREEDOM:
-		return freedom_udp_open(w, dns, o->af, h, ud, err, err_size);
+		l = freedom_udp_open(w, dns, o->af, h, ud, err, sizeof err);
+		done(oud, l, l ? NULL : err);
+		return NULL;
 	case ETM_PROTO_BLACKHOLE:
-		return blackhole_udp_open();
+		done(oud, blackhole_udp_open(), NULL);
+		return NULL;
+	case ETM_PROTO_SOCKS:
+	case ETM_PROTO_TROJAN:
+	case ETM_PROTO_VLESS: {
+		dgram_open *d = calloc(1, sizeof *d);
+		if (!d) {
+			done(oud, NULL, msgs[1]);
+			return NULL;
+		}
+		*d = (dgram_open){.base.cancel = dgram_cancel, .o = o, .w = w, .to = *to, .h = h,
+		                  .ud = ud, .done = done, .oud = oud};
+		d->to.network = ADDR_UDP;
+		stack *st = build_stack(o, &d->to, &d->control, err, sizeof err);
+		if (!st) {
+			free(d);
+			done(oud, NULL, err);
+			return NULL;
+		}
+		d->dial = dial_stream(w, dns, &o->server, o->af, st, on_dgram_stream, d);
+		if (!d->dial) {
+			free(d);
+			done(oud, NULL, msgs[1]);
+			return NULL;
+		}
+		return &d->base;
+	}
 	default:
-		snprintf(err, err_size, "%s carries no datagrams", etm_protocol_name(o->protocol));
+		/* seed 000: "http carries no datagrams", and the same with the name */
+		snprintf(err, sizeof err, "%s carries no datagrams", etm_protocol_name(o->protocol));
+		done(oud, NULL, err);
 		return NULL;
 	}
 }

@@ -40,10 +40,18 @@ void outbound_del(outbound *o);
 connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resolver *dns,
                                          const addr_dest *dest, connect_cb cb, void *data);
 
+/* The end of outbound_connect_datagram: the link, or NULL with why (valid
+ * during the call). */
+typedef void (*outbound_dgram_cb)(void *oud, dgram_link *link, const char *why);
+
 /* Opens a datagram link through o (seed 000 "connect_datagram"): freedom's
- * per-family sockets, blackhole's swallowing link. NULL with err on failure. */
-dgram_link *outbound_connect_datagram(const outbound *o, worker *w, dns_resolver *dns,
-                                      const dgram_handlers *h, void *ud, char *err,
-                                      size_t err_size);
+ * per-family sockets, blackhole's swallowing link, a Trojan or VLESS stream
+ * carrying framed datagrams (VLESS: to `to` only), a SOCKS5 UDP association.
+ * What it receives goes to h with ud. done runs exactly once unless the
+ * returned handle is cancelled; it may run before this returns (then NULL is
+ * returned). http fails with "http carries no datagrams". */
+connect_pending *outbound_connect_datagram(const outbound *o, worker *w, dns_resolver *dns,
+                                           const addr_dest *to, const dgram_handlers *h,
+                                           void *ud, outbound_dgram_cb done, void *oud);
 
 #endif

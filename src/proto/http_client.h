@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "base/addr.h"
-#include "transport/layer.h"
+#include "base/layer.h"
 
 /* start() writes
  *

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "base/addr.h"
-#include "transport/layer.h"
+#include "base/layer.h"
 
 /* The exchange, one message at a time (the client waits for each reply):
  *

@@ -9,7 +9,7 @@
 
 #include "base/addr.h"
 #include "proto/proto.h"
-#include "transport/layer.h"
+#include "base/layer.h"
 
 /* Wire format (trojan-gfw, docs/protocol.md "The Trojan Protocol"):
  *

@@ -9,7 +9,7 @@
 
 #include "base/addr.h"
 #include "proto/proto.h"
-#include "transport/layer.h"
+#include "base/layer.h"
 
 /* Wire format (Xray docs, development/protocols/vless.md; Xray-core
  * proxy/vless/encoding):

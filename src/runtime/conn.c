@@ -97,7 +97,8 @@ void conn_on_timer(uv_timer_t *t)
 	if (c->state == HANDSHAKE) { /* the handshake deadline */
 		peer_text(c, who, sizeof who);
 		log_debug("conn", msgs[0], who);
-		conn_close(c);
+		if (!c->driver->on_handshake_timeout || !c->driver->on_handshake_timeout(c, c->drv))
+			conn_close(c);
 		return;
 	}
 	uint64_t now = uv_now(t->loop);

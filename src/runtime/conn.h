@@ -37,6 +37,10 @@ typedef struct conn_driver {
 	/* A conn_write finished; the driver may resume what it paused for the
 	 * client's write queue. May be NULL. */
 	void (*on_written)(conn *c, void *drv);
+	/* The handshake timeout passed. Returns true when the driver takes
+	 * it over (a Trojan inbound sends a stalled prober to its fallback),
+	 * false to close. May be NULL: close. */
+	bool (*on_handshake_timeout)(conn *c, void *drv);
 	/* The deadline set with conn_set_deadline passed. May be NULL. */
 	void (*on_deadline)(conn *c, void *drv);
 	/* The connection is closed and about to be freed: release everything

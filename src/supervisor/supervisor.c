@@ -103,15 +103,13 @@ static uint64_t assoc_route(void *env, const addr_dest *to, const void **out)
 	return t->ob->id;
 }
 
-static connect_pending *assoc_open(void *env, const void *target, const dgram_handlers *h,
-                                   void *rud, fanout_opened_cb opened, void *oud)
+static connect_pending *assoc_open(void *env, const void *target, const addr_dest *to,
+                                   const dgram_handlers *h, void *rud, fanout_opened_cb opened,
+                                   void *oud)
 {
 	assoc_env *e = env;
 	sup_worker *sw = worker_slot(e->w);
-	char err[200];
-	dgram_link *l = outbound_connect_datagram(target, e->w, sw->dns, h, rud, err, sizeof err);
-	opened(oud, l, l ? NULL : err);
-	return NULL;
+	return outbound_connect_datagram(target, e->w, sw->dns, to, h, rud, opened, oud);
 }
 
 static void assoc_release(void *env) { free(env); }

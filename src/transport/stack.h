@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "transport/layer.h"
+#include "base/layer.h"
 
 /* Layers one connection may carry: TLS, WebSocket and a proxy client's
  * framing is three; one to spare. */

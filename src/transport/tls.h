@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "transport/layer.h"
+#include "base/layer.h"
 
 /* Two objects, as OpenSSL splits them:
  *
@@ -81,7 +81,8 @@ typedef struct tls_server_ctx tls_server_ctx;
  *   "tls: bad ALPN list"
  *   "tls: bad version range"
  *   "tls: out of memory" */
-tls_client_ctx *tls_client_ctx_new(const tls_client_config *cfg, char *err, size_t err_size);
+__attribute__((warn_unused_result)) tls_client_ctx *
+tls_client_ctx_new(const tls_client_config *cfg, char *err, size_t err_size);
 void tls_client_ctx_ref(tls_client_ctx *c);
 /* Drops a reference; the last one frees the context. NULL is a no-op. */
 void tls_client_ctx_unref(tls_client_ctx *c);
@@ -96,8 +97,9 @@ void tls_client_ctx_unref(tls_client_ctx *c);
  *   "tls: key does not match certificate"
  *   "tls: bad ALPN list"
  *   "tls: out of memory" */
-tls_server_ctx *tls_server_ctx_new(const char *cert_file, const char *key_file,
-                                   const char *const *alpn, char *err, size_t err_size);
+__attribute__((warn_unused_result)) tls_server_ctx *
+tls_server_ctx_new(const char *cert_file, const char *key_file, const char *const *alpn,
+                   char *err, size_t err_size);
 void tls_server_ctx_ref(tls_server_ctx *c);
 void tls_server_ctx_unref(tls_server_ctx *c);
 
@@ -107,11 +109,14 @@ void tls_server_ctx_unref(tls_server_ctx *c);
  * NULL with the reason in err:
  *   "tls: no server name to verify" (verifying, and no name anywhere)
  *   "tls: out of memory" */
-layer *tls_client_new(tls_client_ctx *ctx, const char *server_name, char *err, size_t err_size);
+__attribute__((warn_unused_result)) layer *tls_client_new(tls_client_ctx *ctx,
+                                                          const char *server_name, char *err,
+                                                          size_t err_size);
 
 /* A server layer: waits for the ClientHello. Takes a reference on ctx.
  * Returns NULL with "tls: out of memory" in err. */
-layer *tls_server_new(tls_server_ctx *ctx, char *err, size_t err_size);
+__attribute__((warn_unused_result)) layer *tls_server_new(tls_server_ctx *ctx, char *err,
+                                                          size_t err_size);
 
 /* Queries, valid on a layer made by this module (anything else answers
  * NULL / 0 / false). */

@@ -166,13 +166,16 @@ static int flush(ws_layer *w, layer_buf *down)
 	size_t k = w->out_len - w->out_off;
 	if (k > layer_buf_room(down))
 		k = layer_buf_room(down);
-	memcpy(down->data + down->len, w->out + w->out_off, k);
-	down->len += k;
-	w->out_off += k;
+	if (k > 0) { /* a zero-room buffer may have no data pointer at all */
+		memcpy(down->data + down->len, w->out + w->out_off, k);
+		down->len += k;
+		w->out_off += k;
+	}
 	if (w->out_off < w->out_len || !w->open)
 		return 0;
-	int r = wslay_event_send(w->ws);
-	if (r == WSLAY_ERR_NOMEM)
+	/* With our callbacks wslay_event_send fails only for want of memory:
+	 * its own, or EVP's when a mask is drawn. */
+	if (wslay_event_send(w->ws) != 0)
 		return set_err(w, LAYER_ERR_NOMEM, M_NOMEM);
 	return 0;
 }
@@ -185,10 +188,12 @@ static void deliver(ws_layer *w, const uint8_t *p, size_t n)
 		size_t k = layer_buf_room(w->up);
 		if (k > n)
 			k = n;
-		memcpy(w->up->data + w->up->len, p, k);
-		w->up->len += k;
-		p += k;
-		n -= k;
+		if (k > 0) {
+			memcpy(w->up->data + w->up->len, p, k);
+			w->up->len += k;
+			p += k;
+			n -= k;
+		}
 	}
 	if (n == 0)
 		return;
@@ -207,11 +212,13 @@ static void deliver(ws_layer *w, const uint8_t *p, size_t n)
 	w->pend_len += n;
 }
 
-static void undeliver_pend(ws_layer *w)
+static void deliver_pend(ws_layer *w)
 {
 	size_t k = w->pend_len - w->pend_off;
 	if (k > layer_buf_room(w->up))
 		k = layer_buf_room(w->up);
+	if (k == 0)
+		return;
 	memcpy(w->up->data + w->up->len, w->pend + w->pend_off, k);
 	w->up->len += k;
 	w->pend_off += k;
@@ -533,7 +540,7 @@ static ssize_t ws_from_below(layer *l, const uint8_t *in, size_t len, layer_buf 
 	}
 	if (w->open) {
 		if (w->pend_len > w->pend_off)
-			undeliver_pend(w);
+			deliver_pend(w);
 		w->in = in + used;
 		w->in_len = len - used;
 		w->in_off = 0;

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "transport/layer.h"
+#include "base/layer.h"
 
 /* The layer follows layer.h; its ops name is "ws".
  *
@@ -91,11 +91,13 @@ typedef struct ws_client_config {
  *                             space or control byte)
  *   "ws: bad host \"<host>\"" (empty, over WS_HOST_MAX, same bytes)
  *   "ws: out of memory" */
-layer *ws_client_new(const ws_client_config *cfg, char *err, size_t err_size);
+__attribute__((warn_unused_result)) layer *ws_client_new(const ws_client_config *cfg, char *err,
+                                                         size_t err_size);
 
 /* A server layer accepting upgrades to path (copied). Returns NULL with
  * "ws: bad path ..." or "ws: out of memory" in err. */
-layer *ws_server_new(const char *path, char *err, size_t err_size);
+__attribute__((warn_unused_result)) layer *ws_server_new(const char *path, char *err,
+                                                         size_t err_size);
 
 /* Whether the peer's close frame has arrived (see "End of stream"); false
  * for a layer this module did not make. */
@@ -103,7 +105,8 @@ bool ws_peer_closed(const layer *l);
 
 /* Sec-WebSocket-Accept for a Sec-WebSocket-Key: base64(SHA-1(key + the
  * RFC 6455 GUID)), section 4.2.2 item 5.4; out gets 28 characters and a
- * NUL. Returns 0, or -1 when OpenSSL fails (out is then ""). */
+ * NUL. Returns 0, or -1 for a key over 64 bytes or when OpenSSL fails
+ * (out is then ""). */
 __attribute__((warn_unused_result)) int ws_accept_key(const char *key, size_t key_len,
                                                       char out[29]);
 

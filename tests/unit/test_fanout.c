@@ -85,9 +85,11 @@ static void cancel(connect_pending *p)
 }
 static connect_pending pending_handle = {.cancel = cancel};
 
-static connect_pending *open_(void *env, const void *target, const dgram_handlers *h, void *rud,
-                              fanout_opened_cb opened, void *oud)
+static connect_pending *open_(void *env, const void *target, const addr_dest *to,
+                              const dgram_handlers *h, void *rud, fanout_opened_cb opened,
+                              void *oud)
 {
+	assert_int_equal(to->port, (uint16_t)(uintptr_t)target); /* the datagram that opened it */
 	stub_env *e = env;
 	uint64_t id = (uint64_t)(uintptr_t)target;
 	e->opens++;

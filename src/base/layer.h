@@ -1,6 +1,6 @@
 /* layer.h - a sans-io stream layer (TLS, WebSocket, a proxy client's framing): wire-side bytes in, app-side bytes out, and back. */
-#ifndef ETM_TRANSPORT_LAYER_H
-#define ETM_TRANSPORT_LAYER_H
+#ifndef ETM_BASE_LAYER_H
+#define ETM_BASE_LAYER_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,0 +1,626 @@
+"""Interoperability with real peers: v2ray 4.34 and trojan-gfw 1.16.
+
+Every cell of the matrix runs both ways, each through the chain
+
+    app (this test) -> client proxy -> server proxy -> target (this test)
+
+where one proxy is etemenanki-app and the other a real peer, started with a
+config written to tmp_path; "ours_to_X" means our outbound talks to X's
+inbound, "X_to_ours" means X's outbound talks to our inbound. The app reaches
+the client proxy over SOCKS5 (a socks inbound on either side, the SOCKS5 port
+of trojan-gfw's client) and carries 16 MiB of random bytes full duplex to an
+echo server, compared byte for byte, then half-closes and expects the end.
+
+TLS uses one self-signed certificate per session for proxy.test (openssl
+CLI). Every client verifies it by name: ours with stream.tls.ca and
+server_name proxy.test, v2ray with a certificate of usage "verify" and
+disableSystemRoot, trojan-gfw with ssl.cert and ssl.sni; no side uses
+allow_insecure. Only 127.0.0.1 is used.
+
+A test skips only when its peer binary is missing (scripts/deps.sh installs
+both).
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import threading
+import time
+
+import pytest
+
+from proxykit import (LOOPBACK, EchoServer, HttpReader, HttpTarget, Proxy, UdpEcho, connect,
+                      free_port, read_socks_addr, recv_exact, recv_until_closed, socks5_connect,
+                      socks5_greet, socks_addr, wait_closed)
+
+V2RAY = shutil.which("v2ray")
+TROJAN = shutil.which("trojan")
+CURL = shutil.which("curl") or "/usr/bin/curl"
+
+SNI = "proxy.test"
+UUID = "6c1b0e6a-6e3d-4c1e-9d8a-1a2b3c4d5e6f"
+WRONG_UUID = "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0"
+PASSWORD = "correct horse battery staple"
+WRONG_PASSWORD = "wrong horse battery staple"
+SOCKS_USER, SOCKS_PASS = "alice", "s3cret"
+PAYLOAD = 16 << 20  # bytes echoed per cell, full duplex
+
+needs_v2ray = pytest.mark.skipif(V2RAY is None, reason="v2ray is not installed (scripts/deps.sh)")
+needs_trojan = pytest.mark.skipif(TROJAN is None,
+                                  reason="trojan is not installed (scripts/deps.sh)")
+
+
+# ---------------------------------------------------------------- peers
+
+class Peer:
+    """One v2ray or trojan-gfw process. make_config(*ports) returns the JSON
+    config (a dict) for n_ports free ports, on which the peer listens over
+    TCP but for the indices in udp (UDP ports). start() waits until every TCP
+    port accepts and, for v2ray, its log says it started every inbound."""
+
+    def __init__(self, kind, workdir, make_config, n_ports=1, udp=()):
+        self.kind = kind
+        self.workdir = workdir
+        self.make_config = make_config
+        self.n_ports = n_ports
+        self.udp = set(udp)  # indices of the ports that are UDP only (not probed)
+        self.proc = None
+        self.ports = []
+        self.log_path = None
+        self._log = None
+
+    @property
+    def port(self):
+        return self.ports[0]
+
+    def argv(self, path):
+        if self.kind == "v2ray":
+            return [V2RAY, "-config", str(path)]
+        return [TROJAN, "-c", str(path)]
+
+    def start(self, attempts=4):
+        for attempt in range(attempts):
+            self.ports = [free_port(socket.SOCK_DGRAM if i in self.udp else socket.SOCK_STREAM)
+                          for i in range(self.n_ports)]
+            n = len(list(self.workdir.glob(f"{self.kind}-*.json")))
+            path = self.workdir / f"{self.kind}-{n}.json"
+            path.write_text(json.dumps(self.make_config(*self.ports), indent=1))
+            self.log_path = self.workdir / f"{self.kind}-{n}.log"
+            self._log = open(self.log_path, "wb")
+            self.proc = subprocess.Popen(self.argv(path), stdin=subprocess.DEVNULL,
+                                         stdout=self._log, stderr=subprocess.STDOUT,
+                                         cwd=str(self.workdir))
+            if self._wait_ready(10.0):
+                return self
+            rc = self.proc.poll()
+            log = self.log()
+            self.stop()
+            if rc is not None and "in use" in log and attempt + 1 < attempts:
+                continue  # a port raced with another process: pick new ones
+            raise AssertionError(f"{self.kind} did not start (rc={rc}); config:\n"
+                                 f"{path.read_text()}\nlog:\n{log}")
+        raise AssertionError("unreachable")
+
+    def _wait_ready(self, timeout):
+        deadline = time.monotonic() + timeout
+        pending = [p for i, p in enumerate(self.ports) if i not in self.udp]
+        while pending and time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                with socket.create_connection((LOOPBACK, pending[0]), timeout=0.5):
+                    pass
+                pending.pop(0)
+            except OSError:
+                time.sleep(0.02)
+        if pending:
+            return False
+        while self.kind == "v2ray" and time.monotonic() < deadline:
+            if " started" in self.log():  # "[Warning] v2ray.com/core: V2Ray 4.34.0 started"
+                return True
+            if self.proc.poll() is not None:
+                return False
+            time.sleep(0.01)
+        return self.kind != "v2ray"
+
+    def log(self):
+        try:
+            return self.log_path.read_text(errors="replace")
+        except (OSError, AttributeError):
+            return ""
+
+    def stop(self):
+        """SIGTERM, then SIGKILL after 3 s; only this process."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+class Chain:
+    """Everything one test started, for teardown and for failure messages."""
+
+    def __init__(self, app, workdir):
+        self.app = app
+        self.workdir = workdir
+        self.ours = []
+        self.peers = []
+
+    def proxy(self, text, n_ports=1):
+        p = Proxy(self.app, self.workdir, text, n_ports, log_level="debug")
+        self.ours.append(p)
+        return p.start()
+
+    def v2ray(self, make_config, n_ports=1, udp=()):
+        p = Peer("v2ray", self.workdir, make_config, n_ports, udp)
+        self.peers.append(p)
+        return p.start()
+
+    def trojan(self, make_config, n_ports=1):
+        p = Peer("trojan", self.workdir, make_config, n_ports)
+        self.peers.append(p)
+        return p.start()
+
+    def saw(self, target_port, timeout=2.0):
+        """Asserts that every process of the chain logged the flow to
+        127.0.0.1:target_port, so the bytes crossed each of them (the logs
+        are written asynchronously: wait a little)."""
+        marks = {"v2ray": f"accepted tcp:127.0.0.1:{target_port}",
+                 "trojan": f"requested connection to 127.0.0.1:{target_port}"}
+        want = [(p, f"tcp flow to 127.0.0.1:{target_port} from inbound") for p in self.ours]
+        want += [(p, marks[p.kind]) for p in self.peers]
+        deadline = time.monotonic() + timeout
+        while True:
+            missing = [(p, m) for p, m in want if m not in p.log()]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {missing[0][1]!r} in a log\n{self.logs()}")
+            time.sleep(0.05)
+
+    def logs(self):
+        out = []
+        for p in self.ours:
+            out.append(f"--- etemenanki {p.cfg_path.name}:\n{p.cfg_path.read_text()}\n"
+                       f"--- its log:\n{p.log()[-6000:]}")
+        for p in self.peers:
+            out.append(f"--- {p.kind} log:\n{p.log()[-6000:]}")
+        return "\n".join(out)
+
+
+@pytest.fixture
+def chain(app, tmp_path):
+    """Starts our proxies and the peers; stops every one at teardown (by its
+    own pid). Our proxies must stop cleanly: SIGTERM -> exit 0."""
+    c = Chain(app, tmp_path)
+    yield c
+    for p in c.peers:
+        p.stop()
+    unclean = []
+    for p in c.ours:
+        running = p.proc is not None and p.proc.poll() is None
+        status = p.stop()
+        if running and status != 0:
+            unclean.append(f"{p.cfg_path.name}: exit status {status}\n{p.log()}")
+    if unclean:
+        pytest.fail("proxy did not stop cleanly:\n" + "\n".join(unclean), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory):
+    """A self-signed certificate for proxy.test (SAN DNS:proxy.test only, so a
+    client that checked 127.0.0.1 instead of the name would fail)."""
+    d = tmp_path_factory.mktemp("pki")
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+                    "-subj", f"/CN={SNI}", "-addext", f"subjectAltName=DNS:{SNI}",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=30)
+    return {"cert": str(cert), "key": str(key)}
+
+
+@pytest.fixture(scope="module")
+def echo():
+    s = EchoServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def udp_echo():
+    s = UdpEcho()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def origin():
+    s = HttpTarget("fallback-origin")
+    yield s
+    s.close()
+
+
+# ---------------------------------------------------------------- the payload
+
+def echo_check(socks_port, echo_port, logs, size=PAYLOAD, user=None, password=None):
+    """Through the SOCKS5 proxy at socks_port: size random bytes to the echo
+    server while reading the echo concurrently; the echo must be the same
+    bytes. Then a half-close: the end must come back within 5 s."""
+    data = os.urandom(size)
+    start = time.monotonic()
+    s = socks5_connect(socks_port, LOOPBACK, echo_port, user=user, password=password,
+                       timeout=20)
+    with s:
+        s.settimeout(20)
+        sender = threading.Thread(target=s.sendall, args=(data,), daemon=True)
+        sender.start()
+        got = bytearray()
+        try:
+            while len(got) < size:
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    break
+                got += chunk
+        except OSError as e:
+            raise AssertionError(f"{e!r} after {len(got)} of {size} bytes\n{logs()}")
+        sender.join(20)
+        assert len(got) == size, f"EOF after {len(got)} of {size} bytes\n{logs()}"
+        if got != data:
+            first = next(i for i in range(size) if got[i] != data[i])
+            raise AssertionError(f"echo differs from byte {first} on\n{logs()}")
+        elapsed = time.monotonic() - start
+        s.shutdown(socket.SHUT_WR)
+        took = wait_closed(s, 5.0)
+        assert took is not None, f"no end within 5 s of the half-close\n{logs()}"
+    print(f"{size >> 20} MiB echoed in {elapsed:.2f} s, end {took:.2f} s after the FIN")
+
+
+# ---------------------------------------------------------------- our configs (TOML)
+
+def our_tls(side, pki):
+    if side == "inbound":
+        return (f'[inbound.stream.tls]\ncertificate = "{pki["cert"]}"\n'
+                f'key = "{pki["key"]}"\n')
+    return f'[outbound.stream.tls]\nserver_name = "{SNI}"\nca = "{pki["cert"]}"\n'
+
+
+def our_stream(side, transport, pki, path="/"):
+    """tcp: no stream section; tls: network = "tls"; tls-sec: network tcp
+    with security = "tls" (the two spellings of the same thing); ws+tls."""
+    if transport == "tcp":
+        return ""
+    head = f"[{side}.stream]\n"
+    if transport == "tls":
+        return head + 'network = "tls"\n' + our_tls(side, pki)
+    if transport == "tls-sec":
+        return head + 'network = "tcp"\nsecurity = "tls"\n' + our_tls(side, pki)
+    assert transport == "ws+tls"
+    return (head + 'network = "ws"\nsecurity = "tls"\n' + our_tls(side, pki) +
+            f'[{side}.stream.ws]\npath = "{path}"\n')
+
+
+def our_socks_inbound(users=()):
+    text = '[[inbound]]\ntag = "app"\nprotocol = "socks"\nlisten = "127.0.0.1"\nport = {port0}\n'
+    for u, p in users:
+        text += f'[[inbound.settings.users]]\nusername = "{u}"\npassword = "{p}"\n'
+    return text + "\n"
+
+
+FREEDOM = '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n'
+
+
+def our_client(protocol, server_port, transport, pki, path="/", credential=None):
+    """socks inbound -> protocol outbound to 127.0.0.1:server_port."""
+    key = {"vless": "id", "trojan": "password"}.get(protocol)
+    text = (our_socks_inbound() + f'[[outbound]]\ntag = "up"\nprotocol = "{protocol}"\n'
+            f'server = "127.0.0.1"\nport = {server_port}\n')
+    if key:
+        text += f'[outbound.settings]\n{key} = "{credential}"\n'
+    elif credential:
+        text += (f'[outbound.settings]\nusername = "{credential[0]}"\n'
+                 f'password = "{credential[1]}"\n')
+    return text + our_stream("outbound", transport, pki, path) + "\n"
+
+
+def our_server(protocol, transport, pki, path="/", credential=None, fallback=None):
+    """protocol inbound on {port0} -> freedom."""
+    text = (f'[[inbound]]\ntag = "in"\nprotocol = "{protocol}"\nlisten = "127.0.0.1"\n'
+            'port = {port0}\n')
+    if fallback:
+        text += f'[inbound.settings]\nfallback = "{fallback}"\n'
+    if protocol == "vless":
+        text += f'[[inbound.settings.users]]\nname = "u"\nid = "{credential}"\n'
+    elif protocol == "trojan":
+        text += f'[[inbound.settings.users]]\nname = "u"\npassword = "{credential}"\n'
+    elif credential:
+        text += (f'[[inbound.settings.users]]\nusername = "{credential[0]}"\n'
+                 f'password = "{credential[1]}"\n')
+    return text + our_stream("inbound", transport, pki, path) + "\n" + FREEDOM
+
+
+# ---------------------------------------------------------------- v2ray configs (JSON, v4)
+
+def v2_stream(transport, server, pki, path="/"):
+    if transport == "tcp":
+        return {"network": "tcp", "security": "none"}
+    if server:
+        tls = {"certificates": [{"certificateFile": pki["cert"], "keyFile": pki["key"]}]}
+    else:
+        # verify by name against our certificate as the only root
+        tls = {"serverName": SNI, "allowInsecure": False, "disableSystemRoot": True,
+               "certificates": [{"usage": "verify", "certificateFile": pki["cert"]}]}
+    s = {"network": "tcp", "security": "tls", "tlsSettings": tls}
+    if transport == "ws+tls":
+        s["network"] = "ws"
+        s["wsSettings"] = {"path": path}
+    return s
+
+
+def v2_config(inbound, outbound):
+    return {"log": {"loglevel": "warning"}, "inbounds": [inbound], "outbounds": [outbound]}
+
+
+def v2_socks_inbound(port, users=()):
+    settings = {"auth": "noauth", "udp": True, "ip": "127.0.0.1"}
+    if users:
+        settings.update(auth="password", accounts=[{"user": u, "pass": p} for u, p in users])
+    return {"tag": "app", "listen": "127.0.0.1", "port": port, "protocol": "socks",
+            "settings": settings}
+
+
+V2_FREEDOM = {"tag": "direct", "protocol": "freedom", "settings": {}}
+
+
+def v2_server(protocol, transport, pki, path="/", credential=None):
+    """protocol inbound on the first port -> freedom."""
+    def make(port):
+        if protocol == "vless":
+            settings = {"clients": [{"id": credential}], "decryption": "none"}
+        elif protocol == "trojan":
+            settings = {"clients": [{"password": credential}]}
+        else:
+            return v2_config(v2_socks_inbound(port, [credential] if credential else ()),
+                             V2_FREEDOM)
+        return v2_config({"tag": "in", "listen": "127.0.0.1", "port": port,
+                          "protocol": protocol, "settings": settings,
+                          "streamSettings": v2_stream(transport, True, pki, path)}, V2_FREEDOM)
+    return make
+
+
+def v2_outbound(protocol, server_port, transport, pki, path="/", credential=None):
+    if protocol == "vless":
+        settings = {"vnext": [{"address": "127.0.0.1", "port": server_port,
+                               "users": [{"id": credential, "encryption": "none"}]}]}
+    elif protocol == "trojan":
+        settings = {"servers": [{"address": "127.0.0.1", "port": server_port,
+                                 "password": credential}]}
+    else:
+        server = {"address": "127.0.0.1", "port": server_port}
+        if credential:
+            server["users"] = [{"user": credential[0], "pass": credential[1]}]
+        settings = {"servers": [server]}
+    return {"tag": "up", "protocol": protocol, "settings": settings,
+            "streamSettings": v2_stream(transport, False, pki, path)}
+
+
+def v2_client(protocol, server_port, transport, pki, path="/", credential=None):
+    """socks inbound on the first port -> protocol outbound."""
+    def make(port):
+        return v2_config(v2_socks_inbound(port),
+                         v2_outbound(protocol, server_port, transport, pki, path, credential))
+    return make
+
+
+# ---------------------------------------------------------------- trojan-gfw configs
+
+def gfw_server(pki, fallback_port):
+    def make(port):
+        return {"run_type": "server", "local_addr": "127.0.0.1", "local_port": port,
+                "remote_addr": "127.0.0.1", "remote_port": fallback_port,
+                "password": [PASSWORD], "log_level": 1,
+                "ssl": {"cert": pki["cert"], "key": pki["key"], "alpn": ["http/1.1"]}}
+    return make
+
+
+def gfw_client(pki, server_port):
+    def make(port):
+        return {"run_type": "client", "local_addr": "127.0.0.1", "local_port": port,
+                "remote_addr": "127.0.0.1", "remote_port": server_port,
+                "password": [PASSWORD], "log_level": 1,
+                "ssl": {"verify": True, "verify_hostname": True, "cert": pki["cert"],
+                        "sni": SNI, "alpn": ["http/1.1"]}}
+    return make
+
+
+# ---------------------------------------------------------------- VLESS
+
+VLESS_TRANSPORTS = ["tcp", "tls-sec", "ws+tls"]
+
+
+@needs_v2ray
+@pytest.mark.parametrize("transport", VLESS_TRANSPORTS)
+def test_vless_ours_to_v2ray(chain, pki, echo, transport):
+    server = chain.v2ray(v2_server("vless", transport, pki, "/vl", UUID))
+    client = chain.proxy(our_client("vless", server.port, transport, pki, "/vl", UUID))
+    echo_check(client.port, echo.port, chain.logs)
+    chain.saw(echo.port)
+
+
+@needs_v2ray
+@pytest.mark.parametrize("transport", VLESS_TRANSPORTS)
+def test_vless_v2ray_to_ours(chain, pki, echo, transport):
+    server = chain.proxy(our_server("vless", transport, pki, "/vl", UUID))
+    client = chain.v2ray(v2_client("vless", server.port, transport, pki, "/vl", UUID))
+    echo_check(client.port, echo.port, chain.logs)
+    chain.saw(echo.port)
+
+
+# ---------------------------------------------------------------- Trojan
+
+TROJAN_TRANSPORTS = ["tls", "ws+tls"]
+
+
+@needs_v2ray
+@pytest.mark.parametrize("transport", TROJAN_TRANSPORTS)
+def test_trojan_ours_to_v2ray(chain, pki, echo, transport):
+    server = chain.v2ray(v2_server("trojan", transport, pki, "/tj", PASSWORD))
+    client = chain.proxy(our_client("trojan", server.port, transport, pki, "/tj", PASSWORD))
+    echo_check(client.port, echo.port, chain.logs)
+    chain.saw(echo.port)
+
+
+@needs_v2ray
+@pytest.mark.parametrize("transport", TROJAN_TRANSPORTS)
+def test_trojan_v2ray_to_ours(chain, pki, echo, transport):
+    server = chain.proxy(our_server("trojan", transport, pki, "/tj", PASSWORD))
+    client = chain.v2ray(v2_client("trojan", server.port, transport, pki, "/tj", PASSWORD))
+    echo_check(client.port, echo.port, chain.logs)
+    chain.saw(echo.port)
+
+
+@needs_trojan
+def test_trojan_ours_to_trojan_gfw(chain, pki, echo, origin):
+    server = chain.trojan(gfw_server(pki, origin.port))
+    client = chain.proxy(our_client("trojan", server.port, "tls", pki, credential=PASSWORD))
+    echo_check(client.port, echo.port, chain.logs)
+    chain.saw(echo.port)
+
+
+@needs_trojan
+def test_trojan_gfw_to_ours(chain, pki, echo):
+    server = chain.proxy(our_server("trojan", "tls", pki, credential=PASSWORD))
+    client = chain.trojan(gfw_client(pki, server.port))
+    echo_check(client.port, echo.port, chain.logs)
+    chain.saw(echo.port)
+
+
+# ---------------------------------------------------------------- SOCKS5
+
+SOCKS_AUTH = [pytest.param(None, id="noauth"),
+              pytest.param((SOCKS_USER, SOCKS_PASS), id="userpass")]
+
+
+@needs_v2ray
+@pytest.mark.parametrize("account", SOCKS_AUTH)
+def test_socks_ours_to_v2ray(chain, pki, echo, account):
+    server = chain.v2ray(v2_server("socks", "tcp", pki, credential=account))
+    client = chain.proxy(our_client("socks", server.port, "tcp", pki, credential=account))
+    echo_check(client.port, echo.port, chain.logs)
+    chain.saw(echo.port)
+
+
+@needs_v2ray
+@pytest.mark.parametrize("account", SOCKS_AUTH)
+def test_socks_v2ray_to_ours(chain, pki, echo, account):
+    server = chain.proxy(our_server("socks", "tcp", pki, credential=account))
+    client = chain.v2ray(v2_client("socks", server.port, "tcp", pki, credential=account))
+    echo_check(client.port, echo.port, chain.logs)
+    chain.saw(echo.port)
+
+
+@needs_v2ray
+def test_socks_udp_v2ray_to_ours(chain, pki, udp_echo):
+    """app --UDP--> v2ray dokodemo-door (to the UDP echo) -> v2ray socks
+    outbound (UDP ASSOCIATE) -> our socks inbound -> freedom -> UDP echo. v2ray
+    has no other outbound, so an answer proves the datagrams crossed ours."""
+    server = chain.proxy(our_server("socks", "tcp", pki))
+
+    def make(port):
+        door = {"tag": "app", "listen": "127.0.0.1", "port": port, "protocol": "dokodemo-door",
+                "settings": {"address": "127.0.0.1", "port": udp_echo.port, "network": "udp"}}
+        return v2_config(door, v2_outbound("socks", server.port, "tcp", pki))
+    door = chain.v2ray(make, udp=[0])
+    before = len(udp_echo.received)
+    sizes = [1, 7, 100, 512, 1000, 1400] + [64] * 14
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+        a.bind((LOOPBACK, 0))
+        a.settimeout(3)
+        for i, n in enumerate(sizes):
+            msg = (b"%04d:" % i + os.urandom(n))[:max(n, 5)]
+            a.sendto(msg, (LOOPBACK, door.port))
+            try:
+                data, src = a.recvfrom(65535)
+            except socket.timeout:
+                raise AssertionError(f"no answer to datagram {i} ({len(msg)} bytes)\n"
+                                     f"{chain.logs()}")
+            assert src == (LOOPBACK, door.port), src
+            assert data == msg, f"datagram {i}: {len(data)} bytes back for {len(msg)}"
+    assert len(udp_echo.received) - before == len(sizes)
+
+
+# ---------------------------------------------------------------- Trojan fallback
+
+def test_trojan_fallback_serves_plain_https(chain, pki, origin):
+    """What is not Trojan goes to settings.fallback: an HTTPS client (python's
+    ssl, verifying proxy.test against our certificate, then curl) gets the HTTP
+    origin's answer through our trojan inbound."""
+    server = chain.proxy(our_server("trojan", "tls", pki, credential=PASSWORD,
+                                    fallback=f"127.0.0.1:{origin.port}"))
+    ctx = ssl.create_default_context(cafile=pki["cert"])
+    with ctx.wrap_socket(connect(server.port), server_hostname=SNI) as t:
+        t.sendall(b"GET /through/fallback HTTP/1.1\r\nHost: proxy.test\r\n\r\n")
+        r = HttpReader(t)
+        assert r.raw_response() == HttpTarget.response(origin.body("/through/fallback")), \
+            chain.logs()
+        # the same connection keeps going to the origin: keep-alive works
+        t.sendall(b"POST /again HTTP/1.1\r\nHost: proxy.test\r\nContent-Length: 4\r\n\r\nbody")
+        assert r.raw_response() == HttpTarget.response(origin.body("/again", b"body"))
+    assert ("GET", "/through/fallback", "proxy.test") in [q[:3] for q in origin.requests]
+    r = subprocess.run([CURL, "-sS", "--max-time", "10", "--cacert", pki["cert"],
+                        "--resolve", f"{SNI}:{server.port}:127.0.0.1",
+                        f"https://{SNI}:{server.port}/curl"], capture_output=True, timeout=20)
+    assert r.returncode == 0, (r.stderr, chain.logs())
+    assert r.stdout == origin.body("/curl")
+
+
+# ---------------------------------------------------------------- wrong credentials
+
+@needs_v2ray
+@pytest.mark.parametrize("protocol,transport,right,wrong", [
+    pytest.param("trojan", "tls", PASSWORD, WRONG_PASSWORD, id="trojan-password"),
+    pytest.param("vless", "tcp", UUID, WRONG_UUID, id="vless-uuid-tcp"),
+    pytest.param("vless", "tls-sec", UUID, WRONG_UUID, id="vless-uuid-tls"),
+])
+def test_wrong_credentials_fail_the_connect(chain, pki, echo, protocol, transport, right, wrong):
+    """v2ray refuses the account: the app's CONNECT fails, either with a REP
+    other than 0 or by the connection ending right after it, never a hang, and
+    nothing reaches the target."""
+    server = chain.v2ray(v2_server(protocol, transport, pki, credential=right))
+    client = chain.proxy(our_client(protocol, server.port, transport, pki, credential=wrong))
+    before = echo.connections
+    start = time.monotonic()
+    with connect(client.port, timeout=8) as s:
+        socks5_greet(s)
+        s.sendall(bytes([5, 1, 0]) + socks_addr(LOOPBACK, echo.port))
+        try:
+            head = recv_exact(s, 3)
+        except (EOFError, ConnectionResetError):
+            head = None  # closed without a reply: a failure too
+        if head is not None and head[1] == 0:
+            read_socks_addr(s)
+            try:
+                s.sendall(b"is anybody there?")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            rest = recv_until_closed(s, timeout=8)
+            assert rest == b"", f"bytes came back: {rest!r}\n{chain.logs()}"
+    took = time.monotonic() - start
+    print(f"REP {head[1] if head else None}, closed after {took:.2f} s")
+    assert took < 5, f"the failure took {took:.1f} s\n{chain.logs()}"
+    time.sleep(0.1)
+    assert echo.connections == before, "the refused account reached the target"
+    # the right account on the same server works, so the refusal was the account
+    good = chain.proxy(our_client(protocol, server.port, transport, pki, credential=right))
+    with socks5_connect(good.port, LOOPBACK, echo.port) as s:
+        s.sendall(b"ping")
+        assert recv_exact(s, 4) == b"ping"
