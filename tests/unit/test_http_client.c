@@ -15,7 +15,8 @@
 
 typedef struct outcome {
 	int err;
-	const char *text;
+	const char *text; /* points at text_buf: the layer is freed before comparing */
+	char text_buf[256];
 	bool ready;
 	bool in_handshake;
 	uint8_t sent[2048];
@@ -56,7 +57,12 @@ static void drive(layer *l, const uint8_t *srv, size_t len, size_t step, size_t 
 			break;
 	}
 	o->err = rc;
-	o->text = l->ops->error(l);
+	const char *why = l->ops->error(l);
+	o->text = NULL;
+	if (why) {
+		snprintf(o->text_buf, sizeof o->text_buf, "%s", why);
+		o->text = o->text_buf;
+	}
 	o->ready = l->ops->ready(l);
 	o->in_handshake = http_client_in_handshake(l);
 	memcpy(o->sent, down.data, down.len);

@@ -249,8 +249,8 @@ static void exchange(tls_version v, size_t len, size_t chunk, const char *versio
 
 static void tls13_bulk(void **state) { (void)state, exchange(TLS_VERSION_13, 1 << 20, SIZE_MAX, "TLSv1.3"); }
 static void tls12_bulk(void **state) { (void)state, exchange(TLS_VERSION_12, 1 << 20, SIZE_MAX, "TLSv1.2"); }
-static void tls13_byte_by_byte(void **state) { (void)state, exchange(TLS_VERSION_13, 20000, 1, "TLSv1.3"); }
-static void tls12_byte_by_byte(void **state) { (void)state, exchange(TLS_VERSION_12, 20000, 1, "TLSv1.2"); }
+static void tls13_byte_by_byte(void **state) { (void)state, exchange(TLS_VERSION_13, 8000, 1, "TLSv1.3"); }
+static void tls12_byte_by_byte(void **state) { (void)state, exchange(TLS_VERSION_12, 8000, 1, "TLSv1.2"); }
 
 /* Before the handshake the layer takes no app bytes; after it, it does. */
 static void from_above_waits_for_ready(void **state)
