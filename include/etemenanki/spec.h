@@ -191,6 +191,10 @@ typedef struct etm_balancer_spec {
 	etm_strategy strategy_kind;
 	uint64_t probe_interval; /* seconds */
 	uint64_t probe_timeout;  /* seconds */
+	/* Beyond the seeds (issue 6), each off by default: */
+	uint64_t rise;  /* consecutive good probes to mark a member up; default 1 */
+	uint64_t fall;  /* consecutive failed probes to mark it down; default 1 */
+	uint64_t retry; /* further members a failed dial may try; default 0 */
 } etm_balancer_spec;
 
 typedef struct etm_rule_spec {

@@ -356,8 +356,8 @@ static const schema_table outbound_table = TABLE_OF(
 			"names another.",
 	outbound_fields);
 
-/* Exactly these five keys, in this order: the unknown-field message of seed
- * 003 lists them so. */
+/* The seed's five keys first, in its order (its unknown-field message lists
+ * them so), then the three of issue 6. */
 static const schema_field balancer_fields[] = {
 	REQ_STR(etm_balancer_spec, tag, "tag",
 	        "Name of the balancer; rules and [route].default name it like an outbound."),
@@ -372,6 +372,16 @@ static const schema_field balancer_fields[] = {
 	{.name = "probe_timeout", .kind = SK_U64, .offset = offsetof(etm_balancer_spec, probe_timeout),
 	 .def = ETM_DEFAULT_PROBE_TIMEOUT, .default_doc = "5",
 	 .doc = "Seconds one probe may take, name resolution included."},
+	{.name = "rise", .kind = SK_U64, .offset = offsetof(etm_balancer_spec, rise), .def = 1,
+	 .default_doc = "1",
+	 .doc = "Consecutive successful probes that mark a down member up (1-100)."},
+	{.name = "fall", .kind = SK_U64, .offset = offsetof(etm_balancer_spec, fall), .def = 1,
+	 .default_doc = "1",
+	 .doc = "Consecutive failed probes that mark an up member down (1-100)."},
+	{.name = "retry", .kind = SK_U64, .offset = offsetof(etm_balancer_spec, retry), .def = 0,
+	 .default_doc = "0",
+	 .doc = "Further members a flow tries when the dial to its member fails before any byte "
+		"(0-8)."},
 };
 static const schema_table balancer_table = TABLE_OF(
 	"[[balancer]]", "A group of outbounds chosen by TCP health probes.", balancer_fields);

@@ -38,8 +38,10 @@ struct balancer {
 	/* Bit i of word i / 64: member i is healthy. Written by the control
 	 * thread (release), read by every pick (acquire). */
 	_Alignas(CACHE_LINE) _Atomic uint64_t health[MAX_WORDS];
-	/* The round_robin rotation: one step per pick. */
+	/* The round_robin rotations: one step per first pick, and one per
+	 * retry on a counter of its own (see balancer_next). */
 	_Alignas(CACHE_LINE) _Atomic uint64_t rotation;
+	_Atomic uint64_t retry_rotation;
 	/* Requests from workers to the control thread. Relaxed: they publish
 	 * no data, and the shell's wake-up (uv_async_send) orders the rest. */
 	_Alignas(CACHE_LINE) _Atomic uint64_t reprobe[MAX_WORDS];
@@ -118,6 +120,7 @@ balancer *balancer_new(const balancer_config *cfg, size_t n_members, char *err, 
 	for (size_t i = 0; i < n_members; i++)
 		b->members[i].up = true;
 	atomic_init(&b->rotation, 0);
+	atomic_init(&b->retry_rotation, 0);
 	atomic_init(&b->reprobe_all, false);
 	return b;
 
@@ -167,11 +170,12 @@ static size_t nth_member(const uint64_t *set, size_t n_words, size_t k)
 	return 0;
 }
 
-/* The strategy's pick among the c members of cand (c > 0). */
-static size_t pick(balancer *b, const uint64_t *cand, size_t c)
+/* The strategy's pick among the c members of cand (c > 0), stepping
+ * rotation under round_robin. */
+static size_t pick(balancer *b, _Atomic uint64_t *rotation, const uint64_t *cand, size_t c)
 {
 	if (b->strategy == ETM_STRATEGY_ROUND_ROBIN) {
-		uint64_t t = atomic_fetch_add_explicit(&b->rotation, 1, memory_order_relaxed);
+		uint64_t t = atomic_fetch_add_explicit(rotation, 1, memory_order_relaxed);
 		return nth_member(cand, b->n_words, (size_t)(t % c));
 	}
 	return nth_member(cand, b->n_words, 0);
@@ -196,7 +200,7 @@ size_t balancer_select(balancer *b, bool *wake)
 	if (h == 0)
 		raised = raise_reprobe_all(b); /* seed 000: the first configured member */
 	else
-		m = pick(b, snap, h);
+		m = pick(b, &b->rotation, snap, h);
 	if (wake)
 		*wake = raised;
 	return m;
@@ -263,7 +267,11 @@ size_t balancer_next(balancer *b, balancer_attempt *a, bool *wake)
 	}
 	if (c == 0)
 		goto done;
-	return record(a, pick(b, cand, c));
+	/* Retries step their own counter: on the first-pick counter, the flows
+	 * that land on a dead member would take two steps each and starve the
+	 * member after it of first picks; a fixed "next after the failed one"
+	 * would pile every retry onto that member instead. */
+	return record(a, pick(b, &b->retry_rotation, cand, c));
 
 done:
 	a->done = true;
@@ -285,11 +293,12 @@ balancer_probe_result balancer_report(balancer *b, size_t i, bool up)
 	m->up = up;
 	/* Release: a pick that sees the new bit sees everything the control
 	 * thread did before it (what the concurrency test relies on). */
+	_Atomic uint64_t *w = &b->health[i / WORD_BITS];
 	if (up) {
-		atomic_fetch_or_explicit(&b->health[i / WORD_BITS], word_bit(i), memory_order_release);
+		atomic_fetch_or_explicit(w, word_bit(i), memory_order_release);
 		return BALANCER_NOW_UP;
 	}
-	atomic_fetch_and_explicit(&b->health[i / WORD_BITS], ~word_bit(i), memory_order_release);
+	atomic_fetch_and_explicit(w, ~word_bit(i), memory_order_release);
 	return BALANCER_NOW_DOWN;
 }
 

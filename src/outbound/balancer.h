@@ -35,12 +35,13 @@
  * the plane's refcounts).
  *
  * Health is a bitmap of 64-member words that the control thread updates with
- * release stores and selection reads with one acquire load per word (not per
- * member: one load covers up to 64 members). A pick therefore sees an exact
- * snapshot of every member's health when the balancer has at most 64
- * members; with more, each word is a snapshot of its own and the words may be
- * from slightly different moments, which can only make a pick one probe
- * result out of date.
+ * release read-modify-writes and selection reads with one acquire load per
+ * word (not per member, as the seed's Vec of flags does: one load covers up
+ * to 64 members). A pick therefore sees an exact snapshot of every member's
+ * health when the balancer has at most 64 members; with more, each word is a
+ * snapshot of its own, and a pick may combine words a moment apart (at
+ * worst it sees every member down while one in another word is just coming
+ * up, and falls back to member 0).
  *
  * Waking the control thread. A worker that raises a request (a member's
  * re-probe, the every-member re-probe) is told so through a bool "wake"
@@ -147,9 +148,11 @@ __attribute__((warn_unused_result)) size_t balancer_select(balancer *b, bool *wa
  * - the candidates are the healthy members not yet tried for this flow
  *   (skipping the members that share an upstream with a tried one);
  * - failover: the first candidate in configured order;
- * - round_robin: one more step of the shared counter, counter mod c over
- *   the c candidates in configured order (a retry is a fresh pick, so
- *   retries spread over the healthy members like first picks do);
+ * - round_robin: a second shared counter, the retry rotation, counter mod
+ *   c over the c candidates in configured order. Retries have a counter of
+ *   their own so that the first picks keep their even rotation while a
+ *   member fails, and the retries from a failing member spread evenly over
+ *   the others instead of all going to the member after it;
  * - every member down (none healthy at all): the first untried member in
  *   configured order, the seed's fallback extended to the retry, and the
  *   every-member re-probe is requested;
@@ -166,7 +169,8 @@ __attribute__((warn_unused_result)) size_t balancer_next(balancer *b, balancer_a
 /* A probe of member finished: up is whether it connected. Applies rise and
  * fall and returns the change, if any. Control thread only. A member index
  * out of range changes nothing. */
-balancer_probe_result balancer_report(balancer *b, size_t member, bool up);
+__attribute__((warn_unused_result)) balancer_probe_result
+balancer_report(balancer *b, size_t member, bool up);
 
 /* A dial to member failed (issue 6, passive failure): requests an early
  * re-probe of it. Returns true when the request was not already pending, so
@@ -174,18 +178,18 @@ balancer_probe_result balancer_report(balancer *b, size_t member, bool up);
  * member out of range). Any thread, lock-free: a relaxed load, and one
  * atomic RMW only when the request was not pending. The member's health is
  * left to the probe. */
-bool balancer_dial_failed(balancer *b, size_t member);
+__attribute__((warn_unused_result)) bool balancer_dial_failed(balancer *b, size_t member);
 
 /* Whether an early re-probe of member was requested; clears the request.
  * Control thread only; the shell calls it when it is ready to start that
  * probe (see "Waking the control thread" above). */
-bool balancer_take_reprobe(balancer *b, size_t member);
+__attribute__((warn_unused_result)) bool balancer_take_reprobe(balancer *b, size_t member);
 
 /* Whether selection fell back to member 0 because every member was down
  * since the last call; clears the request. Control thread only. The shell
  * then probes every member at once, at most as often as it allows itself
  * (the core holds no clock). */
-bool balancer_take_reprobe_all(balancer *b);
+__attribute__((warn_unused_result)) bool balancer_take_reprobe_all(balancer *b);
 
 /* Members, strategy and retry as built. Any thread. */
 size_t balancer_size(const balancer *b);

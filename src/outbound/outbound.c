@@ -100,6 +100,8 @@ static int build_proxy(outbound *o, const etm_outbound_spec *spec, char *err, si
 /* Source of outbound ids; a fan-out keys its sub-links by them. */
 static atomic_uint_fast64_t next_id = 1;
 
+uint64_t outbound_next_id(void) { return atomic_fetch_add(&next_id, 1); }
+
 outbound *outbound_new(const etm_outbound_spec *spec, char *err, size_t err_size)
 {
 	if (!etm_protocol_available(spec->protocol, false)) {

@@ -33,6 +33,10 @@ typedef struct outbound {
 outbound *outbound_new(const etm_outbound_spec *spec, char *err, size_t err_size);
 void outbound_del(outbound *o);
 
+/* A fresh id from the sequence outbounds use (balancer targets take theirs
+ * from it too, so fan-out keys never collide). */
+uint64_t outbound_next_id(void);
+
 /* Opens a stream to dest through o on worker w (seed 000 "connect_stream").
  * freedom dials with the worker's resolver; blackhole answers at once with
  * blackhole = true. Callback contract as connector.h: it runs once unless

@@ -42,7 +42,8 @@
  *                    password longer than 255 bytes" (from start)
  *   LAYER_ERR_CLOSED "socks: server closed during the handshake", through
  *                    socks_client_eof (a layer does not see the socket's EOF)
- * The layer's name is "socks" (stack_error prefixes it to the text). */
+ * The layer's name is "socks"; its texts name it, so stack_error shows them
+ * as they are. */
 
 /* RFC 1929: ULEN and PLEN are one octet. */
 #define SOCKS_CLIENT_CREDENTIAL_MAX 255

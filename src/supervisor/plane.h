@@ -6,13 +6,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "outbound/balancer.h"
 #include "outbound/outbound.h"
 #include "route/route.h"
 #include "runtime/connector.h"
 
-/* One route slot's target: the outbound it opens flows on. */
+/* A balancer as a plane runs it (seed 000 "Balancing in depth"): the
+ * selection core, its members as outbounds, and where each is probed. */
+typedef struct bal_target {
+	uint64_t id;  /* unique for the process's life, like an outbound's: the
+	                 fan-out's sub-link key, so selection runs once per open */
+	char *tag;    /* owned */
+	balancer *core; /* owned */
+	size_t n;
+	outbound **members; /* owned, n: a tag listed twice is two members */
+	addr_dest *probe;   /* owned, n: each member's server and port (TCP) */
+	uint64_t probe_interval_ms, probe_timeout_ms;
+} bal_target;
+
+/* One route slot's target: an outbound or a balancer. */
 typedef struct target {
-	outbound *ob; /* owned */
+	outbound *ob;    /* owned; NULL for a balancer slot */
+	bal_target *bal; /* owned; NULL for an outbound slot */
 } target;
 
 typedef struct plane {

@@ -23,6 +23,7 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_BALANCER_STRATEGY] =
 		"unknown balancer strategy \"%s\" (expected \"failover\" or \"round_robin\")",
 	[SPEC_BALANCER_EMPTY] = "a balancer needs at least one outbound",
+	[SPEC_BALANCER_RANGE] = "balancer %s: %s must be %s",
 	[SPEC_ROUTE_UNKNOWN_TAG] = "route references unknown outbound tag: %s",
 	[SPEC_NO_OUTBOUND] = "no outbound is configured: add at least one [[outbound]]",
 	[SPEC_DUPLICATE_INBOUND] = "duplicate inbound tag: %s",
@@ -451,6 +452,12 @@ static int check_balancer(const etm_spec *s, size_t bi, char *msg, size_t size)
 		return spec_format(msg, size, SPEC_BALANCER_STRATEGY, b->strategy);
 	if (b->outbounds.len == 0)
 		return spec_format(msg, size, SPEC_BALANCER_EMPTY);
+	if (b->rise < 1 || b->rise > 100)
+		return spec_format(msg, size, SPEC_BALANCER_RANGE, b->tag, "rise", "1 to 100");
+	if (b->fall < 1 || b->fall > 100)
+		return spec_format(msg, size, SPEC_BALANCER_RANGE, b->tag, "fall", "1 to 100");
+	if (b->retry > 8)
+		return spec_format(msg, size, SPEC_BALANCER_RANGE, b->tag, "retry", "0 to 8");
 	return 0;
 }
 
@@ -541,7 +548,5 @@ int etm_spec_check_available(const etm_spec *s, char *msg, size_t size)
 			return spec_format(msg, size, SPEC_UNAVAILABLE_OUT_FEATURE, o->tag,
 			                   "the grpc transport");
 	}
-	if (s->balancers_len)
-		return spec_format(msg, size, SPEC_UNAVAILABLE_FEATURE, "[[balancer]]");
 	return 0;
 }

@@ -50,6 +50,7 @@ int stack_push(stack *s, layer *l)
 {
 	if (s->n == STACK_MAX_LAYERS) {
 		l->ops->free(l);
+		s->err = LAYER_ERR_STATE;
 		snprintf(s->err_text, sizeof s->err_text, "%s", msgs[2]);
 		return -1;
 	}
@@ -94,6 +95,8 @@ static void eat(queue *q, size_t n)
 {
 	if (n == 0) /* q->data may still be NULL: memmove must not see it */
 		return;
+	if (n > q->len) /* a caller's mistake: never move memory past the queue */
+		n = q->len;
 	memmove(q->data, q->data + n, q->len - n);
 	q->len -= n;
 }

@@ -41,8 +41,9 @@ __attribute__((warn_unused_result)) int stack_start(stack *s);
 __attribute__((warn_unused_result)) ssize_t stack_from_wire(stack *s, const uint8_t *in,
                                                             size_t len);
 
-/* Bytes the app wants sent. Returns how many were taken (0 before the
- * stack is ready, or when it is full), or a LAYER_ERR_*. */
+/* Bytes the app wants sent. Returns how many were taken (less than len
+ * when the top queue is full; bytes taken before the stack is ready wait in
+ * it and go out once it is), or a LAYER_ERR_*. */
 __attribute__((warn_unused_result)) ssize_t stack_from_app(stack *s, const uint8_t *in,
                                                            size_t len);
 

@@ -90,7 +90,7 @@ def test_a_misspelt_balancer_key_is_a_parse_error(run, tmp_path):
         f"{line} | probe_intervall = 15\n"
         f"{gutter(line)} | ^^^^^^^^^^^^^^^\n"
         "unknown field `probe_intervall`, expected one of `tag`, `outbounds`, `strategy`, "
-        "`probe_interval`, `probe_timeout`\n")
+        "`probe_interval`, `probe_timeout`, `rise`, `fall`, `retry`\n")
 
 
 def test_a_duration_string_is_a_type_error(run, tmp_path):

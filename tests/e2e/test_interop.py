@@ -9,7 +9,19 @@ config written to tmp_path; "ours_to_X" means our outbound talks to X's
 inbound, "X_to_ours" means X's outbound talks to our inbound. The app reaches
 the client proxy over SOCKS5 (a socks inbound on either side, the SOCKS5 port
 of trojan-gfw's client) and carries 16 MiB of random bytes full duplex to an
-echo server, compared byte for byte, then half-closes and expects the end.
+echo server, compared byte for byte, then half-closes and expects the end,
+then opens 16 connections at once to the echo by name (localhost). Each
+process of the chain must have logged the flow.
+
+UDP cells send 20 datagrams (1 to 1900 bytes) to a UDP echo: through a
+SOCKS5 UDP ASSOCIATE when our side is the client, through a v2ray
+dokodemo-door when v2ray is. Also: our trojan inbound's fallback answering a
+plain HTTPS client, and wrong credentials both ways (the CONNECT fails, never
+hangs).
+
+Transport ids: tcp (plain), tls (ours: network = "tls"), tls-sec (ours:
+network = "tcp" with security = "tls"), ws+tls (network = "ws" with security
+= "tls"); v2ray's side is always network tcp/ws with security tls.
 
 TLS uses one self-signed certificate per session for proxy.test (openssl
 CLI). Every client verifies it by name: ours with stream.tls.ca and
@@ -33,8 +45,9 @@ import time
 import pytest
 
 from proxykit import (LOOPBACK, EchoServer, HttpReader, HttpTarget, Proxy, UdpEcho, connect,
-                      free_port, read_socks_addr, recv_exact, recv_until_closed, socks5_connect,
-                      socks5_greet, socks_addr, wait_closed)
+                      free_port, parse_udp_header, read_socks_addr, recv_exact,
+                      recv_until_closed, socks5_connect, socks5_greet, socks5_request, socks_addr,
+                      wait_closed)
 
 V2RAY = shutil.which("v2ray")
 TROJAN = shutil.which("trojan")
@@ -283,6 +296,83 @@ def echo_check(socks_port, echo_port, logs, size=PAYLOAD, user=None, password=No
         took = wait_closed(s, 5.0)
         assert took is not None, f"no end within 5 s of the half-close\n{logs()}"
     print(f"{size >> 20} MiB echoed in {elapsed:.2f} s, end {took:.2f} s after the FIN")
+    burst_check(socks_port, echo_port, logs, user=user, password=password)
+
+
+def burst_check(socks_port, echo_port, logs, n=16, user=None, password=None):
+    """n connections at once to localhost:echo_port (a domain name for the
+    protocols to carry, resolved by the server side), 64 KiB each."""
+    errors = []
+
+    def one(i):
+        msg = os.urandom(64 << 10)
+        try:
+            with socks5_connect(socks_port, "localhost", echo_port, user=user,
+                                password=password, timeout=10) as s:
+                s.sendall(msg)
+                if recv_exact(s, len(msg)) != msg:
+                    errors.append(f"connection {i}: the echo differs")
+        except (OSError, EOFError, AssertionError) as e:
+            errors.append(f"connection {i}: {e!r}")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(15)
+    assert not errors, f"{len(errors)} of {n} failed, first: {errors[:3]}\n{logs()}"
+
+
+# Datagram sizes: v2ray reads UDP into 2048-byte buffers, so the largest is
+# kept under that; 20 datagrams, each answered before the next is sent.
+UDP_SIZES = [1, 7, 100, 512, 1000, 1400, 1900] + [64] * 13
+
+
+def udp_message(i, n):
+    return (b"%04d:" % i + os.urandom(n))[:max(n, 5)]
+
+
+def udp_direct_check(port, udp_echo, logs):
+    """Datagrams sent straight to port (a dokodemo-door forwarding to the UDP
+    echo) come back unchanged from port."""
+    before = len(udp_echo.received)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+        a.bind((LOOPBACK, 0))
+        a.settimeout(3)
+        for i, n in enumerate(UDP_SIZES):
+            msg = udp_message(i, n)
+            a.sendto(msg, (LOOPBACK, port))
+            try:
+                data, src = a.recvfrom(65535)
+            except socket.timeout:
+                raise AssertionError(f"no answer to datagram {i} ({len(msg)} bytes)\n{logs()}")
+            assert src == (LOOPBACK, port), src
+            assert data == msg, f"datagram {i}: {len(data)} bytes back for {len(msg)}\n{logs()}"
+    assert len(udp_echo.received) - before == len(UDP_SIZES)
+
+
+def udp_socks_check(socks_port, udp_echo, logs):
+    """A SOCKS5 UDP ASSOCIATE on socks_port; datagrams to the UDP echo come
+    back unchanged, naming the echo as their source."""
+    before = len(udp_echo.received)
+    with connect(socks_port) as ctl, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+        socks5_greet(ctl)
+        rep, relay = socks5_request(ctl, "0.0.0.0", 0, cmd=3)
+        assert rep == 0, f"UDP ASSOCIATE: REP {rep}\n{logs()}"
+        relay = (LOOPBACK if relay[0] in ("0.0.0.0", "::") else relay[0], relay[1])
+        a.bind((LOOPBACK, 0))
+        a.settimeout(3)
+        for i, n in enumerate(UDP_SIZES):
+            msg = udp_message(i, n)
+            a.sendto(b"\0\0\0" + socks_addr(LOOPBACK, udp_echo.port) + msg, relay)
+            try:
+                pkt, src = a.recvfrom(65535)
+            except socket.timeout:
+                raise AssertionError(f"no answer to datagram {i} ({len(msg)} bytes)\n{logs()}")
+            source, data = parse_udp_header(pkt)
+            assert source == (LOOPBACK, udp_echo.port), source
+            assert data == msg, f"datagram {i}: {len(data)} bytes back for {len(msg)}\n{logs()}"
+    assert len(udp_echo.received) - before == len(UDP_SIZES)
 
 
 # ---------------------------------------------------------------- our configs (TOML)
@@ -421,6 +511,17 @@ def v2_client(protocol, server_port, transport, pki, path="/", credential=None):
     return make
 
 
+def v2_udp_client(target_port, protocol, server_port, transport, pki, path="/", credential=None):
+    """dokodemo-door (UDP only) on the first port, forwarding to
+    127.0.0.1:target_port -> protocol outbound."""
+    def make(port):
+        door = {"tag": "app", "listen": "127.0.0.1", "port": port, "protocol": "dokodemo-door",
+                "settings": {"address": "127.0.0.1", "port": target_port, "network": "udp"}}
+        return v2_config(door, v2_outbound(protocol, server_port, transport, pki, path,
+                                           credential))
+    return make
+
+
 # ---------------------------------------------------------------- trojan-gfw configs
 
 def gfw_server(pki, fallback_port):
@@ -534,28 +635,67 @@ def test_socks_udp_v2ray_to_ours(chain, pki, udp_echo):
     outbound (UDP ASSOCIATE) -> our socks inbound -> freedom -> UDP echo. v2ray
     has no other outbound, so an answer proves the datagrams crossed ours."""
     server = chain.proxy(our_server("socks", "tcp", pki))
+    door = chain.v2ray(v2_udp_client(udp_echo.port, "socks", server.port, "tcp", pki), udp=[0])
+    udp_direct_check(door.port, udp_echo, chain.logs)
+    assert f"udp flow to 127.0.0.1:{udp_echo.port} from inbound in" in server.log(), chain.logs()
 
-    def make(port):
-        door = {"tag": "app", "listen": "127.0.0.1", "port": port, "protocol": "dokodemo-door",
-                "settings": {"address": "127.0.0.1", "port": udp_echo.port, "network": "udp"}}
-        return v2_config(door, v2_outbound("socks", server.port, "tcp", pki))
-    door = chain.v2ray(make, udp=[0])
-    before = len(udp_echo.received)
-    sizes = [1, 7, 100, 512, 1000, 1400] + [64] * 14
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
-        a.bind((LOOPBACK, 0))
-        a.settimeout(3)
-        for i, n in enumerate(sizes):
-            msg = (b"%04d:" % i + os.urandom(n))[:max(n, 5)]
-            a.sendto(msg, (LOOPBACK, door.port))
-            try:
-                data, src = a.recvfrom(65535)
-            except socket.timeout:
-                raise AssertionError(f"no answer to datagram {i} ({len(msg)} bytes)\n"
-                                     f"{chain.logs()}")
-            assert src == (LOOPBACK, door.port), src
-            assert data == msg, f"datagram {i}: {len(data)} bytes back for {len(msg)}"
-    assert len(udp_echo.received) - before == len(sizes)
+
+@needs_v2ray
+def test_socks_udp_ours_to_v2ray(chain, pki, udp_echo):
+    """app --SOCKS5 UDP--> our socks inbound -> our socks outbound (UDP
+    ASSOCIATE) -> v2ray socks inbound (udp: true) -> freedom -> UDP echo."""
+    server = chain.v2ray(v2_server("socks", "tcp", pki))
+    client = chain.proxy(our_client("socks", server.port, "tcp", pki))
+    udp_socks_check(client.port, udp_echo, chain.logs)
+    assert f"accepted udp:127.0.0.1:{udp_echo.port}" in server.log(), chain.logs()
+
+
+# ---------------------------------------------------------------- UDP over Trojan and VLESS
+
+UDP_CELLS = [pytest.param("trojan", "tls", PASSWORD, id="trojan-tls"),
+             pytest.param("trojan", "ws+tls", PASSWORD, id="trojan-ws+tls"),
+             pytest.param("vless", "tcp", UUID, id="vless-tcp"),
+             pytest.param("vless", "ws+tls", UUID, id="vless-ws+tls")]
+
+
+@needs_v2ray
+@pytest.mark.parametrize("protocol,transport,credential", UDP_CELLS)
+def test_udp_ours_to_v2ray(chain, pki, udp_echo, protocol, transport, credential):
+    """app --SOCKS5 UDP--> our socks inbound -> our outbound -> v2ray inbound
+    -> freedom -> UDP echo."""
+    server = chain.v2ray(v2_server(protocol, transport, pki, "/u", credential))
+    client = chain.proxy(our_client(protocol, server.port, transport, pki, "/u", credential))
+    udp_socks_check(client.port, udp_echo, chain.logs)
+    assert f"accepted udp:127.0.0.1:{udp_echo.port}" in server.log(), chain.logs()
+
+
+@needs_v2ray
+@pytest.mark.parametrize("protocol,transport,credential", UDP_CELLS)
+def test_udp_v2ray_to_ours(chain, pki, udp_echo, protocol, transport, credential):
+    """app --UDP--> v2ray dokodemo-door -> v2ray outbound -> our inbound ->
+    freedom -> UDP echo."""
+    server = chain.proxy(our_server(protocol, transport, pki, "/u", credential))
+    door = chain.v2ray(v2_udp_client(udp_echo.port, protocol, server.port, transport, pki, "/u",
+                                     credential), udp=[0])
+    udp_direct_check(door.port, udp_echo, chain.logs)
+    assert f"udp flow to 127.0.0.1:{udp_echo.port} from inbound in" in server.log(), chain.logs()
+
+
+@needs_trojan
+def test_udp_ours_to_trojan_gfw(chain, pki, udp_echo, origin):
+    server = chain.trojan(gfw_server(pki, origin.port))
+    client = chain.proxy(our_client("trojan", server.port, "tls", pki, credential=PASSWORD))
+    udp_socks_check(client.port, udp_echo, chain.logs)
+    assert f"requested UDP associate to 127.0.0.1:{udp_echo.port}" in server.log(), chain.logs()
+
+
+@needs_trojan
+def test_udp_trojan_gfw_to_ours(chain, pki, udp_echo):
+    """trojan-gfw's client takes the SOCKS5 UDP ASSOCIATE."""
+    server = chain.proxy(our_server("trojan", "tls", pki, credential=PASSWORD))
+    client = chain.trojan(gfw_client(pki, server.port))
+    udp_socks_check(client.port, udp_echo, chain.logs)
+    assert f"udp flow to 127.0.0.1:{udp_echo.port} from inbound in" in server.log(), chain.logs()
 
 
 # ---------------------------------------------------------------- Trojan fallback
@@ -585,21 +725,19 @@ def test_trojan_fallback_serves_plain_https(chain, pki, origin):
 
 # ---------------------------------------------------------------- wrong credentials
 
-@needs_v2ray
-@pytest.mark.parametrize("protocol,transport,right,wrong", [
-    pytest.param("trojan", "tls", PASSWORD, WRONG_PASSWORD, id="trojan-password"),
-    pytest.param("vless", "tcp", UUID, WRONG_UUID, id="vless-uuid-tcp"),
-    pytest.param("vless", "tls-sec", UUID, WRONG_UUID, id="vless-uuid-tls"),
-])
-def test_wrong_credentials_fail_the_connect(chain, pki, echo, protocol, transport, right, wrong):
-    """v2ray refuses the account: the app's CONNECT fails, either with a REP
-    other than 0 or by the connection ending right after it, never a hang, and
-    nothing reaches the target."""
-    server = chain.v2ray(v2_server(protocol, transport, pki, credential=right))
-    client = chain.proxy(our_client(protocol, server.port, transport, pki, credential=wrong))
+WRONG = [pytest.param("trojan", "tls", PASSWORD, WRONG_PASSWORD, id="trojan-password"),
+         pytest.param("vless", "tcp", UUID, WRONG_UUID, id="vless-uuid-tcp"),
+         pytest.param("vless", "tls-sec", UUID, WRONG_UUID, id="vless-uuid-tls")]
+
+
+def assert_connect_fails(socks_port, echo, logs):
+    """The app's CONNECT fails: a REP other than 0, or the connection ends
+    right after REP 0 (Trojan and VLESS servers answer nothing before the
+    payload, so a client cannot know earlier), within 5 s and with no byte
+    back; nothing reaches the target."""
     before = echo.connections
     start = time.monotonic()
-    with connect(client.port, timeout=8) as s:
+    with connect(socks_port, timeout=8) as s:
         socks5_greet(s)
         s.sendall(bytes([5, 1, 0]) + socks_addr(LOOPBACK, echo.port))
         try:
@@ -613,14 +751,64 @@ def test_wrong_credentials_fail_the_connect(chain, pki, echo, protocol, transpor
             except (BrokenPipeError, ConnectionResetError):
                 pass
             rest = recv_until_closed(s, timeout=8)
-            assert rest == b"", f"bytes came back: {rest!r}\n{chain.logs()}"
+            assert rest == b"", f"bytes came back: {rest!r}\n{logs()}"
     took = time.monotonic() - start
     print(f"REP {head[1] if head else None}, closed after {took:.2f} s")
-    assert took < 5, f"the failure took {took:.1f} s\n{chain.logs()}"
+    assert took < 5, f"the failure took {took:.1f} s\n{logs()}"
     time.sleep(0.1)
     assert echo.connections == before, "the refused account reached the target"
+
+
+@needs_v2ray
+@pytest.mark.parametrize("protocol,transport,right,wrong", WRONG)
+def test_wrong_credentials_ours_to_v2ray(chain, pki, echo, protocol, transport, right, wrong):
+    """Our outbound with a wrong password / UUID: v2ray refuses it and the
+    app's CONNECT fails, not hangs."""
+    server = chain.v2ray(v2_server(protocol, transport, pki, credential=right))
+    client = chain.proxy(our_client(protocol, server.port, transport, pki, credential=wrong))
+    assert_connect_fails(client.port, echo, chain.logs)
+    assert "rejected" in server.log(), chain.logs()
     # the right account on the same server works, so the refusal was the account
     good = chain.proxy(our_client(protocol, server.port, transport, pki, credential=right))
     with socks5_connect(good.port, LOOPBACK, echo.port) as s:
         s.sendall(b"ping")
         assert recv_exact(s, 4) == b"ping"
+
+
+@needs_v2ray
+@pytest.mark.parametrize("protocol,transport,right,wrong", WRONG)
+def test_wrong_credentials_v2ray_to_ours(chain, pki, echo, protocol, transport, right, wrong):
+    """v2ray's outbound with a wrong password / UUID: our inbound refuses it
+    (no fallback configured) and the app's CONNECT through v2ray fails."""
+    server = chain.proxy(our_server(protocol, transport, pki, credential=right))
+    client = chain.v2ray(v2_client(protocol, server.port, transport, pki, credential=wrong))
+    assert_connect_fails(client.port, echo, chain.logs)
+    # the right account on the same server works
+    good = chain.v2ray(v2_client(protocol, server.port, transport, pki, credential=right))
+    with socks5_connect(good.port, LOOPBACK, echo.port) as s:
+        s.sendall(b"ping")
+        assert recv_exact(s, 4) == b"ping"
+
+
+# ---------------------------------------------------------------- certificate checks
+
+@needs_v2ray
+@pytest.mark.parametrize("transport", ["tls", "ws+tls"])
+def test_tls_name_is_verified_both_ways(chain, pki, echo, transport):
+    """The verification the matrix relies on is real: a client expecting
+    another name than proxy.test fails, ours against v2ray and v2ray against
+    ours."""
+    server = chain.v2ray(v2_server("trojan", transport, pki, "/tj", PASSWORD))
+    text = our_client("trojan", server.port, transport, pki, "/tj", PASSWORD)
+    client = chain.proxy(text.replace(f'server_name = "{SNI}"', 'server_name = "other.test"'))
+    assert_connect_fails(client.port, echo, chain.logs)
+    assert "certificate verify failed: hostname mismatch" in client.log(), chain.logs()
+
+    ours = chain.proxy(our_server("trojan", transport, pki, "/tj", PASSWORD))
+
+    def make(port):
+        c = v2_client("trojan", ours.port, transport, pki, "/tj", PASSWORD)(port)
+        c["outbounds"][0]["streamSettings"]["tlsSettings"]["serverName"] = "other.test"
+        return c
+    theirs = chain.v2ray(make)
+    assert_connect_fails(theirs.port, echo, chain.logs)

@@ -192,7 +192,8 @@ static void rise_and_fall_count_consecutive_results(void **state)
 {
 	(void)state;
 	for (size_t c = 0; c < sizeof(rise_fall_cases) / sizeof(rise_fall_cases[0]); c++) {
-		balancer_config cfg = {.rise = rise_fall_cases[c].rise, .fall = rise_fall_cases[c].fall};
+		balancer_config cfg = {.rise = rise_fall_cases[c].rise,
+		                       .fall = rise_fall_cases[c].fall};
 		balancer *b = balancer_new(&cfg, 2, NULL, 0);
 		assert_non_null(b);
 		const char *r = rise_fall_cases[c].results;
@@ -201,10 +202,12 @@ static void rise_and_fall_count_consecutive_results(void **state)
 		bool up = true;
 		for (size_t i = 0; r[i]; i++) {
 			balancer_probe_result got = balancer_report(b, A, r[i] == 'u');
-			char g = got == BALANCER_NOW_UP ? 'U' : got == BALANCER_NOW_DOWN ? 'D' : '.';
+			char g = got == BALANCER_NOW_UP     ? 'U'
+			         : got == BALANCER_NOW_DOWN ? 'D'
+			                                    : '.';
 			if (g != e[i])
-				fail_msg("case %zu (rise %u fall %u, %s): result %zu gave %c, want %c", c,
-				         cfg.rise, cfg.fall, r, i, g, e[i]);
+				fail_msg("case %zu (rise %u fall %u %s): result %zu is %c, not %c",
+				         c, cfg.rise, cfg.fall, r, i, g, e[i]);
 			if (g != '.')
 				up = g == 'U';
 			assert_int_equal(balancer_is_up(b, A), up);

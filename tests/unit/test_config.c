@@ -189,7 +189,7 @@ static void report_shape(void **state)
 		"9 | probe_intervall = 15\n"
 		"  | ^^^^^^^^^^^^^^^\n"
 		"unknown field `probe_intervall`, expected one of `tag`, `outbounds`, `strategy`, "
-		"`probe_interval`, `probe_timeout`");
+		"`probe_interval`, `probe_timeout`, `rise`, `fall`, `retry`");
 	expect_message("[[balancer]]\ntag = \"b\"\noutbounds = [\"p\"]\nprobe_timeout = \"5s\"\n",
 	               "TOML parse error at line 4, column 17\n"
 	               "  |\n"

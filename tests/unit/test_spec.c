@@ -45,7 +45,7 @@ static etm_balancer_spec *add_balancer(etm_spec *s, const char *tag, etm_strlist
 	s->balancers = realloc(s->balancers, (s->balancers_len + 1) * sizeof *s->balancers);
 	etm_balancer_spec *b = &s->balancers[s->balancers_len++];
 	*b = (etm_balancer_spec){.tag = dup(tag), .outbounds = members, .strategy = dup(strategy),
-	                         .probe_interval = 30, .probe_timeout = 5};
+	                         .probe_interval = 30, .probe_timeout = 5, .rise = 1, .fall = 1};
 	return b;
 }
 
@@ -207,6 +207,25 @@ static void a_balancer_needs_at_least_one_member(void **state)
 	etm_spec s = recipe();
 	add_balancer(&s, "empty", LIST(), NULL);
 	expect_error(&s, "a balancer needs at least one outbound");
+}
+
+static void rise_fall_and_retry_are_bounded(void **state)
+{
+	(void)state;
+	etm_spec s = recipe();
+	s.balancers[0].rise = 0;
+	expect_error(&s, "balancer upstream: rise must be 1 to 100");
+	s = recipe();
+	s.balancers[0].fall = 101;
+	expect_error(&s, "balancer upstream: fall must be 1 to 100");
+	s = recipe();
+	s.balancers[0].retry = 9;
+	expect_error(&s, "balancer upstream: retry must be 0 to 8");
+	s = recipe();
+	s.balancers[0].rise = 100;
+	s.balancers[0].fall = 3;
+	s.balancers[0].retry = 8;
+	expect_ok(&s);
 }
 
 static void a_member_listed_twice_is_accepted(void **state)
@@ -396,9 +415,8 @@ static void availability_names_what_is_not_built(void **state)
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
 
 	add_outbound(&s, "p", ETM_PROTO_FREEDOM, "192.0.2.1", 80);
-	add_balancer(&s, "b", LIST("p"), NULL);
-	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), -1);
-	assert_string_equal(msg, "[[balancer]] is not available yet");
+	add_balancer(&s, "b", LIST("p"), NULL); /* built */
+	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
 	etm_spec_free(&s);
 }
 
@@ -438,6 +456,7 @@ int main(void)
 		cmocka_unit_test(strategy_names_are_exact),
 		cmocka_unit_test(a_balancer_needs_at_least_one_member),
 		cmocka_unit_test(a_member_listed_twice_is_accepted),
+		cmocka_unit_test(rise_fall_and_retry_are_bounded),
 		cmocka_unit_test(route_default_must_exist),
 		cmocka_unit_test(route_rule_target_must_exist),
 		cmocka_unit_test(a_rule_may_name_a_balancer_or_a_member),

@@ -1,0 +1,213 @@
+/* prober.c - probe loops: connect, report, wait, again; early when a flow asks. */
+#include "supervisor/prober.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/log.h"
+#include "runtime/dial.h"
+#include "runtime/worker.h"
+
+static const char *const msgs[] = {
+	"balancer member %s is now %s",
+	"balancer %s: probe of %s: %s",
+	"out of memory",
+};
+
+typedef struct prober prober;
+
+typedef struct probe {
+	prober *pr;
+	bal_target *bal;
+	size_t m;
+	uv_timer_t timer; /* the interval's wait, or the probe's timeout */
+	connect_pending *dial;
+	bool running;
+} probe;
+
+struct prober {
+	workers *ws; /* one thread, its own loop */
+	plane *p;
+	dns_resolver *dns;
+	dns_cache *cache;
+	const char *const *servers;
+	size_t n_servers;
+	probe *probes;
+	size_t n;
+	uint64_t *last_all; /* per balancer slot: when every member was last re-probed */
+	uv_timer_t tick;
+	char err[200];
+	int failed;
+};
+
+static void probe_start(probe *pb);
+
+static void on_interval(uv_timer_t *t) { probe_start(t->data); }
+
+static void finish(probe *pb, bool up, const char *why)
+{
+	pb->running = false;
+	uv_timer_stop(&pb->timer);
+	const char *tag = pb->bal->members[pb->m]->tag;
+	if (!up && why)
+		log_debug("balancer", msgs[1], pb->bal->tag, tag, why);
+	balancer_probe_result r = balancer_report(pb->bal->core, pb->m, up);
+	if (r != BALANCER_UNCHANGED)
+		log_info("balancer", msgs[0], tag, r == BALANCER_NOW_UP ? "up" : "down");
+	uv_timer_start(&pb->timer, on_interval, pb->bal->probe_interval_ms, 0);
+}
+
+static void free_handle(uv_handle_t *h) { free(h); }
+
+static void on_dial(const connect_result *r, void *data)
+{
+	probe *pb = data;
+	pb->dial = NULL;
+	if (r->ok) /* reachable: close at once, nothing is sent (seed 003) */
+		uv_close((uv_handle_t *)r->up, free_handle);
+	finish(pb, r->ok, r->msg);
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+	probe *pb = t->data;
+	if (pb->dial) {
+		pb->dial->cancel(pb->dial);
+		pb->dial = NULL;
+	}
+	finish(pb, false, "timed out");
+}
+
+static void probe_start(probe *pb)
+{
+	prober *pr = pb->pr;
+	pb->running = true;
+	worker *w = workers_at(pr->ws, 0);
+	/* the timeout covers the lookup and every address (seed 000) */
+	uv_timer_start(&pb->timer, on_timeout, pb->bal->probe_timeout_ms, 0);
+	pb->dial = dial_tcp(w, pr->dns, &pb->bal->probe[pb->m], ETM_AF_AUTO, on_dial, pb);
+	if (!pb->dial)
+		finish(pb, false, msgs[2]);
+}
+
+/* Early re-probes: a member whose dial failed, or every member of a
+ * balancer that had none up at selection. */
+static void on_tick(uv_timer_t *t)
+{
+	prober *pr = t->data;
+	uint64_t now = uv_now(t->loop);
+	for (size_t i = 0; i < pr->n; i++) {
+		probe *pb = &pr->probes[i];
+		if (!pb->running && balancer_take_reprobe(pb->bal->core, pb->m))
+			probe_start(pb);
+	}
+	for (size_t s = 0; s < pr->p->n_targets; s++) {
+		bal_target *b = pr->p->targets[s].bal;
+		if (!b || now - pr->last_all[s] < PROBER_ALL_MIN_MS ||
+		    !balancer_take_reprobe_all(b->core))
+			continue;
+		pr->last_all[s] = now;
+		for (size_t i = 0; i < pr->n; i++)
+			if (pr->probes[i].bal == b && !pr->probes[i].running)
+				probe_start(&pr->probes[i]);
+	}
+}
+
+static void setup(worker *w, void *arg)
+{
+	prober *pr = arg;
+	pr->dns = dns_resolver_new(worker_loop(w), pr->cache, pr->servers, pr->n_servers, 0,
+	                           pr->err, sizeof pr->err);
+	if (!pr->dns) {
+		pr->failed = 1;
+		return;
+	}
+	uv_timer_init(worker_loop(w), &pr->tick);
+	pr->tick.data = pr;
+	uv_timer_start(&pr->tick, on_tick, PROBER_TICK_MS, PROBER_TICK_MS);
+	for (size_t i = 0; i < pr->n; i++) {
+		uv_timer_init(worker_loop(w), &pr->probes[i].timer);
+		pr->probes[i].timer.data = &pr->probes[i];
+		probe_start(&pr->probes[i]); /* the first probe runs at once */
+	}
+}
+
+static void teardown(worker *w, void *arg)
+{
+	(void)w;
+	prober *pr = arg;
+	for (size_t i = 0; pr->dns && i < pr->n; i++) {
+		probe *pb = &pr->probes[i];
+		if (pb->dial) {
+			pb->dial->cancel(pb->dial);
+			pb->dial = NULL;
+		}
+		uv_close((uv_handle_t *)&pb->timer, NULL);
+	}
+	if (pr->dns) {
+		uv_close((uv_handle_t *)&pr->tick, NULL);
+		dns_resolver_del(pr->dns);
+		pr->dns = NULL;
+	}
+}
+
+static void free_prober(prober *pr)
+{
+	plane_unref(pr->p);
+	free(pr->probes);
+	free(pr->last_all);
+	free(pr);
+}
+
+prober *prober_start(plane *p, dns_cache *cache, const char *const *dns_servers, size_t n_servers,
+                     char *err, size_t err_size)
+{
+	prober *pr = calloc(1, sizeof *pr);
+	if (!pr) {
+		snprintf(err, err_size, "%s", msgs[2]);
+		return NULL;
+	}
+	pr->p = plane_ref(p);
+	pr->cache = cache;
+	pr->servers = dns_servers;
+	pr->n_servers = n_servers;
+	for (size_t s = 0; s < p->n_targets; s++)
+		if (p->targets[s].bal)
+			pr->n += p->targets[s].bal->n;
+	if (pr->n == 0)
+		return pr; /* nothing to probe: no thread either */
+	pr->probes = calloc(pr->n, sizeof *pr->probes);
+	pr->last_all = calloc(p->n_targets, sizeof *pr->last_all);
+	if (!pr->probes || !pr->last_all) {
+		snprintf(err, err_size, "%s", msgs[2]);
+		free_prober(pr);
+		return NULL;
+	}
+	size_t k = 0;
+	for (size_t s = 0; s < p->n_targets; s++) {
+		bal_target *b = p->targets[s].bal;
+		for (size_t m = 0; b && m < b->n; m++)
+			pr->probes[k++] = (probe){.pr = pr, .bal = b, .m = m};
+	}
+	pr->ws = workers_start(1, err, err_size);
+	if (!pr->ws) {
+		free_prober(pr);
+		return NULL;
+	}
+	worker_run(workers_at(pr->ws, 0), setup, pr);
+	if (pr->failed) {
+		snprintf(err, err_size, "%s", pr->err);
+		prober_stop(pr);
+		return NULL;
+	}
+	return pr;
+}
+
+void prober_stop(prober *pr)
+{
+	if (!pr)
+		return;
+	if (pr->ws)
+		workers_stop(pr->ws, teardown, pr);
+	free_prober(pr);
+}
