@@ -127,8 +127,9 @@ static const schema_field tls_server_fields[] = {
 };
 static const schema_table tls_server = TABLE_OF(
 	"[inbound.stream.tls]",
-	"TLS server settings: the client keys (server_name and alpn select and advertise) plus "
-	"the certificate and its key.",
+	"TLS server settings: certificate and key, and alpn (the protocols offered, the "
+	"server's order winning). server_name, allow_insecure and ca are accepted for symmetry "
+	"with outbounds and not used by a server.",
 	tls_server_fields);
 
 static const schema_field ws_fields[] = {
@@ -233,14 +234,14 @@ static const schema_table user_account = TABLE_OF(
 	"[[inbound.settings.users]] for socks, http and mixed", "", user_account_fields);
 
 static const schema_field user_password_fields[] = {
-	STR(etm_user_spec, name, "name", "none", "A label for logs."),
+	STR(etm_user_spec, name, "name", "none", "A label for the user (kept, not logged yet)."),
 	REQ_STR(etm_user_spec, password, "password", "The user's password."),
 };
 static const schema_table user_password = TABLE_OF(
 	"[[inbound.settings.users]] for trojan and hysteria2", "", user_password_fields);
 
 static const schema_field user_id_fields[] = {
-	STR(etm_user_spec, name, "name", "none", "A label for logs."),
+	STR(etm_user_spec, name, "name", "none", "A label for the user (kept, not logged yet)."),
 	REQ_STR(etm_user_spec, id, "id", "The user's UUID."),
 };
 static const schema_table user_id =

@@ -190,6 +190,21 @@ static void connected(const connect_result *r, void *data)
 			conn_close_after_write(ic->c);
 		return;
 	}
+	if (r->st && !http_server_dialing_connect(&h->core)) {
+		/* Plain http:// requests through a layered upstream (a proxy
+		 * outbound) are not carried yet: the request filter drives a plain
+		 * socket. CONNECT through the same outbound works. Answered while
+		 * the core still waits for its dial, so the 502 can be written. */
+		stack_free(r->st);
+		uv_close((uv_handle_t *)up, free_handle);
+		in_conn_log_end(ic, msgs[2]);
+		if (http_server_failed(&h->core, PROTO_DIAL_GENERAL, msgs[2], &ic->out) == 0 &&
+		    in_conn_flush(ic))
+			conn_close_after_write(ic->c);
+		else
+			conn_close(ic->c);
+		return;
+	}
 	if (http_server_opened(&h->core, &ic->out) || !in_conn_flush(ic)) {
 		uv_close((uv_handle_t *)up, free_handle);
 		stack_free(r->st);
@@ -198,17 +213,6 @@ static void connected(const connect_result *r, void *data)
 	}
 	if (http_server_is_tunnel(&h->core)) {
 		conn_relay(ic->c, up, r->st);
-		return;
-	}
-	if (r->st) {
-		/* Plain http:// requests through a layered upstream (a proxy
-		 * outbound) are not carried yet: the request filter drives a plain
-		 * socket. CONNECT through the same outbound works. */
-		stack_free(r->st);
-		uv_close((uv_handle_t *)up, free_handle);
-		if (http_server_failed(&h->core, PROTO_DIAL_GENERAL, msgs[2], &ic->out) == 0 &&
-		    in_conn_flush(ic))
-			conn_close_after_write(ic->c);
 		return;
 	}
 	h->up = up;

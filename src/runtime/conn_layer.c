@@ -10,13 +10,56 @@ static const char *const msgs[] = {
 	"a reply of %zu bytes does not fit the client's layers",
 };
 
-static void on_side_written(uv_write_t *req, int status);
 static void service(conn *c);
 
+static void on_side_written(uv_write_t *req, int status);
+
+/* A layer failed. What it queued for its own peer first (a TLS alert, the
+ * WebSocket server's 404 to a prober) still goes out: the client side is
+ * closed once that is written; the upstream side at once. */
 static void fail(conn *c, const stack *st)
 {
 	log_debug("conn", msgs[0], st && stack_error(st) ? stack_error(st) : "?");
-	conn_close(c);
+	side *x = &c->sd[0];
+	if (!st || st != c->cst || c->state == CLOSING) {
+		conn_close(c);
+		return;
+	}
+	const uint8_t *d;
+	size_t n;
+	while ((n = stack_wire_out(x->st, &d)) > 0) {
+		wslot *slot = NULL;
+		for (unsigned i = 0; i < RELAY_MAX_PENDING && !slot; i++)
+			if (!x->slots[i].buf)
+				slot = &x->slots[i];
+		uint8_t *b = slot ? pool_get(worker_pool(c->w)) : NULL;
+		if (!b)
+			break;
+		size_t m = n < POOL_BUF_SIZE ? n : POOL_BUF_SIZE;
+		memcpy(b, d, m);
+		int ignored = stack_wire_done(x->st, m); /* failed already: this only takes the bytes */
+		(void)ignored;
+		slot->buf = b;
+		slot->req.data = slot;
+		uv_buf_t ub = uv_buf_init((char *)b, (unsigned)m);
+		if (uv_write(&slot->req, x->s, &ub, 1, on_side_written)) {
+			slot->buf = NULL;
+			pool_put(worker_pool(c->w), b);
+			break;
+		}
+		x->pending++;
+	}
+	if (x->pending == 0) {
+		conn_close(c);
+		return;
+	}
+	/* the writes' completion closes it (on_side_written, close_after_write) */
+	if (c->state == LAYERED)
+		c->state = HANDSHAKE; /* no more relaying: only these writes */
+	c->close_after_write = true;
+	uv_read_stop(x->s);
+	if (c->sd[1].s && c->sd[1].reading)
+		uv_read_stop(c->sd[1].s);
 }
 
 /* Moves a stacked side's wire output into write slots. Returns 0, or -1 on
@@ -282,7 +325,9 @@ static void on_side_written(uv_write_t *req, int status)
 		service(c);
 		return;
 	}
-	/* the stacked client's handshake */
+	/* the stacked client's handshake, or the last writes after a failure */
+	if (x != &c->sd[0])
+		return;
 	if (flush(c, x))
 		return;
 	const uint8_t *d;

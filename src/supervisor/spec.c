@@ -39,6 +39,7 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_RULE_BAD_CIDR] = "route rule #%s: invalid CIDR \"%s\"",
 	[SPEC_USER_NEEDS] = "inbound %s: every settings.users entry of protocol %s needs %s",
 	[SPEC_RULE_BAD_REGEX] = "route rule #%s: bad domain_regex %s",
+	[SPEC_BAD_WS_PATH] = "%s %s: stream.ws.path \"%s\" must start with /",
 	[SPEC_BAD_DNS_SERVER] = "dns server \"%s\" is not an IP address with an optional port",
 	[SPEC_UNAVAILABLE_INBOUND] = "inbound %s: protocol %s is not available yet",
 	[SPEC_UNAVAILABLE_OUTBOUND] = "outbound %s: protocol %s is not available yet",
@@ -336,6 +337,8 @@ static int check_outbound(const etm_outbound_spec *o, char *msg, size_t size)
 {
 	const char *pn = etm_protocol_name(o->protocol);
 	const etm_settings_spec *st = &o->settings;
+	if (o->stream.ws.path && o->stream.ws.path[0] != '/')
+		return spec_format(msg, size, SPEC_BAD_WS_PATH, "outbound", o->tag, o->stream.ws.path);
 	if (is_proxy_client(o->protocol) && !(o->server && o->has_port))
 		return spec_format(msg, size, SPEC_OUTBOUND_NEEDS_SERVER, o->tag, pn);
 	switch (o->protocol) {
@@ -383,6 +386,8 @@ static int check_inbound(const etm_inbound_spec *in, char *msg, size_t size)
 	const etm_settings_spec *st = &in->settings;
 	if (in->listen && !is_ip(in->listen))
 		return spec_format(msg, size, SPEC_BAD_LISTEN, in->tag, in->listen);
+	if (in->stream.ws.path && in->stream.ws.path[0] != '/')
+		return spec_format(msg, size, SPEC_BAD_WS_PATH, "inbound", in->tag, in->stream.ws.path);
 	if (in->stream.security == ETM_SEC_TLS && !(in->stream.tls.certificate && in->stream.tls.key))
 		return spec_format(msg, size, SPEC_TLS_NEEDS_CERT, in->tag);
 

@@ -308,6 +308,10 @@ static void ours_beyond_the_seeds(void **state)
 	expect_error(&s, "outbound secondary: settings.id \"not-a-uuid\" is not a UUID");
 
 	s = recipe();
+	s.outbounds[2].stream.ws.path = dup("vless");
+	expect_error(&s, "outbound secondary: stream.ws.path \"vless\" must start with /");
+
+	s = recipe();
 	add_outbound(&s, "ss", ETM_PROTO_SHADOWSOCKS, "h", 8388);
 	expect_error(&s, "outbound ss: protocol shadowsocks needs settings.method");
 }
