@@ -1,6 +1,9 @@
 /* socks.c - SOCKS server core: SOCKS5 + RFC 1929 accounts, SOCKS4/4a CONNECT, UDP headers. */
 #include "proto/socks.h"
 
+#include "base/bytes.h"
+#include "proto/socks_addr.h"
+
 #include <assert.h>
 #include <string.h>
 
@@ -19,10 +22,6 @@ enum {
 
 	CMD_CONNECT = 0x01,
 	CMD_UDP_ASSOCIATE = 0x03, /* BIND (0x02) is refused like any unknown command */
-
-	ATYP_IPV4 = 0x01,
-	ATYP_DOMAIN = 0x03,
-	ATYP_IPV6 = 0x04,
 
 	REP_OK = 0x00,
 	REP_GENERAL = 0x01,
@@ -83,19 +82,6 @@ static const char *const TEXTS[T_COUNT_] = {
 	[T4_HOST_EMPTY] = "socks4: empty host name",
 };
 
-/* addr_get's refusals. */
-enum { BAD_ATYP = -1, BAD_DOMAIN = -2 };
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
-
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)(v >> 8);
-	p[1] = (uint8_t)v;
-}
 
 /* Appends to out. Every reply is bounded well under PROTO_OUT_MAX (at most
  * 14 bytes per feed, 262 per opened), so running out is a bug here. */
@@ -111,87 +97,15 @@ static void put(proto_out *out, const uint8_t *b, size_t n)
 static size_t addr_need(const uint8_t *p, size_t avail)
 {
 	switch (p[0]) {
-	case ATYP_IPV4:
+	case SOCKS_ATYP_IPV4:
 		return 1 + 4 + 2;
-	case ATYP_IPV6:
+	case SOCKS_ATYP_IPV6:
 		return 1 + 16 + 2;
-	case ATYP_DOMAIN:
+	case SOCKS_ATYP_DOMAIN:
 		return avail < 2 ? 2 : 1 + 1 + (size_t)p[1] + 2;
 	default:
 		return 1;
 	}
-}
-
-/* Reads a complete ATYP ADDR PORT block (RFC 1928 section 5: a domain is a
- * length octet and the name, no NUL). Returns its span, BAD_ATYP or
- * BAD_DOMAIN (empty, or holding a NUL: addr_dest needs a C string). */
-static int addr_get(const uint8_t *p, addr_network net, addr_dest *d)
-{
-	*d = (addr_dest){.network = net};
-	switch (p[0]) {
-	case ATYP_IPV4:
-		d->kind = ADDR_IPV4;
-		memcpy(d->u.v4, p + 1, 4);
-		d->port = get16(p + 5);
-		return 1 + 4 + 2;
-	case ATYP_IPV6:
-		d->kind = ADDR_IPV6;
-		memcpy(d->u.v6, p + 1, 16);
-		d->port = get16(p + 17);
-		return 1 + 16 + 2;
-	case ATYP_DOMAIN: {
-		size_t n = p[1];
-		if (addr_dest_set_domain(d, (const char *)p + 2, n, get16(p + 2 + n)) != 0)
-			return BAD_DOMAIN;
-		return (int)(1 + 1 + n + 2);
-	}
-	default:
-		return BAD_ATYP;
-	}
-}
-
-/* Wire length of d as ATYP ADDR PORT, or 0 when d is unset or not a valid
- * domain. */
-static size_t addr_wire_len(const addr_dest *d)
-{
-	switch (d->kind) {
-	case ADDR_IPV4:
-		return 1 + 4 + 2;
-	case ADDR_IPV6:
-		return 1 + 16 + 2;
-	case ADDR_DOMAIN:
-		if (d->u.domain.len == 0 || memchr(d->u.domain.name, '\0', d->u.domain.len))
-			return 0;
-		return 1 + 1 + (size_t)d->u.domain.len + 2;
-	default:
-		return 0;
-	}
-}
-
-/* Writes d (addr_wire_len(d) > 0) as ATYP ADDR PORT; returns the bytes. */
-static size_t addr_put(const addr_dest *d, uint8_t *p)
-{
-	size_t n;
-	switch (d->kind) {
-	case ADDR_IPV4:
-		p[0] = ATYP_IPV4;
-		memcpy(p + 1, d->u.v4, 4);
-		n = 1 + 4;
-		break;
-	case ADDR_IPV6:
-		p[0] = ATYP_IPV6;
-		memcpy(p + 1, d->u.v6, 16);
-		n = 1 + 16;
-		break;
-	default:
-		p[0] = ATYP_DOMAIN;
-		p[1] = d->u.domain.len;
-		memcpy(p + 2, d->u.domain.name, d->u.domain.len);
-		n = 2 + (size_t)d->u.domain.len;
-		break;
-	}
-	put16(p + n, d->port);
-	return n + 2;
 }
 
 /* VER REP RSV ATYP BND.ADDR BND.PORT (RFC 1928 section 6); an unset bound is
@@ -200,12 +114,12 @@ static void reply5(proto_out *out, uint8_t rep, const addr_dest *bound)
 {
 	static const addr_dest none = {.kind = ADDR_IPV4};
 	uint8_t b[3 + 1 + 1 + ADDR_DOMAIN_MAX + 2];
-	if (!bound || addr_wire_len(bound) == 0)
+	if (!bound || socks_addr_wire_len(bound) == 0)
 		bound = &none;
 	b[0] = VER5;
 	b[1] = rep;
 	b[2] = 0;
-	put(out, b, 3 + addr_put(bound, b + 3));
+	put(out, b, 3 + socks_addr_put(bound, b + 3));
 }
 
 /* VN(0) CD DSTPORT DSTIP: the client ignores the last six bytes, so they
@@ -214,7 +128,7 @@ static void reply4(proto_out *out, uint8_t cd, const addr_dest *bound)
 {
 	uint8_t b[S4_HEADER_LEN] = {0, cd};
 	if (bound && bound->kind == ADDR_IPV4) {
-		put16(b + 2, bound->port);
+		bytes_put16(b + 2, bound->port);
 		memcpy(b + 4, bound->u.v4, 4);
 	}
 	put(out, b, sizeof b);
@@ -355,12 +269,12 @@ static int request(socks_server *s, proto_out *out, proto_event *ev)
 		return refuse(s, ev, T_COMMAND);
 	}
 	addr_dest d;
-	int r = addr_get(m + 3, udp ? ADDR_UDP : ADDR_TCP, &d);
-	if (r == BAD_ATYP) {
+	int r = socks_addr_get(m + 3, udp ? ADDR_UDP : ADDR_TCP, &d);
+	if (r == SOCKS_ADDR_BAD_ATYP) {
 		reply5(out, REP_ATYP, NULL);
 		return refuse(s, ev, T_ADDRESS_TYPE);
 	}
-	if (r == BAD_DOMAIN) {
+	if (r == SOCKS_ADDR_BAD_DOMAIN) {
 		reply5(out, REP_GENERAL, NULL);
 		return fail(s, ev, T_DOMAIN, PROTO_ERR_MALFORMED);
 	}
@@ -394,7 +308,7 @@ static int s4_header(socks_server *s, proto_out *out, proto_event *ev)
 static int s4_open(socks_server *s, proto_out *out, proto_event *ev)
 {
 	const uint8_t *m = s->msg;
-	addr_dest d = {.kind = ADDR_IPV4, .network = ADDR_TCP, .port = get16(m + 2)};
+	addr_dest d = {.kind = ADDR_IPV4, .network = ADDR_TCP, .port = bytes_get16(m + 2)};
 	if (s->v4a) {
 		/* The field cannot hold a NUL: the NUL ends it. */
 		if (addr_dest_set_domain(&d, (const char *)m + S4_HEADER_LEN, s->field, d.port) != 0) {
@@ -578,7 +492,7 @@ ssize_t socks_udp_decode(const uint8_t *pkt, size_t len, addr_dest *dest)
 	if (len - 3 < addr_need(pkt + 3, len - 3))
 		return PROTO_ERR_MALFORMED;
 	addr_dest d;
-	int r = addr_get(pkt + 3, ADDR_UDP, &d);
+	int r = socks_addr_get(pkt + 3, ADDR_UDP, &d);
 	if (r < 0)
 		return PROTO_ERR_MALFORMED;
 	*dest = d;
@@ -587,7 +501,7 @@ ssize_t socks_udp_decode(const uint8_t *pkt, size_t len, addr_dest *dest)
 
 ssize_t socks_udp_encode(const addr_dest *peer, uint8_t *out, size_t cap)
 {
-	size_t n = addr_wire_len(peer);
+	size_t n = socks_addr_wire_len(peer);
 	if (n == 0)
 		return PROTO_ERR_MALFORMED;
 	if (cap < 3 + n)
@@ -595,5 +509,5 @@ ssize_t socks_udp_encode(const addr_dest *peer, uint8_t *out, size_t cap)
 	out[0] = 0;
 	out[1] = 0;
 	out[2] = 0;
-	return (ssize_t)(3 + addr_put(peer, out + 3));
+	return (ssize_t)(3 + socks_addr_put(peer, out + 3));
 }

@@ -1,6 +1,8 @@
 /* socks_client.c - SOCKS5 client layers: method negotiation, RFC 1929 account, CONNECT or UDP ASSOCIATE. */
 #include "proto/socks_client.h"
 
+#include "base/bytes.h"
+
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,11 +77,6 @@ typedef struct socks_client {
 } socks_client;
 
 static const layer_ops client_ops;
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
 
 static void flush(socks_client *c, layer_buf *down)
 {
@@ -237,7 +234,7 @@ static ssize_t step(socks_client *c, const uint8_t *in, size_t len)
 				r->kind = ADDR_IPV6;
 				memcpy(r->u.v6, in + 4, 16);
 			}
-			r->port = get16(in + n - 2);
+			r->port = bytes_get16(in + n - 2);
 		}
 		c->st = ST_READY;
 		return (ssize_t)n;

@@ -1,6 +1,9 @@
 /* trojan.c - Trojan client layer, server core (fallback on anything that is not Trojan) and UDP packets. */
 #include "proto/trojan.h"
 
+#include "base/bytes.h"
+#include "proto/socks_addr.h"
+
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,10 +15,6 @@
 enum {
 	CMD_CONNECT = 0x01,
 	CMD_UDP_ASSOCIATE = 0x03,
-
-	ATYP_IPV4 = 0x01,
-	ATYP_DOMAIN = 0x03,
-	ATYP_IPV6 = 0x04,
 };
 
 /* Every text this module shows, for logs and for tests to match word for word. */
@@ -40,17 +39,6 @@ static const char *const TEXTS[T_COUNT_] = {
 	[T_STATE] = "trojan: called after the request was decided",
 };
 
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
-
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)(v >> 8);
-	p[1] = (uint8_t)v;
-}
-
 /* ---- SOCKS5 addresses: ATYP DST.ADDR DST.PORT (RFC 1928 section 5) ---- */
 
 /* Bytes the address at p spans, as far as its first avail (>= 1) bytes
@@ -59,11 +47,11 @@ static void put16(uint8_t *p, uint16_t v)
 static ssize_t addr_need(const uint8_t *p, size_t avail)
 {
 	switch (p[0]) {
-	case ATYP_IPV4:
+	case SOCKS_ATYP_IPV4:
 		return 1 + 4 + 2;
-	case ATYP_IPV6:
+	case SOCKS_ATYP_IPV6:
 		return 1 + 16 + 2;
-	case ATYP_DOMAIN:
+	case SOCKS_ATYP_DOMAIN:
 		if (avail < 2)
 			return 2;
 		return p[1] == 0 ? -1 : (ssize_t)(1 + 1 + (size_t)p[1] + 2);
@@ -72,71 +60,6 @@ static ssize_t addr_need(const uint8_t *p, size_t avail)
 	}
 }
 
-/* Reads a complete address (addr_need bytes). Returns 0, or -1 for a
- * domain addr_dest refuses (one holding a NUL). */
-static int addr_get(const uint8_t *p, addr_network net, addr_dest *d)
-{
-	*d = (addr_dest){.network = net};
-	switch (p[0]) {
-	case ATYP_IPV4:
-		d->kind = ADDR_IPV4;
-		memcpy(d->u.v4, p + 1, 4);
-		d->port = get16(p + 5);
-		return 0;
-	case ATYP_IPV6:
-		d->kind = ADDR_IPV6;
-		memcpy(d->u.v6, p + 1, 16);
-		d->port = get16(p + 17);
-		return 0;
-	default: {
-		size_t n = p[1];
-		return addr_dest_set_domain(d, (const char *)p + 2, n, get16(p + 2 + n)) == 0 ? 0 : -1;
-	}
-	}
-}
-
-/* Wire length of d, or 0 when d is unset or not a valid domain. */
-static size_t addr_wire_len(const addr_dest *d)
-{
-	switch (d->kind) {
-	case ADDR_IPV4:
-		return 1 + 4 + 2;
-	case ADDR_IPV6:
-		return 1 + 16 + 2;
-	case ADDR_DOMAIN:
-		if (d->u.domain.len == 0 || memchr(d->u.domain.name, '\0', d->u.domain.len))
-			return 0;
-		return 1 + 1 + (size_t)d->u.domain.len + 2;
-	default:
-		return 0;
-	}
-}
-
-/* Writes d (addr_wire_len(d) > 0) at p; returns the bytes written. */
-static size_t addr_put(const addr_dest *d, uint8_t *p)
-{
-	size_t n;
-	switch (d->kind) {
-	case ADDR_IPV4:
-		p[0] = ATYP_IPV4;
-		memcpy(p + 1, d->u.v4, 4);
-		n = 1 + 4;
-		break;
-	case ADDR_IPV6:
-		p[0] = ATYP_IPV6;
-		memcpy(p + 1, d->u.v6, 16);
-		n = 1 + 16;
-		break;
-	default:
-		p[0] = ATYP_DOMAIN;
-		p[1] = d->u.domain.len;
-		memcpy(p + 2, d->u.domain.name, d->u.domain.len);
-		n = 2 + (size_t)d->u.domain.len;
-		break;
-	}
-	put16(p + n, d->port);
-	return n + 2;
-}
 
 /* Whether the CRLF expected at p is still possible given avail bytes. */
 static bool crlf_ok(const uint8_t *p, size_t avail)
@@ -249,7 +172,7 @@ static const layer_ops client_ops = {
 
 layer *trojan_client_new(const uint8_t hash_hex[TROJAN_HASH_LEN], const addr_dest *dest)
 {
-	size_t alen = addr_wire_len(dest);
+	size_t alen = socks_addr_wire_len(dest);
 	if (alen == 0)
 		return NULL;
 	trojan_client *c = calloc(1, sizeof *c);
@@ -262,7 +185,7 @@ layer *trojan_client_new(const uint8_t hash_hex[TROJAN_HASH_LEN], const addr_des
 	*p++ = '\r';
 	*p++ = '\n';
 	*p++ = dest->network == ADDR_UDP ? CMD_UDP_ASSOCIATE : CMD_CONNECT;
-	p += addr_put(dest, p);
+	p += socks_addr_put(dest, p);
 	*p++ = '\r';
 	*p++ = '\n';
 	c->req_len = (uint16_t)(p - c->req);
@@ -342,7 +265,7 @@ static ssize_t parse(const trojan_server *s, const uint8_t *in, size_t len, prot
 	if (len - p < (size_t)span)
 		return 0;
 	addr_network net = cmd == CMD_UDP_ASSOCIATE ? ADDR_UDP : ADDR_TCP;
-	if (addr_get(in + p, net, &ev->dest) != 0) {
+	if (socks_addr_get(in + p, net, &ev->dest) < 0) {
 		*why = T_ADDRESS;
 		return REJECT;
 	}
@@ -404,13 +327,13 @@ bool trojan_server_wants_fallback(const trojan_server *s)
 
 ssize_t trojan_udp_encode(const addr_dest *dest, size_t payload_len, uint8_t *hdr, size_t cap)
 {
-	size_t alen = addr_wire_len(dest);
+	size_t alen = socks_addr_wire_len(dest);
 	if (alen == 0)
 		return PROTO_ERR_MALFORMED;
 	if (payload_len > TROJAN_UDP_PAYLOAD_MAX || cap < alen + 4)
 		return PROTO_ERR_TOO_BIG;
-	size_t n = addr_put(dest, hdr);
-	put16(hdr + n, (uint16_t)payload_len);
+	size_t n = socks_addr_put(dest, hdr);
+	bytes_put16(hdr + n, (uint16_t)payload_len);
 	hdr[n + 2] = '\r';
 	hdr[n + 3] = '\n';
 	return (ssize_t)(n + 4);
@@ -428,11 +351,11 @@ ssize_t trojan_udp_decode(const uint8_t *in, size_t len, addr_dest *dest, size_t
 	if (len < a)
 		return TROJAN_UDP_NEED_MORE;
 	addr_dest d;
-	if (addr_get(in, ADDR_UDP, &d) != 0)
+	if (socks_addr_get(in, ADDR_UDP, &d) < 0)
 		return PROTO_ERR_MALFORMED;
 	if (len < a + 2)
 		return TROJAN_UDP_NEED_MORE;
-	size_t plen = get16(in + a);
+	size_t plen = bytes_get16(in + a);
 	if (plen > TROJAN_UDP_PAYLOAD_MAX)
 		return PROTO_ERR_TOO_BIG;
 	if (!crlf_ok(in + a + 2, len - a - 2))

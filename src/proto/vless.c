@@ -1,6 +1,8 @@
 /* vless.c - VLESS client layer, server core and UDP length framing. */
 #include "proto/vless.h"
 
+#include "base/bytes.h"
+
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,17 +50,6 @@ static const char *const TEXTS[T_COUNT_] = {
 	[T_STATE] = "vless: called after the request was decided",
 	[T_RESPONSE_VERSION] = "vless: unexpected response version",
 };
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
-
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)(v >> 8);
-	p[1] = (uint8_t)v;
-}
 
 static int hex_value(char c)
 {
@@ -234,7 +225,7 @@ layer *vless_client_new(const uint8_t uuid[VLESS_UUID_LEN], const addr_dest *des
 	p += VLESS_UUID_LEN;
 	*p++ = 0; /* no addons */
 	*p++ = udp ? CMD_UDP : CMD_TCP;
-	put16(p, dest->port);
+	bytes_put16(p, dest->port);
 	p += 2;
 	switch (dest->kind) {
 	case ADDR_IPV4:
@@ -339,7 +330,7 @@ static ssize_t parse(const vless_server *s, const uint8_t *in, size_t len, proto
 		return 0;
 	addr_dest *d = &ev->dest;
 	*d = (addr_dest){.network = cmd == CMD_UDP ? ADDR_UDP : ADDR_TCP};
-	uint16_t port = get16(in + OFF_PORT);
+	uint16_t port = bytes_get16(in + OFF_PORT);
 	switch (in[OFF_ATYP]) {
 	case ATYP_IPV4:
 		d->kind = ADDR_IPV4;
@@ -406,7 +397,7 @@ ssize_t vless_udp_encode(size_t payload_len, uint8_t *hdr, size_t cap)
 {
 	if (cap < VLESS_UDP_HEADER_LEN || payload_len > VLESS_UDP_PAYLOAD_MAX)
 		return PROTO_ERR_TOO_BIG;
-	put16(hdr, (uint16_t)payload_len);
+	bytes_put16(hdr, (uint16_t)payload_len);
 	return VLESS_UDP_HEADER_LEN;
 }
 
@@ -414,7 +405,7 @@ ssize_t vless_udp_decode(const uint8_t *in, size_t len, size_t *payload_len)
 {
 	if (len < VLESS_UDP_HEADER_LEN)
 		return VLESS_UDP_NEED_MORE;
-	size_t n = get16(in);
+	size_t n = bytes_get16(in);
 	if (n > VLESS_UDP_PAYLOAD_MAX)
 		return PROTO_ERR_TOO_BIG;
 	if (len < VLESS_UDP_HEADER_LEN + n)

@@ -1,0 +1,15 @@
+/* bytes.h - big-endian integers in wire buffers (network byte order). */
+#ifndef ETM_BASE_BYTES_H
+#define ETM_BASE_BYTES_H
+
+#include <stdint.h>
+
+static inline uint16_t bytes_get16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+
+static inline void bytes_put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+#endif
