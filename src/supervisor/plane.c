@@ -34,12 +34,30 @@ static bal_target *bal_new(const etm_spec *spec, const etm_balancer_spec *bs, ch
 	b->n = n;
 	b->probe_interval_ms = bs->probe_interval * 1000;
 	b->probe_timeout_ms = bs->probe_timeout * 1000;
+	/* a tag listed twice is two members on one upstream: a retry after one
+	 * copy failed skips the other */
+	uint32_t *upstream = calloc(n, sizeof *upstream);
+	if (!upstream) {
+		snprintf(err, err_size, "out of memory");
+		bal_free(b);
+		return NULL;
+	}
+	for (size_t m = 0; m < n; m++) {
+		upstream[m] = (uint32_t)m;
+		for (size_t k = 0; k < m; k++)
+			if (strcmp(bs->outbounds.items[k], bs->outbounds.items[m]) == 0) {
+				upstream[m] = upstream[k];
+				break;
+			}
+	}
 	balancer_config cfg = {.strategy = bs->strategy_kind,
 	                       .rise = (uint32_t)bs->rise,
 	                       .fall = (uint32_t)bs->fall,
-	                       .retry = (uint32_t)bs->retry};
+	                       .retry = (uint32_t)bs->retry,
+	                       .upstream = upstream};
 	char why[128];
 	b->core = balancer_new(&cfg, n, why, sizeof why);
+	free(upstream);
 	if (!b->core) {
 		snprintf(err, err_size, "balancer %s: %s", bs->tag, why);
 		bal_free(b);
@@ -74,6 +92,9 @@ static bal_target *bal_new(const etm_spec *spec, const etm_balancer_spec *bs, ch
 
 static void free_plane(plane *p)
 {
+	for (size_t i = 0; i < p->n_unrouted; i++)
+		bal_free(p->unrouted[i]);
+	free(p->unrouted);
 	for (size_t i = 0; i < p->n_targets; i++) {
 		outbound_del(p->targets[i].ob);
 		bal_free(p->targets[i].bal);
@@ -125,6 +146,27 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 			free_plane(p);
 			return NULL;
 		}
+	}
+	for (size_t k = 0; k < spec->balancers_len; k++) {
+		const etm_balancer_spec *bs = &spec->balancers[k];
+		bool routed = false;
+		for (size_t i = 0; i < p->n_targets && !routed; i++)
+			routed = p->targets[i].bal && strcmp(p->targets[i].bal->tag, bs->tag) == 0;
+		if (routed)
+			continue;
+		bal_target **grown = realloc(p->unrouted, (p->n_unrouted + 1) * sizeof *grown);
+		if (!grown) {
+			snprintf(err, err_size, "out of memory");
+			free_plane(p);
+			return NULL;
+		}
+		p->unrouted = grown;
+		p->unrouted[p->n_unrouted] = bal_new(spec, bs, err, err_size);
+		if (!p->unrouted[p->n_unrouted]) {
+			free_plane(p);
+			return NULL;
+		}
+		p->n_unrouted++;
 	}
 	return p;
 }

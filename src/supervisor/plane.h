@@ -36,6 +36,10 @@ typedef struct plane {
 	route_table *routes; /* owned: slots and rules */
 	target *targets;     /* owned, one per slot of routes */
 	size_t n_targets;
+	/* Balancers no route names: built and probed all the same (seed 003:
+	 * the prober runs whether or not anything is routed to the balancer). */
+	bal_target **unrouted; /* owned */
+	size_t n_unrouted;
 } plane;
 
 /* Builds the plane of a checked spec: the compiled route table and one

@@ -174,6 +174,8 @@ prober *prober_start(plane *p, dns_cache *cache, const char *const *dns_servers,
 	for (size_t s = 0; s < p->n_targets; s++)
 		if (p->targets[s].bal)
 			pr->n += p->targets[s].bal->n;
+	for (size_t u = 0; u < p->n_unrouted; u++)
+		pr->n += p->unrouted[u]->n;
 	if (pr->n == 0)
 		return pr; /* nothing to probe: no thread either */
 	pr->probes = calloc(pr->n, sizeof *pr->probes);
@@ -189,6 +191,9 @@ prober *prober_start(plane *p, dns_cache *cache, const char *const *dns_servers,
 		for (size_t m = 0; b && m < b->n; m++)
 			pr->probes[k++] = (probe){.pr = pr, .bal = b, .m = m};
 	}
+	for (size_t u = 0; u < p->n_unrouted; u++)
+		for (size_t m = 0; m < p->unrouted[u]->n; m++)
+			pr->probes[k++] = (probe){.pr = pr, .bal = p->unrouted[u], .m = m};
 	pr->ws = workers_start(1, err, err_size);
 	if (!pr->ws) {
 		free_prober(pr);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "etemenanki/spec.h"
+#include "outbound/balancer.h"
 #include "route/route.h"
 
 /* The catalogue: every message etm_spec_check can produce. The first seven are
@@ -24,6 +25,7 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 		"unknown balancer strategy \"%s\" (expected \"failover\" or \"round_robin\")",
 	[SPEC_BALANCER_EMPTY] = "a balancer needs at least one outbound",
 	[SPEC_BALANCER_RANGE] = "balancer %s: %s must be %s",
+	[SPEC_BALANCER_TOO_MANY] = "balancer %s: " BALANCER_ERR_TOO_MANY,
 	[SPEC_ROUTE_UNKNOWN_TAG] = "route references unknown outbound tag: %s",
 	[SPEC_NO_OUTBOUND] = "no outbound is configured: add at least one [[outbound]]",
 	[SPEC_DUPLICATE_INBOUND] = "duplicate inbound tag: %s",
@@ -457,6 +459,8 @@ static int check_balancer(const etm_spec *s, size_t bi, char *msg, size_t size)
 		return spec_format(msg, size, SPEC_BALANCER_STRATEGY, b->strategy);
 	if (b->outbounds.len == 0)
 		return spec_format(msg, size, SPEC_BALANCER_EMPTY);
+	if (b->outbounds.len > BALANCER_MAX_MEMBERS)
+		return spec_format(msg, size, SPEC_BALANCER_TOO_MANY, b->tag);
 	if (b->rise < 1 || b->rise > 100)
 		return spec_format(msg, size, SPEC_BALANCER_RANGE, b->tag, "rise", "1 to 100");
 	if (b->fall < 1 || b->fall > 100)
