@@ -4,8 +4,11 @@ ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 CONFIG     ?= examples/quickstart.toml
 FUZZ_TIME  ?= 60
+SIM_FIRST  ?= 1
+SIM_SEEDS  ?= 1000
+SIM_STEPS  ?= 5000
 
-.PHONY: all deps build run test test-asan fuzz docs clean
+.PHONY: all deps build run test test-asan fuzz docs bench sim clean
 
 all: build
 
@@ -50,6 +53,18 @@ fuzz: deps $(FUZZ_BUILD)/build.ninja
 		seeds=tests/fuzz/seeds/$$name; [ -d $$seeds ] || seeds=; \
 		$$t -max_total_time=$(FUZZ_TIME) -max_len=8192 $(FUZZ_BUILD)/corpus/$$name $$seeds || exit 1; \
 	done
+
+# Side by side against real peers on loopback (docs/performance.md): writes
+# bench/results/<date>.md and the generated part of docs/performance.md.
+# BENCH_ONLY=key,... runs a subset (bench/run.py names the keys).
+bench: build
+	BUILD=$(BUILD) /usr/bin/python3 bench/run.py
+
+# The UDP load-balancer core's deterministic simulator over many seeds
+# (`make test` runs seeds 1-100 at 2000 steps). A failing seed prints the
+# command that reproduces it.
+sim: build
+	$(BUILD)/tests/sim/udplb_sim --steps $(SIM_STEPS) $(SIM_FIRST) $(SIM_SEEDS)
 
 # Rewrites the generated reference section of docs/config.md from the schema.
 docs: build
