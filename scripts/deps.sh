@@ -11,6 +11,8 @@ packages=(
   openssl
   # real peers for the interop tests
   v2ray trojan
+  # more peers for `make bench`
+  nginx libnginx-mod-stream shadowsocks-libev dante-server microsocks
 )
 
 missing=()

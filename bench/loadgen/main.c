@@ -1,0 +1,170 @@
+/* main.c - loadgen's command line: which mode, against what, how much; one result line per run. */
+#include <arpa/inet.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loadgen.h"
+
+static const char usage[] =
+	"usage: loadgen MODE [options]\n"
+	"  MODE: thru | crr | rr | udp | serve\n"
+	"  --target IP:PORT   the sink (thru), echo (crr, rr) or UDP echo (udp)\n"
+	"  --socks IP:PORT    go through this SOCKS5 server (UDP ASSOCIATE for udp);\n"
+	"                     without it, straight to the target\n"
+	"  --label NAME       echoed as label=NAME on the result line\n"
+	"  --conns N          thru: parallel connections (4)\n"
+	"  --bytes N[K|M|G]   thru: bytes over all connections (1G)\n"
+	"  --workers N        crr: connections in flight (16)\n"
+	"  --secs S           crr, rr: duration (5)\n"
+	"  --msg N            crr: request and answer bytes (64)\n"
+	"  --count N          udp: datagrams (20000)\n"
+	"  --size N           udp: payload bytes (64)\n"
+	"  --window N         udp: datagrams in flight (16)\n"
+	"  --loss-ms MS       udp: unanswered this long = lost (200)\n"
+	"  --timeout S        give up after S seconds (60)\n"
+	"  --sink-port P --echo-port P --udp-port P   serve: ports (0 = any; printed)\n";
+
+static struct lg_opts opts;
+
+static void vline(const struct lg_opts *o, const char *fmt, va_list ap)
+{
+	printf("loadgen mode=%s via=%s label=%s ", o->mode, o->via_socks ? "socks5" : "direct",
+	       o->label);
+	vprintf(fmt, ap);
+	putchar('\n');
+	fflush(stdout);
+}
+
+void lg_print(const struct lg_opts *o, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vline(o, fmt, ap);
+	va_end(ap);
+}
+
+int lg_fail(const struct lg_opts *o, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		msg[0] = '\0';
+	for (char *p = msg; *p; p++)
+		if (*p == '"')
+			*p = '\'';
+	lg_print(o, "error=\"%s\"", msg);
+	return 1;
+}
+
+__attribute__((noreturn)) static void die(const char *what, const char *arg)
+{
+	fprintf(stderr, "loadgen: %s: %s\n%s", what, arg, usage);
+	exit(2);
+}
+
+static void parse_addr(const char *s, struct sockaddr_in *a)
+{
+	char host[64];
+	const char *colon = strrchr(s, ':');
+	if (!colon || (size_t)(colon - s) >= sizeof host)
+		die("not IP:PORT", s);
+	memcpy(host, s, (size_t)(colon - s));
+	host[colon - s] = '\0';
+	char *end;
+	long port = strtol(colon + 1, &end, 10);
+	*a = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	if (*end || port <= 0 || port > 65535 || inet_pton(AF_INET, host, &a->sin_addr) != 1)
+		die("not IPv4:PORT", s);
+}
+
+static long long parse_num(const char *s, long long lo, long long hi)
+{
+	char *end;
+	long long v = strtoll(s, &end, 10);
+	switch (*end) {
+	case 'K': case 'k': v <<= 10; end++; break;
+	case 'M': case 'm': v <<= 20; end++; break;
+	case 'G': case 'g': v <<= 30; end++; break;
+	default: break;
+	}
+	if (*end || v < lo || v > hi)
+		die("number out of range", s);
+	return v;
+}
+
+static double parse_secs(const char *s)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (*end || !(v > 0 && v < 3600))
+		die("not a duration in seconds", s);
+	return v;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longs[] = {
+		{"target", required_argument, 0, 't'}, {"socks", required_argument, 0, 's'},
+		{"label", required_argument, 0, 'l'},  {"conns", required_argument, 0, 'c'},
+		{"bytes", required_argument, 0, 'b'},  {"workers", required_argument, 0, 'w'},
+		{"secs", required_argument, 0, 'd'},   {"msg", required_argument, 0, 'm'},
+		{"count", required_argument, 0, 'k'},  {"size", required_argument, 0, 'z'},
+		{"window", required_argument, 0, 'W'}, {"loss-ms", required_argument, 0, 'L'},
+		{"timeout", required_argument, 0, 'T'}, {"sink-port", required_argument, 0, 1},
+		{"echo-port", required_argument, 0, 2}, {"udp-port", required_argument, 0, 3},
+		{"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+	};
+	if (argc < 2)
+		die("no mode", "thru, crr, rr, udp or serve");
+	opts = (struct lg_opts){.mode = argv[1], .label = "-", .conns = 4, .bytes = 1ull << 30,
+	                        .workers = 16, .secs = 5, .msg = 64, .count = 20000, .size = 64,
+	                        .window = 16, .loss_ms = 200, .timeout = 60};
+	bool have_target = false;
+	optind = 2;
+	int c;
+	while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+		switch (c) {
+		case 't': parse_addr(optarg, &opts.target); have_target = true; break;
+		case 's': parse_addr(optarg, &opts.socks); opts.via_socks = true; break;
+		case 'l': opts.label = optarg; break;
+		case 'c': opts.conns = (int)parse_num(optarg, 1, 1024); break;
+		case 'b': opts.bytes = (uint64_t)parse_num(optarg, 0, 1ll << 40); break;
+		case 'w': opts.workers = (int)parse_num(optarg, 1, 4096); break;
+		case 'd': opts.secs = parse_secs(optarg); break;
+		case 'm': opts.msg = (int)parse_num(optarg, 1, 4096); break;
+		case 'k': opts.count = (int)parse_num(optarg, 1, 100000000); break;
+		case 'z': opts.size = (int)parse_num(optarg, 8, 1748); break;
+		case 'W': opts.window = (int)parse_num(optarg, 1, 65536); break;
+		case 'L': opts.loss_ms = parse_secs(optarg); break;
+		case 'T': opts.timeout = parse_secs(optarg); break;
+		case 1: opts.sink_port = (uint16_t)parse_num(optarg, 0, 65535); break;
+		case 2: opts.echo_port = (uint16_t)parse_num(optarg, 0, 65535); break;
+		case 3: opts.udp_port = (uint16_t)parse_num(optarg, 0, 65535); break;
+		case 'h': fputs(usage, stdout); return 0;
+		default: die("bad option", argv[optind - 1]);
+		}
+	}
+	if (optind != argc)
+		die("unexpected argument", argv[optind]);
+	static const struct {
+		const char *name;
+		int (*run)(const struct lg_opts *);
+	} modes[] = {
+		{"thru", lg_thru_run}, {"crr", lg_crr_run}, {"rr", lg_rr_run},
+		{"udp", lg_udp_run},   {"serve", lg_serve_run},
+	};
+	for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+		if (strcmp(opts.mode, modes[i].name) != 0)
+			continue;
+		if (modes[i].run != lg_serve_run && !have_target)
+			die("missing option", "--target");
+		return modes[i].run(&opts);
+	}
+	die("unknown mode", opts.mode);
+}

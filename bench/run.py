@@ -1,0 +1,825 @@
+#!/usr/bin/python3
+"""run.py - `make bench`: etemenanki-app and real peers, one at a time on
+loopback, under the same four workloads of bench/loadgen; writes
+bench/results/<date>.md and refreshes the generated part of
+docs/performance.md.
+
+Standard library only. Every subject is started from the config files in
+bench/peers/, whose @NAME@ placeholders are filled in here (ports the kernel
+just handed out, the run's throwaway certificate, the temp dir). Only
+processes this script started are signalled, by pid; the temp dir is removed
+at the end, whatever happens.
+
+Environment (all optional):
+  BENCH_ONLY=key,key   run only these subjects (see SUBJECTS; "direct" is
+                       always run); the results go to <date>-partial.md and
+                       docs/performance.md is left alone
+  BENCH_BYTES=1G BENCH_CONNS=4 BENCH_WORKERS=16 BENCH_SECS=5 BENCH_RR_SECS=5
+  BENCH_COUNT=20000 BENCH_SIZE=64 BENCH_WINDOW=16   workload sizes
+  BUILD=build          the meson build folder
+"""
+import datetime
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = (ROOT / os.environ.get("BUILD", "build")).resolve()
+LOADGEN = BUILD / "bench" / "loadgen"
+APP = BUILD / "src" / "etemenanki-app"
+BENCH_ROUTE = BUILD / "src" / "bench_route"
+PEERS = ROOT / "bench" / "peers"
+RESULTS = ROOT / "bench" / "results"
+DOC = ROOT / "docs" / "performance.md"
+BEGIN = "<!-- BEGIN GENERATED (make bench) -->"
+END = "<!-- END GENERATED (make bench) -->"
+
+SIZES = {
+    "bytes": os.environ.get("BENCH_BYTES", "1G"),
+    "conns": os.environ.get("BENCH_CONNS", "4"),
+    "workers": os.environ.get("BENCH_WORKERS", "16"),
+    "secs": os.environ.get("BENCH_SECS", "5"),
+    "rr_secs": os.environ.get("BENCH_RR_SECS", "5"),
+    "count": os.environ.get("BENCH_COUNT", "20000"),
+    "size": os.environ.get("BENCH_SIZE", "64"),
+    "window": os.environ.get("BENCH_WINDOW", "16"),
+}
+SETTLE = 1.0       # seconds after start before the idle RSS is read
+PAUSE = 0.3        # seconds between workloads
+SAMPLE = 0.2       # seconds between RSS samples under crr
+UDP_RUNS = 3       # udp runs per subject; the median counts
+QUIET = 0.25       # cores busy with other work below which a subject may start
+QUIET_WAIT = 5.0   # seconds a subject waits at most for that (the run stays under 10 min)
+START_TIMEOUT = 10.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------- subjects
+
+class Proc:
+    """One process of a subject: argv and config with @NAME@ placeholders;
+    listens names the TCP ports it must accept on before it counts as
+    started; ready is a text its log must show as well."""
+
+    def __init__(self, exe, argv, config=None, listens=("SOCKS",), ready=None):
+        self.exe, self.argv, self.config = exe, argv, config
+        self.listens, self.ready = listens, ready
+
+
+def app(config, listens=("SOCKS",)):
+    return Proc(str(APP), ["@EXE@", "-c", "@CFG@"], config, listens)
+
+
+def v2ray(config, listens=("SOCKS",)):
+    return Proc("v2ray", ["@EXE@", "-config", "@CFG@"], config, listens, ready=" started")
+
+
+def trojan(config, listens):
+    return Proc("trojan", ["@EXE@", "-c", "@CFG@"], config, listens)
+
+
+def ss(exe, config, listens):
+    return Proc(exe, ["@EXE@", "-c", "@CFG@"], config, listens)
+
+
+class Subject:
+    """via: socks (the load tool speaks SOCKS5 to @SOCKS@), relay (nginx:
+    straight to its relay ports) or direct (no process). group: which
+    subjects compare with each other; ours marks etemenanki-app."""
+
+    def __init__(self, key, title, group, procs, via="socks", udp=True, ours=False):
+        self.key, self.title, self.group, self.procs = key, title, group, procs
+        self.via, self.udp, self.ours = via, udp, ours
+
+
+SUBJECTS = [
+    Subject("direct", "direct loopback (no proxy)", "baseline", [], via="direct"),
+    # SOCKS5 -> freedom, and nginx relaying without SOCKS
+    Subject("etm-socks", "etemenanki socks→freedom", "socks",
+            [app("etemenanki/socks-freedom.toml")], ours=True),
+    Subject("nginx", "nginx stream relay (no SOCKS)", "socks",
+            [Proc("nginx", ["@EXE@", "-p", "@TMP@/", "-c", "@CFG@", "-e", "stderr"],
+                  "nginx/nginx.conf", ("RELAY_SINK", "RELAY_ECHO"))], via="relay"),
+    Subject("v2ray-socks", "v2ray socks→freedom", "socks", [v2ray("v2ray/socks-freedom.json")]),
+    Subject("dante", "dante (danted)", "socks",
+            [Proc("danted", ["@EXE@", "-f", "@CFG@", "-p", "@TMP@/danted.pid"],
+                  "dante/danted.conf")]),
+    Subject("microsocks", "microsocks", "socks",
+            [Proc("microsocks", ["@EXE@", "-i", "127.0.0.1", "-p", "@SOCKS@"])], udp=False),
+    # client -> server chains
+    Subject("etm-trojan-tls", "etemenanki trojan+tls", "trojan+tls",
+            [app("etemenanki/trojan-tls-server.toml", ("SERVER",)),
+             app("etemenanki/trojan-tls-client.toml")], ours=True),
+    Subject("v2ray-trojan-tls", "v2ray trojan+tls", "trojan+tls",
+            [v2ray("v2ray/trojan-tls-server.json", ("SERVER",)),
+             v2ray("v2ray/trojan-tls-client.json")]),
+    Subject("trojan-gfw", "trojan-gfw trojan+tls", "trojan+tls",
+            [trojan("trojan-gfw/server.json", ("SERVER",)),
+             trojan("trojan-gfw/client.json", ("SOCKS",))]),
+    Subject("etm-vless-tls", "etemenanki vless+tls", "vless+tls",
+            [app("etemenanki/vless-tls-server.toml", ("SERVER",)),
+             app("etemenanki/vless-tls-client.toml")], ours=True),
+    Subject("v2ray-vless-tls", "v2ray vless+tls", "vless+tls",
+            [v2ray("v2ray/vless-tls-server.json", ("SERVER",)),
+             v2ray("v2ray/vless-tls-client.json")]),
+    Subject("etm-vless-ws-tls", "etemenanki vless+ws+tls", "vless+ws+tls",
+            [app("etemenanki/vless-ws-tls-server.toml", ("SERVER",)),
+             app("etemenanki/vless-ws-tls-client.toml")], ours=True),
+    Subject("v2ray-vless-ws-tls", "v2ray vless+ws+tls", "vless+ws+tls",
+            [v2ray("v2ray/vless-ws-tls-server.json", ("SERVER",)),
+             v2ray("v2ray/vless-ws-tls-client.json")]),
+    Subject("v2ray-vmess", "v2ray vmess (aes-128-gcm, tcp)", "vmess",
+            [v2ray("v2ray/vmess-server.json", ("SERVER",)), v2ray("v2ray/vmess-client.json")]),
+    Subject("v2ray-ss", "v2ray shadowsocks aes-128-gcm", "shadowsocks",
+            [v2ray("v2ray/shadowsocks-server.json", ("SERVER",)),
+             v2ray("v2ray/shadowsocks-client.json")]),
+    Subject("ss-libev-aes", "shadowsocks-libev aes-128-gcm", "shadowsocks",
+            [ss("ss-server", "shadowsocks-libev/aes-128-gcm-server.json", ("SERVER",)),
+             ss("ss-local", "shadowsocks-libev/aes-128-gcm-local.json", ("SOCKS",))]),
+    Subject("ss-libev-chacha", "shadowsocks-libev chacha20-ietf-poly1305", "shadowsocks",
+            [ss("ss-server", "shadowsocks-libev/chacha20-server.json", ("SERVER",)),
+             ss("ss-local", "shadowsocks-libev/chacha20-local.json", ("SOCKS",))]),
+    Subject("direct-end", "direct loopback, again at the end", "baseline", [], via="direct"),
+]
+
+
+# ---------------------------------------------------------------- helpers
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def free_port(kind=socket.SOCK_STREAM):
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fill(text, values):
+    for k, v in values.items():
+        text = text.replace(f"@{k}@", str(v))
+    return text
+
+
+def proc_stat(pid):
+    """(ppid, ticks of user+system CPU incl. reaped children, start time) or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # rest[0] is field 3 (state): ppid 4, utime 14, stime 15, cutime 16, cstime 17, starttime 22
+    return int(rest[1]), sum(int(x) for x in rest[11:15]), int(rest[19])
+
+
+def tree(roots):
+    """The pids of roots and all their descendants now alive."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = proc_stat(d)
+            if st:
+                children.setdefault(st[0], []).append(int(d))
+    out, todo = [], list(roots)
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def rss_kib(pids):
+    total = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def cpu_s(pids):
+    return sum((proc_stat(p) or (0, 0, 0))[1] for p in pids) / CLK_TCK
+
+
+def others():
+    """{(pid, start time): CPU ticks} of every process that is neither this
+    script nor one of its descendants nor a kernel thread: the work of other
+    sessions sharing this machine. A process's ticks include its reaped
+    children's, so short-lived commands show up in their parent."""
+    stats, kids = {}, {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = proc_stat(d)
+            if st:
+                stats[int(d)] = st
+                kids.setdefault(st[0], []).append(int(d))
+    mine = set(tree([os.getpid()]))
+    kernel = set(tree([2]))
+    return {(p, st[2]): st[1] for p, st in stats.items() if p not in mine and p not in kernel}
+
+
+def other_cores(before, after, secs):
+    return sum(t - before.get(k, 0) for k, t in after.items()) / CLK_TCK / secs
+
+
+def wait_quiet():
+    """Waits until other work on the machine uses less than QUIET cores (at
+    most QUIET_WAIT s: other sessions share this machine). Returns the cores
+    they used in the last half second."""
+    deadline = time.monotonic() + QUIET_WAIT
+    while True:
+        b0 = others()
+        time.sleep(0.5)
+        other = other_cores(b0, others(), 0.5)
+        if other < QUIET or time.monotonic() > deadline:
+            return other
+
+
+def parse_line(out):
+    """The key=value pairs of the last `loadgen ...` line of out."""
+    lines = [l for l in out.splitlines() if l.startswith("loadgen ")]
+    if not lines:
+        return None
+    kv = {}
+    for tok in shlex.split(lines[-1])[1:]:
+        k, _, v = tok.partition("=")
+        kv[k] = v
+    return kv
+
+
+def dpkg_version(pkg):
+    try:
+        return subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True,
+                              text=True, timeout=10).stdout.strip() or "not installed"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+# ---------------------------------------------------------------- running a subject
+
+class Running:
+    """The processes of one started subject."""
+
+    def __init__(self):
+        self.procs = []  # (Popen, log path, log file)
+        self.known = {}  # pid -> start time, of every process seen in the trees
+
+    def roots(self):
+        return [p.pid for p, _, _ in self.procs]
+
+    def pids(self):
+        pids = tree(self.roots())
+        for p in pids:
+            st = proc_stat(p)
+            if st:
+                self.known.setdefault(p, st[2])
+        return pids
+
+    def log_tail(self, n=2000):
+        out = []
+        for p, path, _ in self.procs:
+            try:
+                out.append(f"--- {p.args[0]} (rc={p.poll()}):\n{path.read_text(errors='replace')[-n:]}")
+            except OSError:
+                pass
+        return "\n".join(out)
+
+    def stop(self):
+        """SIGTERM to each process we started (clients first), SIGKILL after
+        3 s; then SIGKILL to any of their descendants still alive (checked
+        by start time, so a reused pid is never hit)."""
+        self.pids()
+        for p, _, _ in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p, _, f in reversed(self.procs):
+            try:
+                p.wait(3)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+            f.close()
+        for pid, start in self.known.items():
+            st = proc_stat(pid)
+            if st and st[2] == start:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+def start(subject, values, tmp):
+    run = Running()
+    for i, proc in enumerate(subject.procs):
+        exe = shutil.which(proc.exe)
+        if not exe:
+            run.stop()
+            raise RuntimeError(f"{proc.exe} is not installed (scripts/deps.sh installs it)")
+        vals = dict(values, EXE=exe, TMP=tmp)
+        if proc.config:
+            src = PEERS / proc.config
+            cfg = Path(tmp) / f"{subject.key}-{i}{src.suffix}"
+            cfg.write_text(fill(src.read_text(), vals))
+            vals["CFG"] = cfg
+        argv = [fill(a, vals) for a in proc.argv]
+        path = Path(tmp) / f"{subject.key}-{i}.log"
+        f = open(path, "wb")
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                             cwd=tmp)
+        run.procs.append((p, path, f))
+        pending = [values[n] for n in proc.listens]
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if p.poll() is not None:
+                break
+            if pending:
+                try:
+                    with socket.create_connection(("127.0.0.1", pending[0]), timeout=0.5):
+                        pass
+                    pending.pop(0)
+                except OSError:
+                    time.sleep(0.02)
+                continue
+            if proc.ready and proc.ready not in path.read_text(errors="replace"):
+                time.sleep(0.02)
+                continue
+            break
+        if p.poll() is not None or pending or (proc.ready and
+                                                 proc.ready not in path.read_text(errors="replace")):
+            tail = run.log_tail()
+            run.stop()
+            raise RuntimeError(f"{proc.exe} did not start\n{tail}")
+    return run
+
+
+def loadgen(mode, subject, values, args, timeout):
+    """Runs one workload; returns the result's key=value pairs (with error=
+    when it failed) and the tool's CPU seconds (client and targets)."""
+    if subject.via == "relay":
+        target = {"thru": "RELAY_SINK", "crr": "RELAY_ECHO", "rr": "RELAY_ECHO",
+                  "udp": "RELAY_UDP"}[mode]
+        via = []
+    else:
+        target = {"thru": "SINK", "crr": "ECHO", "rr": "ECHO", "udp": "UDP"}[mode]
+        via = ["--socks", f"127.0.0.1:{values['SOCKS']}"] if subject.via == "socks" else []
+    argv = [str(LOADGEN), mode, "--label", subject.key, "--target",
+            f"127.0.0.1:{values[target]}"] + via + args
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        kv = parse_line(r.stdout) or {"error": f"no result line; rc={r.returncode} "
+                                               f"{r.stderr.strip()[:200]}"}
+    except subprocess.TimeoutExpired:
+        kv = {"error": f"loadgen did not finish in {timeout} s"}
+    kv["cmd"] = " ".join(shlex.quote(a if not a.startswith(str(ROOT)) else
+                                     os.path.relpath(a, ROOT)) for a in argv)
+    return kv
+
+
+class Sampler(threading.Thread):
+    """Peak summed RSS of a subject's processes while a workload runs."""
+
+    def __init__(self, run):
+        super().__init__(daemon=True)
+        self.run_, self.peak, self.stop_ = run, 0, threading.Event()
+
+    def run(self):
+        while not self.stop_.wait(SAMPLE):
+            self.peak = max(self.peak, rss_kib(self.run_.pids()))
+
+
+def measure(subject, values, tmp, serve_pid):
+    """Starts the subject, runs the four workloads, stops it. A dict of results."""
+    res = {"title": subject.title, "quiet_before": wait_quiet()}
+    run = None
+    try:
+        run = start(subject, values, tmp) if subject.procs else Running()
+        time.sleep(SETTLE if subject.procs else 0)
+        pids = run.pids()
+        # what other sessions ran meanwhile
+        w0, b0 = time.monotonic(), others()
+        res["procs"] = len(pids)
+        res["rss_idle_kib"] = rss_kib(pids) if subject.procs else None
+        # thru, with the CPU it cost the subject
+        c0, s0 = cpu_s(run.pids()), cpu_s([serve_pid])
+        res["thru"] = loadgen("thru", subject, values,
+                              ["--conns", SIZES["conns"], "--bytes", SIZES["bytes"],
+                               "--timeout", "60"], 90)
+        c1, s1 = cpu_s(run.pids()), cpu_s([serve_pid])
+        res["serve_cpu_thru"] = s1 - s0
+        if subject.procs and "mib_s" in res["thru"]:
+            gib = int(res["thru"]["bytes"]) / (1 << 30)
+            res["cpu_s_per_gib"] = (c1 - c0) / gib
+        time.sleep(PAUSE)
+        # crr, with the peak RSS under it
+        sampler = Sampler(run)
+        sampler.start()
+        c0 = cpu_s(run.pids())
+        res["crr"] = loadgen("crr", subject, values,
+                             ["--workers", SIZES["workers"], "--secs", SIZES["secs"],
+                              "--timeout", "60"], 60)
+        c1 = cpu_s(run.pids())
+        sampler.stop_.set()
+        sampler.join()
+        if subject.procs and "conns" in res["crr"] and int(res["crr"]["conns"]) > 0:
+            res["cpu_us_per_conn"] = (c1 - c0) / int(res["crr"]["conns"]) * 1e6
+        res["rss_crr_kib"] = sampler.peak if subject.procs else None
+        time.sleep(PAUSE)
+        res["rr"] = loadgen("rr", subject, values,
+                            ["--secs", SIZES["rr_secs"], "--timeout", "10"], 60)
+        time.sleep(PAUSE)
+        if subject.udp:
+            # A udp run lasts a fraction of a second: the median of a few
+            # runs, unless the first shows the subject losing most datagrams.
+            runs = []
+            for _ in range(UDP_RUNS):
+                kv = loadgen("udp", subject, values,
+                             ["--count", SIZES["count"], "--size", SIZES["size"],
+                              "--window", SIZES["window"], "--timeout", "10"], 60)
+                runs.append(kv)
+                if "pkt_s" not in kv or kv.get("incomplete") or float(kv["loss_pct"]) > 50:
+                    break
+                time.sleep(PAUSE)
+            ok = sorted((kv for kv in runs if "pkt_s" in kv), key=lambda kv: float(kv["pkt_s"]))
+            res["udp"] = ok[len(ok) // 2] if ok else runs[-1]
+            res["udp_runs"] = runs
+        res["other_cores"] = other_cores(b0, others(), time.monotonic() - w0)
+        if subject.procs:
+            for p, _, _ in run.procs:
+                if p.poll() is not None:
+                    res["error"] = f"{p.args[0]} exited during the run (rc={p.returncode})"
+    except RuntimeError as e:
+        res["error"] = str(e).splitlines()[0]
+        log(str(e))
+    finally:
+        if run is not None:
+            if "error" in res or any("error" in res.get(m, {}) for m in ("thru", "crr", "rr",
+                                                                          "udp")):
+                log(f"{subject.key}: logs\n{run.log_tail(1500)}")
+            run.stop()
+    return res
+
+
+# ---------------------------------------------------------------- the report
+
+def num(kv, key, fmt="{:.0f}"):
+    if not kv:
+        return "–"
+    if "error" in kv:
+        return "error"
+    try:
+        return fmt.format(float(kv[key]))
+    except (KeyError, ValueError):
+        return "–"
+
+
+def val(res, mode, key):
+    kv = res.get(mode)
+    if not kv or "error" in kv or key not in kv:
+        return None
+    try:
+        return float(kv[key])
+    except ValueError:
+        return None
+
+
+def mib(kib):
+    return "–" if kib is None else f"{kib / 1024:.1f}"
+
+
+def ratio(a, b, fmt="{:.2f}×"):
+    return "–" if a is None or b is None or b == 0 else fmt.format(a / b)
+
+
+def udp_rate(res):
+    """pkt/s, or None when most datagrams were lost (a rate of the few that
+    came back compares with nothing)."""
+    loss = val(res, "udp", "loss_pct")
+    return None if loss is None or loss > 50 else val(res, "udp", "pkt_s")
+
+
+def table(results):
+    rows = ["| subject | procs | thru MiB/s | crr conn/s | crr p50 / p99 µs | rr p50 / p99 µs "
+            "| udp pkt/s | udp loss | RSS idle MiB | RSS crr MiB | CPU s/GiB | CPU µs/conn "
+            "| other load |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for s in SUBJECTS:
+        r = results.get(s.key)
+        if r is None:
+            continue
+        if "error" in r and "thru" not in r:
+            rows.append(f"| {r['title']} | | {r['error']} | | | | | | | | | | |")
+            continue
+        crr, rr, udp = r.get("crr"), r.get("rr"), r.get("udp")
+        lat = lambda kv, f="{:.0f}": (f"{num(kv, 'p50_us', f)} / {num(kv, 'p99_us', f)}"
+                                      if kv and "error" not in kv else num(kv, "p50_us"))
+        cpu, per_conn, other = r.get("cpu_s_per_gib"), r.get("cpu_us_per_conn"), r.get("other_cores")
+        loss = num(udp, "loss_pct", "{:.2f} %")
+        if udp and udp.get("incomplete"):
+            loss += " (timed out)"
+        rows.append(
+            f"| {r['title']} | {r.get('procs') if s.procs else '–'} | {num(r.get('thru'), 'mib_s')} "
+            f"| {num(crr, 'conn_s')} | {lat(crr)} | {lat(rr, '{:.1f}')} "
+            f"| {num(udp, 'pkt_s') if s.udp else 'no UDP'} "
+            f"| {loss if s.udp else '–'} "
+            f"| {mib(r.get('rss_idle_kib'))} | {mib(r.get('rss_crr_kib'))} "
+            f"| {'–' if cpu is None else f'{cpu:.2f}'} "
+            f"| {'–' if per_conn is None else f'{per_conn:.0f}'} "
+            f"| {'–' if other is None else f'{other:.2f}'} |")
+    return "\n".join(rows)
+
+
+def vs_direct(results):
+    d = results.get("direct", {})
+    rows = ["| subject | thru | crr | rr p50 − direct | udp |", "|---|--:|--:|--:|--:|"]
+    for s in SUBJECTS:
+        r = results.get(s.key)
+        if r is None or s.group == "baseline" or "thru" not in r:
+            continue
+        p50, dp50 = val(r, "rr", "p50_us"), val(d, "rr", "p50_us")
+        rows.append(f"| {r['title']} | {ratio(val(r, 'thru', 'mib_s'), val(d, 'thru', 'mib_s'))} "
+                    f"| {ratio(val(r, 'crr', 'conn_s'), val(d, 'crr', 'conn_s'))} "
+                    f"| {'–' if p50 is None or dp50 is None else f'{p50 - dp50:+.1f} µs'} "
+                    f"| {ratio(udp_rate(r), udp_rate(d))} |")
+    return "\n".join(rows)
+
+
+def vs_peers(results):
+    """Ours divided by each peer of the same group: above 1 is ours ahead,
+    except for rr latency, RSS and CPU, where below 1 is ours ahead."""
+    rows = ["| etemenanki | peer | thru | crr | rr p50 | udp | RSS crr | CPU/GiB | CPU/conn |",
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for o in SUBJECTS:
+        if not o.ours or o.key not in results:
+            continue
+        a = results[o.key]
+        for p in SUBJECTS:
+            if p.ours or p.group != o.group or p.key not in results:
+                continue
+            b = results[p.key]
+            rows.append(
+                f"| {a['title']} | {b['title']} "
+                f"| {ratio(val(a, 'thru', 'mib_s'), val(b, 'thru', 'mib_s'))} "
+                f"| {ratio(val(a, 'crr', 'conn_s'), val(b, 'crr', 'conn_s'))} "
+                f"| {ratio(val(a, 'rr', 'p50_us'), val(b, 'rr', 'p50_us'))} "
+                f"| {ratio(udp_rate(a), udp_rate(b))} "
+                f"| {ratio(a.get('rss_crr_kib'), b.get('rss_crr_kib'))} "
+                f"| {ratio(a.get('cpu_s_per_gib'), b.get('cpu_s_per_gib'))} "
+                f"| {ratio(a.get('cpu_us_per_conn'), b.get('cpu_us_per_conn'))} |")
+    return "\n".join(rows)
+
+
+def targets(results):
+    """The issue's targets, each met or missed with the numbers."""
+    out = []
+    r, n, d = results.get("etm-socks", {}), results.get("nginx", {}), results.get("direct", {})
+
+    def line(name, ok, detail):
+        mark = "–" if ok is None else ("met" if ok else "**missed**")
+        out.append(f"| {name} | {mark} | {detail} |")
+
+    def cmp(name, ours, want, unit, fmt="{:.0f}", higher=True):
+        if ours is None or want is None:
+            line(name, None, "not measured")
+            return
+        ok = ours >= want if higher else ours <= want
+        by = (ours / want - 1) * 100 if want else 0
+        line(name, ok, f"{fmt.format(ours)} {unit} vs {fmt.format(want)} {unit} wanted "
+                       f"({by:+.0f} %)")
+
+    out += ["| target | | measured |", "|---|---|---|"]
+    nt = val(n, "thru", "mib_s")
+    cmp("socks→freedom thru ≥ 1.3 × nginx", val(r, "thru", "mib_s"), nt and 1.3 * nt, "MiB/s")
+    cmp("socks→freedom crr ≥ nginx", val(r, "crr", "conn_s"), val(n, "crr", "conn_s"), "conn/s")
+    dp = val(d, "rr", "p50_us")
+    cmp("socks→freedom rr p50 ≤ direct + 20 µs", val(r, "rr", "p50_us"), dp and dp + 20, "µs",
+        "{:.1f}", higher=False)
+    nu = val(n, "udp", "pkt_s")
+    cmp("socks→freedom UDP ≥ 1.2 × nginx UDP relay", val(r, "udp", "pkt_s"), nu and 1.2 * nu,
+        "pkt/s")
+    idle, busy = r.get("rss_idle_kib"), r.get("rss_crr_kib")
+    cmp("idle RSS < 4 MiB", idle and idle / 1024, 4, "MiB", "{:.1f}", higher=False)
+    cmp("RSS under crr < 10 MiB", busy and busy / 1024, 10, "MiB", "{:.1f}", higher=False)
+    for o in SUBJECTS:
+        if not o.ours or o.group == "socks" or o.key not in results:
+            continue
+        a = results[o.key]
+        for p in SUBJECTS:
+            if p.ours or p.group != o.group or p.key not in results:
+                continue
+            b = results[p.key]
+            k = 2 if p.key.startswith("v2ray") else 1
+            want = "≥ 2 ×" if k == 2 else "ahead of"
+            for mode, key, unit in (("thru", "mib_s", "MiB/s"), ("crr", "conn_s", "conn/s")):
+                w = val(b, mode, key)
+                cmp(f"{o.group} {mode} {want} {p.title}", val(a, mode, key), w and k * w, unit)
+    for g in sorted({s.group for s in SUBJECTS if not s.ours} -
+                    {s.group for s in SUBJECTS if s.ours} - {"baseline"}):
+        line(f"{g}: ahead of the peers", None, "no etemenanki counterpart yet")
+    return "\n".join(out)
+
+
+def route_table(kv):
+    if not kv:
+        return "bench_route did not run."
+    keys = ["mean_ns", "domain_hit_ns", "domain_miss_ns", "ip_hit_ns", "ip_miss_ns"]
+    return ("| geosite names | geoip prefixes | " + " | ".join(keys) + " |\n"
+            "|--:|--:|" + "--:|" * len(keys) + "\n"
+            f"| {kv.get('geosite_names')} | {kv.get('geoip_prefixes')} | "
+            + " | ".join(kv.get(k, "–") for k in keys) + " |")
+
+
+def human(size):
+    """'1G' -> '1 GiB'."""
+    units = {"K": "KiB", "M": "MiB", "G": "GiB"}
+    return f"{size[:-1]} {units[size[-1].upper()]}" if size[-1:].upper() in units else f"{size} B"
+
+
+def report(results, meta, route):
+    s = SIZES
+    return f"""Run {meta['when']} by `{meta['command']}` on commit {meta['commit']}
+({meta['machine']}); load average {meta['load_start']} at the start, {meta['load_end']} at
+the end; {meta['secs']:.0f} s in all.
+
+Workloads: thru {human(s['bytes'])} over {s['conns']} connections; crr {s['workers']} workers
+for {s['secs']} s with 64-byte request and answer; rr 1-byte ping-pong for {s['rr_secs']} s
+on one connection; udp {s['count']} datagrams of {s['size']} bytes, window {s['window']}
+(the median of {UDP_RUNS} runs).
+RSS is VmRSS summed over the subject's processes (a chain's client and
+server, nginx's master and workers, danted's processes); CPU s/GiB is their
+user + system time over the thru run per GiB moved, CPU µs/conn the same
+over the crr run per connection. "other load" is the cores that work other
+than the subject, the load tool and the driver kept busy meanwhile (other
+sessions share this machine): rows where it is high are less comparable (it
+overstates when a long command of another session ends during the row: its
+whole CPU time lands in its parent at once).
+
+{table(results)}
+
+Ratios to direct loopback (same run):
+
+{vs_direct(results)}
+
+etemenanki divided by each peer of the same shape (thru, crr, udp: above 1 is
+ours ahead; rr p50, RSS, CPU: below 1 is ours ahead):
+
+{vs_peers(results)}
+
+Targets of issue 7:
+
+{targets(results)}
+
+Route decision micro-benchmark (`build/src/bench_route`, CPU ns per
+decision, the fastest of its rounds):
+
+{route_table(route)}
+
+Peers: {meta['versions']}."""
+
+
+def fmt2(x):
+    return "-" if x is None else f"{x:.2f}"
+
+
+def raw_lines(results, route):
+    out = []
+    for s in SUBJECTS:
+        r = results.get(s.key)
+        if not r:
+            continue
+        out.append(f"# {s.key}: procs={r.get('procs')} rss_idle_kib={r.get('rss_idle_kib')} "
+                   f"rss_crr_kib={r.get('rss_crr_kib')} cpu_s_per_gib="
+                   f"{fmt2(r.get('cpu_s_per_gib'))} cpu_us_per_conn={fmt2(r.get('cpu_us_per_conn'))}"
+                   f" serve_cpu_s_thru={fmt2(r.get('serve_cpu_thru'))}"
+                   f" other_cores={fmt2(r.get('other_cores'))}"
+                   f" other_cores_before={fmt2(r.get('quiet_before'))}"
+                   + (f" error={r['error']!r}" if "error" in r else ""))
+        for m in ("thru", "crr", "rr", "udp_runs"):
+            for kv in (r.get(m) or []) if m == "udp_runs" else [r.get(m)]:
+                if kv:
+                    out.append("$ " + kv["cmd"])
+                    out.append("loadgen " + " ".join(f"{k}={shlex.quote(v)}"
+                                                     for k, v in kv.items() if k != "cmd"))
+    if route:
+        out.append("$ build/src/bench_route")
+        out.append(route.get("_line", ""))
+    return "\n".join(out)
+
+
+def refresh_doc(body, results_name):
+    text = DOC.read_text() if DOC.exists() else f"# Performance\n\n{BEGIN}\n{END}\n"
+    if BEGIN not in text or END not in text:
+        text += f"\n{BEGIN}\n{END}\n"
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    gen = (f"{BEGIN}\n<!-- Written by `make bench` (bench/run.py); edits here are lost. -->\n\n"
+           f"From [bench/results/{results_name}](../bench/results/{results_name}).\n\n"
+           f"{body}\n{END}")
+    DOC.write_text(head + gen + tail)
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    t_start = time.monotonic()
+    only = [k for k in os.environ.get("BENCH_ONLY", "").split(",") if k]
+    unknown = set(only) - {s.key for s in SUBJECTS}
+    if unknown:
+        sys.exit(f"bench: unknown subject(s) {', '.join(sorted(unknown))}; "
+                 f"known: {', '.join(s.key for s in SUBJECTS)}")
+    for exe in (LOADGEN, APP, BENCH_ROUTE):
+        if not exe.exists():
+            sys.exit(f"bench: {exe} is missing: build first (make build)")
+    subjects = [s for s in SUBJECTS if not only or s.key in only or s.key == "direct"]
+    load_start = open("/proc/loadavg").read().split()[:3]
+    tmp = tempfile.mkdtemp(prefix="etm-bench-")
+    serve = None
+    results, route = {}, None
+    try:
+        cert, key = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+                        "-subj", "/CN=proxy.test", "-addext", "subjectAltName=DNS:proxy.test",
+                        "-keyout", str(key), "-out", str(cert)],
+                       check=True, capture_output=True, timeout=30)
+        serve = subprocess.Popen([str(LOADGEN), "serve"], stdout=subprocess.PIPE, text=True,
+                                 stdin=subprocess.DEVNULL)
+        targets_kv = parse_line(serve.stdout.readline())
+        if not targets_kv or "sink" not in targets_kv:
+            raise RuntimeError(f"loadgen serve did not start: {targets_kv}")
+        base = {"SINK": targets_kv["sink"], "ECHO": targets_kv["echo"], "UDP": targets_kv["udp"],
+                "CERT": cert, "KEY": key}
+        log(f"targets: sink {base['SINK']}, echo {base['ECHO']}, udp {base['UDP']}")
+        r = subprocess.run([str(BENCH_ROUTE)], capture_output=True, text=True, timeout=120)
+        line = next((l for l in r.stdout.splitlines() if l.startswith("bench_route ")), None)
+        if line:
+            route = dict(tok.partition("=")[::2] for tok in line.split()[1:])
+            route["_line"] = line
+        log(f"route: {line}")
+        for s in subjects:
+            t0 = time.monotonic()
+            values = dict(base, SOCKS=free_port(), SERVER=free_port(), RELAY_SINK=free_port(),
+                          RELAY_ECHO=free_port(), RELAY_UDP=free_port(socket.SOCK_DGRAM))
+            results[s.key] = measure(s, values, tmp, serve.pid)
+            r = results[s.key]
+            log(f"{s.key}: thru {num(r.get('thru'), 'mib_s')} MiB/s, crr "
+                f"{num(r.get('crr'), 'conn_s')}/s, rr p50 {num(r.get('rr'), 'p50_us', '{:.1f}')} µs,"
+                f" udp {num(r.get('udp'), 'pkt_s')}/s, RSS {mib(r.get('rss_idle_kib'))}/"
+                f"{mib(r.get('rss_crr_kib'))} MiB ({time.monotonic() - t0:.0f} s)"
+                + (f" ERROR {r['error']}" if "error" in r else ""))
+    finally:
+        if serve is not None:
+            serve.terminate()
+            try:
+                serve.wait(5)
+            except subprocess.TimeoutExpired:
+                serve.kill()
+                serve.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    when = datetime.datetime.now(datetime.timezone.utc)
+    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True).stdout.strip() or "?"
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
+                            "--untracked-files=no", "--", "src"],
+                           capture_output=True, text=True).stdout.strip()
+    meta = {
+        "when": when.strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "make bench" + (f" BENCH_ONLY={','.join(only)}" if only else ""),
+        "commit": rev + (" with uncommitted changes under src/" if dirty else ""),
+        "machine": f"{os.cpu_count()} cores, Linux {os.uname().release}",
+        "load_start": " ".join(load_start),
+        "load_end": " ".join(open("/proc/loadavg").read().split()[:3]),
+        "secs": time.monotonic() - t_start,
+        "versions": ", ".join(f"{p} {dpkg_version(p)}" for p in
+                              ("v2ray", "trojan", "shadowsocks-libev", "dante-server",
+                               "microsocks", "nginx", "libnginx-mod-stream")),
+    }
+    body = report(results, meta, route)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    name = when.strftime("%Y-%m-%d") + ("-partial" if only else "") + ".md"
+    (RESULTS / name).write_text(
+        f"# Benchmark run {meta['when']}\n\n{body}\n\n## Raw result lines\n\n```\n"
+        f"{raw_lines(results, route)}\n```\n")
+    log(f"wrote bench/results/{name}")
+    if not only:
+        refresh_doc(body, name)
+        log(f"refreshed {DOC.relative_to(ROOT)}")
+    print(table(results))
+    log(f"done in {meta['secs']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
