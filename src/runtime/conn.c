@@ -352,6 +352,7 @@ static void alloc_relay(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 }
 
 static void on_relay_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+static void maybe_splice(conn *c);
 
 static void maybe_finish(conn *c)
 {
@@ -408,6 +409,7 @@ static void on_relay_written(uv_write_t *req, int status)
 		d->reading = true;
 		uv_read_start(d->from, alloc_relay, on_relay_read);
 	}
+	maybe_splice(c);
 }
 
 /* Sends buf[off, off + len) (a pool buffer, handed over) on d. */
@@ -449,6 +451,31 @@ static int dir_send(conn *c, dir *d, uint8_t *buf, size_t off, size_t len)
 	return 0;
 }
 
+static bool try_splice(conn *c);
+
+/* A flow that has moved SPLICE_AFTER bytes and has nothing in flight moves
+ * to the splicer; short flows never pay its set-up. */
+static void maybe_splice(conn *c)
+{
+	if (c->state != RELAY || !c->limits.splice || c->relayed < SPLICE_AFTER)
+		return;
+	for (int i = 0; i < 2; i++)
+		if (c->d[i].pending || c->d[i].eof || c->d[i].shut_sent)
+			return;
+	for (int i = 0; i < 2; i++)
+		if (c->d[i].reading) {
+			uv_read_stop(c->d[i].from);
+			c->d[i].reading = false;
+		}
+	if (try_splice(c))
+		return;
+	c->relayed = 0; /* not now: try again after as many bytes */
+	for (int i = 0; i < 2; i++) {
+		c->d[i].reading = true;
+		uv_read_start(c->d[i].from, alloc_relay, on_relay_read);
+	}
+}
+
 static void on_relay_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
 	conn *c = s->data;
@@ -462,8 +489,12 @@ static void on_relay_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 		return;
 	}
 	c->last_active = uv_now(worker_loop(c->w));
-	if (dir_send(c, d, (uint8_t *)buf->base, 0, (size_t)n))
+	c->relayed += (uint64_t)n;
+	if (dir_send(c, d, (uint8_t *)buf->base, 0, (size_t)n)) {
 		conn_close(c);
+		return;
+	}
+	maybe_splice(c);
 }
 
 static void on_blackhole_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
@@ -618,9 +649,7 @@ void conn_relay(conn *c, uv_tcp_t *up, stack *ust)
 		conn_layer_relay(c);
 		return;
 	}
-	if (c->limits.splice && try_splice(c))
-		return;
-	c->state = RELAY;
+	c->state = RELAY; /* splice comes after SPLICE_AFTER bytes (maybe_splice) */
 	c->d[0] = (dir){.from = (uv_stream_t *)&c->client, .to = (uv_stream_t *)up};
 	c->d[1] = (dir){.from = (uv_stream_t *)up, .to = (uv_stream_t *)&c->client};
 

@@ -76,6 +76,7 @@ struct conn {
 
 	dir d[2]; /* [0] client -> up, [1] up -> client */
 	splicer *sp; /* the SPLICE state's relay */
+	uint64_t relayed; /* bytes the buffered relay moved, toward SPLICE_AFTER */
 	uint64_t last_active;
 
 	/* Layers (conn_layer.c): a stack on either side makes the relay a
