@@ -430,7 +430,8 @@ static const schema_field runtime_fields[] = {
 	{.name = "workers", .kind = SK_U64, .offset = offsetof(etm_runtime_spec, workers), .def = 0,
 	 .default_doc = "0", .doc = "Worker threads, each with its own event loop; 0 = one per core."},
 	BOOL(etm_runtime_spec, splice, "splice", 1,
-	     "Relay plain TCP to plain TCP with splice(2), without copying through user space."),
+	     "Relay plain TCP to plain TCP with splice(2), without copying through user space, once a "
+	     "flow has moved 64 KiB."),
 };
 static const schema_table runtime_table =
 	TABLE_OF("[runtime]", "Threads and the relay. Read at start.",
