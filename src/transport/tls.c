@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,13 @@ struct tls_client_ctx {
 	atomic_uint refs;
 	bool verify;
 	char *server_name; /* owned; NULL: none configured */
+	/* The last session the server gave, to resume the next connection to
+	 * the same name (a full handshake decodes and verifies the server's
+	 * certificate again: a quarter of a TLS chain's CPU per connection,
+	 * docs/performance.md). Worker threads share it under the lock. */
+	pthread_mutex_t lock;
+	SSL_SESSION *session; /* a reference, or NULL */
+	char *session_name;   /* owned: the name it was made for ("" for none) */
 };
 
 struct tls_server_ctx {
@@ -152,6 +160,26 @@ static int version_of(tls_version v)
 	return v == TLS_VERSION_12 ? TLS1_2_VERSION : TLS1_3_VERSION;
 }
 
+/* OpenSSL hands every new session (a TLS 1.3 ticket, a TLS 1.2 session)
+ * here; keeping it takes the reference (return 1). */
+static int on_new_session(SSL *ssl, SSL_SESSION *sess)
+{
+	tls_client_ctx *c = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+	const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+	char *copy = strdup(name ? name : "");
+	if (!c || !copy) {
+		free(copy);
+		return 0;
+	}
+	pthread_mutex_lock(&c->lock);
+	SSL_SESSION_free(c->session);
+	free(c->session_name);
+	c->session = sess;
+	c->session_name = copy;
+	pthread_mutex_unlock(&c->lock);
+	return 1;
+}
+
 tls_client_ctx *tls_client_ctx_new(const tls_client_config *cfg, char *err, size_t err_size)
 {
 	char why[128];
@@ -174,9 +202,14 @@ tls_client_ctx *tls_client_ctx_new(const tls_client_config *cfg, char *err, size
 	if (!c)
 		goto fail;
 	atomic_init(&c->refs, 1);
+	pthread_mutex_init(&c->lock, NULL);
 	c->ssl = SSL_CTX_new(TLS_client_method());
 	if (!c->ssl)
 		goto fail;
+	SSL_CTX_set_app_data(c->ssl, c);
+	SSL_CTX_set_session_cache_mode(c->ssl,
+	                               SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+	SSL_CTX_sess_set_new_cb(c->ssl, on_new_session);
 	if (!SSL_CTX_set_min_proto_version(c->ssl, min) ||
 	    !SSL_CTX_set_max_proto_version(c->ssl, max))
 		goto fail;
@@ -221,6 +254,9 @@ void tls_client_ctx_unref(tls_client_ctx *c)
 	if (!c || atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
 		return;
 	SSL_CTX_free(c->ssl);
+	SSL_SESSION_free(c->session);
+	free(c->session_name);
+	pthread_mutex_destroy(&c->lock);
 	free(c->server_name);
 	free(c);
 }
@@ -603,6 +639,13 @@ layer *tls_client_new(tls_client_ctx *ctx, const char *server_name, char *err, s
 		tls_free(&t->base);
 		return NULL;
 	}
+	/* resume the last session made for this name, if any; an IP name sends
+	 * no SNI, so its sessions are kept under "" */
+	const char *key = name && !is_ip(name) ? name : "";
+	pthread_mutex_lock(&ctx->lock);
+	if (ctx->session && strcmp(ctx->session_name, key) == 0)
+		(void)SSL_set_session(t->ssl, ctx->session);
+	pthread_mutex_unlock(&ctx->lock);
 	return &t->base;
 }
 
