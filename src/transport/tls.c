@@ -161,23 +161,28 @@ static int version_of(tls_version v)
 }
 
 /* OpenSSL hands every new session (a TLS 1.3 ticket, a TLS 1.2 session)
- * here; keeping it takes the reference (return 1). */
+ * here; the context keeps its own copy, independent of the connection that
+ * made it. Returns 0: OpenSSL keeps its reference to the original. A
+ * session resumes when the connection that made it ended with
+ * close_notify both ways (tests/unit/test_tls.c), as relayed flows end. */
 static int on_new_session(SSL *ssl, SSL_SESSION *sess)
 {
 	tls_client_ctx *c = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
 	const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
 	char *copy = strdup(name ? name : "");
-	if (!c || !copy) {
+	SSL_SESSION *dup = SSL_SESSION_dup(sess);
+	if (!c || !copy || !dup) {
 		free(copy);
+		SSL_SESSION_free(dup);
 		return 0;
 	}
 	pthread_mutex_lock(&c->lock);
 	SSL_SESSION_free(c->session);
 	free(c->session_name);
-	c->session = sess;
+	c->session = dup;
 	c->session_name = copy;
 	pthread_mutex_unlock(&c->lock);
-	return 1;
+	return 0;
 }
 
 tls_client_ctx *tls_client_ctx_new(const tls_client_config *cfg, char *err, size_t err_size)
@@ -691,4 +696,10 @@ bool tls_peer_closed(const layer *l)
 {
 	const tls_layer *t = as_tls(l);
 	return t && t->peer_closed;
+}
+
+bool tls_resumed(const layer *l)
+{
+	const tls_layer *t = as_tls(l);
+	return t && SSL_session_reused(t->ssl) == 1;
 }

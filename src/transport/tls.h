@@ -135,4 +135,9 @@ const char *tls_version_name(const layer *l);
 /* Whether the peer's close_notify has arrived (see "End of stream"). */
 bool tls_peer_closed(const layer *l);
 
+/* Whether the handshake resumed an earlier session: a client context keeps
+ * the last session its server gave and offers it on the next connection to
+ * the same name. */
+bool tls_resumed(const layer *l);
+
 #endif

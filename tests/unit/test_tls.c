@@ -462,6 +462,45 @@ static void shared_context(void **state)
 	tls_server_ctx_unref(sc);
 }
 
+/* The client context keeps the server's last session: every connection
+ * after the first resumes it, in TLS 1.3 (a ticket) and 1.2 alike. */
+static void later_connections_resume(void **state)
+{
+	(void)state;
+	char err[256];
+	tls_version versions[] = {TLS_VERSION_12, TLS_VERSION_13};
+	for (int v = 0; v < 2; v++) {
+		tls_client_config cfg = client_cfg();
+		cfg.min_version = cfg.max_version = versions[v];
+		tls_client_ctx *cc = tls_client_ctx_new(&cfg, err, sizeof err);
+		tls_server_ctx *sc = server_ctx();
+		for (int i = 0; i < 3; i++) {
+			end c = {0}, s = {0};
+			c.l = tls_client_new(cc, NULL, err, sizeof err);
+			s.l = tls_server_new(sc, err, sizeof err);
+			c.s = stack_new(), s.s = stack_new();
+			assert_int_equal(stack_push(c.s, c.l), 0);
+			assert_int_equal(stack_push(s.s, s.l), 0);
+			c.reading = s.reading = true;
+			assert_int_equal(stack_start(c.s), 0);
+			uint8_t *data = pattern(100, (uint32_t)i);
+			s.tx = data, s.tx_len = 100; /* the ticket rides with the server's data */
+			assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+			assert_true(stack_ready(c.s) && stack_ready(s.s));
+			assert_int_equal(tls_resumed(c.l), i > 0);
+			assert_int_equal(tls_resumed(s.l), i > 0);
+			/* an orderly end: both sides send close_notify */
+			assert_int_equal(stack_shutdown(c.s), 0);
+			assert_int_equal(stack_shutdown(s.s), 0);
+			assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+			free(data);
+			close_pair(&c, &s);
+		}
+		tls_client_ctx_unref(cc);
+		tls_server_ctx_unref(sc);
+	}
+}
+
 typedef struct ctx_case {
 	const char *cert, *key;
 	const char *const *alpn;
@@ -580,6 +619,7 @@ int main(void)
 		cmocka_unit_test(not_tls_at_all),
 		cmocka_unit_test(backpressure),
 		cmocka_unit_test(shared_context),
+		cmocka_unit_test(later_connections_resume),
 		cmocka_unit_test(server_ctx_errors),
 		cmocka_unit_test(client_ctx_errors),
 		cmocka_unit_test(queries_on_other_layers),
