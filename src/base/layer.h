@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 /* A connection is one socket and an ordered stack of layers (ARCHITECTURE.md
@@ -25,6 +26,18 @@ typedef struct layer_buf {
 } layer_buf;
 
 static inline size_t layer_buf_room(const layer_buf *b) { return b->cap - b->len; }
+
+/* Append as much of in[0..len) as fits; returns the bytes taken. A buffer
+ * with no room may have no data pointer, so nothing is copied then. */
+static inline size_t layer_buf_put(layer_buf *to, const uint8_t *in, size_t len)
+{
+	size_t n = len < layer_buf_room(to) ? len : layer_buf_room(to);
+	if (n) {
+		memcpy(to->data + to->len, in, n);
+		to->len += n;
+	}
+	return n;
+}
 
 /* Errors a layer returns. The layer's error() text says more. */
 enum {

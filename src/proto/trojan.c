@@ -60,7 +60,6 @@ static ssize_t addr_need(const uint8_t *p, size_t avail)
 	}
 }
 
-
 /* Whether the CRLF expected at p is still possible given avail bytes. */
 static bool crlf_ok(const uint8_t *p, size_t avail)
 {
@@ -97,23 +96,11 @@ typedef struct trojan_client {
 /* Moves what fits of the unsent request into down. */
 static void flush(trojan_client *c, layer_buf *down)
 {
-	size_t n = (size_t)(c->req_len - c->req_off);
-	if (n > layer_buf_room(down))
-		n = layer_buf_room(down);
-	memcpy(down->data + down->len, c->req + c->req_off, n);
-	down->len += n;
-	c->req_off = (uint16_t)(c->req_off + n);
+	c->req_off = (uint16_t)(c->req_off + layer_buf_put(down, c->req + c->req_off,
+	                                           (size_t)(c->req_len - c->req_off)));
 }
 
 /* Copies what fits of in into to; returns how much. */
-static size_t pass(const uint8_t *in, size_t len, layer_buf *to)
-{
-	size_t n = len < layer_buf_room(to) ? len : layer_buf_room(to);
-	if (n)
-		memcpy(to->data + to->len, in, n);
-	to->len += n;
-	return n;
-}
 
 static int client_start(layer *l, layer_buf *down)
 {
@@ -129,7 +116,7 @@ static ssize_t client_from_below(layer *l, const uint8_t *in, size_t len, layer_
 	trojan_client *c = (trojan_client *)l;
 	if (c->started)
 		flush(c, down);
-	return (ssize_t)pass(in, len, up);
+	return (ssize_t)layer_buf_put(up, in, len);
 }
 
 static ssize_t client_from_above(layer *l, const uint8_t *in, size_t len, layer_buf *down)
@@ -140,7 +127,7 @@ static ssize_t client_from_above(layer *l, const uint8_t *in, size_t len, layer_
 	flush(c, down);
 	if (c->req_off < c->req_len)
 		return 0; /* the request goes first */
-	return (ssize_t)pass(in, len, down);
+	return (ssize_t)layer_buf_put(down, in, len);
 }
 
 static bool client_ready(const layer *l)

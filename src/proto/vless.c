@@ -121,21 +121,8 @@ typedef struct vless_client {
 
 static void flush(vless_client *c, layer_buf *down)
 {
-	size_t n = (size_t)(c->req_len - c->req_off);
-	if (n > layer_buf_room(down))
-		n = layer_buf_room(down);
-	memcpy(down->data + down->len, c->req + c->req_off, n);
-	down->len += n;
-	c->req_off = (uint16_t)(c->req_off + n);
-}
-
-static size_t pass(const uint8_t *in, size_t len, layer_buf *to)
-{
-	size_t n = len < layer_buf_room(to) ? len : layer_buf_room(to);
-	if (n)
-		memcpy(to->data + to->len, in, n);
-	to->len += n;
-	return n;
+	c->req_off = (uint16_t)(c->req_off + layer_buf_put(down, c->req + c->req_off,
+	                                           (size_t)(c->req_len - c->req_off)));
 }
 
 static int client_start(layer *l, layer_buf *down)
@@ -168,7 +155,7 @@ static ssize_t client_from_below(layer *l, const uint8_t *in, size_t len, layer_
 		used = 2 + (size_t)in[1];
 		c->got_response = true;
 	}
-	return (ssize_t)(used + pass(in + used, len - used, up));
+	return (ssize_t)(used + layer_buf_put(up, in + used, len - used));
 }
 
 static ssize_t client_from_above(layer *l, const uint8_t *in, size_t len, layer_buf *down)
@@ -181,7 +168,7 @@ static ssize_t client_from_above(layer *l, const uint8_t *in, size_t len, layer_
 	flush(c, down);
 	if (c->req_off < c->req_len)
 		return 0;
-	return (ssize_t)pass(in, len, down);
+	return (ssize_t)layer_buf_put(down, in, len);
 }
 
 static bool client_ready(const layer *l)

@@ -163,14 +163,7 @@ int ws_accept_key(const char *key, size_t key_len, char out[29])
 static int flush(ws_layer *w, layer_buf *down)
 {
 	w->down = down;
-	size_t k = w->out_len - w->out_off;
-	if (k > layer_buf_room(down))
-		k = layer_buf_room(down);
-	if (k > 0) { /* a zero-room buffer may have no data pointer at all */
-		memcpy(down->data + down->len, w->out + w->out_off, k);
-		down->len += k;
-		w->out_off += k;
-	}
+	w->out_off += layer_buf_put(down, w->out + w->out_off, w->out_len - w->out_off);
 	if (w->out_off < w->out_len || !w->open)
 		return 0;
 	/* With our callbacks wslay_event_send fails only for want of memory:
@@ -214,14 +207,7 @@ static void deliver(ws_layer *w, const uint8_t *p, size_t n)
 
 static void deliver_pend(ws_layer *w)
 {
-	size_t k = w->pend_len - w->pend_off;
-	if (k > layer_buf_room(w->up))
-		k = layer_buf_room(w->up);
-	if (k == 0)
-		return;
-	memcpy(w->up->data + w->up->len, w->pend + w->pend_off, k);
-	w->up->len += k;
-	w->pend_off += k;
+	w->pend_off += layer_buf_put(w->up, w->pend + w->pend_off, w->pend_len - w->pend_off);
 	if (w->pend_off == w->pend_len)
 		w->pend_len = w->pend_off = 0;
 }
