@@ -33,6 +33,7 @@ typedef enum etm_protocol {
 	ETM_PROTO_SHADOWSOCKS,
 	ETM_PROTO_HYSTERIA2,
 	ETM_PROTO_WIREGUARD,
+	ETM_PROTO_UDP_LB, /* inbound only: a UDP load-balancer listener (seed 001) */
 	ETM_PROTO_COUNT_,
 } etm_protocol;
 
@@ -158,6 +159,10 @@ typedef struct etm_settings_spec {
 	etm_user_spec *users; /* owned */
 	size_t users_len;
 	char *fallback;
+	/* udp_lb inbound */
+	char *cluster;                 /* a [[cluster]] tag */
+	uint64_t max_flows;            /* 0 = automatic */
+	uint64_t max_rx_datagram_size; /* longer datagrams drop; clamped to 65535 */
 } etm_settings_spec;
 
 typedef struct etm_inbound_spec {
@@ -196,6 +201,58 @@ typedef struct etm_balancer_spec {
 	uint64_t fall;  /* consecutive failed probes to mark it down; default 1 */
 	uint64_t retry; /* further members a failed dial may try; default 0 */
 } etm_balancer_spec;
+
+/* UDP load-balancer clusters (seed 001, issue 8). */
+typedef enum etm_lb_selection {
+	ETM_LB_ROUND_ROBIN,
+	ETM_LB_HRW,
+	ETM_LB_MAGLEV,
+} etm_lb_selection;
+
+typedef enum etm_lb_affinity {
+	ETM_LB_SOURCE_IP,
+	ETM_LB_SOURCE_IP_PORT,
+} etm_lb_affinity;
+
+typedef enum etm_lb_proxy_protocol {
+	ETM_LB_PPV2_NONE,
+	ETM_LB_PPV2_FIRST,
+	ETM_LB_PPV2_EVERY,
+} etm_lb_proxy_protocol;
+
+#define ETM_DEFAULT_LB_MAX_RX 8192       /* bytes */
+#define ETM_DEFAULT_LB_IDLE_TIMEOUT 30   /* seconds */
+#define ETM_DEFAULT_LB_HEALTH_INTERVAL 5 /* seconds */
+#define ETM_DEFAULT_LB_HEALTH_TIMEOUT 2  /* seconds */
+#define ETM_DEFAULT_LB_HEALTH_RISE 2
+#define ETM_DEFAULT_LB_HEALTH_FALL 3
+
+typedef struct etm_lb_health_spec {
+	uint16_t tcp_port; /* 0 with has_tcp_port: no TCP check */
+	bool has_tcp_port; /* absent: each backend's own port */
+	uint64_t interval; /* seconds */
+	uint64_t timeout;  /* seconds */
+	uint64_t rise, fall;
+	char *udp_payload; /* NULL: no UDP check */
+} etm_lb_health_spec;
+
+typedef struct etm_cluster_spec {
+	char *tag;
+	etm_strlist backends; /* "ip:port" or "ip:port weight=N" */
+	etm_lb_selection selection;
+	etm_lb_affinity affinity;
+	uint64_t idle_timeout; /* seconds, front and back */
+	uint64_t responses;    /* 0 = no cap */
+	uint64_t requests;     /* 0 = no cap */
+	uint64_t max_flows_per_ip;
+	uint64_t max_flows_per_subnet;
+	uint64_t subnet_prefix_v4;
+	uint64_t subnet_prefix_v6;
+	etm_lb_proxy_protocol proxy_protocol;
+	uint64_t maglev_size;
+	bool has_health; /* [cluster.health] present: probes run */
+	etm_lb_health_spec health;
+} etm_cluster_spec;
 
 typedef struct etm_rule_spec {
 	char *outbound; /* target tag: an outbound or a balancer */
@@ -247,6 +304,8 @@ typedef struct etm_spec {
 	size_t outbounds_len;
 	etm_balancer_spec *balancers; /* owned */
 	size_t balancers_len;
+	etm_cluster_spec *clusters; /* owned */
+	size_t clusters_len;
 	etm_route_spec route;
 	etm_dns_spec dns;
 } etm_spec;

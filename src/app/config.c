@@ -457,6 +457,8 @@ static int lower_field(lower *L, const schema_field *f, const toml_value *v, cha
 	case SK_TABLE:
 		if (v->type != TOML_TABLE)
 			return invalid_type(L, v, EXPECT_TABLE);
+		if (f->aux_offset)
+			*(bool *)(base + f->aux_offset) = true;
 		return lower_table(L, v, f->sub, at);
 	case SK_TABLE_ARRAY:
 		return lower_table_array(L, f, v, base);

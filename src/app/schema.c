@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "udplb/manager.h"
+
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
 #define STR(T, m, key, dd, d) \
@@ -44,6 +46,7 @@ static const schema_variant inbound_protocols[] = {
 	{"hysteria2", ETM_PROTO_HYSTERIA2},
 	{"hysteria", ETM_PROTO_HYSTERIA2},
 	{"hy2", ETM_PROTO_HYSTERIA2},
+	{"udp_lb", ETM_PROTO_UDP_LB},
 	{NULL, 0},
 };
 
@@ -274,6 +277,22 @@ static const schema_field in_uuid_fields[] = {
 static const schema_table in_uuid =
 	TABLE_OF("[inbound.settings] for vless and vmess", "", in_uuid_fields);
 
+static const schema_field in_lb_fields[] = {
+	STR(etm_settings_spec, cluster, "cluster", NULL,
+	    "Tag of the [[cluster]] this listener balances over. Required."),
+	{.name = "max_flows", .kind = SK_U64, .offset = offsetof(etm_settings_spec, max_flows),
+	 .def = 0, .default_doc = "0",
+	 .doc = "Most flows open at once (0-16777216); 0 = about 70 % of the soft open-files limit "
+		"(1024 when it cannot be read). Shared out evenly between the workers."},
+	{.name = "max_rx_datagram_size", .kind = SK_U64,
+	 .offset = offsetof(etm_settings_spec, max_rx_datagram_size), .def = ETM_DEFAULT_LB_MAX_RX,
+	 .default_doc = "8192",
+	 .doc = "Longest client datagram taken, in bytes; longer ones are dropped (truncated). "
+		"Clamped to 65535."},
+};
+static const schema_table in_lb =
+	TABLE_OF("[inbound.settings] for udp_lb", "See docs/udp-lb.md.", in_lb_fields);
+
 const schema_table *schema_settings(etm_protocol p, bool inbound)
 {
 	switch (p) {
@@ -297,6 +316,8 @@ const schema_table *schema_settings(etm_protocol p, bool inbound)
 		return inbound ? &in_ss : &out_ss;
 	case ETM_PROTO_WIREGUARD:
 		return inbound ? NULL : &out_wg;
+	case ETM_PROTO_UDP_LB:
+		return inbound ? &in_lb : NULL;
 	default:
 		return NULL;
 	}
@@ -315,7 +336,7 @@ static const schema_field inbound_fields[] = {
 	{.name = "protocol", .kind = SK_ENUM, .offset = offsetof(etm_inbound_spec, protocol),
 	 .variants = inbound_protocols, .required = true,
 	 .doc = "socks, http, mixed (SOCKS4/5 and HTTP on one port), trojan, vless, vmess, "
-		"shadowsocks, hysteria2 (aliases hysteria, hy2)."},
+		"shadowsocks, hysteria2 (aliases hysteria, hy2), udp_lb (a UDP load balancer)."},
 	STR(etm_inbound_spec, listen, "listen", "\"127.0.0.1\"",
 	    "IP address to bind; \"0.0.0.0\" for every IPv4 address, \"::\" for every IPv4 and "
 	    "IPv6 address."),
@@ -386,6 +407,87 @@ static const schema_field balancer_fields[] = {
 };
 static const schema_table balancer_table = TABLE_OF(
 	"[[balancer]]", "A group of outbounds chosen by TCP health probes.", balancer_fields);
+
+static const schema_variant lb_selections[] = {
+	{"round_robin", ETM_LB_ROUND_ROBIN}, {"hrw", ETM_LB_HRW}, {"maglev", ETM_LB_MAGLEV},
+	{NULL, 0},
+};
+
+static const schema_variant lb_affinities[] = {
+	{"source_ip", ETM_LB_SOURCE_IP}, {"source_ip_port", ETM_LB_SOURCE_IP_PORT}, {NULL, 0},
+};
+
+static const schema_variant lb_ppv2_modes[] = {
+	{"none", ETM_LB_PPV2_NONE}, {"first", ETM_LB_PPV2_FIRST}, {"every", ETM_LB_PPV2_EVERY},
+	{NULL, 0},
+};
+
+#define U64(T, m, key, dflt, dd, d) \
+	{.name = key, .kind = SK_U64, .offset = offsetof(T, m), .def = dflt, .default_doc = dd, .doc = d}
+
+static const schema_field lb_health_fields[] = {
+	{.name = "tcp_port", .kind = SK_PORT, .offset = offsetof(etm_lb_health_spec, tcp_port),
+	 .aux_offset = offsetof(etm_lb_health_spec, has_tcp_port),
+	 .default_doc = "the backend's port",
+	 .doc = "Port of the companion TCP check: a connect that completes means up. 0 turns the "
+		"TCP check off (then udp_payload is needed)."},
+	U64(etm_lb_health_spec, interval, "interval", ETM_DEFAULT_LB_HEALTH_INTERVAL, "5",
+	    "Seconds between the starts of two probes of a backend (1-86400)."),
+	U64(etm_lb_health_spec, timeout, "timeout", ETM_DEFAULT_LB_HEALTH_TIMEOUT, "2",
+	    "Seconds a probe may take (1-86400)."),
+	U64(etm_lb_health_spec, rise, "rise", ETM_DEFAULT_LB_HEALTH_RISE, "2",
+	    "Consecutive good probes that mark a down backend up (1-100)."),
+	U64(etm_lb_health_spec, fall, "fall", ETM_DEFAULT_LB_HEALTH_FALL, "3",
+	    "Consecutive failed probes that mark an up backend down (1-100)."),
+	STR(etm_lb_health_spec, udp_payload, "udp_payload", "none",
+	    "Also send this datagram to the backend's data port; a probe then needs any reply "
+	    "within timeout."),
+};
+static const schema_table lb_health_table = TABLE_OF(
+	"[cluster.health]",
+	"Health checks. Without this table every backend counts as up. Results steer new flows "
+	"only; when every backend is down, new flows go to all of them (fail-open).",
+	lb_health_fields);
+
+static const schema_field cluster_fields[] = {
+	REQ_STR(etm_cluster_spec, tag, "tag", "Name of the cluster; udp_lb inbounds name it."),
+	{.name = "backends", .kind = SK_STRLIST, .offset = offsetof(etm_cluster_spec, backends),
+	 .required = true,
+	 .doc = "Backends as \"ip:port\" or \"[ipv6]:port\", each optionally followed by "
+		"\" weight=N\" (1-65535, default 1); at most 1024."},
+	ENUM(etm_cluster_spec, selection, "selection", lb_selections, ETM_LB_HRW, "\"hrw\"",
+	     "How a new flow picks its backend: round_robin, hrw (rendezvous hashing) or maglev."),
+	ENUM(etm_cluster_spec, affinity, "affinity", lb_affinities, ETM_LB_SOURCE_IP,
+	     "\"source_ip\"",
+	     "What hrw and maglev hash: source_ip (every socket of a client alike) or "
+	     "source_ip_port."),
+	U64(etm_cluster_spec, idle_timeout, "idle_timeout", ETM_DEFAULT_LB_IDLE_TIMEOUT, "30",
+	    "Seconds a flow lives after the last datagram of either side (1-86400)."),
+	U64(etm_cluster_spec, responses, "responses", 0, "0",
+	    "Close a flow after this many backend datagrams; 0 = no cap (DNS: 1)."),
+	U64(etm_cluster_spec, requests, "requests", 0, "0",
+	    "Close a flow after this many client datagrams; 0 = no cap."),
+	U64(etm_cluster_spec, max_flows_per_ip, "max_flows_per_ip", 0, "0",
+	    "Most flows one client IP may hold; 0 = no limit."),
+	U64(etm_cluster_spec, max_flows_per_subnet, "max_flows_per_subnet", 0, "0",
+	    "Most flows one client subnet may hold; 0 = no limit."),
+	U64(etm_cluster_spec, subnet_prefix_v4, "subnet_prefix_v4", UDPLB_SUBNET_PREFIX_V4_DEFAULT, "24",
+	    "Prefix length of an IPv4 client subnet (0-32)."),
+	U64(etm_cluster_spec, subnet_prefix_v6, "subnet_prefix_v6", UDPLB_SUBNET_PREFIX_V6_DEFAULT, "64",
+	    "Prefix length of an IPv6 client subnet (0-128)."),
+	ENUM(etm_cluster_spec, proxy_protocol, "proxy_protocol", lb_ppv2_modes, ETM_LB_PPV2_NONE,
+	     "\"none\"",
+	     "PROXY protocol v2 header before the datagrams to a backend: none, first (a flow's "
+	     "first datagram) or every."),
+	U64(etm_cluster_spec, maglev_size, "maglev_size", UDPLB_MAGLEV_SIZE_DEFAULT, "65537",
+	    "Entries of the maglev table: a prime, at least the backend count, at most 655373."),
+	{.name = "health", .kind = SK_TABLE, .offset = offsetof(etm_cluster_spec, health),
+	 .aux_offset = offsetof(etm_cluster_spec, has_health), .sub = &lb_health_table,
+	 .doc = "Health checks; none when absent."},
+};
+static const schema_table cluster_table = TABLE_OF(
+	"[[cluster]]", "Backends of a UDP load balancer (protocol = \"udp_lb\"). See docs/udp-lb.md.",
+	cluster_fields);
 
 static const schema_field rule_fields[] = {
 	REQ_STR(etm_rule_spec, outbound, "outbound", "Target tag: an outbound or a balancer."),
@@ -459,6 +561,8 @@ static const schema_field root_fields[] = {
 	            etm_outbound_spec, "Outbounds."),
 	TABLE_ARRAY(etm_spec, balancers, balancers_len, "balancer", balancer_table,
 	            etm_balancer_spec, "Balancers."),
+	TABLE_ARRAY(etm_spec, clusters, clusters_len, "cluster", cluster_table, etm_cluster_spec,
+	            "UDP load-balancer clusters."),
 	TABLE(etm_spec, route, "route", route_table, "Routing."),
 	TABLE(etm_spec, dns, "dns", dns_table, "DNS."),
 };

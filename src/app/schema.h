@@ -22,7 +22,7 @@ typedef enum schema_kind {
 	SK_ENUM,        /* int-sized enum; a string among variants */
 	SK_PORTS,       /* etm_port_list: an integer, "a-b", or an array of those */
 	SK_NETWORKS,    /* unsigned ETM_RULE_NET_* bits: "tcp", "udp" or an array */
-	SK_TABLE,       /* a nested struct at offset */
+	SK_TABLE,       /* a nested struct at offset; a bool at aux_offset (if not 0) set when present */
 	SK_TABLE_ARRAY, /* array of structs: pointer at offset, count at aux_offset */
 	SK_SETTINGS,    /* etm_settings_spec whose schema depends on the protocol, which
 	                 * is an etm_protocol at aux_offset; def is 1 on an inbound */
@@ -39,7 +39,7 @@ typedef struct schema_field {
 	const char *name;
 	schema_kind kind;
 	size_t offset;
-	size_t aux_offset;                /* SK_PORT presence flag, SK_TABLE_ARRAY count */
+	size_t aux_offset;                /* SK_PORT, SK_TABLE presence flag; SK_TABLE_ARRAY count */
 	const schema_table *sub;          /* SK_TABLE, SK_TABLE_ARRAY */
 	size_t elem_size;                 /* SK_TABLE_ARRAY */
 	const schema_variant *variants;   /* SK_ENUM; ends with a NULL name */

@@ -3,6 +3,8 @@
 
 #include <arpa/inet.h>
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 #include "etemenanki/spec.h"
 #include "outbound/balancer.h"
 #include "route/route.h"
+#include "udplb/conf.h"
 
 /* The catalogue: every message etm_spec_check can produce. The first seven are
  * word for word from seed 003 "Common errors" and seed 000 "What may be
@@ -48,6 +51,17 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_UNAVAILABLE_FEATURE] = "%s is not available yet",
 	[SPEC_UNAVAILABLE_IN_FEATURE] = "inbound %s: %s is not available yet",
 	[SPEC_UNAVAILABLE_OUT_FEATURE] = "outbound %s: %s is not available yet",
+	[SPEC_DUPLICATE_CLUSTER] = "duplicate cluster tag: %s",
+	[SPEC_CLUSTER_EMPTY] = "cluster %s needs at least one backend",
+	[SPEC_CLUSTER_BACKEND] = "cluster %s: backend \"%s\": %s",
+	[SPEC_CLUSTER_INVALID] = "cluster %s: %s",
+	[SPEC_CLUSTER_RANGE] = "cluster %s: %s must be %s",
+	[SPEC_CLUSTER_NO_CHECK] = "cluster %s: health.tcp_port = 0 turns the TCP check off, so "
+				  "health.udp_payload is needed",
+	[SPEC_UNKNOWN_CLUSTER] = "inbound %s references unknown cluster tag: %s",
+	[SPEC_LB_RANGE] = "inbound %s: settings.%s must be %s",
+	[SPEC_LB_TAKES_NO] = "inbound %s: protocol udp_lb takes no %s",
+	[SPEC_OUT_OF_MEMORY] = "out of memory",
 };
 
 static const char *const proto_names[ETM_PROTO_COUNT_] = {
@@ -56,7 +70,7 @@ static const char *const proto_names[ETM_PROTO_COUNT_] = {
 	[ETM_PROTO_MIXED] = "mixed",             [ETM_PROTO_TROJAN] = "trojan",
 	[ETM_PROTO_VLESS] = "vless",             [ETM_PROTO_VMESS] = "vmess",
 	[ETM_PROTO_SHADOWSOCKS] = "shadowsocks", [ETM_PROTO_HYSTERIA2] = "hysteria2",
-	[ETM_PROTO_WIREGUARD] = "wireguard",
+	[ETM_PROTO_WIREGUARD] = "wireguard",     [ETM_PROTO_UDP_LB] = "udp_lb",
 };
 
 const char *etm_protocol_name(etm_protocol p)
@@ -72,7 +86,7 @@ bool etm_protocol_available(etm_protocol p, bool inbound)
 	 * validates, and a start names it. */
 	if (inbound)
 		return p == ETM_PROTO_SOCKS || p == ETM_PROTO_HTTP || p == ETM_PROTO_MIXED ||
-		       p == ETM_PROTO_TROJAN || p == ETM_PROTO_VLESS;
+		       p == ETM_PROTO_TROJAN || p == ETM_PROTO_VLESS || p == ETM_PROTO_UDP_LB;
 	return p == ETM_PROTO_FREEDOM || p == ETM_PROTO_BLACKHOLE || p == ETM_PROTO_SOCKS ||
 	       p == ETM_PROTO_HTTP || p == ETM_PROTO_TROJAN || p == ETM_PROTO_VLESS;
 }
@@ -136,6 +150,7 @@ static void settings_free(etm_settings_spec *s)
 	}
 	free(s->users);
 	free(s->fallback);
+	free(s->cluster);
 }
 
 static void rule_free(etm_rule_spec *r)
@@ -178,6 +193,13 @@ void etm_spec_free(etm_spec *spec)
 		free(b->strategy);
 	}
 	free(spec->balancers);
+	for (size_t i = 0; i < spec->clusters_len; i++) {
+		etm_cluster_spec *c = &spec->clusters[i];
+		free(c->tag);
+		strlist_free(&c->backends);
+		free(c->health.udp_payload);
+	}
+	free(spec->clusters);
 	free(spec->route.default_tag);
 	free(spec->route.geoip);
 	free(spec->route.geosite);
@@ -497,12 +519,114 @@ static int check_rule(const etm_spec *s, size_t ri, char *msg, size_t size)
 	return 0;
 }
 
+static const etm_cluster_spec *find_cluster(const etm_spec *s, const char *tag)
+{
+	for (size_t i = 0; i < s->clusters_len; i++)
+		if (strcmp(s->clusters[i].tag, tag) == 0)
+			return &s->clusters[i];
+	return NULL;
+}
+
+static int check_cluster(const etm_cluster_spec *c, char *msg, size_t size)
+{
+	static const struct {
+		size_t off;
+		const char *name;
+		uint64_t min, max;
+		const char *range;
+	} ranges[] = {
+		{offsetof(etm_cluster_spec, idle_timeout), "idle_timeout", 1, 86400, "1 to 86400"},
+		{offsetof(etm_cluster_spec, responses), "responses", 0, UINT32_MAX, "0 to 4294967295"},
+		{offsetof(etm_cluster_spec, requests), "requests", 0, UINT32_MAX, "0 to 4294967295"},
+		{offsetof(etm_cluster_spec, max_flows_per_ip), "max_flows_per_ip", 0, UINT32_MAX,
+		 "0 to 4294967295"},
+		{offsetof(etm_cluster_spec, max_flows_per_subnet), "max_flows_per_subnet", 0,
+		 UINT32_MAX, "0 to 4294967295"},
+		{offsetof(etm_cluster_spec, subnet_prefix_v4), "subnet_prefix_v4", 0, 32, "0 to 32"},
+		{offsetof(etm_cluster_spec, subnet_prefix_v6), "subnet_prefix_v6", 0, 128, "0 to 128"},
+		{offsetof(etm_cluster_spec, health.interval), "health.interval", 1, 86400,
+		 "1 to 86400"},
+		{offsetof(etm_cluster_spec, health.timeout), "health.timeout", 1, 86400, "1 to 86400"},
+		{offsetof(etm_cluster_spec, health.rise), "health.rise", 1, 100, "1 to 100"},
+		{offsetof(etm_cluster_spec, health.fall), "health.fall", 1, 100, "1 to 100"},
+	};
+	if (c->backends.len == 0)
+		return spec_format(msg, size, SPEC_CLUSTER_EMPTY, c->tag);
+	for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+		uint64_t v = *(const uint64_t *)((const char *)c + ranges[i].off);
+		if (v < ranges[i].min || v > ranges[i].max)
+			return spec_format(msg, size, SPEC_CLUSTER_RANGE, c->tag, ranges[i].name,
+			                   ranges[i].range);
+	}
+	if (c->has_health && c->health.has_tcp_port && c->health.tcp_port == 0 &&
+	    !c->health.udp_payload)
+		return spec_format(msg, size, SPEC_CLUSTER_NO_CHECK, c->tag);
+	udplb_conf conf;
+	size_t bad;
+	int err = udplb_conf_from_spec(c, &conf, &bad);
+	if (err && bad < c->backends.len)
+		return spec_format(msg, size, SPEC_CLUSTER_BACKEND, c->tag, c->backends.items[bad],
+		                   udplb_strerror(err));
+	if (err)
+		return spec_format(msg, size, SPEC_CLUSTER_INVALID, c->tag, udplb_strerror(err));
+	udplb_conf_free(&conf);
+	return 0;
+}
+
+static int check_lb_inbound(const etm_spec *s, const etm_inbound_spec *in, char *msg, size_t size)
+{
+	const etm_settings_spec *st = &in->settings;
+	if (!st->cluster)
+		return spec_format(msg, size, SPEC_INBOUND_NEEDS_SETTING, in->tag, "udp_lb", "cluster");
+	if (!find_cluster(s, st->cluster))
+		return spec_format(msg, size, SPEC_UNKNOWN_CLUSTER, in->tag, st->cluster);
+	if (st->max_flows > UDPLB_MAX_FLOWS_LIMIT)
+		return spec_format(msg, size, SPEC_LB_RANGE, in->tag, "max_flows",
+		                   "0 (automatic) to 16777216");
+	if (st->max_rx_datagram_size == 0)
+		return spec_format(msg, size, SPEC_LB_RANGE, in->tag, "max_rx_datagram_size",
+		                   "at least 1");
+	if (in->stream.network != ETM_NET_TCP || in->stream.security != ETM_SEC_NONE)
+		return spec_format(msg, size, SPEC_LB_TAKES_NO, in->tag, "stream settings");
+	if (in->sniffing)
+		return spec_format(msg, size, SPEC_LB_TAKES_NO, in->tag, "sniffing");
+	return 0;
+}
+
+static bool only_lb_inbounds(const etm_spec *s)
+{
+	for (size_t i = 0; i < s->inbounds_len; i++)
+		if (s->inbounds[i].protocol != ETM_PROTO_UDP_LB)
+			return false;
+	return s->inbounds_len > 0;
+}
+
+static int add_direct(etm_spec *s)
+{
+	etm_outbound_spec *o = calloc(1, sizeof *o);
+	char *tag = strdup("direct");
+	if (!o || !tag) {
+		free(o);
+		free(tag);
+		return -1;
+	}
+	o->tag = tag;
+	o->protocol = ETM_PROTO_FREEDOM;
+	s->outbounds = o;
+	s->outbounds_len = 1;
+	return 0;
+}
+
 /* The order follows seed 000 "Where outbounds live": outbounds, then
  * balancers, then the router; inbounds last, as they are bound last. */
 int etm_spec_check(etm_spec *s, char *msg, size_t size)
 {
 	if (size)
 		msg[0] = '\0';
+	/* A file of UDP load-balancer listeners only routes nothing; it gets
+	 * the one outbound the router needs rather than an error. */
+	if (s->outbounds_len == 0 && only_lb_inbounds(s) && add_direct(s))
+		return spec_format(msg, size, SPEC_OUT_OF_MEMORY);
 	if (s->outbounds_len == 0)
 		return spec_format(msg, size, SPEC_NO_OUTBOUND);
 	for (size_t i = 0; i < s->outbounds_len; i++) {
@@ -531,6 +655,17 @@ int etm_spec_check(etm_spec *s, char *msg, size_t size)
 		if (check_inbound(in, msg, size))
 			return -1;
 	}
+	for (size_t i = 0; i < s->clusters_len; i++) {
+		const etm_cluster_spec *c = &s->clusters[i];
+		if (find_cluster(s, c->tag) != c)
+			return spec_format(msg, size, SPEC_DUPLICATE_CLUSTER, c->tag);
+		if (check_cluster(c, msg, size))
+			return -1;
+	}
+	for (size_t i = 0; i < s->inbounds_len; i++)
+		if (s->inbounds[i].protocol == ETM_PROTO_UDP_LB &&
+		    check_lb_inbound(s, &s->inbounds[i], msg, size))
+			return -1;
 	return 0;
 }
 

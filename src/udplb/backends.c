@@ -1,6 +1,7 @@
 /* backends.c - the backend view: validation, the Maglev table, and round-robin, HRW and Maglev selection. */
 #include "udplb/backends.h"
 
+#include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -432,4 +433,77 @@ int udplb_backends_maglev_entry(const udplb_backends *b, uint32_t slot)
 uint64_t udplb_backends_maglev_builds(const udplb_backends *b)
 {
 	return b->builds;
+}
+
+/* A decimal number of at most 5 digits in [s, end), or -1. */
+static long parse_small(const char *s, const char *end)
+{
+	if (s == end || end - s > 5)
+		return -1;
+	long v = 0;
+	for (; s < end; s++) {
+		if (*s < '0' || *s > '9')
+			return -1;
+		v = v * 10 + (*s - '0');
+	}
+	return v;
+}
+
+int udplb_backend_parse(const char *text, udplb_backend *out)
+{
+	const char *sp = strchr(text, ' ');
+	const char *end = sp ? sp : text + strlen(text);
+	char host[INET6_ADDRSTRLEN];
+	const char *colon;
+	bool v6 = text[0] == '[';
+	if (v6) {
+		const char *close = memchr(text, ']', (size_t)(end - text));
+		if (!close || close[1] != ':')
+			return UDPLB_E_BACKEND;
+		colon = close + 1;
+		text++;
+		end = close; /* the host part for the copy below */
+	} else {
+		colon = memchr(text, ':', (size_t)(end - text));
+		if (!colon)
+			return UDPLB_E_BACKEND;
+	}
+	const char *host_end = v6 ? end : colon;
+	size_t hlen = (size_t)(host_end - text);
+	if (hlen == 0 || hlen >= sizeof host)
+		return UDPLB_E_BACKEND;
+	memcpy(host, text, hlen);
+	host[hlen] = '\0';
+	const char *port_end = sp ? sp : colon + strlen(colon);
+	long port = parse_small(colon + 1, port_end);
+	if (port < 1 || port > 65535)
+		return UDPLB_E_BACKEND;
+	uint8_t ip[16];
+	memset(out, 0, sizeof *out);
+	if (!v6 && inet_pton(AF_INET, host, ip) == 1)
+		udplb_addr_set4(&out->addr, ip, (uint16_t)port);
+	else if (v6 && inet_pton(AF_INET6, host, ip) == 1)
+		udplb_addr_set6(&out->addr, ip, (uint16_t)port);
+	else
+		return UDPLB_E_BACKEND;
+	out->weight = 1;
+	out->healthy = true;
+	if (!sp)
+		return 0;
+	while (*sp == ' ')
+		sp++;
+	if (*sp == '\0')
+		return 0;
+	if (strncmp(sp, "weight=", 7) != 0)
+		return UDPLB_E_BACKEND;
+	const char *w = sp + 7, *wend = w + strcspn(w, " ");
+	long weight = parse_small(w, wend);
+	while (*wend == ' ')
+		wend++;
+	if (*wend != '\0')
+		return UDPLB_E_BACKEND;
+	if (weight < 1 || weight > UDPLB_WEIGHT_MAX)
+		return UDPLB_E_WEIGHT;
+	out->weight = (uint32_t)weight;
+	return 0;
 }

@@ -80,6 +80,13 @@ __attribute__((warn_unused_result)) int udplb_backends_select(const udplb_backen
                                                               udplb_select mode, uint64_t key,
                                                               uint64_t turn);
 
+/* Reads one backend as a config writes it: "1.2.3.4:53" or "[::1]:53",
+ * optionally followed by spaces and "weight=N"; the weight defaults to 1
+ * and the backend starts healthy. Only IP literals: the core resolves no
+ * names. Returns 0, UDPLB_E_BACKEND (not IP:port, port 0, trailing text)
+ * or UDPLB_E_WEIGHT (not 1..UDPLB_WEIGHT_MAX). */
+__attribute__((warn_unused_result)) int udplb_backend_parse(const char *text, udplb_backend *out);
+
 /* Introspection for tests and the simulator. */
 uint32_t udplb_backends_maglev_size(const udplb_backends *b);
 /* The backend index table entry slot points at, or -1 for an empty view. */
