@@ -207,7 +207,7 @@ static void unknown_fields(void **state)
 	              "unknown field `Path`, expected `path` or `host`");
 	expect_detail("[lgo]\nlevel = \"info\"\n",
 	              "unknown field `lgo`, expected one of `log`, `runtime`, `policy`, `inbound`, `outbound`, "
-	              "`balancer`, `route`, `dns`");
+	              "`balancer`, `cluster`, `route`, `dns`");
 	expect_detail("[[outbound]]\ntag = \"d\"\nprotocol = \"direct\"\nsettings = { a = 1 }\n",
 	              "unknown field `a`, there are no fields");
 	/* settings are per protocol */
@@ -266,7 +266,7 @@ static void variants(void **state)
 	              "`trace`");
 	expect_detail("[[inbound]]\ntag = \"i\"\nprotocol = \"freedom\"\nport = 1\n",
 	              "unknown variant `freedom`, expected one of `socks`, `http`, `mixed`, `trojan`, "
-	              "`vless`, `vmess`, `shadowsocks`, `hysteria2`, `hysteria`, `hy2`");
+	              "`vless`, `vmess`, `shadowsocks`, `hysteria2`, `hysteria`, `hy2`, `udp_lb`");
 	expect_detail("[[outbound]]\ntag = \"o\"\nprotocol = \"Trojan\"\n",
 	              "unknown variant `Trojan`, expected one of `freedom`, `direct`, `blackhole`, "
 	              "`block`, `socks`, `http`, `trojan`, `vless`, `vmess`, `shadowsocks`, "
@@ -329,6 +329,91 @@ static void semantic_errors_pass_through(void **state)
 	               "balancer b: outbound d has no upstream a TCP health probe can reach, so it "
 	               "cannot be balanced");
 	expect_message("", "no outbound is configured: add at least one [[outbound]]");
+}
+
+#define LB_IN "[[inbound]]\ntag = \"lb\"\nprotocol = \"udp_lb\"\nport = 5353\n"
+#define LB_IN_C LB_IN "[inbound.settings]\ncluster = \"c\"\n"
+#define LB_CL "[[cluster]]\ntag = \"c\"\n"
+
+/* Every refusal of a udp_lb inbound or a [[cluster]], word for word. */
+static void udp_lb_errors(void **state)
+{
+	(void)state;
+	expect_message(LB_IN, "inbound lb: protocol udp_lb needs settings.cluster");
+	expect_message(LB_IN_C, "inbound lb references unknown cluster tag: c");
+	expect_message(LB_IN_C LB_CL "backends = []\n", "cluster c needs at least one backend");
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4\"]\n",
+	               "cluster c: backend \"1.2.3.4\": backend address must be an IPv4 or IPv6 "
+	               "address with a non-zero port");
+	expect_message(LB_IN_C LB_CL "backends = [\"db.example:53\"]\n",
+	               "cluster c: backend \"db.example:53\": backend address must be an IPv4 or "
+	               "IPv6 address with a non-zero port");
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53 weight=0\"]\n",
+	               "cluster c: backend \"1.2.3.4:53 weight=0\": backend weight must be between 1 "
+	               "and 65535");
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\", \"1.2.3.4:53 weight=2\"]\n",
+	               "cluster c: backend address listed twice");
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\nmaglev_size = 65536\n",
+	               "cluster c: maglev table size must be a prime, at least the backend count, "
+	               "at most 655373");
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\nidle_timeout = 0\n",
+	               "cluster c: idle_timeout must be 1 to 86400");
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\nsubnet_prefix_v4 = 33\n",
+	               "cluster c: subnet_prefix_v4 must be 0 to 32");
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\n[cluster.health]\nrise = 0\n",
+	               "cluster c: health.rise must be 1 to 100");
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\n[cluster.health]\ntcp_port = 0\n",
+	               "cluster c: health.tcp_port = 0 turns the TCP check off, so "
+	               "health.udp_payload is needed");
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\n" LB_CL
+	               "backends = [\"1.2.3.4:54\"]\n",
+	               "duplicate cluster tag: c");
+	expect_message(LB_IN "[inbound.settings]\ncluster = \"c\"\nmax_flows = 16777217\n" LB_CL
+	               "backends = [\"1.2.3.4:53\"]\n",
+	               "inbound lb: settings.max_flows must be 0 (automatic) to 16777216");
+	expect_message(LB_IN "sniffing = true\n[inbound.settings]\ncluster = \"c\"\n" LB_CL
+	               "backends = [\"1.2.3.4:53\"]\n",
+	               "inbound lb: protocol udp_lb takes no sniffing");
+	expect_message(LB_IN "[inbound.stream]\nnetwork = \"tls\"\n[inbound.settings]\ncluster = "
+	               "\"c\"\n" LB_CL "backends = [\"1.2.3.4:53\"]\n",
+	               "inbound lb: protocol udp_lb takes no stream settings");
+	expect_detail(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\nselection = \"random\"\n",
+	              "unknown variant `random`, expected one of `round_robin`, `hrw`, `maglev`");
+}
+
+/* A file of udp_lb listeners only needs no [[outbound]]; the defaults are
+ * the documented ones; weights and IPv6 backends parse. */
+static void udp_lb_lowers(void **state)
+{
+	(void)state;
+	etm_spec s;
+	char msg[CONFIG_MSG_MAX];
+	const char *toml = LB_IN_C LB_CL "backends = [\"127.0.0.1:5301\", \"[::1]:53  weight=7\"]\n"
+	                   "[cluster.health]\ninterval = 1\n";
+	assert_int_equal(config_load(toml, strlen(toml), &s, msg, sizeof msg), 0);
+	assert_int_equal(s.outbounds_len, 1);
+	assert_string_equal(s.outbounds[0].tag, "direct");
+	assert_int_equal(s.inbounds[0].settings.max_rx_datagram_size, 8192);
+	assert_int_equal(s.inbounds[0].settings.max_flows, 0);
+	const etm_cluster_spec *c = &s.clusters[0];
+	assert_int_equal(c->selection, ETM_LB_HRW);
+	assert_int_equal(c->affinity, ETM_LB_SOURCE_IP);
+	assert_int_equal(c->idle_timeout, 30);
+	assert_int_equal(c->subnet_prefix_v4, 24);
+	assert_int_equal(c->subnet_prefix_v6, 64);
+	assert_int_equal(c->maglev_size, 65537);
+	assert_true(c->has_health);
+	assert_false(c->health.has_tcp_port);
+	assert_int_equal(c->health.interval, 1);
+	assert_int_equal(c->health.timeout, 2);
+	assert_int_equal(c->health.rise, 2);
+	assert_int_equal(c->health.fall, 3);
+	etm_spec_free(&s);
+
+	toml = LB_IN_C LB_CL "backends = [\"127.0.0.1:5301\"]\n";
+	assert_int_equal(config_load(toml, strlen(toml), &s, msg, sizeof msg), 0);
+	assert_false(s.clusters[0].has_health);
+	etm_spec_free(&s);
 }
 
 static void syntax_errors_are_reported_with_a_line(void **state)
@@ -426,6 +511,8 @@ int main(void)
 		cmocka_unit_test(missing_fields),
 		cmocka_unit_test(ports),
 		cmocka_unit_test(semantic_errors_pass_through),
+		cmocka_unit_test(udp_lb_errors),
+		cmocka_unit_test(udp_lb_lowers),
 		cmocka_unit_test(syntax_errors_are_reported_with_a_line),
 		cmocka_unit_test(a_long_line_is_cut_in_the_excerpt),
 		cmocka_unit_test(file_errors),
