@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "etemenanki/spec.h"
 
@@ -26,6 +27,11 @@ __attribute__((warn_unused_result)) int etm_supervisor_check(const etm_spec *spe
 
 /* The port inbound i listens on (the bound one when the config said 0). */
 uint16_t etm_supervisor_inbound_port(const etm_supervisor *s, size_t i);
+
+/* Writes the counters of every udp_lb inbound to out, a few lines each
+ * (docs/udp-lb.md "Metrics"); nothing for a spec without one. Callable from
+ * any thread while the engine runs: the counters are read, not locked. */
+void etm_supervisor_write_metrics(const etm_supervisor *s, FILE *out);
 
 /* Stops accepting, ends every flow, joins the workers and frees everything.
  * Returns within a moment: no flow is waited for. */

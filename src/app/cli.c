@@ -140,6 +140,14 @@ static void on_signal(uv_signal_t *h, int signum)
 	uv_stop(h->loop);
 }
 
+/* SIGUSR1: the udp_lb counters on stderr, until an admin API exists. */
+static void on_usr1(uv_signal_t *h, int signum)
+{
+	(void)signum;
+	if (h->data)
+		etm_supervisor_write_metrics(h->data, stderr);
+}
+
 static void close_handle(uv_handle_t *h, void *arg)
 {
 	(void)arg;
@@ -156,19 +164,24 @@ static int run(etm_spec *spec, FILE *err)
 	/* The handlers come first: a signal during the start is kept by libuv
 	 * and handled as soon as the loop runs, so it still exits cleanly. */
 	uv_loop_t loop;
-	uv_signal_t sigint, sigterm;
+	uv_signal_t sigint, sigterm, sigusr1;
 	uv_loop_init(&loop);
 	uv_signal_init(&loop, &sigint);
 	uv_signal_init(&loop, &sigterm);
+	uv_signal_init(&loop, &sigusr1);
+	sigusr1.data = NULL;
 	uv_signal_start(&sigint, on_signal, SIGINT);
 	uv_signal_start(&sigterm, on_signal, SIGTERM);
+	uv_signal_start(&sigusr1, on_usr1, SIGUSR1);
 	etm_supervisor *sup;
 	int rc = etm_supervisor_start(spec, &sup, msg, sizeof msg);
 	if (rc) {
 		etm_spec_free(spec);
 		say(err, CLI_START_FAILED, msg);
 	} else {
+		sigusr1.data = sup;
 		uv_run(&loop, UV_RUN_DEFAULT);
+		sigusr1.data = NULL;
 		etm_supervisor_stop(sup);
 	}
 	uv_walk(&loop, close_handle, NULL);

@@ -14,6 +14,7 @@
 #include "runtime/worker.h"
 #include "supervisor/plane.h"
 #include "supervisor/prober.h"
+#include "udplb/shell.h"
 
 /* Names the process-wide DNS cache holds. */
 #define SUPERVISOR_DNS_CACHE 4096
@@ -30,6 +31,8 @@ struct etm_supervisor {
 	prober *probes; /* the balancers' health probes */
 	inbound_rt *inbounds; /* one per spec inbound */
 	uint16_t *ports;      /* the port each inbound is bound to */
+	udplb_group **lb;     /* per inbound: its UDP load-balancer group, or NULL */
+	udplb_health **lb_health; /* per inbound: its checks, on worker 0's loop */
 };
 
 /* The supervisor's state on one worker (worker_slot). Worker thread only. */
@@ -37,6 +40,7 @@ typedef struct sup_worker {
 	plane *plane; /* a reference: flows read it, a publish swaps it */
 	dns_resolver *dns;
 	listener **listeners; /* one per inbound; NULL where not open */
+	udplb_listener **lb_listeners; /* one per inbound; NULL where not a udp_lb one */
 } sup_worker;
 
 static const char *const msgs[] = {
@@ -255,10 +259,16 @@ static void worker_setup(worker *w, void *arg)
 	setup *st = arg;
 	etm_supervisor *s = st->s;
 	sup_worker *sw = calloc(1, sizeof *sw);
-	if (sw)
-		sw->listeners = calloc(s->spec.inbounds_len ? s->spec.inbounds_len : 1,
-		                       sizeof *sw->listeners);
-	if (!sw || !sw->listeners) {
+	size_t n_in = s->spec.inbounds_len ? s->spec.inbounds_len : 1;
+	if (sw) {
+		sw->listeners = calloc(n_in, sizeof *sw->listeners);
+		sw->lb_listeners = calloc(n_in, sizeof *sw->lb_listeners);
+	}
+	if (!sw || !sw->listeners || !sw->lb_listeners) {
+		if (sw) {
+			free(sw->listeners);
+			free(sw->lb_listeners);
+		}
 		free(sw);
 		snprintf(st->err, sizeof st->err, "out of memory");
 		st->failed = 1;
@@ -278,6 +288,23 @@ static void worker_setup(worker *w, void *arg)
 		const char *ip = in->listen ? in->listen : "127.0.0.1";
 		/* port 0: the first worker's bound port, for every worker */
 		uint16_t port = s->ports[i] ? s->ports[i] : in->port;
+		if (s->lb[i]) {
+			if (worker_index(w) == 0 && udplb_check_free(ip, port, st->err, sizeof st->err)) {
+				st->failed = 1;
+				return;
+			}
+			sw->lb_listeners[i] = udplb_listener_open(s->lb[i], worker_loop(w), worker_index(w),
+			                                          ip, port, st->err, sizeof st->err);
+			if (!sw->lb_listeners[i]) {
+				st->failed = 1;
+				return;
+			}
+			s->ports[i] = udplb_listener_port(sw->lb_listeners[i]);
+			/* the checks run in worker 0's loop, not on a thread of their own */
+			if (worker_index(w) == 0)
+				s->lb_health[i] = udplb_health_start(s->lb[i], worker_loop(w));
+			continue;
+		}
 		if (worker_index(w) == 0 && listener_check_free(ip, port, st->err, sizeof st->err)) {
 			st->failed = 1;
 			return;
@@ -295,7 +322,7 @@ static void worker_setup(worker *w, void *arg)
 /* Phase one of a stop: no new connections, every open one ends. */
 static void worker_quiesce(worker *w, void *arg)
 {
-	const etm_supervisor *s = arg;
+	etm_supervisor *s = arg;
 	sup_worker *sw = worker_slot(w);
 	if (!sw)
 		return;
@@ -304,6 +331,14 @@ static void worker_quiesce(worker *w, void *arg)
 			listener_close(sw->listeners[i]);
 			sw->listeners[i] = NULL;
 		}
+	for (size_t i = 0; sw->lb_listeners && i < s->spec.inbounds_len; i++) {
+		udplb_listener_close(sw->lb_listeners[i]);
+		sw->lb_listeners[i] = NULL;
+		if (worker_index(w) == 0 && s->lb_health) {
+			udplb_health_stop(s->lb_health[i]);
+			s->lb_health[i] = NULL;
+		}
+	}
 	conn_close_all(w);
 }
 
@@ -317,6 +352,7 @@ static void worker_teardown(worker *w, void *arg)
 	dns_resolver_del(sw->dns);
 	plane_unref(sw->plane);
 	free(sw->listeners);
+	free(sw->lb_listeners);
 	free(sw);
 	worker_set_slot(w, NULL);
 }
@@ -331,6 +367,10 @@ static void free_supervisor(etm_supervisor *s)
 		inbound_rt_free(&s->inbounds[i]);
 	free(s->inbounds);
 	free(s->ports);
+	for (size_t i = 0; s->lb && i < s->spec.inbounds_len; i++)
+		udplb_group_del(s->lb[i]);
+	free(s->lb);
+	free(s->lb_health);
 	etm_spec_free(&s->spec);
 	free(s);
 }
@@ -343,6 +383,45 @@ static void stop_workers(etm_supervisor *s)
 		worker_run(workers_at(s->ws, i), worker_quiesce, s);
 	workers_stop(s->ws, worker_teardown, s);
 	s->ws = NULL;
+}
+
+static const etm_cluster_spec *cluster_of(const etm_spec *spec, const char *tag)
+{
+	for (size_t i = 0; i < spec->clusters_len; i++)
+		if (strcmp(spec->clusters[i].tag, tag) == 0)
+			return &spec->clusters[i];
+	return NULL;
+}
+
+/* A group per udp_lb inbound, each with an even share of the automatic
+ * flow budget. */
+static int start_lb_groups(etm_supervisor *s, char *err, size_t err_size)
+{
+	size_t n_in = s->spec.inbounds_len, n_lb = 0;
+	s->lb = calloc(n_in ? n_in : 1, sizeof *s->lb);
+	s->lb_health = calloc(n_in ? n_in : 1, sizeof *s->lb_health);
+	if (!s->lb || !s->lb_health) {
+		snprintf(err, err_size, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < n_in; i++)
+		n_lb += s->spec.inbounds[i].protocol == ETM_PROTO_UDP_LB;
+	for (size_t i = 0; i < n_in; i++) {
+		const etm_inbound_spec *in = &s->spec.inbounds[i];
+		if (in->protocol != ETM_PROTO_UDP_LB)
+			continue;
+		const etm_cluster_spec *cl = cluster_of(&s->spec, in->settings.cluster);
+		if (!cl) {
+			snprintf(err, err_size, "inbound %s references unknown cluster tag: %s", in->tag,
+			         in->settings.cluster ? in->settings.cluster : "");
+			return -1;
+		}
+		s->lb[i] = udplb_group_new(in, cl, workers_count(s->ws), udplb_auto_flows(n_lb), err,
+		                           err_size);
+		if (!s->lb[i])
+			return -1;
+	}
+	return 0;
 }
 
 int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t err_size)
@@ -389,6 +468,12 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 		free_supervisor(s);
 		return -1;
 	}
+	if (start_lb_groups(s, err, err_size)) {
+		workers_stop(s->ws, NULL, NULL);
+		s->ws = NULL;
+		free_supervisor(s);
+		return -1;
+	}
 	/* One worker after the other, so a port-0 inbound gets its port from
 	 * the first and shares it with the rest. */
 	for (size_t i = 0; i < workers_count(s->ws); i++) {
@@ -432,6 +517,13 @@ int etm_supervisor_check(const etm_spec *spec, char *err, size_t err_size)
 uint16_t etm_supervisor_inbound_port(const etm_supervisor *s, size_t i)
 {
 	return i < s->spec.inbounds_len ? s->ports[i] : 0;
+}
+
+void etm_supervisor_write_metrics(const etm_supervisor *s, FILE *out)
+{
+	for (size_t i = 0; s->lb && i < s->spec.inbounds_len; i++)
+		if (s->lb[i])
+			udplb_group_write(s->lb[i], out);
 }
 
 void etm_supervisor_stop(etm_supervisor *s)

@@ -1,0 +1,817 @@
+/* shell.c - the UDP load balancer's listener: recvmmsg into the core, a connected socket per flow, sendmmsg back to clients. */
+#include "udplb/shell.h"
+
+#include <errno.h>
+#include <linux/filter.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "udplb/shell_int.h"
+
+static const char *const msgs[] = {
+	"failed to listen on %s:%u: %s",
+	"udp_lb %s: the core refused an input: %s",
+	"udp_lb %s: cannot steer clients to workers by source IP (%s); the kernel's 4-tuple "
+	"hash spreads them instead, so per-IP limits count per worker",
+};
+
+/* The epoll tag of the listener socket; flows are tagged with their id,
+ * which is never all ones (the generation would have to wrap). */
+#define TAG_LISTENER UINT64_MAX
+
+/* A backend reply lands straight in the send batch toward clients, so it
+ * is read once and never copied; a slot holds the largest UDP payload. */
+#define TX_SLOT (UDPLB_DATAGRAM_MAX + 1)
+
+typedef struct qitem {
+	struct qitem *next;
+	struct sockaddr_storage to; /* listener queue: the client */
+	socklen_t to_len;
+	size_t ctl_len;
+	uint8_t ctl[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+	size_t len;
+	uint8_t data[];
+} qitem;
+
+typedef struct queue {
+	qitem *head, *tail;
+	uint32_t n;
+} queue;
+
+typedef struct flow_slot {
+	int fd; /* -1: no socket (free, or its open failed) */
+	bool want_out;
+	udplb_flow_id id;
+	queue q;
+} flow_slot;
+
+struct udplb_listener {
+	udplb_group *g;
+	udplb_counters *ctr;
+	uv_loop_t *loop;
+	udplb_manager *m;
+	udplb_backends *view;
+	uint64_t health_gen;
+	int fd, epfd, family;
+	bool wildcard, want_out;
+	udplb_addr local; /* the bound address, for a specific-IP listener */
+	uint16_t port;
+	uv_poll_t poll;
+	uv_timer_t timer;
+	int open_handles;
+	flow_slot *slots;
+	uint32_t n_slots;
+	udplb_flow_id aborts[4];
+	size_t n_aborts;
+	queue lq; /* toward clients, when the socket is full */
+	/* receive batch */
+	uint8_t *rx_buf;
+	size_t rx_slot;
+	struct mmsghdr rx_msgs[UDPLB_BATCH];
+	struct iovec rx_iov[UDPLB_BATCH];
+	struct sockaddr_storage rx_from[UDPLB_BATCH];
+	uint8_t rx_ctl[UDPLB_BATCH][CMSG_SPACE(sizeof(struct in6_pktinfo)) +
+	                            CMSG_SPACE(sizeof(struct in_pktinfo))];
+	/* send batch toward clients */
+	uint8_t *tx_buf;
+	size_t tx_n;
+	struct mmsghdr tx_msgs[UDPLB_BATCH];
+	struct iovec tx_iov[UDPLB_BATCH];
+	struct sockaddr_storage tx_to[UDPLB_BATCH];
+	uint8_t tx_ctl[UDPLB_BATCH][CMSG_SPACE(sizeof(struct in6_pktinfo))];
+};
+
+/* ---- counters ---- */
+
+static inline void bump(_Atomic uint64_t *c, uint64_t v)
+{
+	/* one writer per counter (its worker): no locked add needed */
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
+	                      memory_order_relaxed);
+}
+
+static inline void drop(udplb_listener *l, unsigned reason)
+{
+	bump(&l->ctr->drops[reason], 1);
+	if (reason < UDPLB_DROP_COUNT && udplb_drop_is_shed((udplb_drop_reason)reason))
+		bump(&l->ctr->flows_shed, 1);
+}
+
+/* ---- group ---- */
+
+/* ---- addresses ---- */
+
+/* a as a socket address for a socket of family fam: an IPv4 address
+ * becomes v4-mapped for an IPv6 socket. */
+static socklen_t to_sockaddr(int fam, const udplb_addr *a, struct sockaddr_storage *ss)
+{
+	if (fam == AF_INET6 && a->family == UDPLB_AF_INET) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+		memset(ss, 0, sizeof *ss);
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons(a->port);
+		s6->sin6_addr.s6_addr[10] = 0xff;
+		s6->sin6_addr.s6_addr[11] = 0xff;
+		memcpy(&s6->sin6_addr.s6_addr[12], a->ip, 4);
+		return sizeof *s6;
+	}
+	return udplb_addr_to_sockaddr(a, ss);
+}
+
+/* The listener address a datagram reached: from IP_PKTINFO / IPV6_PKTINFO
+ * on a wildcard socket, else the bound address. */
+static void local_of(const udplb_listener *l, struct msghdr *mh, udplb_addr *out)
+{
+	if (!l->wildcard) {
+		*out = l->local;
+		return;
+	}
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+			struct in_pktinfo pi;
+			memcpy(&pi, CMSG_DATA(c), sizeof pi);
+			udplb_addr_set4(out, (const uint8_t *)&pi.ipi_addr, l->port);
+			return;
+		}
+		if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+			struct in6_pktinfo pi;
+			memcpy(&pi, CMSG_DATA(c), sizeof pi);
+			struct sockaddr_in6 s6 = {.sin6_family = AF_INET6, .sin6_addr = pi.ipi6_addr,
+			                          .sin6_port = htons(l->port)};
+			if (udplb_addr_from_sockaddr(out, (struct sockaddr *)&s6))
+				*out = l->local;
+			return;
+		}
+	}
+	*out = l->local;
+}
+
+/* Fills ctl with the pktinfo that makes a reply leave from local; returns
+ * its length (0 for a specific-IP listener, which needs none). */
+static size_t reply_ctl(const udplb_listener *l, const udplb_addr *local, uint8_t *ctl,
+                        size_t size)
+{
+	if (!l->wildcard)
+		return 0;
+	memset(ctl, 0, size);
+	struct msghdr mh = {.msg_control = ctl, .msg_controllen = size};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	if (l->family == AF_INET) {
+		struct in_pktinfo pi = {0};
+		memcpy(&pi.ipi_spec_dst, local->ip, 4);
+		c->cmsg_level = IPPROTO_IP;
+		c->cmsg_type = IP_PKTINFO;
+		c->cmsg_len = CMSG_LEN(sizeof pi);
+		memcpy(CMSG_DATA(c), &pi, sizeof pi);
+		return CMSG_SPACE(sizeof pi);
+	}
+	struct in6_pktinfo pi = {0};
+	struct sockaddr_storage ss;
+	to_sockaddr(AF_INET6, local, &ss);
+	pi.ipi6_addr = ((struct sockaddr_in6 *)&ss)->sin6_addr;
+	c->cmsg_level = IPPROTO_IPV6;
+	c->cmsg_type = IPV6_PKTINFO;
+	c->cmsg_len = CMSG_LEN(sizeof pi);
+	memcpy(CMSG_DATA(c), &pi, sizeof pi);
+	return CMSG_SPACE(sizeof pi);
+}
+
+/* ---- queues ---- */
+
+static qitem *qitem_new(size_t len)
+{
+	qitem *it = malloc(sizeof *it + len);
+	if (it) {
+		it->next = NULL;
+		it->len = len;
+		it->to_len = 0;
+		it->ctl_len = 0;
+	}
+	return it;
+}
+
+static void q_push(queue *q, qitem *it)
+{
+	if (q->tail)
+		q->tail->next = it;
+	else
+		q->head = it;
+	q->tail = it;
+	q->n++;
+}
+
+static void q_pop(queue *q)
+{
+	qitem *it = q->head;
+	q->head = it->next;
+	if (!q->head)
+		q->tail = NULL;
+	q->n--;
+	free(it);
+}
+
+static void q_clear(queue *q)
+{
+	while (q->head)
+		q_pop(q);
+}
+
+/* ---- epoll interest ---- */
+
+static void set_interest(udplb_listener *l, int fd, uint64_t tag, bool out)
+{
+	struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0), .data.u64 = tag};
+	(void)epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &ev);
+}
+
+/* ---- acting on the core's outputs ---- */
+
+static flow_slot *slot_of(udplb_listener *l, udplb_flow_id id)
+{
+	uint32_t s = udplb_flow_slot(id);
+	if (s >= l->n_slots || l->slots[s].id != id)
+		return NULL;
+	return &l->slots[s];
+}
+
+/* Makes room for slot s (below max_flows), doubling. */
+static flow_slot *slot_make(udplb_listener *l, udplb_flow_id id)
+{
+	uint32_t s = udplb_flow_slot(id);
+	if (s >= l->n_slots) {
+		uint64_t n = l->n_slots ? (uint64_t)l->n_slots * 2 : 256;
+		while (n <= s)
+			n *= 2;
+		flow_slot *ns = realloc(l->slots, n * sizeof *ns);
+		if (!ns)
+			return NULL;
+		for (uint64_t i = l->n_slots; i < n; i++)
+			ns[i] = (flow_slot){.fd = -1};
+		l->slots = ns;
+		l->n_slots = (uint32_t)n;
+	}
+	flow_slot *f = &l->slots[s];
+	*f = (flow_slot){.fd = -1, .id = id};
+	return f;
+}
+
+static void abort_later(udplb_listener *l, udplb_flow_id id)
+{
+	drop(l, UDPLB_SHELL_DROP_OPEN_FAILED);
+	if (l->n_aborts < sizeof l->aborts / sizeof l->aborts[0])
+		l->aborts[l->n_aborts++] = id;
+}
+
+/* socket, connect, epoll_ctl: three system calls per new flow. connect
+ * binds the ephemeral port itself. */
+static void open_upstream(udplb_listener *l, const udplb_output *o)
+{
+	flow_slot *f = slot_make(l, o->flow);
+	if (!f) {
+		abort_later(l, o->flow);
+		return;
+	}
+	int bi = udplb_backends_find(l->view, &o->u.open.backend);
+	if (bi >= 0)
+		bump(&l->ctr->backend_flows[bi], 1);
+	struct sockaddr_storage ss;
+	socklen_t len = udplb_addr_to_sockaddr(&o->u.open.backend, &ss);
+	int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		abort_later(l, o->flow); /* EMFILE / ENFILE: the flow goes, we stay */
+		return;
+	}
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = o->flow};
+	if (connect(fd, (struct sockaddr *)&ss, len) ||
+	    epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+		close(fd);
+		abort_later(l, o->flow);
+		return;
+	}
+	f->fd = fd;
+}
+
+static void send_to_backend(udplb_listener *l, const udplb_output *o)
+{
+	flow_slot *f = slot_of(l, o->flow);
+	if (!f || f->fd < 0)
+		return; /* its open failed: counted as open_failed */
+	const uint8_t *pre = o->u.to_backend.prefix;
+	size_t plen = o->u.to_backend.prefix_len, len = o->u.to_backend.len;
+	bump(&l->ctr->datagrams_to_backends, 1);
+	bump(&l->ctr->bytes_to_backends, len);
+	if (!f->q.n) {
+		struct iovec iov[2] = {{(void *)pre, plen}, {(void *)o->u.to_backend.payload, len}};
+		struct msghdr mh = {.msg_iov = plen ? iov : iov + 1, .msg_iovlen = plen ? 2 : 1};
+		if (sendmsg(f->fd, &mh, MSG_DONTWAIT) >= 0)
+			return;
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
+			drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
+			return;
+		}
+	}
+	if (f->q.n >= UDPLB_FLOW_QUEUE_MAX) {
+		drop(l, UDPLB_SHELL_DROP_QUEUE_FULL);
+		return;
+	}
+	qitem *it = qitem_new(plen + len);
+	if (!it) {
+		drop(l, UDPLB_SHELL_DROP_QUEUE_FULL);
+		return;
+	}
+	memcpy(it->data, pre, plen);
+	if (len)
+		memcpy(it->data + plen, o->u.to_backend.payload, len);
+	q_push(&f->q, it);
+	if (!f->want_out) {
+		f->want_out = true;
+		set_interest(l, f->fd, f->id, true);
+	}
+}
+
+static void lq_add(udplb_listener *l, const struct msghdr *mh)
+{
+	if (l->lq.n >= UDPLB_LISTENER_QUEUE_MAX) {
+		drop(l, UDPLB_SHELL_DROP_QUEUE_FULL);
+		return;
+	}
+	qitem *it = qitem_new(mh->msg_iov[0].iov_len);
+	if (!it) {
+		drop(l, UDPLB_SHELL_DROP_QUEUE_FULL);
+		return;
+	}
+	memcpy(it->data, mh->msg_iov[0].iov_base, it->len);
+	memcpy(&it->to, mh->msg_name, mh->msg_namelen);
+	it->to_len = mh->msg_namelen;
+	it->ctl_len = mh->msg_controllen;
+	if (it->ctl_len)
+		memcpy(it->ctl, mh->msg_control, it->ctl_len);
+	q_push(&l->lq, it);
+	if (!l->want_out) {
+		l->want_out = true;
+		set_interest(l, l->fd, TAG_LISTENER, true);
+	}
+}
+
+/* Sends the batch toward clients with sendmmsg; what the socket will not
+ * take now waits in the listener queue. */
+static void flush_tx(udplb_listener *l)
+{
+	size_t done = 0;
+	while (done < l->tx_n && !l->lq.n) {
+		int r = sendmmsg(l->fd, l->tx_msgs + done, (unsigned)(l->tx_n - done), MSG_DONTWAIT);
+		if (r > 0) {
+			done += (size_t)r;
+			continue;
+		}
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS))
+			break;
+		drop(l, UDPLB_SHELL_DROP_SEND_ERROR); /* this one failed; go on past it */
+		done++;
+	}
+	for (; done < l->tx_n; done++)
+		lq_add(l, &l->tx_msgs[done].msg_hdr);
+	l->tx_n = 0;
+}
+
+static void send_to_client(udplb_listener *l, const udplb_output *o)
+{
+	if (l->tx_n == UDPLB_BATCH)
+		flush_tx(l);
+	size_t i = l->tx_n;
+	uint8_t *buf = l->tx_buf + i * TX_SLOT;
+	size_t len = o->u.to_client.len;
+	if (o->u.to_client.payload != buf && len)
+		memcpy(buf, o->u.to_client.payload, len);
+	l->tx_iov[i] = (struct iovec){buf, len};
+	struct msghdr *mh = &l->tx_msgs[i].msg_hdr;
+	*mh = (struct msghdr){
+		.msg_name = &l->tx_to[i],
+		.msg_namelen = to_sockaddr(l->family, &o->u.to_client.client, &l->tx_to[i]),
+		.msg_iov = &l->tx_iov[i],
+		.msg_iovlen = 1,
+	};
+	size_t cl = reply_ctl(l, &o->u.to_client.local, l->tx_ctl[i], sizeof l->tx_ctl[i]);
+	mh->msg_control = cl ? l->tx_ctl[i] : NULL;
+	mh->msg_controllen = cl;
+	l->tx_n++;
+	bump(&l->ctr->datagrams_to_clients, 1);
+	bump(&l->ctr->bytes_to_clients, len);
+}
+
+static void close_flow(udplb_listener *l, udplb_flow_id id)
+{
+	flow_slot *f = slot_of(l, id);
+	if (!f)
+		return;
+	if (f->fd >= 0)
+		close(f->fd); /* the only reference: epoll forgets it without a call */
+	q_clear(&f->q);
+	*f = (flow_slot){.fd = -1};
+}
+
+static void on_timer(uv_timer_t *t);
+
+static void act(udplb_listener *l, const udplb_output *o)
+{
+	switch (o->kind) {
+	case UDPLB_OUT_OPEN_UPSTREAM:
+		open_upstream(l, o);
+		break;
+	case UDPLB_OUT_SEND_TO_BACKEND:
+		send_to_backend(l, o);
+		break;
+	case UDPLB_OUT_SEND_TO_CLIENT:
+		send_to_client(l, o);
+		break;
+	case UDPLB_OUT_ARM_TIMER: {
+		uint64_t now = uv_now(l->loop), at = o->u.arm.deadline_ms;
+		uv_timer_start(&l->timer, on_timer, at > now ? at - now : 0, 0);
+		break;
+	}
+	case UDPLB_OUT_METRIC:
+		if (o->u.metric.kind == UDPLB_METRIC_FLOW_CREATED) {
+			bump(&l->ctr->flows_created, 1);
+			bump(&l->ctr->active_flows, 1);
+		} else {
+			bump(&l->ctr->flows_evicted, 1);
+			bump(&l->ctr->active_flows, (uint64_t)-1);
+			if ((unsigned)o->u.metric.reason < UDPLB_CLOSE_COUNT)
+				bump(&l->ctr->evicted[o->u.metric.reason], 1);
+			bump(&l->ctr->flow_duration_ms, o->u.metric.duration_ms);
+		}
+		break;
+	case UDPLB_OUT_CLOSE_FLOW:
+		close_flow(l, o->flow);
+		break;
+	case UDPLB_OUT_DROP:
+		drop(l, o->u.drop.reason);
+		break;
+	}
+}
+
+static void drain(udplb_listener *l)
+{
+	udplb_output o;
+	while (udplb_manager_poll(l->m, &o))
+		act(l, &o);
+}
+
+/* Feeds one input and acts on everything it produced, including the
+ * aborts of flows whose socket would not open. */
+static void feed(udplb_listener *l, const udplb_input *in)
+{
+	int rc = udplb_manager_input(l->m, in, uv_now(l->loop));
+	if (rc) {
+		log_warn("udplb", msgs[1], l->g->in->tag, udplb_strerror(rc));
+		return;
+	}
+	drain(l);
+	while (l->n_aborts) {
+		udplb_input ab = {.kind = UDPLB_IN_CONFIG,
+		                  .u.config = {.kind = UDPLB_CFG_ABORT_FLOW,
+		                               .flow = l->aborts[--l->n_aborts]}};
+		if (udplb_manager_input(l->m, &ab, uv_now(l->loop)) == 0)
+			drain(l);
+	}
+}
+
+static void on_timer(uv_timer_t *t)
+{
+	udplb_listener *l = t->data;
+	udplb_input in = {.kind = UDPLB_IN_TIMEOUT};
+	feed(l, &in);
+}
+
+/* ---- readiness ---- */
+
+static void sync_health(udplb_listener *l)
+{
+	uint64_t gen = atomic_load_explicit(&l->g->health_gen, memory_order_acquire);
+	if (gen == l->health_gen)
+		return;
+	l->health_gen = gen;
+	for (size_t i = 0; i < l->g->conf.n_backends; i++)
+		if (udplb_backends_set_health(l->view, i, atomic_load(&l->g->up[i]) != 0))
+			return; /* i is always in range: the view holds the group's list */
+}
+
+static void read_clients(udplb_listener *l)
+{
+	for (int round = 0; round < 4; round++) {
+		for (size_t i = 0; i < UDPLB_BATCH; i++) {
+			l->rx_iov[i] = (struct iovec){l->rx_buf + i * l->rx_slot, l->rx_slot};
+			l->rx_msgs[i].msg_hdr = (struct msghdr){
+				.msg_name = &l->rx_from[i],
+				.msg_namelen = sizeof l->rx_from[i],
+				.msg_iov = &l->rx_iov[i],
+				.msg_iovlen = 1,
+				.msg_control = l->wildcard ? l->rx_ctl[i] : NULL,
+				.msg_controllen = l->wildcard ? sizeof l->rx_ctl[i] : 0,
+			};
+		}
+		int n = recvmmsg(l->fd, l->rx_msgs, UDPLB_BATCH, MSG_DONTWAIT, NULL);
+		if (n <= 0)
+			return;
+		for (int i = 0; i < n; i++) {
+			struct msghdr *mh = &l->rx_msgs[i].msg_hdr;
+			udplb_input in = {.kind = UDPLB_IN_CLIENT};
+			if (udplb_addr_from_sockaddr(&in.u.client.src, (struct sockaddr *)mh->msg_name))
+				continue;
+			local_of(l, mh, &in.u.client.local);
+			in.u.client.payload = mh->msg_iov[0].iov_base;
+			/* MSG_TRUNC: longer than the buffer, which is max_rx + 1 */
+			in.u.client.len = (mh->msg_flags & MSG_TRUNC) ? l->rx_slot
+			                                                : l->rx_msgs[i].msg_len;
+			in.u.client.backends = l->view;
+			feed(l, &in);
+		}
+		if (n < UDPLB_BATCH)
+			return;
+	}
+}
+
+static void read_backend(udplb_listener *l, udplb_flow_id id)
+{
+	for (int k = 0; k < UDPLB_FLOW_READS_MAX; k++) {
+		flow_slot *f = slot_of(l, id);
+		if (!f || f->fd < 0)
+			return; /* closed by the last reply (responses cap) */
+		if (l->tx_n == UDPLB_BATCH)
+			flush_tx(l);
+		uint8_t *buf = l->tx_buf + l->tx_n * TX_SLOT;
+		ssize_t r = recv(f->fd, buf, TX_SLOT, MSG_DONTWAIT);
+		if (r < 0) {
+			if (errno == ECONNREFUSED)
+				continue; /* an ICMP error for an earlier send: read on */
+			return;
+		}
+		udplb_input in = {.kind = UDPLB_IN_BACKEND,
+		                  .u.backend = {.flow = id, .payload = buf, .len = (size_t)r}};
+		feed(l, &in);
+	}
+}
+
+static void write_backend(udplb_listener *l, udplb_flow_id id)
+{
+	flow_slot *f = slot_of(l, id);
+	if (!f || f->fd < 0)
+		return;
+	while (f->q.head) {
+		qitem *it = f->q.head;
+		if (send(f->fd, it->data, it->len, MSG_DONTWAIT) < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+				return;
+			drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
+		}
+		q_pop(&f->q);
+	}
+	f->want_out = false;
+	set_interest(l, f->fd, f->id, false);
+}
+
+static void write_clients(udplb_listener *l)
+{
+	while (l->lq.head) {
+		qitem *it = l->lq.head;
+		struct iovec iov = {it->data, it->len};
+		struct msghdr mh = {.msg_name = &it->to, .msg_namelen = it->to_len, .msg_iov = &iov,
+		                    .msg_iovlen = 1, .msg_control = it->ctl_len ? it->ctl : NULL,
+		                    .msg_controllen = it->ctl_len};
+		if (sendmsg(l->fd, &mh, MSG_DONTWAIT) < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+				return;
+			drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
+		}
+		q_pop(&l->lq);
+	}
+	l->want_out = false;
+	set_interest(l, l->fd, TAG_LISTENER, false);
+}
+
+static void on_ready(uv_poll_t *p, int status, int events)
+{
+	(void)status;
+	(void)events;
+	udplb_listener *l = p->data;
+	struct epoll_event evs[64];
+	sync_health(l);
+	int n = epoll_wait(l->epfd, evs, 64, 0);
+	for (int i = 0; i < n; i++) {
+		uint64_t tag = evs[i].data.u64;
+		if (tag == TAG_LISTENER) {
+			if (evs[i].events & EPOLLOUT)
+				write_clients(l);
+			if (evs[i].events & (EPOLLIN | EPOLLERR))
+				read_clients(l);
+			continue;
+		}
+		if (evs[i].events & EPOLLOUT)
+			write_backend(l, tag);
+		if (evs[i].events & (EPOLLIN | EPOLLERR))
+			read_backend(l, tag);
+	}
+	if (l->tx_n)
+		flush_tx(l);
+}
+
+/* ---- open and close ---- */
+
+/* Steers each datagram to the worker socket chosen by its source IP
+ * (IPv4: the whole address; IPv6: its fourth 32-bit word), so a client IP
+ * has one worker and per-IP limits count all its flows. The program runs
+ * with the packet's network header at SKF_NET_OFF. */
+static int steer_by_source(int fd, size_t n_workers)
+{
+	struct sock_filter code[] = {
+		{BPF_LD | BPF_B | BPF_ABS, 0, 0, (uint32_t)SKF_NET_OFF},
+		{BPF_ALU | BPF_RSH | BPF_K, 0, 0, 4},
+		{BPF_JMP | BPF_JEQ | BPF_K, 2, 0, 6},
+		{BPF_LD | BPF_W | BPF_ABS, 0, 0, (uint32_t)(SKF_NET_OFF + 12)},
+		{BPF_JMP | BPF_JA, 0, 0, 1},
+		{BPF_LD | BPF_W | BPF_ABS, 0, 0, (uint32_t)(SKF_NET_OFF + 20)},
+		{BPF_ALU | BPF_MOD | BPF_K, 0, 0, (uint32_t)n_workers},
+		{BPF_RET | BPF_A, 0, 0, 0},
+	};
+	struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
+	return setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog);
+}
+
+static int parse_ip(const char *ip, uint16_t port, struct sockaddr_storage *ss)
+{
+	if (uv_ip4_addr(ip, port, (struct sockaddr_in *)ss) == 0 ||
+	    uv_ip6_addr(ip, port, (struct sockaddr_in6 *)ss) == 0)
+		return 0;
+	return -1;
+}
+
+int udplb_check_free(const char *ip, uint16_t port, char *err, size_t err_size)
+{
+	struct sockaddr_storage ss;
+	if (port == 0)
+		return 0;
+	if (parse_ip(ip, port, &ss)) {
+		snprintf(err, err_size, msgs[0], ip, port, "not an IP address");
+		return -1;
+	}
+	int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0; /* the real bind will report it */
+	socklen_t len = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in)
+	                                         : sizeof(struct sockaddr_in6);
+	int rc = 0;
+	if (bind(fd, (struct sockaddr *)&ss, len) && errno == EADDRINUSE) {
+		snprintf(err, err_size, msgs[0], ip, port, uv_strerror(UV_EADDRINUSE));
+		rc = -1;
+	}
+	close(fd);
+	return rc;
+}
+
+static void listener_free(udplb_listener *l)
+{
+	if (l->fd >= 0)
+		close(l->fd);
+	if (l->epfd >= 0)
+		close(l->epfd);
+	for (uint32_t i = 0; i < l->n_slots; i++)
+		if (l->slots[i].id)
+			close_flow(l, l->slots[i].id);
+	q_clear(&l->lq);
+	free(l->slots);
+	free(l->rx_buf);
+	free(l->tx_buf);
+	udplb_backends_del(l->view);
+	udplb_manager_del(l->m);
+	free(l);
+}
+
+static int setup_socket(udplb_listener *l, const struct sockaddr_storage *ss, size_t worker_index)
+{
+	int one = 1;
+	socklen_t len = ss->ss_family == AF_INET ? sizeof(struct sockaddr_in)
+	                                          : sizeof(struct sockaddr_in6);
+	l->fd = socket(ss->ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->fd < 0)
+		return -errno;
+	l->family = ss->ss_family;
+	if (setsockopt(l->fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one))
+		return -errno;
+	if (l->wildcard) {
+		if (l->family == AF_INET6 &&
+		    setsockopt(l->fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof one))
+			return -errno;
+		/* v4 datagrams on a dual-stack socket report IP_PKTINFO */
+		if (setsockopt(l->fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof one))
+			return -errno;
+	}
+	/* A deeper queue absorbs bursts; the kernel caps it at rmem_max. */
+	int rcv = 4 << 20;
+	(void)setsockopt(l->fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+	(void)setsockopt(l->fd, SOL_SOCKET, SO_SNDBUF, &rcv, sizeof rcv);
+	if (bind(l->fd, (const struct sockaddr *)ss, len))
+		return -errno;
+	if (l->g->n_workers > 1 && worker_index == 0 && steer_by_source(l->fd, l->g->n_workers))
+		log_warn("udplb", msgs[2], l->g->in->tag, strerror(errno));
+	struct sockaddr_storage bound;
+	socklen_t blen = sizeof bound;
+	if (getsockname(l->fd, (struct sockaddr *)&bound, &blen) ||
+	    udplb_addr_from_sockaddr(&l->local, (struct sockaddr *)&bound))
+		return -errno;
+	l->port = l->local.port;
+	l->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (l->epfd < 0)
+		return -errno;
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LISTENER};
+	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->fd, &ev))
+		return -errno;
+	return 0;
+}
+
+static bool is_wildcard(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)ss)->sin_addr.s_addr == htonl(INADDR_ANY);
+	return memcmp(&((const struct sockaddr_in6 *)ss)->sin6_addr, &in6addr_any,
+	              sizeof in6addr_any) == 0;
+}
+
+udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t worker_index,
+                                    const char *ip, uint16_t port, char *err, size_t err_size)
+{
+	struct sockaddr_storage ss;
+	if (parse_ip(ip, port, &ss)) {
+		snprintf(err, err_size, msgs[0], ip, port, "not an IP address");
+		return NULL;
+	}
+	udplb_listener *l = calloc(1, sizeof *l);
+	if (!l) {
+		snprintf(err, err_size, msgs[0], ip, port, uv_strerror(UV_ENOMEM));
+		return NULL;
+	}
+	l->g = g;
+	l->ctr = udplb_group_counters(g, worker_index);
+	l->loop = loop;
+	l->fd = l->epfd = -1;
+	l->wildcard = is_wildcard(&ss);
+	l->rx_slot = (size_t)g->max_rx + 1; /* one byte more shows truncation */
+	l->rx_buf = malloc(l->rx_slot * UDPLB_BATCH);
+	l->tx_buf = malloc((size_t)TX_SLOT * UDPLB_BATCH);
+	udplb_manager_config mc = {.max_flows = g->max_flows, .max_rx_datagram_size = g->max_rx,
+	                           .seed = g->seed, .checks = UDPLB_CHECK_CHEAP};
+	int rc = !l->rx_buf || !l->tx_buf ? UV_ENOMEM : 0;
+	if (!rc && (udplb_manager_new(&l->m, &mc) ||
+	            udplb_backends_new(&l->view, g->conf.maglev_size) ||
+	            udplb_backends_set(l->view, g->conf.backends, g->conf.n_backends)))
+		rc = UV_ENOMEM;
+	if (!rc) {
+		udplb_input in = {.kind = UDPLB_IN_CONFIG,
+		                  .u.config = {.kind = UDPLB_CFG_SET_CLUSTER, .cluster = g->conf.cluster}};
+		if (udplb_manager_input(l->m, &in, uv_now(loop)))
+			rc = UV_EINVAL;
+		else
+			drain(l);
+	}
+	l->health_gen = (uint64_t)-1;
+	if (!rc)
+		rc = setup_socket(l, &ss, worker_index);
+	if (rc) {
+		snprintf(err, err_size, msgs[0], ip, port, uv_strerror(rc));
+		listener_free(l);
+		return NULL;
+	}
+	uv_timer_init(loop, &l->timer);
+	l->timer.data = l;
+	uv_poll_init(loop, &l->poll, l->epfd);
+	l->poll.data = l;
+	l->open_handles = 2;
+	uv_poll_start(&l->poll, UV_READABLE, on_ready);
+	return l;
+}
+
+uint16_t udplb_listener_port(const udplb_listener *l) { return l->port; }
+
+static void on_closed(uv_handle_t *h)
+{
+	udplb_listener *l = h->data;
+	if (--l->open_handles == 0)
+		listener_free(l);
+}
+
+void udplb_listener_close(udplb_listener *l)
+{
+	if (!l)
+		return;
+	udplb_input in = {.kind = UDPLB_IN_CONFIG, .u.config = {.kind = UDPLB_CFG_CLOSE_ALL}};
+	feed(l, &in);
+	if (l->tx_n)
+		flush_tx(l);
+	uv_timer_stop(&l->timer);
+	uv_close((uv_handle_t *)&l->timer, on_closed);
+	uv_close((uv_handle_t *)&l->poll, on_closed);
+}

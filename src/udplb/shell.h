@@ -1,0 +1,115 @@
+/* shell.h - the UDP load balancer's I/O shell: one listener socket per worker, a connected socket per flow, health checks, counters. */
+#ifndef ETM_UDPLB_SHELL_H
+#define ETM_UDPLB_SHELL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <uv.h>
+
+#include "etemenanki/spec.h"
+#include "udplb/conf.h"
+
+/* The shell is everything the core (manager.h) leaves out: sockets, the
+ * clock, randomness. Per udp_lb inbound there is one group, shared by the
+ * workers; per worker one listener, which owns its core, its flow sockets
+ * and its own copy of the backend view. The kernel spreads clients over the
+ * workers' SO_REUSEPORT sockets by source IP (a classic BPF program), so a
+ * worker owns every flow of the client IPs it sees. */
+
+/* Datagrams one recvmmsg / sendmmsg moves. */
+#define UDPLB_BATCH 32
+/* Datagrams queued on one flow's socket when the kernel refuses more, and
+ * on a listener's socket toward clients: past these a datagram drops
+ * (queue_full). UDP is best effort; these bound memory, not loss. */
+#define UDPLB_FLOW_QUEUE_MAX 32
+#define UDPLB_LISTENER_QUEUE_MAX 1024
+/* Replies one flow may deliver per readiness event, so one busy backend
+ * cannot starve the rest of the loop. */
+#define UDPLB_FLOW_READS_MAX 64
+/* The share of the soft RLIMIT_NOFILE automatic max_flows takes, in
+ * percent, and what it assumes when the limit cannot be read. */
+#define UDPLB_AUTO_FLOWS_PERCENT 70
+#define UDPLB_AUTO_FLOWS_FALLBACK 1024
+
+/* Drops the shell adds to the core's reasons (msg.h). */
+enum {
+	UDPLB_SHELL_DROP_QUEUE_FULL = UDPLB_DROP_COUNT, /* a send queue was full */
+	UDPLB_SHELL_DROP_OPEN_FAILED, /* a flow's socket could not open (EMFILE, ...) */
+	UDPLB_SHELL_DROP_SEND_ERROR,  /* the kernel refused a send (ICMP unreachable, ...) */
+	UDPLB_SHELL_DROP_COUNT,
+};
+
+/* The metric label of a drop index below UDPLB_SHELL_DROP_COUNT. */
+const char *udplb_shell_drop_name(unsigned i);
+
+/* A snapshot of a group's counters, summed over its workers. */
+typedef struct udplb_totals {
+	uint64_t active_flows;
+	uint64_t flows_created, flows_evicted, flows_shed;
+	uint64_t datagrams_to_backends, bytes_to_backends;
+	uint64_t datagrams_to_clients, bytes_to_clients;
+	uint64_t flow_duration_ms; /* summed over evicted flows */
+	uint64_t drops[UDPLB_SHELL_DROP_COUNT];
+	uint64_t evicted[UDPLB_CLOSE_COUNT];
+} udplb_totals;
+
+typedef struct udplb_group udplb_group;
+typedef struct udplb_listener udplb_listener;
+typedef struct udplb_health udplb_health;
+
+/* Builds the group of inbound in balancing over cluster cl, for n_workers
+ * workers. flows_budget is the automatic max_flows (used when the inbound
+ * says 0). The random hash key is drawn here, once, for every worker.
+ * Returns NULL with the reason in err. Borrows in and cl for its life. */
+udplb_group *udplb_group_new(const etm_inbound_spec *in, const etm_cluster_spec *cl,
+                             size_t n_workers, uint32_t flows_budget, char *err, size_t err_size);
+void udplb_group_del(udplb_group *g);
+
+/* The automatic max_flows budget of one inbound out of n_lb udp_lb
+ * inbounds: UDPLB_AUTO_FLOWS_PERCENT of the soft RLIMIT_NOFILE, shared
+ * evenly, at least 1. */
+uint32_t udplb_auto_flows(size_t n_lb);
+
+/* Opens worker worker_index's listener on loop (that loop's thread only):
+ * a UDP socket bound to ip:port with SO_REUSEPORT. Returns NULL with
+ * "failed to listen on <ip>:<port>: <reason>" in err. */
+udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t worker_index,
+                                    const char *ip, uint16_t port, char *err, size_t err_size);
+
+/* The port bound (useful with port 0). */
+uint16_t udplb_listener_port(const udplb_listener *l);
+
+/* Closes every flow (each counted as evicted, closed), then the listener;
+ * memory goes once the loop has run the close callbacks. */
+void udplb_listener_close(udplb_listener *l);
+
+/* As listener_check_free for UDP: fails with "failed to listen on
+ * <ip>:<port>: address already in use" when a UDP socket holds the port. */
+__attribute__((warn_unused_result)) int udplb_check_free(const char *ip, uint16_t port, char *err,
+                                                         size_t err_size);
+
+/* Starts the cluster's health checks on loop, when it has [cluster.health]
+ * (otherwise returns NULL and nothing runs): per backend, every interval, a
+ * TCP connect to the companion port and, when configured, a UDP probe;
+ * rise/fall hysteresis; state changes log "udp_lb cluster <tag>: backend
+ * <addr> is now down" / "is now up" and reach every worker's view before
+ * its next batch. */
+udplb_health *udplb_health_start(udplb_group *g, uv_loop_t *loop);
+/* Stops the probes; memory goes with the close callbacks. NULL is fine. */
+void udplb_health_stop(udplb_health *h);
+
+/* ---- counters ---- */
+
+void udplb_group_totals(const udplb_group *g, udplb_totals *out);
+size_t udplb_group_backend_count(const udplb_group *g);
+/* Backend i's address text, health and the flows it was given. */
+void udplb_group_backend(const udplb_group *g, size_t i, char *addr, size_t addr_size, bool *up,
+                         uint64_t *flows_created);
+
+/* Writes the group's metric lines (docs/udp-lb.md "Metrics"). */
+void udplb_group_write(const udplb_group *g, FILE *out);
+
+#endif
