@@ -13,11 +13,13 @@
 #include "base/log.h"
 #include "udplb/shell_int.h"
 
+enum { MSG_LISTEN, MSG_REFUSED, MSG_NO_STEER };
 static const char *const msgs[] = {
-	"failed to listen on %s:%u: %s",
-	"udp_lb %s: the core refused an input: %s",
-	"udp_lb %s: cannot steer clients to workers by source IP (%s); the kernel's 4-tuple "
-	"hash spreads them instead, so per-IP limits count per worker",
+	[MSG_LISTEN] = "failed to listen on %s:%u: %s",
+	[MSG_REFUSED] = "udp_lb %s: the core refused an input: %s",
+	[MSG_NO_STEER] = "udp_lb %s: cannot steer clients to workers by source IP (%s); the "
+			 "kernel's 4-tuple hash spreads them instead, so per-IP limits count "
+			 "per worker",
 };
 
 /* The epoll tag of the listener socket; flows are tagged with their id,
@@ -468,7 +470,7 @@ static void feed(udplb_listener *l, const udplb_input *in)
 {
 	int rc = udplb_manager_input(l->m, in, uv_now(l->loop));
 	if (rc) {
-		log_warn("udplb", msgs[1], l->g->in->tag, udplb_strerror(rc));
+		log_warn("udplb", msgs[MSG_REFUSED], l->g->in->tag, udplb_strerror(rc));
 		return;
 	}
 	drain(l);
@@ -656,7 +658,7 @@ int udplb_check_free(const char *ip, uint16_t port, char *err, size_t err_size)
 	if (port == 0)
 		return 0;
 	if (parse_ip(ip, port, &ss)) {
-		snprintf(err, err_size, msgs[0], ip, port, "not an IP address");
+		snprintf(err, err_size, msgs[MSG_LISTEN], ip, port, "not an IP address");
 		return -1;
 	}
 	int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -666,7 +668,7 @@ int udplb_check_free(const char *ip, uint16_t port, char *err, size_t err_size)
 	                                         : sizeof(struct sockaddr_in6);
 	int rc = 0;
 	if (bind(fd, (struct sockaddr *)&ss, len) && errno == EADDRINUSE) {
-		snprintf(err, err_size, msgs[0], ip, port, uv_strerror(UV_EADDRINUSE));
+		snprintf(err, err_size, msgs[MSG_LISTEN], ip, port, uv_strerror(UV_EADDRINUSE));
 		rc = -1;
 	}
 	close(fd);
@@ -717,7 +719,7 @@ static int setup_socket(udplb_listener *l, const struct sockaddr_storage *ss, si
 	if (bind(l->fd, (const struct sockaddr *)ss, len))
 		return -errno;
 	if (l->g->n_workers > 1 && worker_index == 0 && steer_by_source(l->fd, l->g->n_workers))
-		log_warn("udplb", msgs[2], l->g->in->tag, strerror(errno));
+		log_warn("udplb", msgs[MSG_NO_STEER], l->g->in->tag, strerror(errno));
 	struct sockaddr_storage bound;
 	socklen_t blen = sizeof bound;
 	if (getsockname(l->fd, (struct sockaddr *)&bound, &blen) ||
@@ -746,12 +748,12 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 {
 	struct sockaddr_storage ss;
 	if (parse_ip(ip, port, &ss)) {
-		snprintf(err, err_size, msgs[0], ip, port, "not an IP address");
+		snprintf(err, err_size, msgs[MSG_LISTEN], ip, port, "not an IP address");
 		return NULL;
 	}
 	udplb_listener *l = calloc(1, sizeof *l);
 	if (!l) {
-		snprintf(err, err_size, msgs[0], ip, port, uv_strerror(UV_ENOMEM));
+		snprintf(err, err_size, msgs[MSG_LISTEN], ip, port, uv_strerror(UV_ENOMEM));
 		return NULL;
 	}
 	l->g = g;
@@ -781,7 +783,7 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 	if (!rc)
 		rc = setup_socket(l, &ss, worker_index);
 	if (rc) {
-		snprintf(err, err_size, msgs[0], ip, port, uv_strerror(rc));
+		snprintf(err, err_size, msgs[MSG_LISTEN], ip, port, uv_strerror(rc));
 		listener_free(l);
 		return NULL;
 	}
