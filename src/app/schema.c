@@ -287,8 +287,8 @@ static const schema_field in_lb_fields[] = {
 	{.name = "max_rx_datagram_size", .kind = SK_U64,
 	 .offset = offsetof(etm_settings_spec, max_rx_datagram_size), .def = ETM_DEFAULT_LB_MAX_RX,
 	 .default_doc = "8192",
-	 .doc = "Longest client datagram taken, in bytes; longer ones are dropped (truncated). "
-		"Clamped to 65535."},
+	 .doc = "Longest datagram taken, in bytes, from a client or from a backend; longer ones "
+		"are dropped (truncated). Clamped to 65535."},
 };
 static const schema_table in_lb =
 	TABLE_OF("[inbound.settings] for udp_lb", "See docs/udp-lb.md.", in_lb_fields);

@@ -81,7 +81,9 @@ listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn
 	return l;
 }
 
-int listener_check_free(const char *ip, uint16_t port, char *err, size_t err_size)
+/* A probe bind without SO_REUSEPORT: it fails where any socket of the type
+ * holds the address, where a SO_REUSEPORT bind would quietly share it. */
+static int check_free(int type, const char *ip, uint16_t port, char *err, size_t err_size)
 {
 	struct sockaddr_storage ss;
 	if (port == 0)
@@ -91,20 +93,31 @@ int listener_check_free(const char *ip, uint16_t port, char *err, size_t err_siz
 		snprintf(err, err_size, FAILED, ip, port, "not an IP address");
 		return -1;
 	}
-	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(ss.ss_family, type | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return 0; /* the real bind will report it */
 	int one = 1;
 	socklen_t len = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in)
 	                                         : sizeof(struct sockaddr_in6);
 	int rc = 0;
-	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (type == SOCK_STREAM) /* TIME_WAIT leftovers do not hold a port */
+		(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
 	if (bind(fd, (struct sockaddr *)&ss, len) && errno == EADDRINUSE) {
 		snprintf(err, err_size, FAILED, ip, port, uv_strerror(UV_EADDRINUSE));
 		rc = -1;
 	}
 	close(fd);
 	return rc;
+}
+
+int listener_check_free(const char *ip, uint16_t port, char *err, size_t err_size)
+{
+	return check_free(SOCK_STREAM, ip, port, err, err_size);
+}
+
+int listener_check_free_udp(const char *ip, uint16_t port, char *err, size_t err_size)
+{
+	return check_free(SOCK_DGRAM, ip, port, err, err_size);
 }
 
 uint16_t listener_port(const listener *l) { return l->port; }

@@ -29,6 +29,10 @@ listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn
 __attribute__((warn_unused_result)) int listener_check_free(const char *ip, uint16_t port,
                                                             char *err, size_t err_size);
 
+/* The same for UDP: fails when a UDP socket holds ip:port. */
+__attribute__((warn_unused_result)) int listener_check_free_udp(const char *ip, uint16_t port,
+                                                                char *err, size_t err_size);
+
 /* The port actually bound (useful with port 0). */
 uint16_t listener_port(const listener *l);
 

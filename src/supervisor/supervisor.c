@@ -289,7 +289,7 @@ static void worker_setup(worker *w, void *arg)
 		/* port 0: the first worker's bound port, for every worker */
 		uint16_t port = s->ports[i] ? s->ports[i] : in->port;
 		if (s->lb[i]) {
-			if (worker_index(w) == 0 && udplb_check_free(ip, port, st->err, sizeof st->err)) {
+			if (worker_index(w) == 0 && listener_check_free_udp(ip, port, st->err, sizeof st->err)) {
 				st->failed = 1;
 				return;
 			}

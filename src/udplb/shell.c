@@ -652,29 +652,6 @@ static int parse_ip(const char *ip, uint16_t port, struct sockaddr_storage *ss)
 	return -1;
 }
 
-int udplb_check_free(const char *ip, uint16_t port, char *err, size_t err_size)
-{
-	struct sockaddr_storage ss;
-	if (port == 0)
-		return 0;
-	if (parse_ip(ip, port, &ss)) {
-		snprintf(err, err_size, msgs[MSG_LISTEN], ip, port, "not an IP address");
-		return -1;
-	}
-	int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return 0; /* the real bind will report it */
-	socklen_t len = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in)
-	                                         : sizeof(struct sockaddr_in6);
-	int rc = 0;
-	if (bind(fd, (struct sockaddr *)&ss, len) && errno == EADDRINUSE) {
-		snprintf(err, err_size, msgs[MSG_LISTEN], ip, port, uv_strerror(UV_EADDRINUSE));
-		rc = -1;
-	}
-	close(fd);
-	return rc;
-}
-
 static void listener_free(udplb_listener *l)
 {
 	if (l->fd >= 0)

@@ -86,11 +86,6 @@ uint16_t udplb_listener_port(const udplb_listener *l);
  * memory goes once the loop has run the close callbacks. */
 void udplb_listener_close(udplb_listener *l);
 
-/* As listener_check_free for UDP: fails with "failed to listen on
- * <ip>:<port>: address already in use" when a UDP socket holds the port. */
-__attribute__((warn_unused_result)) int udplb_check_free(const char *ip, uint16_t port, char *err,
-                                                         size_t err_size);
-
 /* Starts the cluster's health checks on loop, when it has [cluster.health]
  * (otherwise returns NULL and nothing runs): per backend, every interval, a
  * TCP connect to the companion port and, when configured, a UDP probe;

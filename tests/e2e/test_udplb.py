@@ -1,0 +1,360 @@
+"""The UDP load balancer end to end (seed 001; docs/udp-lb.md): flows spread
+under each selection mode, a flow sticks to its backend, health checks steer
+new flows, responses = 1 closes a flow after its answer, the PROXY v2 header a
+backend sees, the max_flows and per-source limits, and idle flows reaped.
+
+Three echo backends run in this process (udplbkit.EchoBackend): each answers
+a datagram with its name, "|" and the payload, after removing a PROXY v2
+header, and listens on TCP on the same port number for the health check.
+Clients are UDP sockets bound to 127.0.0.x, so a test can be several client
+IPs at once on Linux loopback. The balancer's counters are read by sending
+SIGUSR1 and parsing the lines it prints.
+
+Run alone:
+
+    ETM_APP=build/src/etemenanki-app /usr/bin/python3 -m pytest -q tests/e2e/test_udplb.py
+"""
+import collections
+
+import pytest
+
+from udplbkit import PPV2_SIGNATURE, Client, EchoBackend, LbApp, lb_config
+
+# Slack on waits for the health checker: its probes are timed by the
+# process, but this host runs other test suites at the same time.
+SLACK = 2.0
+
+
+# ---------------------------------------------------------------- fixtures
+
+@pytest.fixture
+def backends():
+    """Three echo backends, "a", "b" and "c"; closed at teardown."""
+    made = [EchoBackend(name) for name in ("a", "b", "c")]
+    yield made
+    for b in made:
+        b.close()
+
+
+@pytest.fixture
+def clients():
+    """clients(lb_port, src_ip="127.0.0.1") -> Client; all closed at teardown."""
+    made = []
+
+    def _make(port, src_ip="127.0.0.1"):
+        c = Client(port, src_ip)
+        made.append(c)
+        return c
+
+    yield _make
+    for c in made:
+        c.close()
+
+
+@pytest.fixture
+def lb(app, tmp_path):
+    """lb(backends, **lb_config keys) starts a balancer over backends and
+    returns its LbApp. Every one still running at teardown must stop cleanly
+    on SIGTERM (exit 0)."""
+    started = []
+
+    def _start(members, nofile=None, **kw):
+        p = LbApp(app, tmp_path, lb_config(members, **kw), len(members), nofile=nofile)
+        started.append(p)
+        return p.start()
+
+    yield _start
+    unclean = []
+    for p in started:
+        running = p.proc is not None and p.proc.poll() is None
+        status = p.stop()
+        if running and status != 0:
+            unclean.append(f"{p.cfg_path.name}: exit status {status}\n{p.log()}")
+    if unclean:
+        pytest.fail("etemenanki-app did not stop cleanly:\n" + "\n".join(unclean), pytrace=False)
+
+
+def tally(names):
+    return collections.Counter(names)
+
+
+# ---------------------------------------------------------------- spreading
+
+def test_round_robin_spreads_flows_evenly(lb, backends, clients):
+    proxy = lb(backends, workers=1, cluster={"selection": "round_robin"})
+    names = [clients(proxy.port).ask(b"hello %d" % i) for i in range(30)]
+    assert tally(names) == {"a": 10, "b": 10, "c": 10}, names
+    m = proxy.metrics()
+    assert m["flows_created"] == 30 and m["active_flows"] == 30, m
+    assert m["backends"] == {b.addr: ("up", 10) for b in backends}, m
+
+
+@pytest.mark.parametrize("selection", ["hrw", "maglev"])
+def test_hashed_selection_reaches_every_backend_by_source_port(selection, lb, backends, clients):
+    """affinity = source_ip_port: the sockets of one IP spread too."""
+    proxy = lb(backends, workers=2, cluster={"selection": selection, "affinity": "source_ip_port"})
+    # 60 sockets miss a given backend with probability (2/3)^60, about 3e-11
+    names = [clients(proxy.port).ask(b"port %d" % i) for i in range(60)]
+    assert set(names) == {"a", "b", "c"}, tally(names)
+    m = proxy.metrics()
+    assert m["flows_created"] == 60, m
+    assert sum(n for _, n in m["backends"].values()) == 60, m
+    assert {addr: n for addr, (_, n) in m["backends"].items()} == \
+        {b.addr: tally(names)[b.name] for b in backends}, m
+
+
+@pytest.mark.parametrize("selection", ["hrw", "maglev"])
+def test_hashed_selection_reaches_every_backend_by_source_ip(selection, lb, backends, clients):
+    """affinity = source_ip (the default): different client IPs spread."""
+    proxy = lb(backends, workers=2, cluster={"selection": selection})
+    # 40 IPs miss a given backend with probability (2/3)^40, about 1e-7
+    names = [clients(proxy.port, f"127.0.0.{10 + i}").ask(b"ip %d" % i) for i in range(40)]
+    assert set(names) == {"a", "b", "c"}, tally(names)
+
+
+# ---------------------------------------------------------------- stickiness
+
+@pytest.mark.parametrize("selection", ["round_robin", "hrw", "maglev"])
+def test_a_flow_sticks_to_its_backend(selection, lb, backends, clients):
+    proxy = lb(backends, workers=2, cluster={"selection": selection, "affinity": "source_ip_port"})
+    flows = [clients(proxy.port) for _ in range(6)]
+    first = [c.ask(b"first") for c in flows]
+    for round_ in range(10):
+        for c, name in zip(flows, first):
+            assert c.ask(b"again %d" % round_) == name
+    # one flow is one upstream socket: each backend saw one sender per flow it got
+    for b in backends:
+        assert len(b.senders()) == first.count(b.name), (b.name, first)
+    m = proxy.metrics()
+    assert m["flows_created"] == 6 and m["active_flows"] == 6, m
+    assert m["datagrams_to_backends"] == 66 and m["datagrams_to_clients"] == 66, m
+
+
+@pytest.mark.parametrize("selection", ["hrw", "maglev"])
+def test_source_ip_affinity_keeps_an_ip_on_one_backend(selection, lb, backends, clients):
+    proxy = lb(backends, workers=2, cluster={"selection": selection, "affinity": "source_ip"})
+    per_ip = {}
+    for i in range(8):
+        ip = f"127.0.0.{100 + i}"
+        names = {clients(proxy.port, ip).ask(b"from %s #%d" % (ip.encode(), k)) for k in range(5)}
+        assert len(names) == 1, (ip, names)
+        per_ip[ip] = names.pop()
+    m = proxy.metrics()
+    assert m["flows_created"] == 40 and m["active_flows"] == 40, m
+    # and again later, from new sockets: the same backend per IP
+    for ip, name in per_ip.items():
+        assert clients(proxy.port, ip).ask(b"later") == name, ip
+
+
+# ---------------------------------------------------------------- health
+
+def test_health_steers_new_flows(lb, backends, clients):
+    a, b, c = backends
+    proxy = lb(backends, workers=1, cluster={"selection": "round_robin"},
+               health={"interval": 1, "timeout": 1, "rise": 2, "fall": 2})
+    old = {}
+    for _ in range(3):
+        client = clients(proxy.port)
+        old[client.ask(b"old")] = client
+    assert set(old) == {"a", "b", "c"}
+
+    b.close_health()
+    proxy.wait_line(f"udp_lb cluster pool: backend {b.addr} is now down", timeout=2 + SLACK)
+    m = proxy.metrics()
+    assert m["backends"][b.addr][0] == "down", m
+    assert m["backends"][a.addr][0] == "up" and m["backends"][c.addr][0] == "up", m
+    names = [clients(proxy.port).ask(b"while b is down") for _ in range(12)]
+    assert tally(names) == {"a": 6, "c": 6}, names
+    # health steers only new flows: the flow already on b stays there
+    assert old["b"].ask(b"still on b") == "b"
+
+    b.open_health()
+    proxy.wait_line(f"udp_lb cluster pool: backend {b.addr} is now up", timeout=2 + SLACK)
+    assert proxy.metrics()["backends"][b.addr][0] == "up"
+    names = [clients(proxy.port).ask(b"b is back") for _ in range(12)]
+    assert tally(names) == {"a": 4, "b": 4, "c": 4}, names
+    for other in (a, c):
+        assert not proxy.lines_with(f"backend {other.addr} is now"), proxy.log()
+    assert len(proxy.lines_with(f"backend {b.addr} is now down")) == 1, proxy.log()
+
+
+# ---------------------------------------------------------------- caps
+
+def test_responses_one_closes_the_flow_after_the_answer(lb, backends, clients):
+    proxy = lb(backends, workers=1, cluster={"responses": 1})
+    client = clients(proxy.port)
+    first = client.ask(b"query 1")
+    m = proxy.wait_metrics(lambda m: m["active_flows"] == 0)
+    assert m["flows_created"] == 1 and m["flows_evicted"] == 1, m
+    assert m["evicted"]["responses"] == 1 and m["evicted"]["idle"] == 0, m
+    # the same socket again: a new flow (the default affinity keeps its backend)
+    assert client.ask(b"query 2") == first
+    m = proxy.wait_metrics(lambda m: m["active_flows"] == 0)
+    assert m["flows_created"] == 2 and m["evicted"]["responses"] == 2, m
+    assert m["datagrams_to_backends"] == 2 and m["datagrams_to_clients"] == 2, m
+
+
+# ---------------------------------------------------------------- PROXY v2
+
+def check_ppv2(header, raw, client, proxy):
+    """The fixed 16 bytes by hand, then the IPv4 address block."""
+    assert raw[:12] == PPV2_SIGNATURE, raw
+    assert raw[12] == 0x21, raw  # version 2, PROXY
+    assert raw[13] == 0x12, raw  # AF_INET, DGRAM
+    assert int.from_bytes(raw[14:16], "big") == 12, raw
+    assert header["src"] == client.addr, header
+    assert header["dst"] == ("127.0.0.1", proxy.port), header
+
+
+@pytest.mark.parametrize("mode", ["first", "every"])
+def test_backend_sees_a_proxy_v2_header(mode, lb, backends, clients):
+    a = backends[0]
+    proxy = lb([a], workers=1, cluster={"proxy_protocol": mode})
+    # two flows from client IPs that are not the listener's
+    flows = [clients(proxy.port, "127.0.0.7"), clients(proxy.port, "127.0.0.8")]
+    for c in flows:
+        for payload in (b"one", b"two", b"three"):
+            assert c.ask(payload) == "a"  # the echo carries no header back
+    got = a.datagrams()
+    assert len(got) == 6, got
+    # each flow is one upstream socket; its first datagram names its client
+    by_sender = collections.defaultdict(list)
+    for sender, raw, header in got:
+        by_sender[sender].append((raw, header))
+    assert len(by_sender) == 2, by_sender
+    by_client = {seen[0][1]["src"]: seen for seen in by_sender.values() if seen[0][1]}
+    assert set(by_client) == {c.addr for c in flows}, by_sender
+    for c in flows:
+        for k, (raw, header) in enumerate(by_client[c.addr]):
+            payload = (b"one", b"two", b"three")[k]
+            if mode == "every" or k == 0:
+                assert header is not None, (k, raw)
+                check_ppv2(header, raw, c, proxy)
+                assert raw == header["raw"] + payload and len(header["raw"]) == 28, raw
+            else:
+                assert header is None and raw == payload, (k, raw)
+    m = proxy.metrics()
+    # byte counters leave the PROXY header out
+    assert m["bytes_to_backends"] == 2 * len(b"onetwothree"), m
+
+
+# ---------------------------------------------------------------- limits
+
+def test_max_flows_sheds_new_sources_and_keeps_existing_flows(lb, backends, clients):
+    proxy = lb(backends, workers=1, inbound={"max_flows": 4}, cluster={"selection": "round_robin"})
+    kept = [clients(proxy.port) for _ in range(4)]
+    names = [c.ask(b"in") for c in kept]
+    for _ in range(2):
+        clients(proxy.port).silent(b"over the cap")
+    m = proxy.wait_metrics(lambda m: m["drops"]["shed_max_flows"] >= 2)
+    assert m["drops"]["shed_max_flows"] == 2 and m["flows_shed"] == 2, m
+    assert m["active_flows"] == 4 and m["flows_created"] == 4, m
+    for c, name in zip(kept, names):
+        assert c.ask(b"still in") == name
+    m = proxy.metrics()
+    assert m["active_flows"] == 4 and m["drops"]["shed_max_flows"] == 2, m
+
+
+def test_per_ip_and_per_subnet_limits_shed_new_sources(lb, backends, clients):
+    proxy = lb(backends, workers=1,
+               cluster={"max_flows_per_ip": 2, "max_flows_per_subnet": 3, "subnet_prefix_v4": 24})
+    kept = [clients(proxy.port, "127.0.0.2"), clients(proxy.port, "127.0.0.2")]
+    names = [c.ask(b"in") for c in kept]
+    clients(proxy.port, "127.0.0.2").silent(b"third from one IP")
+    m = proxy.wait_metrics(lambda m: m["drops"]["shed_per_ip"] >= 1)
+    assert m["drops"]["shed_per_ip"] == 1 and m["drops"]["shed_per_subnet"] == 0, m
+
+    # another IP of the same /24 gets the subnet's third flow, not a fourth
+    kept.append(clients(proxy.port, "127.0.0.3"))
+    names.append(kept[-1].ask(b"in"))
+    clients(proxy.port, "127.0.0.3").silent(b"fourth from one /24")
+    clients(proxy.port, "127.0.0.4").silent(b"fifth from one /24")
+    m = proxy.wait_metrics(lambda m: m["drops"]["shed_per_subnet"] >= 2)
+    assert m["drops"]["shed_per_subnet"] == 2 and m["drops"]["shed_per_ip"] == 1, m
+
+    # another /24 is not limited by this one
+    kept.append(clients(proxy.port, "127.0.1.2"))
+    names.append(kept[-1].ask(b"in"))
+    for c, name in zip(kept, names):
+        assert c.ask(b"still in") == name
+    m = proxy.metrics()
+    assert m["active_flows"] == 4 and m["flows_created"] == 4, m
+    assert m["flows_shed"] == 3 and m["drops"]["shed_max_flows"] == 0, m
+
+
+# ---------------------------------------------------------------- idle
+
+def test_idle_flows_are_reaped(lb, backends, clients):
+    proxy = lb(backends, workers=1, cluster={"idle_timeout": 1})
+    flows = [clients(proxy.port) for _ in range(5)]
+    names = [c.ask(b"once") for c in flows]
+    m = proxy.metrics()
+    assert m["flows_created"] == 5, m
+    m = proxy.wait_metrics(lambda m: m["active_flows"] == 0, timeout=4.0)
+    assert m["evicted"]["idle"] == 5 and m["flows_evicted"] == 5, m
+    # each flow lived at least its idle timeout after its last datagram
+    assert m["flow_duration_ms"] >= 5 * 1000, m
+    # a reaped flow's socket speaks again: a new flow
+    assert flows[0].ask(b"back") == names[0]
+    m = proxy.metrics()
+    assert m["flows_created"] == 6 and m["active_flows"] == 1, m
+
+
+def test_per_ip_limit_is_exact_across_workers(lb, backends, clients):
+    """Two workers: the kernel hands each client IP to one worker (the
+    listener's BPF steering), so max_flows_per_ip counts all of an IP's
+    flows, whichever source ports they use."""
+    proxy = lb(backends, workers=2, cluster={"max_flows_per_ip": 2})
+    kept = []
+    for ip in ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"):
+        for _ in range(2):
+            kept.append(clients(proxy.port, ip))
+            kept[-1].ask(b"in")
+        for _ in range(2):
+            clients(proxy.port, ip).silent(b"over the per-IP limit", wait=0.05)
+    m = proxy.wait_metrics(lambda m: m["drops"]["shed_per_ip"] >= 8)
+    assert m["drops"]["shed_per_ip"] == 8 and m["active_flows"] == 8, m
+
+
+def test_out_of_file_descriptors_aborts_the_flow_not_the_process(lb, backends, clients):
+    """EMFILE when a flow's socket opens: the flow is aborted and its slot
+    freed (open_failed, evicted aborted), the datagram is lost, the process
+    and the flows it holds go on, and new flows work again once descriptors
+    are back."""
+    # max_flows set above the descriptors (the automatic one, 70 % of them,
+    # would shed these flows before a socket could fail)
+    proxy = lb(backends, nofile=48, workers=1, inbound={"max_flows": 200},
+               cluster={"idle_timeout": 1})
+    kept = clients(proxy.port)
+    name = kept.ask(b"first")
+    extra = []
+    for i in range(60):  # more flows than the descriptors left
+        c = clients(proxy.port, "127.0.2.%d" % (i + 2))
+        c.send(b"fill %d" % i)
+        extra.append(c)
+    m = proxy.wait_metrics(lambda m: m["flows_created"] >= 61)
+    assert m["drops"]["open_failed"] > 0, m
+    assert m["evicted"]["aborted"] == m["drops"]["open_failed"], m
+    assert kept.ask(b"still here") == name
+    # the idle flows go, their descriptors with them; then new flows open
+    proxy.wait_metrics(lambda m: m["active_flows"] == 0, timeout=6.0)
+    assert clients(proxy.port, "127.0.3.2").ask(b"after") in {"a", "b", "c"}
+    assert proxy.proc.poll() is None
+
+
+def test_a_datagram_over_max_rx_is_dropped_as_truncated(lb, backends, clients):
+    proxy = lb(backends, workers=1, inbound={"max_rx_datagram_size": 100})
+    c = clients(proxy.port)
+    assert c.ask(b"x" * 90) in {"a", "b", "c"}  # the 92-byte reply fits too
+    c.silent(b"y" * 101)
+    m = proxy.wait_metrics(lambda m: m["drops"]["truncated"] >= 1)
+    assert m["drops"]["truncated"] == 1 and m["datagrams_to_backends"] == 1, m
+
+
+def test_automatic_max_flows_is_70_percent_of_the_open_files_limit(lb, backends, clients):
+    proxy = lb(backends, nofile=100, workers=1)  # max_flows = 0: automatic, 70 flows
+    for i in range(80):
+        clients(proxy.port, "127.0.4.%d" % (i + 2)).send(b"flow %d" % i)
+    m = proxy.wait_metrics(lambda m: m["flows_created"] + m["flows_shed"] >= 80)
+    assert m["flows_created"] == 70 and m["drops"]["shed_max_flows"] == 10, m
+    assert m["drops"]["open_failed"] == 0, m
