@@ -10,12 +10,24 @@ just handed out, the run's throwaway certificate, the temp dir). Only
 processes this script started are signalled, by pid; the temp dir is removed
 at the end, whatever happens.
 
+The UDP load-balancer group (subjects of kind "udplb": etemenanki's
+udp_lb and nginx's stream UDP proxy over the load tool's three UDP echoes)
+runs its own workloads instead (`loadgen lb`, straight to the balancer):
+short flows (one datagram and its answer per flow, a new client socket per
+flow; and the same with each client socket kept for its next flow), and
+long flows (a few client sockets streaming within a window).
+
 Environment (all optional):
-  BENCH_ONLY=key,key   run only these subjects (see SUBJECTS; "direct" is
-                       always run); the results go to <date>-partial.md and
-                       docs/performance.md is left alone
+  BENCH_ONLY=key,key   run only these subjects (see SUBJECTS; a group name
+                       such as udp-lb selects the whole group; "direct" is
+                       run whenever a proxy subject is); the results go to
+                       <date>-partial.md (<date>-udplb.md when only the UDP
+                       LB group runs) and docs/performance.md is left alone
   BENCH_BYTES=1G BENCH_CONNS=4 BENCH_WORKERS=16 BENCH_SECS=5 BENCH_RR_SECS=5
   BENCH_COUNT=20000 BENCH_SIZE=64 BENCH_WINDOW=16   workload sizes
+  BENCH_LB_SHORT=30000 BENCH_LB_FLOWS=64 BENCH_LB_LONG=200000
+  BENCH_LB_LONG_FLOWS=4 BENCH_LB_WINDOW=64 BENCH_LB_SRC_IPS=8   UDP LB sizes
+  BENCH_LB_SYSCALLS=0  skip bench/udplb_syscalls.sh in the UDP LB group
   BUILD=build          the meson build folder
 """
 import datetime
@@ -51,7 +63,16 @@ SIZES = {
     "count": os.environ.get("BENCH_COUNT", "20000"),
     "size": os.environ.get("BENCH_SIZE", "64"),
     "window": os.environ.get("BENCH_WINDOW", "16"),
+    "lb_short": os.environ.get("BENCH_LB_SHORT", "30000"),
+    "lb_flows": os.environ.get("BENCH_LB_FLOWS", "64"),
+    "lb_long": os.environ.get("BENCH_LB_LONG", "200000"),
+    "lb_long_flows": os.environ.get("BENCH_LB_LONG_FLOWS", "4"),
+    "lb_window": os.environ.get("BENCH_LB_WINDOW", "64"),
+    "lb_src_ips": os.environ.get("BENCH_LB_SRC_IPS", "8"),
 }
+LB_RUNS = 3        # runs per UDP LB scenario; the median counts
+LB_ECHOES = 3      # UDP echoes the load tool serves: the balancers' backends
+SYSCALLS = ROOT / "bench" / "udplb_syscalls.sh"
 SETTLE = 1.0       # seconds after start before the idle RSS is read
 PAUSE = 0.3        # seconds between workloads
 SAMPLE = 0.2       # seconds between RSS samples under crr
@@ -67,11 +88,12 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 class Proc:
     """One process of a subject: argv and config with @NAME@ placeholders;
     listens names the TCP ports it must accept on before it counts as
-    started; ready is a text its log must show as well."""
+    started; udp_listens the UDP ports that must answer a datagram (through
+    to the load tool's UDP echo); ready is a text its log must show as well."""
 
-    def __init__(self, exe, argv, config=None, listens=("SOCKS",), ready=None):
+    def __init__(self, exe, argv, config=None, listens=("SOCKS",), ready=None, udp_listens=()):
         self.exe, self.argv, self.config = exe, argv, config
-        self.listens, self.ready = listens, ready
+        self.listens, self.ready, self.udp_listens = listens, ready, udp_listens
 
 
 def app(config, listens=("SOCKS",)):
@@ -93,11 +115,14 @@ def ss(exe, config, listens):
 class Subject:
     """via: socks (the load tool speaks SOCKS5 to @SOCKS@), relay (nginx:
     straight to its relay ports) or direct (no process). group: which
-    subjects compare with each other; ours marks etemenanki-app."""
+    subjects compare with each other; ours marks etemenanki-app. kind:
+    proxy (the four workloads) or udplb (the UDP LB scenarios, straight to
+    @LB_SHORT@ and @LB_LONG@, or to the first echo when via is direct)."""
 
-    def __init__(self, key, title, group, procs, via="socks", udp=True, ours=False):
+    def __init__(self, key, title, group, procs, via="socks", udp=True, ours=False,
+                 kind="proxy"):
         self.key, self.title, self.group, self.procs = key, title, group, procs
-        self.via, self.udp, self.ours = via, udp, ours
+        self.via, self.udp, self.ours, self.kind = via, udp, ours, kind
 
 
 SUBJECTS = [
@@ -148,6 +173,25 @@ SUBJECTS = [
             [ss("ss-server", "shadowsocks-libev/chacha20-server.json", ("SERVER",)),
              ss("ss-local", "shadowsocks-libev/chacha20-local.json", ("SOCKS",))]),
     Subject("direct-end", "direct loopback, again at the end", "baseline", [], via="direct"),
+    # UDP load balancers over the load tool's three UDP echoes
+    Subject("lb-direct", "direct to one UDP echo (no balancer)", "udp-lb", [], via="direct",
+            kind="udplb"),
+    Subject("etm-udplb", "etemenanki udp_lb (responses = 1 / unlimited)", "udp-lb",
+            [Proc(str(APP), ["@EXE@", "-c", "@CFG@"], "etemenanki/udplb.toml", (),
+                  udp_listens=("LB_SHORT", "LB_LONG"))], via="lb", ours=True, kind="udplb"),
+    Subject("nginx-udplb", "nginx stream udp (proxy_responses 1 / session)", "udp-lb",
+            [Proc("nginx", ["@EXE@", "-p", "@TMP@/", "-c", "@CFG@", "-e", "stderr"],
+                  "nginx/udplb.conf", (), udp_listens=("LB_SHORT", "LB_LONG"))],
+            via="lb", kind="udplb"),
+]
+# The UDP LB scenarios: (name, the balancer port, loadgen lb arguments).
+LB_SCENARIOS = [
+    ("short", "LB_SHORT", ["--count", SIZES["lb_short"], "--flows", SIZES["lb_flows"],
+                           "--per-flow", "1", "--window", SIZES["lb_flows"]]),
+    ("short-reuse", "LB_SHORT", ["--count", SIZES["lb_short"], "--flows", SIZES["lb_flows"],
+                                 "--per-flow", "1", "--window", SIZES["lb_flows"], "--reuse"]),
+    ("long", "LB_LONG", ["--count", SIZES["lb_long"], "--flows", SIZES["lb_long_flows"],
+                         "--per-flow", "0", "--window", SIZES["lb_window"]]),
 ]
 
 
@@ -340,10 +384,15 @@ def start(subject, values, tmp):
                              cwd=tmp)
         run.procs.append((p, path, f))
         pending = [values[n] for n in proc.listens]
+        udp_pending = [values[n] for n in proc.udp_listens]
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if p.poll() is not None:
                 break
+            if udp_pending:
+                if udp_answers(udp_pending[0]):
+                    udp_pending.pop(0)
+                continue
             if pending:
                 try:
                     with socket.create_connection(("127.0.0.1", pending[0]), timeout=0.5):
@@ -356,12 +405,26 @@ def start(subject, values, tmp):
                 time.sleep(0.02)
                 continue
             break
-        if p.poll() is not None or pending or (proc.ready and
+        if p.poll() is not None or pending or udp_pending or (proc.ready and
                                                  proc.ready not in path.read_text(errors="replace")):
             tail = run.log_tail()
             run.stop()
             raise RuntimeError(f"{proc.exe} did not start\n{tail}")
     return run
+
+
+def udp_answers(port, wait=0.2):
+    """True when a datagram to 127.0.0.1:port comes back (a balancer in
+    front of an echo is up)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(wait)
+        try:
+            s.connect(("127.0.0.1", port))
+            s.send(b"bench-ready")
+            return s.recv(64) == b"bench-ready"
+        except OSError:
+            time.sleep(0.02)
+            return False
 
 
 def loadgen(mode, subject, values, args, timeout):
@@ -376,6 +439,10 @@ def loadgen(mode, subject, values, args, timeout):
         via = ["--socks", f"127.0.0.1:{values['SOCKS']}"] if subject.via == "socks" else []
     argv = [str(LOADGEN), mode, "--label", subject.key, "--target",
             f"127.0.0.1:{values[target]}"] + via + args
+    return run_loadgen(argv, timeout)
+
+
+def run_loadgen(argv, timeout):
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         kv = parse_line(r.stdout) or {"error": f"no result line; rc={r.returncode} "
@@ -471,6 +538,126 @@ def measure(subject, values, tmp, serve_pid):
     return res
 
 
+def loadgen_lb(subject, values, port, args, timeout=60):
+    """One UDP LB scenario run: straight to the balancer's port, or to the
+    first echo for the direct subject."""
+    target = values["ECHO1"] if subject.via == "direct" else values[port]
+    argv = [str(LOADGEN), "lb", "--label", subject.key, "--target", f"127.0.0.1:{target}",
+            "--size", SIZES["size"], "--src-ips", SIZES["lb_src_ips"], "--timeout", "20"] + args
+    return run_loadgen(argv, timeout)
+
+
+def lb_metrics(run, wait=0.5):
+    """etemenanki-app's udp_lb counters: SIGUSR1 makes it print them on
+    stderr (our log file); the lines of the last report."""
+    p, path, _ = run.procs[0]
+    if p.poll() is not None:
+        return []
+    before = len(path.read_text(errors="replace").splitlines())
+    p.send_signal(signal.SIGUSR1)
+    time.sleep(wait)
+    lines = path.read_text(errors="replace").splitlines()[before:]
+    return [l[l.index("udp_lb "):] for l in lines if "udp_lb " in l]
+
+
+def measure_lb(subjects, values_of, tmp):
+    """Starts every UDP LB subject of the run at once (each on its own
+    ports), then runs each scenario LB_RUNS times round the subjects, the
+    order turning each round, so that load from other sessions that comes
+    and goes falls on all of them alike; stops them. The median run of each
+    scenario counts. {key: results}."""
+    out, runs = {}, {}
+    quiet = wait_quiet()
+    try:
+        for s in subjects:
+            out[s.key] = {"title": s.title, "kind": "udplb", "quiet_before": quiet,
+                          "other_ticks": 0.0, "other_secs": 0.0}
+            try:
+                runs[s.key] = start(s, values_of[s.key], tmp) if s.procs else Running()
+            except RuntimeError as e:
+                out[s.key]["error"] = str(e).splitlines()[0]
+                log(str(e))
+        live = [s for s in subjects if s.key in runs]
+        time.sleep(SETTLE if any(s.procs for s in live) else 0)
+        samplers = {}
+        for s in live:
+            pids = runs[s.key].pids()
+            out[s.key]["procs"] = len(pids)
+            out[s.key]["rss_idle_kib"] = rss_kib(pids) if s.procs else None
+            if s.procs:
+                samplers[s.key] = Sampler(runs[s.key])
+                samplers[s.key].start()
+        for name, port, args in LB_SCENARIOS:
+            cpu = {s.key: 0.0 for s in live}
+            for i in range(LB_RUNS):
+                for s in live[i % len(live):] + live[:i % len(live)] if live else []:
+                    r, res = runs[s.key], out[s.key]
+                    done = res.get(f"{name}_runs", [])
+                    if done and ("pkt_s" not in done[-1] or done[-1].get("incomplete") or
+                                 float(done[-1]["loss_pct"]) > 50):
+                        continue  # most datagrams lost: not worth more runs
+                    c0, w0, b0 = cpu_s(r.pids()), time.monotonic(), others()
+                    kv = loadgen_lb(s, values_of[s.key], port, args)
+                    cpu[s.key] += cpu_s(r.pids()) - c0
+                    res["other_ticks"] += other_cores(b0, others(), 1.0)
+                    res["other_secs"] += time.monotonic() - w0
+                    res.setdefault(f"{name}_runs", []).append(kv)
+                    time.sleep(PAUSE)
+            for s in live:
+                res = out[s.key]
+                done = res.get(f"{name}_runs", [])
+                answered = sum(int(kv.get("answered", 0)) for kv in done if "error" not in kv)
+                if s.procs and answered:
+                    res[f"{name}_cpu_us"] = cpu[s.key] / answered * 1e6
+                ok = sorted((kv for kv in done if "pkt_s" in kv), key=lambda kv: float(kv["pkt_s"]))
+                res[name] = ok[len(ok) // 2] if ok else (done[-1] if done else {"error": "not run"})
+                res[f"{name}_max_loss"] = max((float(kv["loss_pct"]) for kv in ok), default=None)
+        for s in live:
+            res = out[s.key]
+            if s.key in samplers:
+                samplers[s.key].stop_.set()
+                samplers[s.key].join()
+                res["rss_peak_kib"] = samplers[s.key].peak
+            else:
+                res["rss_peak_kib"] = None
+            if res["other_secs"]:
+                res["other_cores"] = res["other_ticks"] / res["other_secs"]
+            for p, _, _ in runs[s.key].procs:
+                if p.poll() is not None:
+                    res["error"] = f"{p.args[0]} exited during the run (rc={p.returncode})"
+            if s.ours and "error" not in res:
+                res["metrics"] = lb_metrics(runs[s.key])
+    finally:
+        for s in subjects:
+            r, res = runs.get(s.key), out.get(s.key, {})
+            if r is None:
+                continue
+            if "error" in res or any("error" in (res.get(n) or {}) for n, _, _ in LB_SCENARIOS):
+                log(f"{s.key}: logs\n{r.log_tail(1500)}")
+            r.stop()
+    return out
+
+
+def lb_syscalls():
+    """bench/udplb_syscalls.sh: the system calls a new flow costs
+    etemenanki-app, under strace. Its result lines, or an error."""
+    if not shutil.which("strace"):
+        return {"error": "strace is not installed (scripts/deps.sh installs it)"}
+    try:
+        r = subprocess.run(["bash", str(SYSCALLS)], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, BUILD=str(BUILD)))
+    except subprocess.TimeoutExpired:
+        return {"error": "bench/udplb_syscalls.sh did not finish in 120 s"}
+    lines = [l for l in r.stdout.splitlines() if l.startswith("udplb_syscalls ")]
+    if r.returncode != 0 or not lines:
+        return {"error": f"rc={r.returncode} {(r.stderr or r.stdout).strip()[-300:]}"}
+    out = {"lines": lines, "text": r.stdout}
+    for l in lines:
+        kv = dict(tok.partition("=")[::2] for tok in l.split()[1:])
+        out[kv.get("phase", "?")] = kv
+    return out
+
+
 # ---------------------------------------------------------------- the report
 
 def num(kv, key, fmt="{:.0f}"):
@@ -516,7 +703,7 @@ def table(results):
             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for s in SUBJECTS:
         r = results.get(s.key)
-        if r is None:
+        if r is None or s.kind != "proxy":
             continue
         if "error" in r and "thru" not in r:
             rows.append(f"| {r['title']} | | {r['error']} | | | | | | | | | | |")
@@ -545,7 +732,7 @@ def vs_direct(results):
     rows = ["| subject | thru | crr | rr p50 − direct | udp |", "|---|--:|--:|--:|--:|"]
     for s in SUBJECTS:
         r = results.get(s.key)
-        if r is None or s.group == "baseline" or "thru" not in r:
+        if r is None or s.group == "baseline" or s.kind != "proxy" or "thru" not in r:
             continue
         p50, dp50 = val(r, "rr", "p50_us"), val(d, "rr", "p50_us")
         rows.append(f"| {r['title']} | {ratio(val(r, 'thru', 'mib_s'), val(d, 'thru', 'mib_s'))} "
@@ -561,7 +748,7 @@ def vs_peers(results):
     rows = ["| etemenanki | peer | thru | crr | rr p50 | udp | RSS crr | CPU/GiB | CPU/conn |",
             "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
     for o in SUBJECTS:
-        if not o.ours or o.key not in results:
+        if not o.ours or o.kind != "proxy" or o.key not in results:
             continue
         a = results[o.key]
         for p in SUBJECTS:
@@ -612,7 +799,7 @@ def targets(results):
     cmp("idle RSS < 4 MiB", idle and idle / 1024, 4, "MiB", "{:.1f}", higher=False)
     cmp("RSS under crr < 10 MiB", busy and busy / 1024, 10, "MiB", "{:.1f}", higher=False)
     for o in SUBJECTS:
-        if not o.ours or o.group == "socks" or o.key not in results:
+        if not o.ours or o.group == "socks" or o.kind != "proxy" or o.key not in results:
             continue
         a = results[o.key]
         for p in SUBJECTS:
@@ -624,9 +811,113 @@ def targets(results):
             for mode, key, unit in (("thru", "mib_s", "MiB/s"), ("crr", "conn_s", "conn/s")):
                 w = val(b, mode, key)
                 cmp(f"{o.group} {mode} {want} {p.title}", val(a, mode, key), w and k * w, unit)
-    for g in sorted({s.group for s in SUBJECTS if not s.ours} -
+    for g in sorted({s.group for s in SUBJECTS if not s.ours and s.kind == "proxy"} -
                     {s.group for s in SUBJECTS if s.ours} - {"baseline"}):
         line(f"{g}: ahead of the peers", None, "no etemenanki counterpart yet")
+    return "\n".join(out)
+
+
+LB_TITLES = {"short": "short flows", "short-reuse": "short flows, ports reused",
+             "long": "long flows"}
+
+
+def lb_table(results):
+    head = ["subject", "procs"]
+    for name, _, _ in LB_SCENARIOS:
+        unit = "µs/flow" if name.startswith("short") else "µs/dgram"
+        head += [f"{name} dgram/s", f"{name} loss", f"{name} p50 / p99 µs", f"{name} CPU {unit}"]
+    head += ["RSS idle MiB", "RSS peak MiB", "other load"]
+    rows = ["| " + " | ".join(head) + " |", "|---|" + "--:|" * (len(head) - 1)]
+    for s in SUBJECTS:
+        r = results.get(s.key)
+        if r is None or s.kind != "udplb":
+            continue
+        if "error" in r and not any(n in r for n, _, _ in LB_SCENARIOS):
+            rows.append(f"| {r['title']} | | {r['error']} |" + " |" * (len(head) - 3))
+            continue
+        cells = [r["title"], str(r.get("procs")) if s.procs else "–"]
+        for name, _, _ in LB_SCENARIOS:
+            kv, cpu = r.get(name), r.get(f"{name}_cpu_us")
+            loss = num(kv, "loss_pct", "{:.2f} %")
+            worst = r.get(f"{name}_max_loss")
+            if worst is not None and kv and "loss_pct" in kv and worst > float(kv["loss_pct"]):
+                loss += f" (worst run {worst:.2f} %)"
+            if kv and kv.get("incomplete"):
+                loss += " (timed out)"
+            cells += [num(kv, "pkt_s"), loss,
+                      f"{num(kv, 'p50_us')} / {num(kv, 'p99_us')}" if kv and "error" not in kv
+                      else num(kv, "p50_us"),
+                      "–" if cpu is None else f"{cpu:.1f}"]
+        other = r.get("other_cores")
+        cells += [mib(r.get("rss_idle_kib")), mib(r.get("rss_peak_kib")),
+                  "–" if other is None else f"{other:.2f}"]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def lb_rate(res, name):
+    loss = val(res, name, "loss_pct")
+    return None if loss is None or loss > 50 else val(res, name, "pkt_s")
+
+
+def lb_vs(results):
+    """Ours divided by each peer: dgram/s above 1 is ours ahead, CPU and RSS below 1."""
+    head = ["etemenanki", "peer"] + [f"{n} dgram/s" for n, _, _ in LB_SCENARIOS] + \
+        [f"{n} CPU" for n, _, _ in LB_SCENARIOS] + ["RSS peak"]
+    rows = ["| " + " | ".join(head) + " |", "|---|---|" + "--:|" * (len(head) - 2)]
+    for o in SUBJECTS:
+        if not o.ours or o.kind != "udplb" or o.key not in results:
+            continue
+        a = results[o.key]
+        for p in SUBJECTS:
+            if p.ours or p.kind != "udplb" or not p.procs or p.key not in results:
+                continue
+            b = results[p.key]
+            rows.append("| " + " | ".join(
+                [a["title"], b["title"]]
+                + [ratio(lb_rate(a, n), lb_rate(b, n)) for n, _, _ in LB_SCENARIOS]
+                + [ratio(a.get(f"{n}_cpu_us"), b.get(f"{n}_cpu_us")) for n, _, _ in LB_SCENARIOS]
+                + [ratio(a.get("rss_peak_kib"), b.get("rss_peak_kib"))]) + " |")
+    return "\n".join(rows)
+
+
+def lb_targets(results, syscalls):
+    out = ["| target | | measured |", "|---|---|---|"]
+    a, n = results.get("etm-udplb", {}), results.get("nginx-udplb", {})
+
+    def line(name, ok, detail):
+        mark = "–" if ok is None else ("met" if ok else "**missed**")
+        out.append(f"| {name} | {mark} | {detail} |")
+
+    peer = {"short": "nginx proxy_responses 1", "short-reuse": "nginx proxy_responses 1",
+            "long": "nginx session mode"}
+    for name, _, _ in LB_SCENARIOS:
+        ours, theirs = lb_rate(a, name), lb_rate(n, name)
+        label = f"{LB_TITLES[name]}: dgram/s ≥ 2 × {peer[name]}"
+        if ours is None or theirs is None:
+            line(label, None, "not measured")
+        else:
+            want = 2 * theirs
+            line(label, ours >= want, f"{ours:.0f} vs {want:.0f} wanted ({(ours / want - 1) * 100:+.0f} %)")
+    for name, _, args in LB_SCENARIOS:
+        worst = a.get(f"{name}_max_loss")
+        window = args[args.index("--window") + 1]
+        label = f"{LB_TITLES[name]}: no loss at window {window}"
+        if worst is None:
+            line(label, None, "not measured")
+        else:
+            runs = len([kv for kv in a.get(f"{name}_runs", []) if "loss_pct" in kv])
+            lost = sum(int(kv.get("lost", 0)) for kv in a.get(f"{name}_runs", []) if "lost" in kv)
+            line(label, worst == 0, f"{lost} lost over {runs} runs (worst {worst:.2f} %)")
+    label = "a new flow costs ≤ 4 system calls (the seed's socket, bind, connect, epoll_ctl)"
+    nf = (syscalls or {}).get("open")
+    if not syscalls:
+        line(label, None, "not measured")
+    elif "error" in syscalls or not nf:
+        line(label, None, f"not measured: {syscalls.get('error', 'no open phase')}")
+    else:
+        per = float(nf["open_calls_per_flow"])
+        line(label, per <= 4, f"{per:.2f} per flow: {nf.get('open_detail', '')}")
     return "\n".join(out)
 
 
@@ -646,13 +937,14 @@ def human(size):
     return f"{size[:-1]} {units[size[-1].upper()]}" if size[-1:].upper() in units else f"{size} B"
 
 
-def report(results, meta, route):
+def report(results, meta, route, syscalls=None):
     s = SIZES
-    return f"""Run {meta['when']} by `{meta['command']}` on commit {meta['commit']}
+    head = f"""Run {meta['when']} by `{meta['command']}` on commit {meta['commit']}
 ({meta['machine']}); load average {meta['load_start']} at the start, {meta['load_end']} at
-the end; {meta['secs']:.0f} s in all.
-
-Workloads: thru {human(s['bytes'])} over {s['conns']} connections; crr {s['workers']} workers
+the end; {meta['secs']:.0f} s in all."""
+    parts = [head]
+    if any(k in results for k in (x.key for x in SUBJECTS if x.kind == "proxy")):
+        parts.append(f"""Workloads: thru {human(s['bytes'])} over {s['conns']} connections; crr {s['workers']} workers
 for {s['secs']} s with 64-byte request and answer; rr 1-byte ping-pong for {s['rr_secs']} s
 on one connection; udp {s['count']} datagrams of {s['size']} bytes, window {s['window']}
 (the median of {UDP_RUNS} runs).
@@ -678,14 +970,60 @@ ours ahead; rr p50, RSS, CPU: below 1 is ours ahead):
 
 Targets of issue 7:
 
-{targets(results)}
+{targets(results)}""")
+    if any(k in results for k in (x.key for x in SUBJECTS if x.kind == "udplb")):
+        parts.append(f"""## UDP load balancer
 
-Route decision micro-benchmark (`build/src/bench_route`, CPU ns per
+Backends: the load tool's {LB_ECHOES} UDP echoes (`loadgen serve --udp-echoes {LB_ECHOES}`,
+one process). `loadgen lb` sends {s['size']}-byte datagrams straight to the
+balancer from 127.0.0.1{'' if s['lb_src_ips'] == '1' else ' .. 127.0.0.' + s['lb_src_ips'] + ' (client sockets in turn; etemenanki steers by source IP, so one IP would keep it on one worker)'} and counts a datagram lost when its echo
+has not come back within 200 ms. The subjects are started together (each
+on its own ports) and take turns run by run, the order turning each round,
+so that other sessions' load falls on them alike; each scenario is the
+median of {LB_RUNS} runs:
+
+- short flows: {s['lb_short']} flows of one datagram and its answer, {s['lb_flows']} flows
+  at once, a new client socket (source port) per flow; etemenanki's
+  listener has `responses = 1`, nginx's `proxy_responses 1`;
+- short flows, ports reused: the same, but each of the {s['lb_flows']} client sockets
+  sends its next flow's datagram once the last was answered (the balancer
+  has closed that flow after its answer, so the next datagram opens a new
+  one); this leaves out the load tool's own socket churn;
+- long flows: {s['lb_long']} datagrams over {s['lb_long_flows']} client sockets that
+  stay open, {s['lb_window']} datagrams in flight in all; etemenanki's listener has no
+  `responses` cap, nginx runs in session mode (no proxy_responses,
+  proxy_timeout 10s).
+
+dgram/s counts answered datagrams per second (one per flow in the short
+scenarios). CPU is the balancer's user + system time over a scenario's runs
+divided by the datagrams (short: flows) answered; RSS peak is sampled
+every {SAMPLE} s over all scenarios; "other load" is the cores that other
+work kept busy during the subject's own runs. The load tool, its echoes and
+the balancer share the machine's {os.cpu_count()} cores, so dgram/s is
+bounded by the three together; CPU per datagram is the balancer's own cost.
+
+{lb_table(results)}
+
+etemenanki divided by nginx (dgram/s: above 1 is ours ahead; CPU, RSS:
+below 1 is ours ahead):
+
+{lb_vs(results)}
+
+Targets of the UDP LB issue:
+
+{lb_targets(results, syscalls)}""")
+        if syscalls and "text" in syscalls:
+            parts.append("System calls per new flow (`bench/udplb_syscalls.sh`, etemenanki-app "
+                         "under strace):\n\n```\n" + syscalls["text"].rstrip() + "\n```")
+        elif syscalls:
+            parts.append(f"bench/udplb_syscalls.sh: {syscalls.get('error')}")
+    parts.append(f"""Route decision micro-benchmark (`build/src/bench_route`, CPU ns per
 decision, the fastest of its rounds):
 
 {route_table(route)}
 
-Peers: {meta['versions']}."""
+Peers: {meta['versions']}.""")
+    return "\n\n".join(parts)
 
 
 def fmt2(x):
@@ -705,12 +1043,21 @@ def raw_lines(results, route):
                    f" other_cores={fmt2(r.get('other_cores'))}"
                    f" other_cores_before={fmt2(r.get('quiet_before'))}"
                    + (f" error={r['error']!r}" if "error" in r else ""))
-        for m in ("thru", "crr", "rr", "udp_runs"):
-            for kv in (r.get(m) or []) if m == "udp_runs" else [r.get(m)]:
+        if r.get("kind") == "udplb":
+            out[-1] = (f"# {s.key}: procs={r.get('procs')} rss_idle_kib={r.get('rss_idle_kib')} "
+                       f"rss_peak_kib={r.get('rss_peak_kib')} "
+                       + " ".join(f"{n}_cpu_us={fmt2(r.get(f'{n}_cpu_us'))}"
+                                  for n, _, _ in LB_SCENARIOS)
+                       + f" other_cores={fmt2(r.get('other_cores'))}"
+                       + (f" error={r['error']!r}" if "error" in r else ""))
+        for m in ("thru", "crr", "rr", "udp_runs") + tuple(f"{n}_runs" for n, _, _ in LB_SCENARIOS):
+            for kv in (r.get(m) or []) if m.endswith("_runs") else [r.get(m)]:
                 if kv:
                     out.append("$ " + kv["cmd"])
                     out.append("loadgen " + " ".join(f"{k}={shlex.quote(v)}"
                                                      for k, v in kv.items() if k != "cmd"))
+        for line in r.get("metrics") or []:
+            out.append(f"# {s.key} SIGUSR1: {line}")
     if route:
         out.append("$ build/src/bench_route")
         out.append(route.get("_line", ""))
@@ -734,18 +1081,24 @@ def refresh_doc(body, results_name):
 def main():
     t_start = time.monotonic()
     only = [k for k in os.environ.get("BENCH_ONLY", "").split(",") if k]
-    unknown = set(only) - {s.key for s in SUBJECTS}
+    groups = {s.group for s in SUBJECTS}
+    unknown = set(only) - {s.key for s in SUBJECTS} - groups - {"udplb"}
     if unknown:
         sys.exit(f"bench: unknown subject(s) {', '.join(sorted(unknown))}; "
-                 f"known: {', '.join(s.key for s in SUBJECTS)}")
+                 f"known: {', '.join(s.key for s in SUBJECTS)}; groups: "
+                 f"{', '.join(sorted(groups))}")
     for exe in (LOADGEN, APP, BENCH_ROUTE):
         if not exe.exists():
             sys.exit(f"bench: {exe} is missing: build first (make build)")
-    subjects = [s for s in SUBJECTS if not only or s.key in only or s.key == "direct"]
+    only = [("udp-lb" if k == "udplb" else k) for k in only]
+    subjects = [s for s in SUBJECTS if not only or s.key in only or s.group in only]
+    if not only or any(s.kind == "proxy" for s in subjects):
+        subjects = [s for s in SUBJECTS if s in subjects or s.key == "direct"]
+    lb_only = bool(only) and all(s.kind == "udplb" for s in subjects)
     load_start = open("/proc/loadavg").read().split()[:3]
     tmp = tempfile.mkdtemp(prefix="etm-bench-")
     serve = None
-    results, route = {}, None
+    results, route, syscalls, lb_values = {}, None, None, {}
     try:
         cert, key = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
         subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
@@ -753,14 +1106,17 @@ def main():
                         "-subj", "/CN=proxy.test", "-addext", "subjectAltName=DNS:proxy.test",
                         "-keyout", str(key), "-out", str(cert)],
                        check=True, capture_output=True, timeout=30)
-        serve = subprocess.Popen([str(LOADGEN), "serve"], stdout=subprocess.PIPE, text=True,
-                                 stdin=subprocess.DEVNULL)
+        serve = subprocess.Popen([str(LOADGEN), "serve", "--udp-echoes", str(LB_ECHOES)],
+                                 stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
         targets_kv = parse_line(serve.stdout.readline())
         if not targets_kv or "sink" not in targets_kv:
             raise RuntimeError(f"loadgen serve did not start: {targets_kv}")
         base = {"SINK": targets_kv["sink"], "ECHO": targets_kv["echo"], "UDP": targets_kv["udp"],
                 "CERT": cert, "KEY": key}
-        log(f"targets: sink {base['SINK']}, echo {base['ECHO']}, udp {base['UDP']}")
+        for i, port in enumerate(targets_kv.get("udp_echoes", "").split(",")[:LB_ECHOES]):
+            base[f"ECHO{i + 1}"] = port
+        log(f"targets: sink {base['SINK']}, echo {base['ECHO']}, udp {base['UDP']}, "
+            f"udp echoes {targets_kv.get('udp_echoes')}")
         r = subprocess.run([str(BENCH_ROUTE)], capture_output=True, text=True, timeout=120)
         line = next((l for l in r.stdout.splitlines() if l.startswith("bench_route ")), None)
         if line:
@@ -770,7 +1126,12 @@ def main():
         for s in subjects:
             t0 = time.monotonic()
             values = dict(base, SOCKS=free_port(), SERVER=free_port(), RELAY_SINK=free_port(),
-                          RELAY_ECHO=free_port(), RELAY_UDP=free_port(socket.SOCK_DGRAM))
+                          RELAY_ECHO=free_port(), RELAY_UDP=free_port(socket.SOCK_DGRAM),
+                          LB_SHORT=free_port(socket.SOCK_DGRAM),
+                          LB_LONG=free_port(socket.SOCK_DGRAM))
+            if s.kind == "udplb":
+                lb_values[s.key] = values
+                continue
             results[s.key] = measure(s, values, tmp, serve.pid)
             r = results[s.key]
             log(f"{s.key}: thru {num(r.get('thru'), 'mib_s')} MiB/s, crr "
@@ -778,6 +1139,24 @@ def main():
                 f" udp {num(r.get('udp'), 'pkt_s')}/s, RSS {mib(r.get('rss_idle_kib'))}/"
                 f"{mib(r.get('rss_crr_kib'))} MiB ({time.monotonic() - t0:.0f} s)"
                 + (f" ERROR {r['error']}" if "error" in r else ""))
+        lb_subjects = [s for s in subjects if s.kind == "udplb"]
+        if lb_subjects:
+            t0 = time.monotonic()
+            results.update(measure_lb(lb_subjects, lb_values, tmp))
+            for s in lb_subjects:
+                r = results[s.key]
+                log(f"{s.key}: " + ", ".join(
+                    f"{n} {num(r.get(n), 'pkt_s')}/s loss {num(r.get(n), 'loss_pct', '{:.2f}')} %"
+                    for n, _, _ in LB_SCENARIOS)
+                    + f", RSS {mib(r.get('rss_idle_kib'))}/{mib(r.get('rss_peak_kib'))} MiB"
+                    + (f" ERROR {r['error']}" if "error" in r else ""))
+            log(f"udp-lb group: {time.monotonic() - t0:.0f} s")
+        if any(s.key == "etm-udplb" for s in subjects) and \
+                os.environ.get("BENCH_LB_SYSCALLS", "1") != "0":
+            t0 = time.monotonic()
+            syscalls = lb_syscalls()
+            log(f"udplb syscalls: {syscalls.get('lines') or syscalls.get('error')} "
+                f"({time.monotonic() - t0:.0f} s)")
     finally:
         if serve is not None:
             serve.terminate()
@@ -806,9 +1185,9 @@ def main():
                               ("v2ray", "trojan", "shadowsocks-libev", "dante-server",
                                "microsocks", "nginx", "libnginx-mod-stream")),
     }
-    body = report(results, meta, route)
+    body = report(results, meta, route, syscalls)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = when.strftime("%Y-%m-%d") + ("-partial" if only else "") + ".md"
+    name = when.strftime("%Y-%m-%d") + ("-udplb" if lb_only else "-partial" if only else "") + ".md"
     (RESULTS / name).write_text(
         f"# Benchmark run {meta['when']}\n\n{body}\n\n## Raw result lines\n\n```\n"
         f"{raw_lines(results, route)}\n```\n")
@@ -816,7 +1195,10 @@ def main():
     if not only:
         refresh_doc(body, name)
         log(f"refreshed {DOC.relative_to(ROOT)}")
-    print(table(results))
+    if not lb_only:
+        print(table(results))
+    if any(s.kind == "udplb" for s in subjects):
+        print(lb_table(results))
     log(f"done in {meta['secs']:.0f} s")
     return 0
 

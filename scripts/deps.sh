@@ -12,7 +12,7 @@ packages=(
   # real peers for the interop tests
   v2ray trojan
   # more peers for `make bench`
-  nginx libnginx-mod-stream shadowsocks-libev dante-server microsocks
+  nginx libnginx-mod-stream shadowsocks-libev dante-server microsocks strace
 )
 
 missing=()

@@ -9,9 +9,10 @@
 
 /* What one run was asked to do; filled by main.c from the command line. */
 struct lg_opts {
-	const char *mode;          /* thru, crr, rr, udp or serve */
+	const char *mode;          /* thru, crr, rr, udp, lb or serve */
 	const char *label;         /* the subject's name, echoed on the result line */
-	struct sockaddr_in target; /* the sink (thru), the echo (crr, rr), the UDP echo (udp) */
+	struct sockaddr_in target; /* the sink (thru), the echo (crr, rr), the UDP echo (udp),
+	                            * the UDP load balancer (lb) */
 	bool via_socks;
 	struct sockaddr_in socks; /* the SOCKS5 server, when via_socks */
 	int conns;                /* thru: parallel connections */
@@ -19,10 +20,15 @@ struct lg_opts {
 	int workers;              /* crr: connections in flight at once */
 	double secs;              /* crr, rr: how long to run */
 	int msg;                  /* crr: request and answer size */
-	int count;                /* udp: datagrams */
-	int size;                 /* udp: payload bytes per datagram */
-	int window;               /* udp: datagrams in flight at once */
-	double loss_ms;           /* udp: an unanswered datagram counts as lost after this */
+	int count;                /* udp, lb: datagrams */
+	int size;                 /* udp, lb: payload bytes per datagram */
+	int window;               /* udp, lb: datagrams in flight at once (lb: over all flows) */
+	double loss_ms;           /* udp, lb: an unanswered datagram counts as lost after this */
+	int flows;                /* lb: client sockets (flows) open at once */
+	int per_flow;             /* lb: datagrams per flow before its socket is replaced; 0 = never */
+	bool reuse;               /* lb: a finished flow's socket stays for the next flow */
+	int src_ips;              /* lb: client sockets bind to 127.0.0.1 .. 127.0.0.<src_ips> */
+	int udp_echoes;           /* serve: UDP echo sockets (the first on udp_port) */
 	double timeout;           /* any mode: the whole run gives up after this many seconds */
 	uint16_t sink_port, echo_port, udp_port; /* serve: 0 = the kernel picks */
 };
@@ -41,7 +47,8 @@ int lg_thru_run(const struct lg_opts *o) LG_WARN;
 int lg_crr_run(const struct lg_opts *o) LG_WARN;
 int lg_rr_run(const struct lg_opts *o) LG_WARN;
 int lg_udp_run(const struct lg_opts *o) LG_WARN;
-/* Runs the sink, the echo and the UDP echo until SIGTERM or SIGINT. */
+int lg_lb_run(const struct lg_opts *o) LG_WARN;
+/* Runs the sink, the echo and the UDP echo(es) until SIGTERM or SIGINT. */
 int lg_serve_run(const struct lg_opts *o) LG_WARN;
 
 /* The thru framing: the client sends an 8-byte big-endian length, then that

@@ -10,8 +10,9 @@
 
 static const char usage[] =
 	"usage: loadgen MODE [options]\n"
-	"  MODE: thru | crr | rr | udp | serve\n"
-	"  --target IP:PORT   the sink (thru), echo (crr, rr) or UDP echo (udp)\n"
+	"  MODE: thru | crr | rr | udp | lb | serve\n"
+	"  --target IP:PORT   the sink (thru), echo (crr, rr), UDP echo (udp) or UDP\n"
+	"                     load balancer (lb: always direct, no SOCKS)\n"
 	"  --socks IP:PORT    go through this SOCKS5 server (UDP ASSOCIATE for udp);\n"
 	"                     without it, straight to the target\n"
 	"  --label NAME       echoed as label=NAME on the result line\n"
@@ -20,10 +21,15 @@ static const char usage[] =
 	"  --workers N        crr: connections in flight (16)\n"
 	"  --secs S           crr, rr: duration (5)\n"
 	"  --msg N            crr: request and answer bytes (64)\n"
-	"  --count N          udp: datagrams (20000)\n"
-	"  --size N           udp: payload bytes (64)\n"
-	"  --window N         udp: datagrams in flight (16)\n"
-	"  --loss-ms MS       udp: unanswered this long = lost (200)\n"
+	"  --count N          udp, lb: datagrams (20000)\n"
+	"  --size N           udp, lb: payload bytes (64)\n"
+	"  --window N         udp, lb: datagrams in flight, over all flows (16)\n"
+	"  --loss-ms MS       udp, lb: unanswered this long = lost (200)\n"
+	"  --flows N          lb: client sockets (flows) at once (16)\n"
+	"  --per-flow N       lb: datagrams per flow, then a new socket; 0 = never (1)\n"
+	"  --reuse            lb: keep a finished flow's socket for the next flow\n"
+	"  --src-ips N        lb: sources 127.0.0.1 .. 127.0.0.N, round robin (1)\n"
+	"  --udp-echoes N     serve: UDP echo sockets, the first on --udp-port (1)\n"
 	"  --timeout S        give up after S seconds (60)\n"
 	"  --sink-port P --echo-port P --udp-port P   serve: ports (0 = any; printed)\n";
 
@@ -118,13 +124,17 @@ int main(int argc, char **argv)
 		{"window", required_argument, 0, 'W'}, {"loss-ms", required_argument, 0, 'L'},
 		{"timeout", required_argument, 0, 'T'}, {"sink-port", required_argument, 0, 1},
 		{"echo-port", required_argument, 0, 2}, {"udp-port", required_argument, 0, 3},
+		{"flows", required_argument, 0, 4},    {"per-flow", required_argument, 0, 5},
+		{"src-ips", required_argument, 0, 6},  {"udp-echoes", required_argument, 0, 7},
+		{"reuse", no_argument, 0, 8},
 		{"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
 	};
 	if (argc < 2)
-		die("no mode", "thru, crr, rr, udp or serve");
+		die("no mode", "thru, crr, rr, udp, lb or serve");
 	opts = (struct lg_opts){.mode = argv[1], .label = "-", .conns = 4, .bytes = 1ull << 30,
 	                        .workers = 16, .secs = 5, .msg = 64, .count = 20000, .size = 64,
-	                        .window = 16, .loss_ms = 200, .timeout = 60};
+	                        .window = 16, .loss_ms = 200, .timeout = 60,
+	                        .flows = 16, .per_flow = 1, .src_ips = 1, .udp_echoes = 1};
 	bool have_target = false;
 	optind = 2;
 	int c;
@@ -146,6 +156,11 @@ int main(int argc, char **argv)
 		case 1: opts.sink_port = (uint16_t)parse_num(optarg, 0, 65535); break;
 		case 2: opts.echo_port = (uint16_t)parse_num(optarg, 0, 65535); break;
 		case 3: opts.udp_port = (uint16_t)parse_num(optarg, 0, 65535); break;
+		case 4: opts.flows = (int)parse_num(optarg, 1, 65536); break;
+		case 5: opts.per_flow = (int)parse_num(optarg, 0, 100000000); break;
+		case 6: opts.src_ips = (int)parse_num(optarg, 1, 254); break;
+		case 8: opts.reuse = true; break;
+		case 7: opts.udp_echoes = (int)parse_num(optarg, 1, 16); break;
 		case 'h': fputs(usage, stdout); return 0;
 		default: die("bad option", argv[optind - 1]);
 		}
@@ -157,7 +172,7 @@ int main(int argc, char **argv)
 		int (*run)(const struct lg_opts *);
 	} modes[] = {
 		{"thru", lg_thru_run}, {"crr", lg_crr_run}, {"rr", lg_rr_run},
-		{"udp", lg_udp_run},   {"serve", lg_serve_run},
+		{"udp", lg_udp_run},   {"lb", lg_lb_run},     {"serve", lg_serve_run},
 	};
 	for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
 		if (strcmp(opts.mode, modes[i].name) != 0)

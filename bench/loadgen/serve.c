@@ -1,8 +1,9 @@
-/* serve.c - the targets: a TCP sink that counts bytes, a TCP echo and a UDP echo, on one epoll loop. */
+/* serve.c - the targets: a TCP sink that counts bytes, a TCP echo and one or more UDP echoes, on one epoll loop. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -22,6 +23,8 @@
 #define UDP_MAX 65536
 /* Accept queue: crr with 16 workers never has more than 16 waiting, but a proxy may pool. */
 #define BACKLOG 4096
+/* serve --udp-echoes: at most this many UDP echo sockets (the UDP LB's backends). */
+#define MAX_UDP_ECHOES 16
 
 enum role { SINK_LISTENER, ECHO_LISTENER, UDP_ECHO, SIGNALS, SINK, ECHO };
 
@@ -210,20 +213,28 @@ int lg_serve_run(const struct lg_opts *o)
 	if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
 		return lg_fail(o, "%s", strerror(errno));
 	int ep = epoll_create1(EPOLL_CLOEXEC);
-	uint16_t sink_port = 0, echo_port = 0, udp_port = 0;
-	struct conn fixed[4] = {
+	uint16_t sink_port = 0, echo_port = 0, udp_ports[MAX_UDP_ECHOES] = {0};
+	int echoes = o->udp_echoes < MAX_UDP_ECHOES ? o->udp_echoes : MAX_UDP_ECHOES;
+	struct conn fixed[3 + MAX_UDP_ECHOES] = {
 		{.role = SINK_LISTENER, .fd = listen_on(SOCK_STREAM, o->sink_port, &sink_port)},
 		{.role = ECHO_LISTENER, .fd = listen_on(SOCK_STREAM, o->echo_port, &echo_port)},
-		{.role = UDP_ECHO, .fd = listen_on(SOCK_DGRAM, o->udp_port, &udp_port)},
 		{.role = SIGNALS, .fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)},
 	};
-	for (int i = 0; i < 4; i++) {
+	/* The first UDP echo on --udp-port, the others wherever the kernel says. */
+	for (int i = 0; i < echoes; i++)
+		fixed[3 + i] = (struct conn){
+			.role = UDP_ECHO,
+			.fd = listen_on(SOCK_DGRAM, i == 0 ? o->udp_port : 0, &udp_ports[i])};
+	for (int i = 0; i < 3 + echoes; i++) {
 		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &fixed[i]};
 		if (ep < 0 || fixed[i].fd < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fixed[i].fd, &ev) != 0)
 			return lg_fail(o, "cannot open the targets: %s", strerror(errno));
 	}
-	lg_print(o, "sink=%u echo=%u udp=%u pid=%ld", sink_port, echo_port, udp_port,
-	         (long)getpid());
+	char list[MAX_UDP_ECHOES * 6 + 1] = "";
+	for (int i = 0, at = 0; i < echoes; i++)
+		at += snprintf(list + at, sizeof list - (size_t)at, "%s%u", i ? "," : "", udp_ports[i]);
+	lg_print(o, "sink=%u echo=%u udp=%u udp_echoes=%s pid=%ld", sink_port, echo_port,
+	         udp_ports[0], list, (long)getpid());
 	struct epoll_event evs[128];
 	for (;;) {
 		int k = epoll_wait(ep, evs, 128, -1);
