@@ -52,6 +52,18 @@ typedef struct flow_slot {
 	queue q;
 } flow_slot;
 
+/* A datagram toward a backend held until the end of a receive round, so
+ * the round's datagrams of one flow leave in one sendmmsg. The payload
+ * stays in the receive buffer, which the round does not reuse. */
+typedef struct pending_send {
+	udplb_flow_id flow;
+	bool done;
+	size_t prefix_len;
+	uint8_t prefix[UDPLB_PPV2_MAX];
+	const uint8_t *payload;
+	size_t len;
+} pending_send;
+
 struct udplb_listener {
 	udplb_group *g;
 	udplb_counters *ctr;
@@ -79,6 +91,15 @@ struct udplb_listener {
 	struct sockaddr_storage rx_from[UDPLB_BATCH];
 	uint8_t rx_ctl[UDPLB_BATCH][CMSG_SPACE(sizeof(struct in6_pktinfo)) +
 	                            CMSG_SPACE(sizeof(struct in_pktinfo))];
+	/* sends toward backends gathered over one receive round */
+	bool gathering;
+	size_t ps_n;
+	pending_send ps[UDPLB_BATCH];
+	struct mmsghdr ps_msgs[UDPLB_BATCH];
+	struct iovec ps_iov[UDPLB_BATCH][2];
+	/* replies read from one flow socket */
+	struct mmsghdr bk_msgs[UDPLB_BATCH];
+	struct iovec bk_iov[UDPLB_BATCH];
 	/* send batch toward clients */
 	uint8_t *tx_buf;
 	size_t tx_n;
@@ -298,25 +319,15 @@ static void open_upstream(udplb_listener *l, const udplb_output *o)
 	f->fd = fd;
 }
 
-static void send_to_backend(udplb_listener *l, const udplb_output *o)
+static bool would_block(void)
 {
-	flow_slot *f = slot_of(l, o->flow);
-	if (!f || f->fd < 0)
-		return; /* its open failed: counted as open_failed */
-	const uint8_t *pre = o->u.to_backend.prefix;
-	size_t plen = o->u.to_backend.prefix_len, len = o->u.to_backend.len;
-	bump(&l->ctr->datagrams_to_backends, 1);
-	bump(&l->ctr->bytes_to_backends, len);
-	if (!f->q.n) {
-		struct iovec iov[2] = {{(void *)pre, plen}, {(void *)o->u.to_backend.payload, len}};
-		struct msghdr mh = {.msg_iov = plen ? iov : iov + 1, .msg_iovlen = plen ? 2 : 1};
-		if (sendmsg(f->fd, &mh, MSG_DONTWAIT) >= 0)
-			return;
-		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
-			drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
-			return;
-		}
-	}
+	return errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS;
+}
+
+/* Keeps a datagram the flow's socket would not take now. */
+static void flow_enqueue(udplb_listener *l, flow_slot *f, const uint8_t *pre, size_t plen,
+                         const uint8_t *payload, size_t len)
+{
 	if (f->q.n >= UDPLB_FLOW_QUEUE_MAX) {
 		drop(l, UDPLB_SHELL_DROP_QUEUE_FULL);
 		return;
@@ -328,12 +339,90 @@ static void send_to_backend(udplb_listener *l, const udplb_output *o)
 	}
 	memcpy(it->data, pre, plen);
 	if (len)
-		memcpy(it->data + plen, o->u.to_backend.payload, len);
+		memcpy(it->data + plen, payload, len);
 	q_push(&f->q, it);
 	if (!f->want_out) {
 		f->want_out = true;
 		set_interest(l, f->fd, f->id, true);
 	}
+}
+
+static void send_to_backend(udplb_listener *l, const udplb_output *o)
+{
+	flow_slot *f = slot_of(l, o->flow);
+	if (!f || f->fd < 0)
+		return; /* its open failed: counted as open_failed */
+	const uint8_t *pre = o->u.to_backend.prefix, *payload = o->u.to_backend.payload;
+	size_t plen = o->u.to_backend.prefix_len, len = o->u.to_backend.len;
+	bump(&l->ctr->datagrams_to_backends, 1);
+	bump(&l->ctr->bytes_to_backends, len);
+	if (f->q.n) {
+		flow_enqueue(l, f, pre, plen, payload, len); /* behind what waits */
+		return;
+	}
+	if (l->gathering && l->ps_n < UDPLB_BATCH) {
+		pending_send *p = &l->ps[l->ps_n++];
+		p->flow = o->flow;
+		p->done = false;
+		p->prefix_len = plen;
+		memcpy(p->prefix, pre, plen);
+		p->payload = payload;
+		p->len = len;
+		return;
+	}
+	struct iovec iov[2] = {{(void *)pre, plen}, {(void *)payload, len}};
+	struct msghdr mh = {.msg_iov = plen ? iov : iov + 1, .msg_iovlen = plen ? 2 : 1};
+	if (sendmsg(f->fd, &mh, MSG_DONTWAIT) >= 0)
+		return;
+	if (would_block())
+		flow_enqueue(l, f, pre, plen, payload, len);
+	else
+		drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
+}
+
+/* Sends the gathered datagrams, one sendmmsg per flow, in order within
+ * each flow. */
+static void flush_backend_sends(udplb_listener *l)
+{
+	size_t idx[UDPLB_BATCH];
+	for (size_t i = 0; i < l->ps_n; i++) {
+		if (l->ps[i].done)
+			continue;
+		udplb_flow_id id = l->ps[i].flow;
+		size_t m = 0;
+		for (size_t j = i; j < l->ps_n; j++) {
+			pending_send *p = &l->ps[j];
+			if (p->done || p->flow != id)
+				continue;
+			p->done = true;
+			struct iovec *iov = l->ps_iov[m];
+			iov[0] = (struct iovec){p->prefix, p->prefix_len};
+			iov[1] = (struct iovec){(void *)p->payload, p->len};
+			l->ps_msgs[m].msg_hdr = (struct msghdr){.msg_iov = p->prefix_len ? iov : iov + 1,
+			                                        .msg_iovlen = p->prefix_len ? 2 : 1};
+			idx[m++] = j;
+		}
+		flow_slot *f = slot_of(l, id);
+		if (!f || f->fd < 0)
+			continue;
+		size_t done = 0;
+		while (done < m) {
+			int r = sendmmsg(f->fd, l->ps_msgs + done, (unsigned)(m - done), MSG_DONTWAIT);
+			if (r > 0) {
+				done += (size_t)r;
+				continue;
+			}
+			if (r < 0 && would_block())
+				break;
+			drop(l, UDPLB_SHELL_DROP_SEND_ERROR); /* this one failed; go on past it */
+			done++;
+		}
+		for (; done < m; done++) {
+			pending_send *p = &l->ps[idx[done]];
+			flow_enqueue(l, f, p->prefix, p->prefix_len, p->payload, p->len);
+		}
+	}
+	l->ps_n = 0;
 }
 
 static void lq_add(udplb_listener *l, const struct msghdr *mh)
@@ -371,7 +460,7 @@ static void flush_tx(udplb_listener *l)
 			done += (size_t)r;
 			continue;
 		}
-		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS))
+		if (r < 0 && would_block())
 			break;
 		drop(l, UDPLB_SHELL_DROP_SEND_ERROR); /* this one failed; go on past it */
 		done++;
@@ -411,6 +500,8 @@ static void close_flow(udplb_listener *l, udplb_flow_id id)
 	flow_slot *f = slot_of(l, id);
 	if (!f)
 		return;
+	if (l->ps_n)
+		flush_backend_sends(l); /* what the flow said before its end goes first */
 	if (f->fd >= 0)
 		close(f->fd); /* the only reference: epoll forgets it without a call */
 	q_clear(&f->q);
@@ -520,6 +611,7 @@ static void read_clients(udplb_listener *l)
 		int n = recvmmsg(l->fd, l->rx_msgs, UDPLB_BATCH, MSG_DONTWAIT, NULL);
 		if (n <= 0)
 			return;
+		l->gathering = true;
 		for (int i = 0; i < n; i++) {
 			struct msghdr *mh = &l->rx_msgs[i].msg_hdr;
 			udplb_input in = {.kind = UDPLB_IN_CLIENT};
@@ -533,29 +625,48 @@ static void read_clients(udplb_listener *l)
 			in.u.client.backends = l->view;
 			feed(l, &in);
 		}
+		l->gathering = false;
+		flush_backend_sends(l); /* before the next round reuses the buffers */
 		if (n < UDPLB_BATCH)
 			return;
 	}
 }
 
+/* Reads a flow's replies with recvmmsg straight into the free slots of the
+ * send batch toward clients, so each is read once and sent from where it
+ * landed. */
 static void read_backend(udplb_listener *l, udplb_flow_id id)
 {
-	for (int k = 0; k < UDPLB_FLOW_READS_MAX; k++) {
+	for (int total = 0; total < UDPLB_FLOW_READS_MAX;) {
 		flow_slot *f = slot_of(l, id);
 		if (!f || f->fd < 0)
 			return; /* closed by the last reply (responses cap) */
 		if (l->tx_n == UDPLB_BATCH)
 			flush_tx(l);
-		uint8_t *buf = l->tx_buf + l->tx_n * TX_SLOT;
-		ssize_t r = recv(f->fd, buf, TX_SLOT, MSG_DONTWAIT);
-		if (r < 0) {
-			if (errno == ECONNREFUSED)
-				continue; /* an ICMP error for an earlier send: read on */
-			return;
+		size_t first = l->tx_n, room = UDPLB_BATCH - first;
+		for (size_t i = 0; i < room; i++) {
+			l->bk_iov[i] = (struct iovec){l->tx_buf + (first + i) * TX_SLOT, TX_SLOT};
+			l->bk_msgs[i].msg_hdr = (struct msghdr){.msg_iov = &l->bk_iov[i], .msg_iovlen = 1};
 		}
-		udplb_input in = {.kind = UDPLB_IN_BACKEND,
-		                  .u.backend = {.flow = id, .payload = buf, .len = (size_t)r}};
-		feed(l, &in);
+		int n = recvmmsg(f->fd, l->bk_msgs, (unsigned)room, MSG_DONTWAIT, NULL);
+		if (n < 0 && errno == ECONNREFUSED) {
+			total++; /* an ICMP error for an earlier send: read on */
+			continue;
+		}
+		if (n <= 0)
+			return;
+		/* Each reply makes at most one send, so the batch cannot fill
+		 * and flush under the replies still to feed; a reply that is
+		 * dropped leaves its slot to be written over by a later one. */
+		for (int i = 0; i < n; i++) {
+			udplb_input in = {.kind = UDPLB_IN_BACKEND,
+			                  .u.backend = {.flow = id, .payload = l->bk_iov[i].iov_base,
+			                                .len = l->bk_msgs[i].msg_len}};
+			feed(l, &in);
+		}
+		total += n;
+		if ((size_t)n < room)
+			return;
 	}
 }
 
@@ -567,7 +678,7 @@ static void write_backend(udplb_listener *l, udplb_flow_id id)
 	while (f->q.head) {
 		qitem *it = f->q.head;
 		if (send(f->fd, it->data, it->len, MSG_DONTWAIT) < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+			if (would_block())
 				return;
 			drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
 		}
@@ -586,7 +697,7 @@ static void write_clients(udplb_listener *l)
 		                    .msg_iovlen = 1, .msg_control = it->ctl_len ? it->ctl : NULL,
 		                    .msg_controllen = it->ctl_len};
 		if (sendmsg(l->fd, &mh, MSG_DONTWAIT) < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+			if (would_block())
 				return;
 			drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
 		}
