@@ -2,7 +2,6 @@
 #include "udplb/shell.h"
 
 #include <errno.h>
-#include <linux/filter.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,81 +127,6 @@ static inline void drop(udplb_listener *l, unsigned reason)
 /* ---- group ---- */
 
 /* ---- addresses ---- */
-
-/* a as a socket address for a socket of family fam: an IPv4 address
- * becomes v4-mapped for an IPv6 socket. */
-static socklen_t to_sockaddr(int fam, const udplb_addr *a, struct sockaddr_storage *ss)
-{
-	if (fam == AF_INET6 && a->family == UDPLB_AF_INET) {
-		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
-		memset(ss, 0, sizeof *ss);
-		s6->sin6_family = AF_INET6;
-		s6->sin6_port = htons(a->port);
-		s6->sin6_addr.s6_addr[10] = 0xff;
-		s6->sin6_addr.s6_addr[11] = 0xff;
-		memcpy(&s6->sin6_addr.s6_addr[12], a->ip, 4);
-		return sizeof *s6;
-	}
-	return udplb_addr_to_sockaddr(a, ss);
-}
-
-/* The listener address a datagram reached: from IP_PKTINFO / IPV6_PKTINFO
- * on a wildcard socket, else the bound address. */
-static void local_of(const udplb_listener *l, struct msghdr *mh, udplb_addr *out)
-{
-	if (!l->wildcard) {
-		*out = l->local;
-		return;
-	}
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
-		if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
-			struct in_pktinfo pi;
-			memcpy(&pi, CMSG_DATA(c), sizeof pi);
-			udplb_addr_set4(out, (const uint8_t *)&pi.ipi_addr, l->port);
-			return;
-		}
-		if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
-			struct in6_pktinfo pi;
-			memcpy(&pi, CMSG_DATA(c), sizeof pi);
-			struct sockaddr_in6 s6 = {.sin6_family = AF_INET6, .sin6_addr = pi.ipi6_addr,
-			                          .sin6_port = htons(l->port)};
-			if (udplb_addr_from_sockaddr(out, (struct sockaddr *)&s6))
-				*out = l->local;
-			return;
-		}
-	}
-	*out = l->local;
-}
-
-/* Fills ctl with the pktinfo that makes a reply leave from local; returns
- * its length (0 for a specific-IP listener, which needs none). */
-static size_t reply_ctl(const udplb_listener *l, const udplb_addr *local, uint8_t *ctl,
-                        size_t size)
-{
-	if (!l->wildcard)
-		return 0;
-	memset(ctl, 0, size);
-	struct msghdr mh = {.msg_control = ctl, .msg_controllen = size};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	if (l->family == AF_INET) {
-		struct in_pktinfo pi = {0};
-		memcpy(&pi.ipi_spec_dst, local->ip, 4);
-		c->cmsg_level = IPPROTO_IP;
-		c->cmsg_type = IP_PKTINFO;
-		c->cmsg_len = CMSG_LEN(sizeof pi);
-		memcpy(CMSG_DATA(c), &pi, sizeof pi);
-		return CMSG_SPACE(sizeof pi);
-	}
-	struct in6_pktinfo pi = {0};
-	struct sockaddr_storage ss;
-	to_sockaddr(AF_INET6, local, &ss);
-	pi.ipi6_addr = ((struct sockaddr_in6 *)&ss)->sin6_addr;
-	c->cmsg_level = IPPROTO_IPV6;
-	c->cmsg_type = IPV6_PKTINFO;
-	c->cmsg_len = CMSG_LEN(sizeof pi);
-	memcpy(CMSG_DATA(c), &pi, sizeof pi);
-	return CMSG_SPACE(sizeof pi);
-}
 
 /* ---- queues ---- */
 
@@ -483,11 +407,13 @@ static void send_to_client(udplb_listener *l, const udplb_output *o)
 	struct msghdr *mh = &l->tx_msgs[i].msg_hdr;
 	*mh = (struct msghdr){
 		.msg_name = &l->tx_to[i],
-		.msg_namelen = to_sockaddr(l->family, &o->u.to_client.client, &l->tx_to[i]),
+		.msg_namelen = udplb_sockaddr_for(l->family, &o->u.to_client.client, &l->tx_to[i]),
 		.msg_iov = &l->tx_iov[i],
 		.msg_iovlen = 1,
 	};
-	size_t cl = reply_ctl(l, &o->u.to_client.local, l->tx_ctl[i], sizeof l->tx_ctl[i]);
+	size_t cl = l->wildcard ? udplb_pktinfo_write(l->family, &o->u.to_client.local,
+	                                              l->tx_ctl[i], sizeof l->tx_ctl[i])
+	                        : 0;
 	mh->msg_control = cl ? l->tx_ctl[i] : NULL;
 	mh->msg_controllen = cl;
 	l->tx_n++;
@@ -617,7 +543,9 @@ static void read_clients(udplb_listener *l)
 			udplb_input in = {.kind = UDPLB_IN_CLIENT};
 			if (udplb_addr_from_sockaddr(&in.u.client.src, (struct sockaddr *)mh->msg_name))
 				continue;
-			local_of(l, mh, &in.u.client.local);
+			/* a wildcard socket learns the address sent to from IP_PKTINFO */
+			if (!l->wildcard || !udplb_pktinfo_read(mh, l->port, &in.u.client.local))
+				in.u.client.local = l->local;
 			in.u.client.payload = mh->msg_iov[0].iov_base;
 			/* MSG_TRUNC: longer than the buffer, which is max_rx + 1 */
 			in.u.client.len = (mh->msg_flags & MSG_TRUNC) ? l->rx_slot
@@ -735,26 +663,6 @@ static void on_ready(uv_poll_t *p, int status, int events)
 
 /* ---- open and close ---- */
 
-/* Steers each datagram to the worker socket chosen by its source IP
- * (IPv4: the whole address; IPv6: its fourth 32-bit word), so a client IP
- * has one worker and per-IP limits count all its flows. The program runs
- * with the packet's network header at SKF_NET_OFF. */
-static int steer_by_source(int fd, size_t n_workers)
-{
-	struct sock_filter code[] = {
-		{BPF_LD | BPF_B | BPF_ABS, 0, 0, (uint32_t)SKF_NET_OFF},
-		{BPF_ALU | BPF_RSH | BPF_K, 0, 0, 4},
-		{BPF_JMP | BPF_JEQ | BPF_K, 2, 0, 6},
-		{BPF_LD | BPF_W | BPF_ABS, 0, 0, (uint32_t)(SKF_NET_OFF + 12)},
-		{BPF_JMP | BPF_JA, 0, 0, 1},
-		{BPF_LD | BPF_W | BPF_ABS, 0, 0, (uint32_t)(SKF_NET_OFF + 20)},
-		{BPF_ALU | BPF_MOD | BPF_K, 0, 0, (uint32_t)n_workers},
-		{BPF_RET | BPF_A, 0, 0, 0},
-	};
-	struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
-	return setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog);
-}
-
 static int parse_ip(const char *ip, uint16_t port, struct sockaddr_storage *ss)
 {
 	if (uv_ip4_addr(ip, port, (struct sockaddr_in *)ss) == 0 ||
@@ -806,7 +714,7 @@ static int setup_socket(udplb_listener *l, const struct sockaddr_storage *ss, si
 	(void)setsockopt(l->fd, SOL_SOCKET, SO_SNDBUF, &rcv, sizeof rcv);
 	if (bind(l->fd, (const struct sockaddr *)ss, len))
 		return -errno;
-	if (l->g->n_workers > 1 && worker_index == 0 && steer_by_source(l->fd, l->g->n_workers))
+	if (l->g->n_workers > 1 && worker_index == 0 && udplb_steer_by_source(l->fd, l->g->n_workers))
 		log_warn("udplb", msgs[MSG_NO_STEER], l->g->in->tag, strerror(errno));
 	struct sockaddr_storage bound;
 	socklen_t blen = sizeof bound;

@@ -2,6 +2,8 @@
 #ifndef ETM_UDPLB_SHELL_INT_H
 #define ETM_UDPLB_SHELL_INT_H
 
+#include <sys/socket.h>
+
 #include "udplb/shell.h"
 
 /* One worker's counters. Each has one writer, its worker, and any thread
@@ -33,5 +35,26 @@ struct udplb_group {
 };
 
 udplb_counters *udplb_group_counters(const udplb_group *g, size_t worker);
+
+/* ---- sock.c ---- */
+
+/* a as a socket address for a socket of family fam: an IPv4 address
+ * becomes v4-mapped for an IPv6 socket. Returns the length. */
+socklen_t udplb_sockaddr_for(int fam, const udplb_addr *a, struct sockaddr_storage *ss);
+
+/* The address a datagram was sent to, from the IP_PKTINFO or IPV6_PKTINFO
+ * of a received message, with port; false when it carries neither. */
+bool udplb_pktinfo_read(struct msghdr *mh, uint16_t port, udplb_addr *out);
+
+/* Fills ctl with the pktinfo that makes a datagram sent on a socket of
+ * family fam leave from local; returns the control length. */
+size_t udplb_pktinfo_write(int fam, const udplb_addr *local, uint8_t *ctl, size_t size);
+
+/* Attaches to a SO_REUSEPORT socket the classic BPF program that sends each
+ * datagram to the group's socket number (source IP mod n_workers): IPv4,
+ * the whole address; IPv6, its fourth 32-bit word; so a client IP has one
+ * worker and per-IP limits count all its flows. The program reads the
+ * network header at SKF_NET_OFF. Returns setsockopt's result. */
+int udplb_steer_by_source(int fd, size_t n_workers);
 
 #endif

@@ -41,8 +41,8 @@ def clients():
     """clients(lb_port, src_ip="127.0.0.1") -> Client; all closed at teardown."""
     made = []
 
-    def _make(port, src_ip="127.0.0.1"):
-        c = Client(port, src_ip)
+    def _make(port, src_ip="127.0.0.1", dst_ip="127.0.0.1"):
+        c = Client(port, src_ip, dst_ip)
         made.append(c)
         return c
 
@@ -381,3 +381,16 @@ def test_a_burst_keeps_its_order_and_headers_per_flow(lb, backends, clients):
         assert payloads == [b"%d:%03d" % (i, k) for k in range(40)], (client, payloads)
     m = proxy.metrics()
     assert m["datagrams_to_backends"] == 120 and m["datagrams_to_clients"] == 120, m
+
+
+def test_a_wildcard_listener_answers_from_the_address_sent_to(lb, backends, clients):
+    """listen = "0.0.0.0": IP_PKTINFO tells which local address a datagram
+    reached; the reply leaves from it (Client checks the reply's source)
+    and the PROXY v2 destination names it. Loopback addresses only."""
+    proxy = lb(backends[:1], workers=2, listen="0.0.0.0", cluster={"proxy_protocol": "every"})
+    for dst in ("127.0.0.1", "127.0.0.2", "127.0.0.3"):
+        c = clients(proxy.port, "127.0.0.9", dst)
+        assert c.ask(b"to " + dst.encode()) == "a"
+        src, data, header = backends[0].datagrams()[-1]
+        assert header["dst"] == (dst, proxy.port), header
+        assert header["src"] == c.addr, header

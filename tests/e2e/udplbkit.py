@@ -229,8 +229,8 @@ class Client:
     to the balancer at (LOOPBACK, lb_port). Each of its flows is its own
     4-tuple, so a new Client is a new flow."""
 
-    def __init__(self, lb_port, src_ip=LOOPBACK):
-        self.lb = (LOOPBACK, lb_port)
+    def __init__(self, lb_port, src_ip=LOOPBACK, dst_ip=LOOPBACK):
+        self.lb = (dst_ip, lb_port)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((src_ip, 0))
         self.addr = self.sock.getsockname()
@@ -285,7 +285,7 @@ def _value(v):
 
 
 def lb_config(backends, inbound=None, cluster=None, health=None, workers=None,
-              tag="lb", cluster_tag="pool"):
+              tag="lb", cluster_tag="pool", listen=LOOPBACK):
     """The TOML of one udp_lb inbound `tag` on 127.0.0.1, port 0, sending
     to cluster `cluster_tag` over backends (EchoBackend objects or strings
     "ip:port[ weight=N]"). inbound, cluster and health are dicts of extra
@@ -295,7 +295,7 @@ def lb_config(backends, inbound=None, cluster=None, health=None, workers=None,
     if workers is not None:
         text += f"[runtime]\nworkers = {workers}\n\n"
     text += (f'[[inbound]]\ntag = "{tag}"\nprotocol = "udp_lb"\n'
-             f'listen = "{LOOPBACK}"\nport = 0\n[inbound.settings]\ncluster = "{cluster_tag}"\n')
+             f'listen = "{listen}"\nport = 0\n[inbound.settings]\ncluster = "{cluster_tag}"\n')
     for k, v in (inbound or {}).items():
         text += f"{k} = {_value(v)}\n"
     text += '\n[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n'
@@ -343,7 +343,7 @@ class LbApp:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
         self.proc = subprocess.Popen([self.app, "-c", str(self.cfg_path)], stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=limit)
-        pattern = re.compile(r"listening on 127\.0\.0\.1:(\d+) \((?:inbound )?" + re.escape(self.tag)
+        pattern = re.compile(r"listening on [0-9.]+:(\d+) \((?:inbound )?" + re.escape(self.tag)
                              + r"[,)]")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

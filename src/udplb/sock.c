@@ -1,0 +1,90 @@
+/* sock.c - socket details of the UDP load balancer's shell: v4-mapped addresses, IP_PKTINFO both ways, and the reuseport steering program. */
+#include <linux/filter.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "udplb/shell_int.h"
+
+/* a as a socket address for a socket of family fam: an IPv4 address
+ * becomes v4-mapped for an IPv6 socket. */
+socklen_t udplb_sockaddr_for(int fam, const udplb_addr *a, struct sockaddr_storage *ss)
+{
+	if (fam == AF_INET6 && a->family == UDPLB_AF_INET) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+		memset(ss, 0, sizeof *ss);
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons(a->port);
+		s6->sin6_addr.s6_addr[10] = 0xff;
+		s6->sin6_addr.s6_addr[11] = 0xff;
+		memcpy(&s6->sin6_addr.s6_addr[12], a->ip, 4);
+		return sizeof *s6;
+	}
+	return udplb_addr_to_sockaddr(a, ss);
+}
+
+bool udplb_pktinfo_read(struct msghdr *mh, uint16_t port, udplb_addr *out)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+			struct in_pktinfo pi;
+			memcpy(&pi, CMSG_DATA(c), sizeof pi);
+			udplb_addr_set4(out, (const uint8_t *)&pi.ipi_addr, port);
+			return true;
+		}
+		if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+			struct in6_pktinfo pi;
+			memcpy(&pi, CMSG_DATA(c), sizeof pi);
+			struct sockaddr_in6 s6 = {.sin6_family = AF_INET6, .sin6_addr = pi.ipi6_addr,
+			                          .sin6_port = htons(port)};
+			return udplb_addr_from_sockaddr(out, (struct sockaddr *)&s6) == 0;
+		}
+	}
+	return false;
+}
+
+size_t udplb_pktinfo_write(int fam, const udplb_addr *local, uint8_t *ctl, size_t size)
+{
+	memset(ctl, 0, size);
+	struct msghdr mh = {.msg_control = ctl, .msg_controllen = size};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	if (fam == AF_INET) {
+		struct in_pktinfo pi = {0};
+		memcpy(&pi.ipi_spec_dst, local->ip, 4);
+		c->cmsg_level = IPPROTO_IP;
+		c->cmsg_type = IP_PKTINFO;
+		c->cmsg_len = CMSG_LEN(sizeof pi);
+		memcpy(CMSG_DATA(c), &pi, sizeof pi);
+		return CMSG_SPACE(sizeof pi);
+	}
+	struct in6_pktinfo pi = {0};
+	struct sockaddr_storage ss;
+	udplb_sockaddr_for(AF_INET6, local, &ss);
+	pi.ipi6_addr = ((struct sockaddr_in6 *)&ss)->sin6_addr;
+	c->cmsg_level = IPPROTO_IPV6;
+	c->cmsg_type = IPV6_PKTINFO;
+	c->cmsg_len = CMSG_LEN(sizeof pi);
+	memcpy(CMSG_DATA(c), &pi, sizeof pi);
+	return CMSG_SPACE(sizeof pi);
+}
+
+/* Steers each datagram to the worker socket chosen by its source IP
+ * (IPv4: the whole address; IPv6: its fourth 32-bit word), so a client IP
+ * has one worker and per-IP limits count all its flows. The program runs
+ * with the packet's network header at SKF_NET_OFF. */
+int udplb_steer_by_source(int fd, size_t n_workers)
+{
+	struct sock_filter code[] = {
+		{BPF_LD | BPF_B | BPF_ABS, 0, 0, (uint32_t)SKF_NET_OFF},
+		{BPF_ALU | BPF_RSH | BPF_K, 0, 0, 4},
+		{BPF_JMP | BPF_JEQ | BPF_K, 2, 0, 6},
+		{BPF_LD | BPF_W | BPF_ABS, 0, 0, (uint32_t)(SKF_NET_OFF + 12)},
+		{BPF_JMP | BPF_JA, 0, 0, 1},
+		{BPF_LD | BPF_W | BPF_ABS, 0, 0, (uint32_t)(SKF_NET_OFF + 20)},
+		{BPF_ALU | BPF_MOD | BPF_K, 0, 0, (uint32_t)n_workers},
+		{BPF_RET | BPF_A, 0, 0, 0},
+	};
+	struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
+	return setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog);
+}
+
