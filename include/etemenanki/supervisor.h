@@ -28,6 +28,30 @@ __attribute__((warn_unused_result)) int etm_supervisor_check(const etm_spec *spe
 /* The port inbound i listens on (the bound one when the config said 0). */
 uint16_t etm_supervisor_inbound_port(const etm_supervisor *s, size_t i);
 
+/* The counters of one udp_lb inbound, summed over its workers
+ * (docs/udp-lb.md "Metrics" names each). */
+#define ETM_UDPLB_DROP_KINDS 12
+#define ETM_UDPLB_CLOSE_KINDS 5
+typedef struct etm_udplb_stats {
+	uint64_t active_flows;
+	uint64_t flows_created, flows_evicted, flows_shed;
+	uint64_t datagrams_to_backends, bytes_to_backends;
+	uint64_t datagrams_to_clients, bytes_to_clients;
+	uint64_t flow_duration_ms;              /* summed over evicted flows */
+	uint64_t drops[ETM_UDPLB_DROP_KINDS];   /* index i is etm_udplb_drop_name(i) */
+	uint64_t evicted[ETM_UDPLB_CLOSE_KINDS]; /* index i is etm_udplb_close_name(i) */
+} etm_udplb_stats;
+
+/* Fills *out for inbound i; returns 0, or -1 when inbound i is not a
+ * udp_lb one. Any thread, while the engine runs. */
+__attribute__((warn_unused_result)) int etm_supervisor_udplb_stats(const etm_supervisor *s, size_t i,
+                                                                   etm_udplb_stats *out);
+
+/* The metric label of drop kind i ("truncated", ..., "send_error") and of
+ * close kind i ("idle", ..., "aborted"); "unknown" past the end. */
+const char *etm_udplb_drop_name(size_t i);
+const char *etm_udplb_close_name(size_t i);
+
 /* Writes the counters of every udp_lb inbound to out, a few lines each
  * (docs/udp-lb.md "Metrics"); nothing for a spec without one. Callable from
  * any thread while the engine runs: the counters are read, not locked. */

@@ -519,6 +519,24 @@ uint16_t etm_supervisor_inbound_port(const etm_supervisor *s, size_t i)
 	return i < s->spec.inbounds_len ? s->ports[i] : 0;
 }
 
+int etm_supervisor_udplb_stats(const etm_supervisor *s, size_t i, etm_udplb_stats *out)
+{
+	if (!s->lb || i >= s->spec.inbounds_len || !s->lb[i])
+		return -1;
+	udplb_group_totals(s->lb[i], out);
+	return 0;
+}
+
+const char *etm_udplb_drop_name(size_t i)
+{
+	return i < UDPLB_SHELL_DROP_COUNT ? udplb_shell_drop_name((unsigned)i) : "unknown";
+}
+
+const char *etm_udplb_close_name(size_t i)
+{
+	return i < UDPLB_CLOSE_COUNT ? udplb_close_name((udplb_close_reason)i) : "unknown";
+}
+
 void etm_supervisor_write_metrics(const etm_supervisor *s, FILE *out)
 {
 	for (size_t i = 0; s->lb && i < s->spec.inbounds_len; i++)

@@ -1,0 +1,154 @@
+/* test_udplb_shell.c - the UDP load balancer through the library API: a started engine forwards a datagram to an echo backend and back, and its counters read back through etm_supervisor_udplb_stats and etm_supervisor_write_metrics. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "app/config.h"
+#include "etemenanki/supervisor.h"
+
+/* A UDP socket on 127.0.0.1 with a receive timeout, so no test can hang. */
+static int udp_socket(uint16_t *port)
+{
+	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+	assert_true(fd >= 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+	socklen_t len = sizeof a;
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	*port = ntohs(a.sin_port);
+	struct timeval tv = {.tv_sec = 3};
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+	return fd;
+}
+
+/* Echoes datagrams, "echo:" first, until one says "quit". */
+static void *echo(void *arg)
+{
+	int fd = *(int *)arg;
+	char buf[2048];
+	for (;;) {
+		struct sockaddr_storage from;
+		socklen_t flen = sizeof from;
+		ssize_t n = recvfrom(fd, buf + 5, sizeof buf - 5, 0, (struct sockaddr *)&from, &flen);
+		if (n < 0 || (n == 4 && memcmp(buf + 5, "quit", 4) == 0))
+			return NULL;
+		memcpy(buf, "echo:", 5);
+		(void)sendto(fd, buf, (size_t)n + 5, 0, (struct sockaddr *)&from, flen);
+	}
+}
+
+static void round_trip_and_counters(void **state)
+{
+	(void)state;
+	uint16_t bport, cport;
+	int backend = udp_socket(&bport);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, echo, &backend), 0);
+
+	char toml[1024];
+	snprintf(toml, sizeof toml,
+	         "[runtime]\nworkers = 1\n"
+	         "[[inbound]]\ntag = \"socks\"\nprotocol = \"socks\"\nport = 0\n"
+	         "[[inbound]]\ntag = \"lb\"\nprotocol = \"udp_lb\"\nport = 0\n"
+	         "[inbound.settings]\ncluster = \"c\"\n"
+	         "[[outbound]]\ntag = \"direct\"\nprotocol = \"direct\"\n"
+	         "[[cluster]]\ntag = \"c\"\nbackends = [\"127.0.0.1:%u\"]\nresponses = 1\n",
+	         bport);
+	etm_spec spec;
+	char msg[CONFIG_MSG_MAX];
+	assert_int_equal(config_load(toml, strlen(toml), &spec, msg, sizeof msg), 0);
+	etm_supervisor *s;
+	assert_int_equal(etm_supervisor_start(&spec, &s, msg, sizeof msg), 0);
+
+	int client = udp_socket(&cport);
+	struct sockaddr_in lb = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+	                         .sin_port = htons(etm_supervisor_inbound_port(s, 1))};
+	assert_int_equal(sendto(client, "hello", 5, 0, (struct sockaddr *)&lb, sizeof lb), 5);
+	char buf[64];
+	struct sockaddr_in from;
+	socklen_t flen = sizeof from;
+	ssize_t n = recvfrom(client, buf, sizeof buf, 0, (struct sockaddr *)&from, &flen);
+	assert_int_equal(n, 10);
+	assert_memory_equal(buf, "echo:hello", 10);
+	assert_int_equal(from.sin_port, lb.sin_port); /* from the listener, not the backend */
+
+	/* the flow ended with its one response; counters are written before
+	 * the reply leaves, so they are complete by now */
+	etm_udplb_stats st;
+	assert_int_equal(etm_supervisor_udplb_stats(s, 1, &st), 0);
+	assert_int_equal(st.flows_created, 1);
+	assert_int_equal(st.flows_evicted, 1);
+	assert_int_equal(st.active_flows, 0);
+	assert_int_equal(st.datagrams_to_backends, 1);
+	assert_int_equal(st.bytes_to_backends, 5);
+	assert_int_equal(st.datagrams_to_clients, 1);
+	assert_int_equal(st.bytes_to_clients, 10);
+	assert_int_equal(st.evicted[1], 1); /* responses */
+	assert_string_equal(etm_udplb_close_name(1), "responses");
+	assert_int_equal(etm_supervisor_udplb_stats(s, 0, &st), -1); /* socks */
+	assert_int_equal(etm_supervisor_udplb_stats(s, 2, &st), -1);
+
+	char *text = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&text, &len);
+	assert_non_null(mem);
+	etm_supervisor_write_metrics(s, mem);
+	fclose(mem);
+	/* the duration is the flow's, in ms: anything */
+	const char *want = "udp_lb lb: active_flows=0 flows_created=1 flows_evicted=1 flows_shed=0 "
+	                   "datagrams_to_backends=1 bytes_to_backends=5 datagrams_to_clients=1 "
+	                   "bytes_to_clients=10 flow_duration_ms=";
+	assert_true(strncmp(text, want, strlen(want)) == 0);
+	assert_non_null(strstr(text, "\nudp_lb lb: drops truncated=0 no_backend=0 invalid=0 "
+	                             "shed_draining=0 shed_per_ip=0 shed_per_subnet=0 "
+	                             "shed_max_flows=0 no_memory=0 unknown_flow=0 queue_full=0 "
+	                             "open_failed=0 send_error=0\n"
+	                             "udp_lb lb: evicted idle=0 responses=1 requests=0 closed=0 "
+	                             "aborted=0\n"));
+	char backend_line[128];
+	snprintf(backend_line, sizeof backend_line,
+	         "\nudp_lb lb: backend 127.0.0.1:%u up flows_created=1\n", bport);
+	assert_non_null(strstr(text, backend_line));
+	free(text);
+
+	etm_supervisor_stop(s);
+	struct sockaddr_in b = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+	                        .sin_port = htons(bport)};
+	assert_int_equal(sendto(client, "quit", 4, 0, (struct sockaddr *)&b, sizeof b), 4);
+	pthread_join(th, NULL);
+	close(client);
+	close(backend);
+}
+
+static void names(void **state)
+{
+	(void)state;
+	assert_string_equal(etm_udplb_drop_name(0), "truncated");
+	assert_string_equal(etm_udplb_drop_name(9), "queue_full");
+	assert_string_equal(etm_udplb_drop_name(10), "open_failed");
+	assert_string_equal(etm_udplb_drop_name(11), "send_error");
+	assert_string_equal(etm_udplb_drop_name(ETM_UDPLB_DROP_KINDS), "unknown");
+	assert_string_equal(etm_udplb_close_name(0), "idle");
+	assert_string_equal(etm_udplb_close_name(4), "aborted");
+	assert_string_equal(etm_udplb_close_name(ETM_UDPLB_CLOSE_KINDS), "unknown");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(round_trip_and_counters),
+		cmocka_unit_test(names),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
