@@ -15,6 +15,7 @@ Run alone:
     ETM_APP=build/src/etemenanki-app /usr/bin/python3 -m pytest -q tests/e2e/test_udplb.py
 """
 import collections
+import socket
 
 import pytest
 
@@ -394,3 +395,21 @@ def test_a_wildcard_listener_answers_from_the_address_sent_to(lb, backends, clie
         src, data, header = backends[0].datagrams()[-1]
         assert header["dst"] == (dst, proxy.port), header
         assert header["src"] == c.addr, header
+
+
+def test_the_udp_probe_alone_marks_a_silent_backend_down(lb, backends, clients):
+    """tcp_port = 0 and udp_payload: the probe is a datagram that needs any
+    reply. The echo answers it; a port nobody listens on does not (ICMP
+    port unreachable), so that backend goes down and gets no new flows."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.bind(("127.0.0.1", 0))
+    dead = "127.0.0.1:%d" % probe.getsockname()[1]
+    probe.close()
+    proxy = lb([backends[0], dead], workers=1, cluster={"selection": "round_robin"},
+               health={"tcp_port": 0, "udp_payload": "are you there", "interval": 1,
+                       "timeout": 1, "rise": 1, "fall": 1})
+    proxy.wait_line(f"udp_lb cluster pool: backend {dead} is now down", timeout=5.0)
+    assert not proxy.lines_with(f"backend {backends[0].addr} is now down")
+    names = [clients(proxy.port).ask(b"after %d" % i) for i in range(6)]
+    assert names == ["a"] * 6, names
+    assert any(data == b"are you there" for _, data, _ in backends[0].datagrams())
