@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -24,6 +25,13 @@ static const char *const msgs[] = {
 /* The epoll tag of the listener socket; flows are tagged with their id,
  * which is never all ones (the generation would have to wrap). */
 #define TAG_LISTENER UINT64_MAX
+
+/* The most datagrams one UDP GSO send may carry (the kernel's
+ * UDP_MAX_SEGMENTS), and the longest one it folds: a segment must fit the
+ * path MTU, and 1400 bytes fit any Ethernet path with IPv6 headers, so a
+ * refusal means no GSO here rather than a long datagram. */
+#define UDPLB_GSO_SEGMENTS_MAX 64
+#define UDPLB_GSO_SEGMENT_MAX 1400
 
 /* A backend reply lands straight in the send batch toward clients, so it
  * is read once and never copied; a slot holds the largest UDP payload. */
@@ -99,7 +107,12 @@ struct udplb_listener {
 	/* replies read from one flow socket */
 	struct mmsghdr bk_msgs[UDPLB_BATCH];
 	struct iovec bk_iov[UDPLB_BATCH];
-	/* send batch toward clients */
+	/* send batch toward clients, and its runs folded for GSO */
+	bool no_gso;
+	struct mmsghdr go_msgs[UDPLB_BATCH];
+	size_t go_first[UDPLB_BATCH], go_count[UDPLB_BATCH];
+	uint8_t go_ctl[UDPLB_BATCH][CMSG_SPACE(sizeof(struct in6_pktinfo)) +
+	                            CMSG_SPACE(sizeof(uint16_t))];
 	uint8_t *tx_buf;
 	size_t tx_n;
 	struct mmsghdr tx_msgs[UDPLB_BATCH];
@@ -304,8 +317,38 @@ static void send_to_backend(udplb_listener *l, const udplb_output *o)
 		drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
 }
 
-/* Sends the gathered datagrams, one sendmmsg per flow, in order within
- * each flow. */
+/* Sends a flow's m gathered datagrams (ps_msgs / ps_iov) as one UDP GSO
+ * send when they are alike in length: the iovecs of prefix and payload
+ * pairs follow each other in ps_iov, so the run is one stream of equal
+ * segments. Returns whether it went (or may not be retried). */
+static bool send_backend_run(udplb_listener *l, flow_slot *f, size_t m)
+{
+	if (l->no_gso || m < 2 || m > UDPLB_GSO_SEGMENTS_MAX)
+		return false;
+	size_t seg = l->ps_iov[0][0].iov_len + l->ps_iov[0][1].iov_len;
+	for (size_t i = 1; i < m; i++)
+		if (l->ps_iov[i][0].iov_len + l->ps_iov[i][1].iov_len != seg)
+			return false;
+	if (seg == 0 || seg > UDPLB_GSO_SEGMENT_MAX || seg * m > UDPLB_DATAGRAM_MAX)
+		return false;
+	uint8_t ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
+	struct msghdr mh = {.msg_iov = &l->ps_iov[0][0], .msg_iovlen = 2 * m,
+	                    .msg_control = ctl, .msg_controllen = sizeof ctl};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_UDP;
+	c->cmsg_type = UDP_SEGMENT;
+	c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+	uint16_t size = (uint16_t)seg;
+	memcpy(CMSG_DATA(c), &size, sizeof size);
+	if (sendmsg(f->fd, &mh, MSG_DONTWAIT) >= 0)
+		return true;
+	if (!would_block())
+		l->no_gso = true; /* refused: this listener sends datagram by datagram */
+	return false;         /* would block: sendmmsg finds out and queues */
+}
+
+/* Sends the gathered datagrams, one sendmmsg (or one GSO send) per flow,
+ * in order within each flow. */
 static void flush_backend_sends(udplb_listener *l)
 {
 	size_t idx[UDPLB_BATCH];
@@ -328,6 +371,8 @@ static void flush_backend_sends(udplb_listener *l)
 		}
 		flow_slot *f = slot_of(l, id);
 		if (!f || f->fd < 0)
+			continue;
+		if (send_backend_run(l, f, m))
 			continue;
 		size_t done = 0;
 		while (done < m) {
@@ -373,24 +418,89 @@ static void lq_add(udplb_listener *l, const struct msghdr *mh)
 	}
 }
 
+/* Whether tx datagrams a and b can share one GSO send: one client, one
+ * source address, one length. */
+static bool same_run(const udplb_listener *l, size_t a, size_t b)
+{
+	const struct msghdr *x = &l->tx_msgs[a].msg_hdr, *y = &l->tx_msgs[b].msg_hdr;
+	return x->msg_iov[0].iov_len == y->msg_iov[0].iov_len && x->msg_namelen == y->msg_namelen &&
+	       memcmp(x->msg_name, y->msg_name, x->msg_namelen) == 0 &&
+	       x->msg_controllen == y->msg_controllen &&
+	       (!x->msg_controllen || memcmp(x->msg_control, y->msg_control, x->msg_controllen) == 0);
+}
+
+/* Folds runs of datagrams for one client into single UDP GSO sends
+ * (UDP_SEGMENT): the run goes down the stack once and is cut into its
+ * datagrams below, which a burst of replies to one client makes common.
+ * Fills l->go_* and returns the number of messages. */
+static size_t fold_runs(udplb_listener *l)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < l->tx_n; k++) {
+		size_t j = i + 1, len = l->tx_iov[i].iov_len;
+		if (!l->no_gso && len > 0 && len <= UDPLB_GSO_SEGMENT_MAX)
+			while (j < l->tx_n && j - i < UDPLB_GSO_SEGMENTS_MAX &&
+			       (j - i + 1) * len <= UDPLB_DATAGRAM_MAX && same_run(l, i, j))
+				j++;
+		struct msghdr *mh = &l->go_msgs[k].msg_hdr;
+		*mh = l->tx_msgs[i].msg_hdr;
+		l->go_first[k] = i;
+		l->go_count[k] = j - i;
+		if (j - i > 1) {
+			mh->msg_iov = &l->tx_iov[i];
+			mh->msg_iovlen = j - i;
+			uint8_t *ctl = l->go_ctl[k];
+			memset(ctl, 0, sizeof l->go_ctl[k]);
+			if (mh->msg_controllen)
+				memcpy(ctl, mh->msg_control, mh->msg_controllen);
+			struct cmsghdr *c = (struct cmsghdr *)(ctl + mh->msg_controllen);
+			c->cmsg_level = SOL_UDP;
+			c->cmsg_type = UDP_SEGMENT;
+			c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+			uint16_t seg = (uint16_t)len;
+			memcpy(CMSG_DATA(c), &seg, sizeof seg);
+			mh->msg_control = ctl;
+			mh->msg_controllen += CMSG_SPACE(sizeof(uint16_t));
+		}
+		i = j;
+	}
+	return k;
+}
+
 /* Sends the batch toward clients with sendmmsg; what the socket will not
- * take now waits in the listener queue. */
+ * take now waits in the listener queue. A kernel that refuses GSO (or a
+ * segment over the path MTU) turns it off for this listener, and the run
+ * goes out datagram by datagram. */
 static void flush_tx(udplb_listener *l)
 {
-	size_t done = 0;
-	while (done < l->tx_n && !l->lq.n) {
-		int r = sendmmsg(l->fd, l->tx_msgs + done, (unsigned)(l->tx_n - done), MSG_DONTWAIT);
+	size_t n = fold_runs(l), done = 0;
+	while (done < n && !l->lq.n) {
+		int r = sendmmsg(l->fd, l->go_msgs + done, (unsigned)(n - done), MSG_DONTWAIT);
 		if (r > 0) {
 			done += (size_t)r;
 			continue;
 		}
 		if (r < 0 && would_block())
 			break;
-		drop(l, UDPLB_SHELL_DROP_SEND_ERROR); /* this one failed; go on past it */
+		if (l->go_count[done] > 1) {
+			l->no_gso = true;
+			for (size_t i = 0; i < l->go_count[done]; i++) {
+				struct msghdr *mh = &l->tx_msgs[l->go_first[done] + i].msg_hdr;
+				if (sendmsg(l->fd, mh, MSG_DONTWAIT) >= 0)
+					continue;
+				if (would_block())
+					lq_add(l, mh);
+				else
+					drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
+			}
+		} else {
+			drop(l, UDPLB_SHELL_DROP_SEND_ERROR); /* this one failed; go on past it */
+		}
 		done++;
 	}
-	for (; done < l->tx_n; done++)
-		lq_add(l, &l->tx_msgs[done].msg_hdr);
+	for (; done < n; done++)
+		for (size_t i = 0; i < l->go_count[done]; i++)
+			lq_add(l, &l->tx_msgs[l->go_first[done] + i].msg_hdr);
 	l->tx_n = 0;
 }
 
