@@ -233,7 +233,8 @@ typedef struct etm_lb_health_spec {
 	uint64_t interval; /* seconds */
 	uint64_t timeout;  /* seconds */
 	uint64_t rise, fall;
-	char *udp_payload; /* NULL: no UDP check */
+	char *udp_payload;     /* NULL: no UDP check */
+	char *udp_payload_hex; /* the same in hexadecimal, for any byte; NULL: not set */
 } etm_lb_health_spec;
 
 typedef struct etm_cluster_spec {

@@ -442,6 +442,9 @@ static const schema_field lb_health_fields[] = {
 	STR(etm_lb_health_spec, udp_payload, "udp_payload", "none",
 	    "Also send this datagram to the backend's data port; a probe then needs any reply "
 	    "within timeout."),
+	STR(etm_lb_health_spec, udp_payload_hex, "udp_payload_hex", "none",
+	    "The same probe datagram written in hexadecimal, for payloads with any byte (a DNS "
+	    "query, say): \"12340100 0001\"; not with udp_payload."),
 };
 static const schema_table lb_health_table = TABLE_OF(
 	"[cluster.health]",

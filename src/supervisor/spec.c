@@ -57,7 +57,11 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_CLUSTER_INVALID] = "cluster %s: %s",
 	[SPEC_CLUSTER_RANGE] = "cluster %s: %s must be %s",
 	[SPEC_CLUSTER_NO_CHECK] = "cluster %s: health.tcp_port = 0 turns the TCP check off, so "
-				  "health.udp_payload is needed",
+				  "health.udp_payload or health.udp_payload_hex is needed",
+	[SPEC_CLUSTER_TWO_PAYLOADS] = "cluster %s: health.udp_payload and health.udp_payload_hex "
+				      "exclude each other",
+	[SPEC_CLUSTER_BAD_HEX] = "cluster %s: health.udp_payload_hex is not pairs of hexadecimal "
+				 "digits (spaces between bytes are allowed)",
 	[SPEC_UNKNOWN_CLUSTER] = "inbound %s references unknown cluster tag: %s",
 	[SPEC_LB_RANGE] = "inbound %s: settings.%s must be %s",
 	[SPEC_LB_TAKES_NO] = "inbound %s: protocol udp_lb takes no %s",
@@ -198,6 +202,7 @@ void etm_spec_free(etm_spec *spec)
 		free(c->tag);
 		strlist_free(&c->backends);
 		free(c->health.udp_payload);
+		free(c->health.udp_payload_hex);
 	}
 	free(spec->clusters);
 	free(spec->route.default_tag);
@@ -558,8 +563,13 @@ static int check_cluster(const etm_cluster_spec *c, char *msg, size_t size)
 			return spec_format(msg, size, SPEC_CLUSTER_RANGE, c->tag, ranges[i].name,
 			                   ranges[i].range);
 	}
-	if (c->has_health && c->health.has_tcp_port && c->health.tcp_port == 0 &&
-	    !c->health.udp_payload)
+	const etm_lb_health_spec *h = &c->health;
+	if (h->udp_payload && h->udp_payload_hex)
+		return spec_format(msg, size, SPEC_CLUSTER_TWO_PAYLOADS, c->tag);
+	if (h->udp_payload_hex && udplb_hex_decode(h->udp_payload_hex, NULL, 0) < 0)
+		return spec_format(msg, size, SPEC_CLUSTER_BAD_HEX, c->tag);
+	if (c->has_health && h->has_tcp_port && h->tcp_port == 0 && !h->udp_payload &&
+	    !h->udp_payload_hex)
 		return spec_format(msg, size, SPEC_CLUSTER_NO_CHECK, c->tag);
 	udplb_conf conf;
 	size_t bad;

@@ -44,6 +44,8 @@ typedef enum spec_msg_id {
 	SPEC_LB_RANGE,
 	SPEC_LB_TAKES_NO,
 	SPEC_OUT_OF_MEMORY,
+	SPEC_CLUSTER_TWO_PAYLOADS,
+	SPEC_CLUSTER_BAD_HEX,
 	SPEC_MSG_COUNT_,
 } spec_msg_id;
 

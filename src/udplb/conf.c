@@ -71,6 +71,36 @@ int udplb_conf_from_spec(const etm_cluster_spec *c, udplb_conf *out, size_t *bad
 	return 0;
 }
 
+static int hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+long udplb_hex_decode(const char *text, uint8_t *out, size_t cap)
+{
+	long n = 0;
+	for (const char *p = text; *p;) {
+		if (*p == ' ' && p != text && p[1] != '\0' && p[1] != ' ') {
+			p++; /* one space between two bytes */
+			continue;
+		}
+		int hi = hex_digit(p[0]), lo = hi < 0 ? -1 : hex_digit(p[1]);
+		if (lo < 0 || n >= UDPLB_DATAGRAM_MAX)
+			return -1;
+		if (out && (size_t)n < cap)
+			out[n] = (uint8_t)(hi << 4 | lo);
+		n++;
+		p += 2;
+	}
+	return n;
+}
+
 void udplb_conf_free(udplb_conf *conf)
 {
 	free(conf->backends);

@@ -26,4 +26,10 @@ __attribute__((warn_unused_result)) int udplb_conf_from_spec(const etm_cluster_s
 
 void udplb_conf_free(udplb_conf *conf);
 
+/* Decodes hexadecimal bytes ("0a1B", "0a 1b": spaces between bytes only)
+ * into out[0..cap); with out NULL only checks and counts. Returns the byte
+ * count, or -1 for anything else, or more than UDPLB_DATAGRAM_MAX bytes. */
+__attribute__((warn_unused_result)) long udplb_hex_decode(const char *text, uint8_t *out,
+                                                          size_t cap);
+
 #endif

@@ -33,6 +33,7 @@ struct udplb_health {
 	uint64_t interval_ms, timeout_ms;
 	uint32_t rise, fall;
 	uv_buf_t payload;
+	uint8_t *payload_bytes; /* owned: udp_payload_hex decoded */
 	size_t n;
 	size_t open_handles; /* every handle still open: freed when the last closes after a stop */
 	bool stopping;
@@ -71,13 +72,19 @@ static void judge(probe *p, bool ok)
 	}
 }
 
+static void health_free(udplb_health *h)
+{
+	free(h->payload_bytes);
+	free(h);
+}
+
 static void part_closed(uv_handle_t *hd)
 {
 	probe *p = hd->data;
 	udplb_health *h = p->h;
 	p->parts--;
 	if (--h->open_handles == 0 && h->stopping) {
-		free(h);
+		health_free(h);
 		return;
 	}
 	if (p->parts > 0 || h->stopping)
@@ -187,13 +194,25 @@ udplb_health *udplb_health_start(udplb_group *g, uv_loop_t *loop)
 	h->g = g;
 	h->loop = loop;
 	h->tcp = !(hs->has_tcp_port && hs->tcp_port == 0);
-	h->udp = hs->udp_payload != NULL;
+	h->udp = hs->udp_payload || hs->udp_payload_hex;
 	h->interval_ms = hs->interval * 1000;
 	h->timeout_ms = hs->timeout * 1000;
 	h->rise = (uint32_t)hs->rise;
 	h->fall = (uint32_t)hs->fall;
-	if (h->udp)
+	if (hs->udp_payload) {
 		h->payload = uv_buf_init(hs->udp_payload, (unsigned)strlen(hs->udp_payload));
+	} else if (hs->udp_payload_hex) {
+		/* checked by etm_spec_check; the bytes live as long as h */
+		long len = udplb_hex_decode(hs->udp_payload_hex, NULL, 0);
+		h->payload_bytes = malloc(len > 0 ? (size_t)len : 1);
+		if (len < 0 || !h->payload_bytes ||
+		    udplb_hex_decode(hs->udp_payload_hex, h->payload_bytes, (size_t)len) != len) {
+			free(h->payload_bytes);
+			free(h);
+			return NULL;
+		}
+		h->payload = uv_buf_init((char *)h->payload_bytes, (unsigned)len);
+	}
 	h->n = n;
 	for (size_t i = 0; i < n; i++) {
 		probe *p = &h->probes[i];
@@ -221,7 +240,7 @@ static void timer_closed(uv_handle_t *hd)
 	probe *p = hd->data;
 	udplb_health *h = p->h;
 	if (--h->open_handles == 0)
-		free(h); /* timers close only in a stop */
+		health_free(h); /* timers close only in a stop */
 }
 
 void udplb_health_stop(udplb_health *h)
@@ -232,8 +251,8 @@ void udplb_health_stop(udplb_health *h)
 	for (size_t i = 0; i < h->n; i++) {
 		probe *p = &h->probes[i];
 		if (p->parts > 0) {
-			/* a probe in flight: its handles close too, and the
-			 * timers' close callbacks run after theirs */
+			/* a probe in flight: its handles close too; h goes with
+			 * whichever close callback comes last */
 			if (h->tcp)
 				close_part((uv_handle_t *)&p->tcp);
 			if (h->udp)

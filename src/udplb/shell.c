@@ -43,6 +43,7 @@ typedef struct qitem {
 	socklen_t to_len;
 	size_t ctl_len;
 	uint8_t ctl[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+	size_t payload_len; /* what the byte counters count: the PROXY prefix left out */
 	size_t len;
 	uint8_t data[];
 } qitem;
@@ -151,6 +152,7 @@ static qitem *qitem_new(size_t len)
 		it->len = len;
 		it->to_len = 0;
 		it->ctl_len = 0;
+		it->payload_len = len;
 	}
 	return it;
 }
@@ -175,10 +177,28 @@ static void q_pop(queue *q)
 	free(it);
 }
 
-static void q_clear(queue *q)
+/* ---- counters of what the kernel took ---- */
+
+static void count_to_backend(udplb_listener *l, size_t n, size_t bytes)
 {
-	while (q->head)
+	bump(&l->ctr->datagrams_to_backends, n);
+	bump(&l->ctr->bytes_to_backends, bytes);
+}
+
+static void count_to_client(udplb_listener *l, size_t n, size_t bytes)
+{
+	bump(&l->ctr->datagrams_to_clients, n);
+	bump(&l->ctr->bytes_to_clients, bytes);
+}
+
+/* Frees what still waits in q, each a queue_full drop: a flow or the
+ * listener closed before the kernel took it. */
+static void q_discard(udplb_listener *l, queue *q)
+{
+	while (q->head) {
+		drop(l, UDPLB_SHELL_DROP_QUEUE_FULL);
 		q_pop(q);
+	}
 }
 
 /* ---- epoll interest ---- */
@@ -236,9 +256,6 @@ static void open_upstream(udplb_listener *l, const udplb_output *o)
 		abort_later(l, o->flow);
 		return;
 	}
-	int bi = udplb_backends_find(l->view, &o->u.open.backend);
-	if (bi >= 0)
-		bump(&l->ctr->backend_flows[bi], 1);
 	struct sockaddr_storage ss;
 	socklen_t len = udplb_addr_to_sockaddr(&o->u.open.backend, &ss);
 	int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -254,11 +271,23 @@ static void open_upstream(udplb_listener *l, const udplb_output *o)
 		return;
 	}
 	f->fd = fd;
+	int bi = udplb_backends_find(l->view, &o->u.open.backend);
+	if (bi >= 0)
+		bump(&l->ctr->backend_flows[bi], 1);
 }
 
 static bool would_block(void)
 {
 	return errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS;
+}
+
+/* Whether a GSO send failed for being GSO (no kernel or device support, a
+ * segment over the path MTU), not for the destination (ECONNREFUSED from
+ * an ICMP error, EHOSTUNREACH, EPERM, ...). */
+static bool gso_refused(void)
+{
+	return errno == EINVAL || errno == EIO || errno == ENOPROTOOPT || errno == EMSGSIZE ||
+	       errno == EOPNOTSUPP;
 }
 
 /* Keeps a datagram the flow's socket would not take now. */
@@ -277,6 +306,7 @@ static void flow_enqueue(udplb_listener *l, flow_slot *f, const uint8_t *pre, si
 	memcpy(it->data, pre, plen);
 	if (len)
 		memcpy(it->data + plen, payload, len);
+	it->payload_len = len;
 	q_push(&f->q, it);
 	if (!f->want_out) {
 		f->want_out = true;
@@ -291,8 +321,6 @@ static void send_to_backend(udplb_listener *l, const udplb_output *o)
 		return; /* its open failed: counted as open_failed */
 	const uint8_t *pre = o->u.to_backend.prefix, *payload = o->u.to_backend.payload;
 	size_t plen = o->u.to_backend.prefix_len, len = o->u.to_backend.len;
-	bump(&l->ctr->datagrams_to_backends, 1);
-	bump(&l->ctr->bytes_to_backends, len);
 	if (f->q.n) {
 		flow_enqueue(l, f, pre, plen, payload, len); /* behind what waits */
 		return;
@@ -309,8 +337,10 @@ static void send_to_backend(udplb_listener *l, const udplb_output *o)
 	}
 	struct iovec iov[2] = {{(void *)pre, plen}, {(void *)payload, len}};
 	struct msghdr mh = {.msg_iov = plen ? iov : iov + 1, .msg_iovlen = plen ? 2 : 1};
-	if (sendmsg(f->fd, &mh, MSG_DONTWAIT) >= 0)
+	if (sendmsg(f->fd, &mh, MSG_DONTWAIT) >= 0) {
+		count_to_backend(l, 1, len);
 		return;
+	}
 	if (would_block())
 		flow_enqueue(l, f, pre, plen, payload, len);
 	else
@@ -340,11 +370,16 @@ static bool send_backend_run(udplb_listener *l, flow_slot *f, size_t m)
 	c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
 	uint16_t size = (uint16_t)seg;
 	memcpy(CMSG_DATA(c), &size, sizeof size);
-	if (sendmsg(f->fd, &mh, MSG_DONTWAIT) >= 0)
+	if (sendmsg(f->fd, &mh, MSG_DONTWAIT) >= 0) {
+		size_t bytes = 0;
+		for (size_t i = 0; i < m; i++)
+			bytes += l->ps_iov[i][1].iov_len;
+		count_to_backend(l, m, bytes);
 		return true;
-	if (!would_block())
-		l->no_gso = true; /* refused: this listener sends datagram by datagram */
-	return false;         /* would block: sendmmsg finds out and queues */
+	}
+	if (gso_refused())
+		l->no_gso = true; /* this listener sends datagram by datagram from now */
+	return false; /* the run goes out by sendmmsg, which meets any other error */
 }
 
 /* Sends the gathered datagrams, one sendmmsg (or one GSO send) per flow,
@@ -378,6 +413,8 @@ static void flush_backend_sends(udplb_listener *l)
 		while (done < m) {
 			int r = sendmmsg(f->fd, l->ps_msgs + done, (unsigned)(m - done), MSG_DONTWAIT);
 			if (r > 0) {
+				for (int k = 0; k < r; k++)
+					count_to_backend(l, 1, l->ps[idx[done + (size_t)k]].len);
 				done += (size_t)r;
 				continue;
 			}
@@ -477,18 +514,25 @@ static void flush_tx(udplb_listener *l)
 	while (done < n && !l->lq.n) {
 		int r = sendmmsg(l->fd, l->go_msgs + done, (unsigned)(n - done), MSG_DONTWAIT);
 		if (r > 0) {
+			for (int k = 0; k < r; k++) {
+				size_t at = done + (size_t)k;
+				count_to_client(l, l->go_count[at],
+				                l->go_count[at] * l->tx_iov[l->go_first[at]].iov_len);
+			}
 			done += (size_t)r;
 			continue;
 		}
 		if (r < 0 && would_block())
 			break;
 		if (l->go_count[done] > 1) {
-			l->no_gso = true;
+			/* the run one by one, in order: once one waits, the rest wait */
+			if (gso_refused())
+				l->no_gso = true;
 			for (size_t i = 0; i < l->go_count[done]; i++) {
 				struct msghdr *mh = &l->tx_msgs[l->go_first[done] + i].msg_hdr;
-				if (sendmsg(l->fd, mh, MSG_DONTWAIT) >= 0)
-					continue;
-				if (would_block())
+				if (!l->lq.n && sendmsg(l->fd, mh, MSG_DONTWAIT) >= 0)
+					count_to_client(l, 1, mh->msg_iov[0].iov_len);
+				else if (l->lq.n || would_block())
 					lq_add(l, mh);
 				else
 					drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
@@ -527,8 +571,6 @@ static void send_to_client(udplb_listener *l, const udplb_output *o)
 	mh->msg_control = cl ? l->tx_ctl[i] : NULL;
 	mh->msg_controllen = cl;
 	l->tx_n++;
-	bump(&l->ctr->datagrams_to_clients, 1);
-	bump(&l->ctr->bytes_to_clients, len);
 }
 
 static void close_flow(udplb_listener *l, udplb_flow_id id)
@@ -540,7 +582,7 @@ static void close_flow(udplb_listener *l, udplb_flow_id id)
 		flush_backend_sends(l); /* what the flow said before its end goes first */
 	if (f->fd >= 0)
 		close(f->fd); /* the only reference: epoll forgets it without a call */
-	q_clear(&f->q);
+	q_discard(l, &f->q);
 	*f = (flow_slot){.fd = -1};
 }
 
@@ -688,7 +730,10 @@ static void read_backend(udplb_listener *l, udplb_flow_id id)
 		}
 		int n = recvmmsg(f->fd, l->bk_msgs, (unsigned)room, MSG_DONTWAIT, NULL);
 		if (n < 0 && errno == ECONNREFUSED) {
-			total++; /* an ICMP error for an earlier send: read on */
+			/* ICMP port unreachable for an earlier send: the backend
+			 * refused a datagram the kernel had taken */
+			drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
+			total++;
 			continue;
 		}
 		if (n <= 0)
@@ -715,7 +760,9 @@ static void write_backend(udplb_listener *l, udplb_flow_id id)
 		return;
 	while (f->q.head) {
 		qitem *it = f->q.head;
-		if (send(f->fd, it->data, it->len, MSG_DONTWAIT) < 0) {
+		if (send(f->fd, it->data, it->len, MSG_DONTWAIT) >= 0) {
+			count_to_backend(l, 1, it->payload_len);
+		} else {
 			if (would_block())
 				return;
 			drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
@@ -734,7 +781,9 @@ static void write_clients(udplb_listener *l)
 		struct msghdr mh = {.msg_name = &it->to, .msg_namelen = it->to_len, .msg_iov = &iov,
 		                    .msg_iovlen = 1, .msg_control = it->ctl_len ? it->ctl : NULL,
 		                    .msg_controllen = it->ctl_len};
-		if (sendmsg(l->fd, &mh, MSG_DONTWAIT) < 0) {
+		if (sendmsg(l->fd, &mh, MSG_DONTWAIT) >= 0) {
+			count_to_client(l, 1, it->len);
+		} else {
 			if (would_block())
 				return;
 			drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
@@ -790,7 +839,7 @@ static void listener_free(udplb_listener *l)
 	for (uint32_t i = 0; i < l->n_slots; i++)
 		if (l->slots[i].id)
 			close_flow(l, l->slots[i].id);
-	q_clear(&l->lq);
+	q_discard(l, &l->lq);
 	free(l->slots);
 	free(l->rx_buf);
 	free(l->tx_buf);

@@ -29,7 +29,9 @@ bool udplb_pktinfo_read(struct msghdr *mh, uint16_t port, udplb_addr *out)
 		if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
 			struct in_pktinfo pi;
 			memcpy(&pi, CMSG_DATA(c), sizeof pi);
-			udplb_addr_set4(out, (const uint8_t *)&pi.ipi_addr, port);
+			/* the local address a reply can leave from: the header's
+			 * destination for unicast, the interface's for broadcast */
+			udplb_addr_set4(out, (const uint8_t *)&pi.ipi_spec_dst, port);
 			return true;
 		}
 		if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {

@@ -398,18 +398,34 @@ def test_a_wildcard_listener_answers_from_the_address_sent_to(lb, backends, clie
 
 
 def test_the_udp_probe_alone_marks_a_silent_backend_down(lb, backends, clients):
-    """tcp_port = 0 and udp_payload: the probe is a datagram that needs any
-    reply. The echo answers it; a port nobody listens on does not (ICMP
+    """tcp_port = 0 and udp_payload_hex: the probe is a datagram (any bytes,
+    NUL included) that needs any reply. The echo answers it; a port nobody listens on does not (ICMP
     port unreachable), so that backend goes down and gets no new flows."""
     probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     probe.bind(("127.0.0.1", 0))
     dead = "127.0.0.1:%d" % probe.getsockname()[1]
     probe.close()
     proxy = lb([backends[0], dead], workers=1, cluster={"selection": "round_robin"},
-               health={"tcp_port": 0, "udp_payload": "are you there", "interval": 1,
+               health={"tcp_port": 0, "udp_payload_hex": "12 34 00 00 ff", "interval": 1,
                        "timeout": 1, "rise": 1, "fall": 1})
     proxy.wait_line(f"udp_lb cluster pool: backend {dead} is now down", timeout=5.0)
     assert not proxy.lines_with(f"backend {backends[0].addr} is now down")
     names = [clients(proxy.port).ask(b"after %d" % i) for i in range(6)]
     assert names == ["a"] * 6, names
-    assert any(data == b"are you there" for _, data, _ in backends[0].datagrams())
+    assert any(data == b"\x12\x34\x00\x00\xff" for _, data, _ in backends[0].datagrams())
+
+
+def test_an_icmp_refusal_from_a_backend_counts_as_send_error(lb, clients):
+    """A backend port with nothing on it answers with ICMP port unreachable;
+    the flow's socket reports it, and it is counted (send_error), so a dead
+    backend shows in the metrics even without health checks."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.bind(("127.0.0.1", 0))
+    dead = "127.0.0.1:%d" % probe.getsockname()[1]
+    probe.close()
+    proxy = lb([dead], workers=1)
+    c = clients(proxy.port)
+    for i in range(3):
+        c.silent(b"anyone? %d" % i, wait=0.05)
+    m = proxy.wait_metrics(lambda m: m["drops"]["send_error"] >= 1)
+    assert m["datagrams_to_clients"] == 0 and m["flows_created"] == 1, m

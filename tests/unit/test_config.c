@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "app/config.h"
+#include "udplb/conf.h"
 #include "app/schema.h"
 #include "toml/toml.h"
 
@@ -364,7 +365,20 @@ static void udp_lb_errors(void **state)
 	               "cluster c: health.rise must be 1 to 100");
 	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\n[cluster.health]\ntcp_port = 0\n",
 	               "cluster c: health.tcp_port = 0 turns the TCP check off, so "
-	               "health.udp_payload is needed");
+	               "health.udp_payload or health.udp_payload_hex is needed");
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\n[cluster.health]\n"
+	               "udp_payload = \"x\"\nudp_payload_hex = \"78\"\n",
+	               "cluster c: health.udp_payload and health.udp_payload_hex exclude each other");
+	static const char *const bad_hex[] = {"7", "7g", " 78", "78 ", "78  79", "0x78"};
+	for (size_t i = 0; i < sizeof bad_hex / sizeof bad_hex[0]; i++) {
+		char toml[512];
+		snprintf(toml, sizeof toml,
+		         LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\n[cluster.health]\n"
+		                       "udp_payload_hex = \"%s\"\n",
+		         bad_hex[i]);
+		expect_message(toml, "cluster c: health.udp_payload_hex is not pairs of hexadecimal "
+		                     "digits (spaces between bytes are allowed)");
+	}
 	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\n" LB_CL
 	               "backends = [\"1.2.3.4:54\"]\n",
 	               "duplicate cluster tag: c");
@@ -408,6 +422,15 @@ static void udp_lb_lowers(void **state)
 	assert_int_equal(c->health.timeout, 2);
 	assert_int_equal(c->health.rise, 2);
 	assert_int_equal(c->health.fall, 3);
+	etm_spec_free(&s);
+
+	toml = LB_IN_C LB_CL "backends = [\"127.0.0.1:5301\"]\n[cluster.health]\ntcp_port = 0\n"
+	                     "udp_payload_hex = \"12 34 0100 0001\"\n";
+	assert_int_equal(config_load(toml, strlen(toml), &s, msg, sizeof msg), 0);
+	uint8_t bytes[8];
+	assert_int_equal(udplb_hex_decode(s.clusters[0].health.udp_payload_hex, bytes, sizeof bytes),
+	                 6);
+	assert_memory_equal(bytes, "\x12\x34\x01\x00\x00\x01", 6);
 	etm_spec_free(&s);
 
 	toml = LB_IN_C LB_CL "backends = [\"127.0.0.1:5301\"]\n";
