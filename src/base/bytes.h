@@ -1,4 +1,4 @@
-/* bytes.h - big-endian integers in wire buffers (network byte order). */
+/* bytes.h - big-endian integers in wire buffers (network byte order), and hexadecimal digits. */
 #ifndef ETM_BASE_BYTES_H
 #define ETM_BASE_BYTES_H
 
@@ -10,6 +10,18 @@ static inline void bytes_put16(uint8_t *p, uint16_t v)
 {
 	p[0] = (uint8_t)(v >> 8);
 	p[1] = (uint8_t)v;
+}
+
+/* The value of hexadecimal digit c (either case), or -1. */
+static inline int bytes_hex_digit(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
 }
 
 #endif

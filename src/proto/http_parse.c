@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/bytes.h"
+
 /* tchar (RFC 9110 5.6.2): the characters of a token. */
 static bool is_tchar(uint8_t c)
 {
@@ -261,17 +263,6 @@ enum {
 	CH_END_LF,
 };
 
-static int hex(uint8_t c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 void http_body_start(http_body *b, http_body_mode mode, uint64_t length)
 {
 	*b = (http_body){.mode = mode, .left = length, .state = CH_SIZE0};
@@ -286,14 +277,14 @@ static ssize_t chunked_step(http_body *b, const uint8_t *in, size_t len)
 		int d;
 		switch (b->state) {
 		case CH_SIZE0:
-			if ((d = hex(c)) < 0)
+			if ((d = bytes_hex_digit(c)) < 0)
 				return HTTP_BODY_MALFORMED;
 			b->left = (uint64_t)d;
 			b->line = 1;
 			b->state = CH_SIZE;
 			break;
 		case CH_SIZE:
-			if ((d = hex(c)) >= 0) {
+			if ((d = bytes_hex_digit(c)) >= 0) {
 				if (b->left >= LENGTH_LIMIT >> 4)
 					return HTTP_BODY_MALFORMED;
 				b->left = b->left << 4 | (uint64_t)d;
@@ -444,7 +435,7 @@ static bool host_char(uint8_t c)
 
 static bool v6_char(uint8_t c)
 {
-	return c == ':' || c == '.' || hex(c) >= 0;
+	return c == ':' || c == '.' || bytes_hex_digit(c) >= 0;
 }
 
 int http_parse_authority(const uint8_t *p, size_t n, uint16_t default_port, addr_dest *d)

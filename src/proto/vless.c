@@ -1,13 +1,13 @@
 /* vless.c - VLESS client layer, server core and UDP length framing. */
 #include "proto/vless.h"
 
-#include "base/bytes.h"
-
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <openssl/crypto.h>
+
+#include "base/bytes.h"
 
 /* Wire values: Xray-core proxy/vless/encoding and common/protocol/headers.go. */
 enum {
@@ -51,17 +51,6 @@ static const char *const TEXTS[T_COUNT_] = {
 	[T_RESPONSE_VERSION] = "vless: unexpected response version",
 };
 
-static int hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 int vless_uuid_parse(const char *text, uint8_t out[VLESS_UUID_LEN])
 {
 	size_t len = strlen(text);
@@ -77,7 +66,7 @@ int vless_uuid_parse(const char *text, uint8_t out[VLESS_UUID_LEN])
 				return -1;
 			i++;
 		}
-		int hi = hex_value(text[i]), lo = hex_value(text[i + 1]);
+		int hi = bytes_hex_digit(text[i]), lo = bytes_hex_digit(text[i + 1]);
 		if (hi < 0 || lo < 0)
 			return -1;
 		u[k] = (uint8_t)(hi << 4 | lo);

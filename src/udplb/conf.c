@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bytes.h"
+
 static const udplb_select SELECTIONS[] = {
 	[ETM_LB_ROUND_ROBIN] = UDPLB_SELECT_ROUND_ROBIN,
 	[ETM_LB_HRW] = UDPLB_SELECT_HRW,
@@ -71,17 +73,6 @@ int udplb_conf_from_spec(const etm_cluster_spec *c, udplb_conf *out, size_t *bad
 	return 0;
 }
 
-static int hex_digit(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 long udplb_hex_decode(const char *text, uint8_t *out, size_t cap)
 {
 	long n = 0;
@@ -90,7 +81,7 @@ long udplb_hex_decode(const char *text, uint8_t *out, size_t cap)
 			p++; /* one space between two bytes */
 			continue;
 		}
-		int hi = hex_digit(p[0]), lo = hi < 0 ? -1 : hex_digit(p[1]);
+		int hi = bytes_hex_digit(p[0]), lo = hi < 0 ? -1 : bytes_hex_digit(p[1]);
 		if (lo < 0 || n >= UDPLB_DATAGRAM_MAX)
 			return -1;
 		if (out && (size_t)n < cap)
