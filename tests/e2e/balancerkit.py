@@ -24,19 +24,11 @@ import subprocess
 import threading
 import time
 
-from proxykit import LOOPBACK, Proxy, connect, recv_exact, socks5_greet, socks5_request
+from proxykit import (LOOPBACK, Proxy, connect, ephemeral_range, recv_exact, socks5_greet,
+                      socks5_request)
 
 
 # ---------------------------------------------------------------- ports
-
-def _ephemeral_range():
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            lo, hi = (int(x) for x in f.read().split())
-            return lo, hi
-    except (OSError, ValueError):
-        return 32768, 60999
-
 
 def pinned_port():
     """A free TCP port on 127.0.0.1 outside the kernel's ephemeral range.
@@ -46,7 +38,7 @@ def pinned_port():
     outgoing connection (other test suites run on this host at the same
     time), and then the restart fails with "address already in use"; a port
     below the range is only ever taken by an explicit bind."""
-    lo, hi = _ephemeral_range()
+    lo, hi = ephemeral_range()
     candidates = [p for p in range(20000, 65000) if not lo <= p <= hi] or list(range(20000, 32000))
     for _ in range(200):
         port = random.choice(candidates)

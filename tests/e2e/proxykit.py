@@ -92,6 +92,39 @@ def connect(port, timeout=5.0, host=LOOPBACK):
 
 # ---------------------------------------------------------------- the process under test
 
+def ephemeral_range():
+    """The kernel's ephemeral port range (where connect() picks ports)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def stop_process(owner):
+    """Stops owner.proc, a process a test started: SIGTERM, then SIGKILL
+    after 3 s; only that process. Closes owner._log. Returns the exit status
+    (negative: the signal that ended it; "killed" when SIGTERM did not stop
+    it in time; None when it never started)."""
+    status = None
+    if owner.proc is not None:
+        if owner.proc.poll() is None:
+            owner.proc.send_signal(signal.SIGTERM)
+            try:
+                status = owner.proc.wait(3)
+            except subprocess.TimeoutExpired:
+                owner.proc.kill()
+                owner.proc.wait(5)
+                status = "killed"
+        else:
+            status = owner.proc.returncode
+    if owner._log is not None:
+        owner._log.close()
+        owner._log = None
+    return status
+
+
 class Proxy:
     """One etemenanki-app process. The config is a format string whose
     {port0}, {port1}, ... are filled with free ports; listen_ports names which
@@ -190,25 +223,7 @@ class Proxy:
         return rc, time.monotonic() - start
 
     def stop(self):
-        """SIGTERM, then SIGKILL after 3 s; only this process. Returns the
-        exit status (negative: the signal that ended it; "killed" when SIGTERM
-        did not stop it in time)."""
-        status = None
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    status = self.proc.wait(3)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(5)
-                    status = "killed"
-            else:
-                status = self.proc.returncode
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return status
+        return stop_process(self)
 
 
 # ---------------------------------------------------------------- target servers

@@ -21,6 +21,8 @@ import subprocess
 import threading
 import time
 
+from proxykit import ephemeral_range, stop_process
+
 LOOPBACK = "127.0.0.1"
 
 # PROXY protocol v2 (proxy-protocol.txt section 2.2).
@@ -29,15 +31,6 @@ PPV2_FIXED = 16  # signature, version/command, family/transport, length
 
 
 # ---------------------------------------------------------------- ports
-
-def _ephemeral_range():
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            lo, hi = (int(x) for x in f.read().split())
-            return lo, hi
-    except (OSError, ValueError):
-        return 32768, 60999
-
 
 def _bind_pair(port, host=LOOPBACK):
     """A UDP and a TCP socket bound to host:port (TCP with SO_REUSEADDR), or
@@ -60,7 +53,7 @@ def bound_pair(host=LOOPBACK):
     ephemeral range (the TCP port is closed and reopened by the tests, and a
     port in that range could meanwhile become some outgoing connection's
     local port)."""
-    lo, hi = _ephemeral_range()
+    lo, hi = ephemeral_range()
     candidates = [p for p in range(20000, 65000) if not lo <= p <= hi] or list(range(20000, 32000))
     for _ in range(500):
         pair = _bind_pair(random.choice(candidates), host)
@@ -455,22 +448,4 @@ class LbApp:
     # -- stopping
 
     def stop(self):
-        """SIGTERM, then SIGKILL after 3 s; only this process. Returns the
-        exit status (negative: the signal; "killed" when SIGTERM did not
-        stop it in time)."""
-        status = None
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    status = self.proc.wait(3)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(5)
-                    status = "killed"
-            else:
-                status = self.proc.returncode
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return status
+        return stop_process(self)
