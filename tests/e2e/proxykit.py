@@ -16,6 +16,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -123,6 +125,21 @@ def stop_process(owner):
         owner._log.close()
         owner._log = None
     return status
+
+
+def stop_cleanly(started, what="proxy"):
+    """Fixture teardown: stops every process in started (objects with
+    .proc, .stop(), .cfg_path and .log()) and fails the test when one still
+    running did not exit 0 on SIGTERM. One that exited already, e.g. after
+    a test's own SIGTERM, is that test's business."""
+    unclean = []
+    for p in started:
+        running = p.proc is not None and p.proc.poll() is None
+        status = p.stop()
+        if running and status != 0:
+            unclean.append(f"{p.cfg_path.name}: exit status {status}\n{p.log()}")
+    if unclean:
+        pytest.fail(f"{what} did not stop cleanly:\n" + "\n".join(unclean), pytrace=False)
 
 
 class Proxy:

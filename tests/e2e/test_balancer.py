@@ -29,7 +29,7 @@ import pytest
 
 from balancerkit import (MemberServer, PinnedProxy, lines_with, pinned_port, socks_flow,
                          stamp, state_lines, wait_line, wait_state)
-from proxykit import EchoServer, Proxy
+from proxykit import EchoServer, Proxy, stop_cleanly
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -95,14 +95,7 @@ def apps(app, tmp_path):
 
     a = Apps()
     yield a
-    unclean = []
-    for p in a.started:
-        running = p.proc is not None and p.proc.poll() is None
-        status = p.stop()
-        if running and status != 0:
-            unclean.append(f"{p.cfg_path.name}: exit status {status}\n{p.log()}")
-    if unclean:
-        pytest.fail("etemenanki-app did not stop cleanly:\n" + "\n".join(unclean), pytrace=False)
+    stop_cleanly(a.started, "etemenanki-app")
 
 
 @pytest.fixture

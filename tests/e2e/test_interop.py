@@ -47,7 +47,7 @@ import pytest
 from proxykit import (LOOPBACK, EchoServer, HttpReader, HttpTarget, Proxy, UdpEcho, connect,
                       free_port, parse_udp_header, read_socks_addr, recv_exact,
                       recv_until_closed, socks5_connect, socks5_greet, socks5_request, socks_addr,
-                      wait_closed)
+                      stop_cleanly, wait_closed)
 
 V2RAY = shutil.which("v2ray")
 TROJAN = shutil.which("trojan")
@@ -218,14 +218,7 @@ def chain(app, tmp_path):
     yield c
     for p in c.peers:
         p.stop()
-    unclean = []
-    for p in c.ours:
-        running = p.proc is not None and p.proc.poll() is None
-        status = p.stop()
-        if running and status != 0:
-            unclean.append(f"{p.cfg_path.name}: exit status {status}\n{p.log()}")
-    if unclean:
-        pytest.fail("proxy did not stop cleanly:\n" + "\n".join(unclean), pytrace=False)
+    stop_cleanly(c.ours, "proxy")
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,8 @@ from proxykit import (LOOPBACK, DnsServer, EchoServer, HttpReader, HttpTarget, P
                       RawOrigin, Sha256Sink, Spout, UdpEcho, big_chunks, big_sha256, connect,
                       free_port, header_lines, make_cert, parse_udp_header, read_socks_addr,
                       recv_all, recv_exact, recv_until_closed, socks5_connect, socks5_echo_async,
-                      socks5_greet, socks5_request, socks_addr, tls_server_context, wait_closed)
+                      socks5_greet, socks5_request, socks_addr, stop_cleanly, tls_server_context,
+                      wait_closed)
 
 CURL = "/usr/bin/curl"
 
@@ -75,16 +76,7 @@ def start_proxy(app, tmp_path):
         return p.start()
 
     yield _start
-    # every proxy still running must stop cleanly: SIGTERM -> exit 0 (one that
-    # exited already, e.g. a test's own SIGTERM, is that test's business)
-    unclean = []
-    for p in started:
-        running = p.proc is not None and p.proc.poll() is None
-        status = p.stop()
-        if running and status != 0:
-            unclean.append(f"{p.cfg_path.name}: exit status {status}\n{p.log()}")
-    if unclean:
-        pytest.fail("proxy did not stop cleanly:\n" + "\n".join(unclean), pytrace=False)
+    stop_cleanly(started, "proxy")
 
 
 @pytest.fixture(scope="module")

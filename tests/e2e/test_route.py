@@ -23,7 +23,7 @@ import pytest
 
 from proxykit import (LOOPBACK, EchoServer, HttpReader, HttpTarget, Proxy, UdpEcho, connect,
                       make_cert, parse_udp_header, read_socks_addr, recv_all, recv_exact,
-                      socks5_greet, socks5_request, socks_addr, tls_server_context)
+                      socks5_greet, socks5_request, socks_addr, stop_cleanly, tls_server_context)
 
 REP_OK = 0
 ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
@@ -94,14 +94,7 @@ def start_proxy(app, tmp_path):
         return p.start()
 
     yield _start
-    unclean = []
-    for p in started:
-        running = p.proc is not None and p.proc.poll() is None
-        status = p.stop()
-        if running and status != 0:
-            unclean.append(f"{p.cfg_path.name}: exit status {status}\n{p.log()}")
-    if unclean:
-        pytest.fail("proxy did not stop cleanly:\n" + "\n".join(unclean), pytrace=False)
+    stop_cleanly(started, "proxy")
 
 
 @pytest.fixture(scope="module")

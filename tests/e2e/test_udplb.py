@@ -19,6 +19,7 @@ import socket
 
 import pytest
 
+from proxykit import stop_cleanly
 from udplbkit import PPV2_SIGNATURE, Client, EchoBackend, LbApp, lb_config
 
 # Slack on waits for the health checker: its probes are timed by the
@@ -65,14 +66,7 @@ def lb(app, tmp_path):
         return p.start()
 
     yield _start
-    unclean = []
-    for p in started:
-        running = p.proc is not None and p.proc.poll() is None
-        status = p.stop()
-        if running and status != 0:
-            unclean.append(f"{p.cfg_path.name}: exit status {status}\n{p.log()}")
-    if unclean:
-        pytest.fail("etemenanki-app did not stop cleanly:\n" + "\n".join(unclean), pytrace=False)
+    stop_cleanly(started, "etemenanki-app")
 
 
 def tally(names):
