@@ -16,6 +16,22 @@ struct listener {
 };
 
 static const char FAILED[] = "failed to listen on %s:%u: %s";
+static const char NOT_IP[] = "not an IP address";
+
+int listener_addr(const char *ip, uint16_t port, struct sockaddr_storage *ss, char *err,
+                  size_t err_size)
+{
+	if (uv_ip4_addr(ip, port, (struct sockaddr_in *)ss) == 0 ||
+	    uv_ip6_addr(ip, port, (struct sockaddr_in6 *)ss) == 0)
+		return 0;
+	listener_failed(err, err_size, ip, port, NOT_IP);
+	return -1;
+}
+
+void listener_failed(char *err, size_t err_size, const char *ip, uint16_t port, const char *why)
+{
+	snprintf(err, err_size, FAILED, ip, port, why);
+}
 
 static void on_connection(uv_stream_t *server, int status)
 {
@@ -30,11 +46,8 @@ listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn
 {
 	struct sockaddr_storage ss;
 	int rc;
-	if (uv_ip4_addr(ip, port, (struct sockaddr_in *)&ss) != 0 &&
-	    uv_ip6_addr(ip, port, (struct sockaddr_in6 *)&ss) != 0) {
-		snprintf(err, err_size, FAILED, ip, port, "not an IP address");
+	if (listener_addr(ip, port, &ss, err, err_size))
 		return NULL;
-	}
 	/* libuv 1.44 cannot set SO_REUSEPORT itself: make the socket here. */
 	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
@@ -88,11 +101,8 @@ static int check_free(int type, const char *ip, uint16_t port, char *err, size_t
 	struct sockaddr_storage ss;
 	if (port == 0)
 		return 0;
-	if (uv_ip4_addr(ip, port, (struct sockaddr_in *)&ss) != 0 &&
-	    uv_ip6_addr(ip, port, (struct sockaddr_in6 *)&ss) != 0) {
-		snprintf(err, err_size, FAILED, ip, port, "not an IP address");
+	if (listener_addr(ip, port, &ss, err, err_size))
 		return -1;
-	}
 	int fd = socket(ss.ss_family, type | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return 0; /* the real bind will report it */

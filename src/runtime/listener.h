@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <uv.h>
 
 #include "runtime/worker.h"
@@ -32,6 +33,16 @@ __attribute__((warn_unused_result)) int listener_check_free(const char *ip, uint
 /* The same for UDP: fails when a UDP socket holds ip:port. */
 __attribute__((warn_unused_result)) int listener_check_free_udp(const char *ip, uint16_t port,
                                                                 char *err, size_t err_size);
+
+/* Fills ss from an IP literal and a port; returns 0, or -1 with "failed to
+ * listen on <ip>:<port>: not an IP address" in err. */
+__attribute__((warn_unused_result)) int listener_addr(const char *ip, uint16_t port,
+                                                      struct sockaddr_storage *ss, char *err,
+                                                      size_t err_size);
+
+/* Writes "failed to listen on <ip>:<port>: <why>" to err: the one text of
+ * every listener's failure, TCP or UDP. */
+void listener_failed(char *err, size_t err_size, const char *ip, uint16_t port, const char *why);
 
 /* The port actually bound (useful with port 0). */
 uint16_t listener_port(const listener *l);

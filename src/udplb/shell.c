@@ -11,11 +11,11 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "runtime/listener.h"
 #include "udplb/shell_int.h"
 
-enum { MSG_LISTEN, MSG_REFUSED, MSG_NO_STEER };
+enum { MSG_REFUSED, MSG_NO_STEER };
 static const char *const msgs[] = {
-	[MSG_LISTEN] = "failed to listen on %s:%u: %s",
 	[MSG_REFUSED] = "udp_lb %s: the core refused an input: %s",
 	[MSG_NO_STEER] = "udp_lb %s: cannot steer clients to workers by source IP (%s); the "
 			 "kernel's 4-tuple hash spreads them instead, so per-IP limits count "
@@ -822,14 +822,6 @@ static void on_ready(uv_poll_t *p, int status, int events)
 
 /* ---- open and close ---- */
 
-static int parse_ip(const char *ip, uint16_t port, struct sockaddr_storage *ss)
-{
-	if (uv_ip4_addr(ip, port, (struct sockaddr_in *)ss) == 0 ||
-	    uv_ip6_addr(ip, port, (struct sockaddr_in6 *)ss) == 0)
-		return 0;
-	return -1;
-}
-
 static void listener_free(udplb_listener *l)
 {
 	if (l->fd >= 0)
@@ -902,13 +894,11 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
                                     const char *ip, uint16_t port, char *err, size_t err_size)
 {
 	struct sockaddr_storage ss;
-	if (parse_ip(ip, port, &ss)) {
-		snprintf(err, err_size, msgs[MSG_LISTEN], ip, port, "not an IP address");
+	if (listener_addr(ip, port, &ss, err, err_size))
 		return NULL;
-	}
 	udplb_listener *l = calloc(1, sizeof *l);
 	if (!l) {
-		snprintf(err, err_size, msgs[MSG_LISTEN], ip, port, uv_strerror(UV_ENOMEM));
+		listener_failed(err, err_size, ip, port, uv_strerror(UV_ENOMEM));
 		return NULL;
 	}
 	l->g = g;
@@ -938,7 +928,7 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 	if (!rc)
 		rc = setup_socket(l, &ss, worker_index);
 	if (rc) {
-		snprintf(err, err_size, msgs[MSG_LISTEN], ip, port, uv_strerror(rc));
+		listener_failed(err, err_size, ip, port, uv_strerror(rc));
 		listener_free(l);
 		return NULL;
 	}
