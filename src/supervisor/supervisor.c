@@ -14,6 +14,7 @@
 #include "runtime/worker.h"
 #include "supervisor/plane.h"
 #include "supervisor/prober.h"
+#include "supervisor/spec_msg.h"
 #include "udplb/shell.h"
 
 /* Names the process-wide DNS cache holds. */
@@ -412,9 +413,9 @@ static int start_lb_groups(etm_supervisor *s, char *err, size_t err_size)
 			continue;
 		const etm_cluster_spec *cl = cluster_of(&s->spec, in->settings.cluster);
 		if (!cl) {
-			snprintf(err, err_size, "inbound %s references unknown cluster tag: %s", in->tag,
-			         in->settings.cluster ? in->settings.cluster : "");
-			return -1;
+			/* etm_spec_check refuses this; a caller that skipped it */
+			return spec_format(err, err_size, SPEC_UNKNOWN_CLUSTER, in->tag,
+			                   in->settings.cluster ? in->settings.cluster : "");
 		}
 		s->lb[i] = udplb_group_new(in, cl, workers_count(s->ws), udplb_auto_flows(n_lb), err,
 		                           err_size);

@@ -8,6 +8,16 @@
 
 #include "udplb/shell_int.h"
 
+enum { MSG_NOMEM, MSG_CLUSTER, MSG_NO_SEED };
+static const char *const msgs[] = {
+	[MSG_NOMEM] = "out of memory",
+	[MSG_CLUSTER] = "cluster %s: %s",
+	[MSG_NO_SEED] = "udp_lb %s: no random hash key: %s",
+};
+
+/* Each worker's counters on cache lines of their own. */
+#define COUNTERS_STRIDE ((sizeof(udplb_counters) + 63) / 64 * 64)
+
 static const char *const SHELL_DROPS[] = {
 	[UDPLB_SHELL_DROP_QUEUE_FULL - UDPLB_DROP_COUNT] = "queue_full",
 	[UDPLB_SHELL_DROP_OPEN_FAILED - UDPLB_DROP_COUNT] = "open_failed",
@@ -42,7 +52,7 @@ udplb_group *udplb_group_new(const etm_inbound_spec *in, const etm_cluster_spec 
 {
 	udplb_group *g = calloc(1, sizeof *g);
 	if (!g) {
-		snprintf(err, err_size, "out of memory");
+		snprintf(err, err_size, "%s", msgs[MSG_NOMEM]);
 		return NULL;
 	}
 	g->in = in;
@@ -51,37 +61,34 @@ udplb_group *udplb_group_new(const etm_inbound_spec *in, const etm_cluster_spec 
 	size_t bad;
 	int rc = udplb_conf_from_spec(cl, &g->conf, &bad);
 	if (rc) {
-		snprintf(err, err_size, "cluster %s: %s", cl->tag, udplb_strerror(rc));
+		snprintf(err, err_size, msgs[MSG_CLUSTER], cl->tag, udplb_strerror(rc));
 		free(g);
 		return NULL;
 	}
 	uint64_t max = in->settings.max_flows ? in->settings.max_flows : flows_budget;
-	g->max_flows = (uint32_t)((max + g->n_workers - 1) / g->n_workers);
-	if (g->max_flows == 0)
-		g->max_flows = 1;
+	g->max_flows = (uint32_t)((max + g->n_workers - 1) / g->n_workers); /* max >= 1 */
 	uint64_t rx = in->settings.max_rx_datagram_size;
 	g->max_rx = rx > UDPLB_DATAGRAM_MAX ? UDPLB_DATAGRAM_MAX : (uint32_t)rx;
 	/* One key for every worker, so they agree on each client's backend. */
 	if (getrandom(&g->seed, sizeof g->seed, 0) != (ssize_t)sizeof g->seed) {
-		snprintf(err, err_size, "udp_lb %s: no random hash key: %s", in->tag,
-		         strerror(errno));
+		snprintf(err, err_size, msgs[MSG_NO_SEED], in->tag, strerror(errno));
 		udplb_group_del(g);
 		return NULL;
 	}
 	size_t nb = g->conf.n_backends;
 	g->up = calloc(nb ? nb : 1, sizeof *g->up);
-	g->ctr = aligned_alloc(64, ((sizeof(udplb_counters) + 63) / 64 * 64) * g->n_workers);
+	g->ctr = aligned_alloc(64, COUNTERS_STRIDE * g->n_workers);
 	if (!g->up || !g->ctr) {
-		snprintf(err, err_size, "out of memory");
+		snprintf(err, err_size, "%s", msgs[MSG_NOMEM]);
 		udplb_group_del(g);
 		return NULL;
 	}
-	memset(g->ctr, 0, ((sizeof(udplb_counters) + 63) / 64 * 64) * g->n_workers);
+	memset(g->ctr, 0, COUNTERS_STRIDE * g->n_workers);
 	for (size_t i = 0; i < g->n_workers; i++) {
 		udplb_counters *c = udplb_group_counters(g, i);
 		c->backend_flows = calloc(nb ? nb : 1, sizeof *c->backend_flows);
 		if (!c->backend_flows) {
-			snprintf(err, err_size, "out of memory");
+			snprintf(err, err_size, "%s", msgs[MSG_NOMEM]);
 			udplb_group_del(g);
 			return NULL;
 		}
@@ -93,8 +100,7 @@ udplb_group *udplb_group_new(const etm_inbound_spec *in, const etm_cluster_spec 
 
 udplb_counters *udplb_group_counters(const udplb_group *g, size_t worker)
 {
-	size_t stride = (sizeof(udplb_counters) + 63) / 64 * 64;
-	return (udplb_counters *)((char *)g->ctr + stride * worker);
+	return (udplb_counters *)((char *)g->ctr + COUNTERS_STRIDE * worker);
 }
 
 void udplb_group_del(udplb_group *g)
