@@ -431,17 +431,28 @@ static void flush_backend_sends(udplb_listener *l)
 	l->ps_n = 0;
 }
 
+/* Takes a datagram toward a client back out of the counters (the batch
+ * counts before it sends), and counts it dropped for reason. */
+static void not_taken(udplb_listener *l, const struct msghdr *mh, unsigned reason)
+{
+	count_to_client(l, (size_t)-1, -(size_t)mh->msg_iov[0].iov_len); /* wraps: a subtraction */
+	drop(l, reason);
+}
+
+/* Keeps a datagram the listener's socket would not take now; it is counted
+ * again when write_clients sends it. */
 static void lq_add(udplb_listener *l, const struct msghdr *mh)
 {
 	if (l->lq.n >= UDPLB_LISTENER_QUEUE_MAX) {
-		drop(l, UDPLB_SHELL_DROP_QUEUE_FULL);
+		not_taken(l, mh, UDPLB_SHELL_DROP_QUEUE_FULL);
 		return;
 	}
 	qitem *it = qitem_new(mh->msg_iov[0].iov_len);
 	if (!it) {
-		drop(l, UDPLB_SHELL_DROP_QUEUE_FULL);
+		not_taken(l, mh, UDPLB_SHELL_DROP_QUEUE_FULL);
 		return;
 	}
+	count_to_client(l, (size_t)-1, -(size_t)it->len);
 	memcpy(it->data, mh->msg_iov[0].iov_base, it->len);
 	memcpy(&it->to, mh->msg_name, mh->msg_namelen);
 	it->to_len = mh->msg_namelen;
@@ -510,15 +521,17 @@ static size_t fold_runs(udplb_listener *l)
  * goes out datagram by datagram. */
 static void flush_tx(udplb_listener *l)
 {
+	/* Counted before the send: a client that has its reply may ask for
+	 * the counters at once, and must find it there. What the kernel does
+	 * not take is taken back out (queued: counted when it leaves). */
+	size_t bytes = 0;
+	for (size_t i = 0; i < l->tx_n; i++)
+		bytes += l->tx_iov[i].iov_len;
+	count_to_client(l, l->tx_n, bytes);
 	size_t n = fold_runs(l), done = 0;
 	while (done < n && !l->lq.n) {
 		int r = sendmmsg(l->fd, l->go_msgs + done, (unsigned)(n - done), MSG_DONTWAIT);
 		if (r > 0) {
-			for (int k = 0; k < r; k++) {
-				size_t at = done + (size_t)k;
-				count_to_client(l, l->go_count[at],
-				                l->go_count[at] * l->tx_iov[l->go_first[at]].iov_len);
-			}
 			done += (size_t)r;
 			continue;
 		}
@@ -531,14 +544,15 @@ static void flush_tx(udplb_listener *l)
 			for (size_t i = 0; i < l->go_count[done]; i++) {
 				struct msghdr *mh = &l->tx_msgs[l->go_first[done] + i].msg_hdr;
 				if (!l->lq.n && sendmsg(l->fd, mh, MSG_DONTWAIT) >= 0)
-					count_to_client(l, 1, mh->msg_iov[0].iov_len);
-				else if (l->lq.n || would_block())
+					continue;
+				if (l->lq.n || would_block())
 					lq_add(l, mh);
 				else
-					drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
+					not_taken(l, mh, UDPLB_SHELL_DROP_SEND_ERROR);
 			}
 		} else {
-			drop(l, UDPLB_SHELL_DROP_SEND_ERROR); /* this one failed; go on past it */
+			/* this one failed; go on past it */
+			not_taken(l, &l->tx_msgs[l->go_first[done]].msg_hdr, UDPLB_SHELL_DROP_SEND_ERROR);
 		}
 		done++;
 	}
