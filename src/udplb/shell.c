@@ -33,8 +33,9 @@ static const char *const msgs[] = {
 #define UDPLB_GSO_SEGMENTS_MAX 64
 #define UDPLB_GSO_SEGMENT_MAX 1400
 
-/* A backend reply lands straight in the send batch toward clients, so it
- * is read once and never copied; a slot holds the largest UDP payload. */
+/* A slot of the send batch toward clients, and of the receive batch of
+ * backend replies: the largest UDP payload, which is also the most a
+ * coalesced train (UDP_GRO) can hold. */
 #define TX_SLOT (UDPLB_DATAGRAM_MAX + 1)
 
 typedef struct qitem {
@@ -56,6 +57,7 @@ typedef struct queue {
 typedef struct flow_slot {
 	int fd; /* -1: no socket (free, or its open failed) */
 	bool want_out;
+	bool gro; /* its socket takes coalesced trains (UDP_GRO) */
 	udplb_flow_id id;
 	queue q;
 } flow_slot;
@@ -105,9 +107,13 @@ struct udplb_listener {
 	pending_send ps[UDPLB_BATCH];
 	struct mmsghdr ps_msgs[UDPLB_BATCH];
 	struct iovec ps_iov[UDPLB_BATCH][2];
-	/* replies read from one flow socket */
+	/* replies read from one flow socket, each a datagram or a coalesced
+	 * train of them (UDP_GRO) */
+	bool no_gro;
+	uint8_t *bk_buf;
 	struct mmsghdr bk_msgs[UDPLB_BATCH];
 	struct iovec bk_iov[UDPLB_BATCH];
+	uint8_t bk_ctl[UDPLB_BATCH][CMSG_SPACE(sizeof(int))];
 	/* send batch toward clients, and its runs folded for GSO */
 	bool no_gso;
 	struct mmsghdr go_msgs[UDPLB_BATCH];
@@ -726,23 +732,52 @@ static void read_clients(udplb_listener *l)
 	}
 }
 
-/* Reads a flow's replies with recvmmsg straight into the free slots of the
- * send batch toward clients, so each is read once and sent from where it
- * landed. */
+/* The segment size of a coalesced train (the UDP_GRO control message of
+ * a received message), or 0 when the message is one datagram. */
+static size_t gro_segment(struct msghdr *mh)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c))
+		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+		    c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+			int seg;
+			memcpy(&seg, CMSG_DATA(c), sizeof seg);
+			return seg > 0 ? (size_t)seg : 0;
+		}
+	return 0;
+}
+
+/* Lets a flow's socket take its backend's replies as coalesced trains
+ * (UDP_GRO) once the backend has shown it answers in bursts (one read
+ * found more than one reply): a backend that sends a burst as one GSO send
+ * (a QUIC server does) then costs one delivery and one read per burst
+ * instead of per datagram. Asked only then, so a flow that never bursts
+ * (DNS) still opens with three system calls. */
+static void take_trains(udplb_listener *l, flow_slot *f)
+{
+	int one = 1;
+	f->gro = true;
+	if (!l->no_gro && setsockopt(f->fd, SOL_UDP, UDP_GRO, &one, sizeof one))
+		l->no_gro = true; /* a kernel without it: replies come one by one */
+}
+
+/* Reads a flow's replies with recvmmsg and feeds them to the core one
+ * datagram at a time, cutting a coalesced train back into the datagrams
+ * it was made of (each of the segment size, the last maybe shorter). The
+ * core's sends toward clients copy each datagram into the send batch, so
+ * the receive buffers are free again when the next read comes. */
 static void read_backend(udplb_listener *l, udplb_flow_id id)
 {
 	for (int total = 0; total < UDPLB_FLOW_READS_MAX;) {
 		flow_slot *f = slot_of(l, id);
 		if (!f || f->fd < 0)
 			return; /* closed by the last reply (responses cap) */
-		if (l->tx_n == UDPLB_BATCH)
-			flush_tx(l);
-		size_t first = l->tx_n, room = UDPLB_BATCH - first;
-		for (size_t i = 0; i < room; i++) {
-			l->bk_iov[i] = (struct iovec){l->tx_buf + (first + i) * TX_SLOT, TX_SLOT};
-			l->bk_msgs[i].msg_hdr = (struct msghdr){.msg_iov = &l->bk_iov[i], .msg_iovlen = 1};
+		for (size_t i = 0; i < UDPLB_BATCH; i++) {
+			l->bk_iov[i] = (struct iovec){l->bk_buf + i * TX_SLOT, TX_SLOT};
+			l->bk_msgs[i].msg_hdr = (struct msghdr){.msg_iov = &l->bk_iov[i], .msg_iovlen = 1,
+			                                        .msg_control = l->bk_ctl[i],
+			                                        .msg_controllen = sizeof l->bk_ctl[i]};
 		}
-		int n = recvmmsg(f->fd, l->bk_msgs, (unsigned)room, MSG_DONTWAIT, NULL);
+		int n = recvmmsg(f->fd, l->bk_msgs, UDPLB_BATCH, MSG_DONTWAIT, NULL);
 		if (n < 0 && errno == ECONNREFUSED) {
 			/* ICMP port unreachable for an earlier send: the backend
 			 * refused a datagram the kernel had taken */
@@ -752,17 +787,24 @@ static void read_backend(udplb_listener *l, udplb_flow_id id)
 		}
 		if (n <= 0)
 			return;
-		/* Each reply makes at most one send, so the batch cannot fill
-		 * and flush under the replies still to feed; a reply that is
-		 * dropped leaves its slot to be written over by a later one. */
+		if (n > 1 && !f->gro)
+			take_trains(l, f);
 		for (int i = 0; i < n; i++) {
-			udplb_input in = {.kind = UDPLB_IN_BACKEND,
-			                  .u.backend = {.flow = id, .payload = l->bk_iov[i].iov_base,
-			                                .len = l->bk_msgs[i].msg_len}};
-			feed(l, &in);
+			const uint8_t *p = l->bk_iov[i].iov_base;
+			size_t len = l->bk_msgs[i].msg_len, seg = gro_segment(&l->bk_msgs[i].msg_hdr);
+			if (seg == 0 || seg > len)
+				seg = len;
+			size_t off = 0;
+			do { /* once for an empty datagram */
+				size_t dl = len - off < seg ? len - off : seg;
+				udplb_input in = {.kind = UDPLB_IN_BACKEND,
+				                  .u.backend = {.flow = id, .payload = p + off, .len = dl}};
+				feed(l, &in);
+				off += dl;
+			} while (off < len);
 		}
 		total += n;
-		if ((size_t)n < room)
+		if (n < UDPLB_BATCH)
 			return;
 	}
 }
@@ -849,6 +891,7 @@ static void listener_free(udplb_listener *l)
 	free(l->slots);
 	free(l->rx_buf);
 	free(l->tx_buf);
+	free(l->bk_buf);
 	udplb_backends_del(l->view);
 	udplb_manager_del(l->m);
 	free(l);
@@ -923,9 +966,10 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 	l->rx_slot = (size_t)g->max_rx + 1; /* one byte more shows truncation */
 	l->rx_buf = malloc(l->rx_slot * UDPLB_BATCH);
 	l->tx_buf = malloc((size_t)TX_SLOT * UDPLB_BATCH);
+	l->bk_buf = malloc((size_t)TX_SLOT * UDPLB_BATCH);
 	udplb_manager_config mc = {.max_flows = g->max_flows, .max_rx_datagram_size = g->max_rx,
 	                           .seed = g->seed, .checks = UDPLB_CHECK_CHEAP};
-	int rc = !l->rx_buf || !l->tx_buf ? UV_ENOMEM : 0;
+	int rc = !l->rx_buf || !l->tx_buf || !l->bk_buf ? UV_ENOMEM : 0;
 	if (!rc && (udplb_manager_new(&l->m, &mc) ||
 	            udplb_backends_new(&l->view, g->conf.maglev_size) ||
 	            udplb_backends_set(l->view, g->conf.backends, g->conf.n_backends)))

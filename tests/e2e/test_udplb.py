@@ -16,6 +16,8 @@ Run alone:
 """
 import collections
 import socket
+import struct
+import threading
 
 import pytest
 
@@ -423,3 +425,104 @@ def test_an_icmp_refusal_from_a_backend_counts_as_send_error(lb, clients):
         c.silent(b"anyone? %d" % i, wait=0.05)
     m = proxy.wait_metrics(lambda m: m["drops"]["send_error"] >= 1)
     assert m["datagrams_to_clients"] == 0 and m["flows_created"] == 1, m
+
+
+# ---------------------------------------------------------------- GSO trains from a backend
+
+UDP_SEGMENT = 103  # linux/udp.h: the segment size of a GSO send
+
+
+class TrainBackend:
+    """A backend that answers b"train N" with one GSO send (UDP_SEGMENT) of
+    N datagrams: N - 1 of 100 bytes and a shorter last one of 40, each
+    starting with its number, as a QUIC server sends a burst. A socket that
+    takes coalesced trains (UDP_GRO) gets the burst as one message and must
+    cut it back into the N datagrams."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.sock.settimeout(0.05)
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def datagram(burst, i, n):
+        head = b"%d.%d|" % (burst, i)
+        return head + b"x" * ((40 if i == n - 1 else 100) - len(head))
+
+    def _serve(self):
+        while not self._stop:
+            try:
+                data, src = self.sock.recvfrom(2048)
+            except (socket.timeout, OSError):
+                continue
+            burst, n = (int(x) for x in data.split()[1:3])
+            train = b"".join(self.datagram(burst, i, n) for i in range(n))
+            self.sock.sendmsg([train], [(socket.SOL_UDP, UDP_SEGMENT,
+                                         struct.pack("=H", 100))], 0, src)
+
+    def close(self):
+        self._stop = True
+        self._thread.join(2)
+        self.sock.close()
+
+
+@pytest.fixture
+def train_backend():
+    b = TrainBackend()
+    yield b
+    b.close()
+
+
+def read_burst(client, count):
+    client.sock.settimeout(2.0)
+    got = []
+    for _ in range(count):
+        data, src = client.sock.recvfrom(65536)
+        assert src == client.lb, src
+        got.append(data)
+    return got
+
+
+def test_a_burst_sent_as_one_gso_train_reaches_the_client_datagram_by_datagram(
+        lb, train_backend, clients):
+    """The first burst arrives cut into datagrams (the flow's socket takes
+    no trains yet) and shows the backend bursts; from then on the flow's
+    socket takes trains, and the balancer cuts each back into its datagrams,
+    the short last one included, in order."""
+    proxy = lb([train_backend.addr], workers=1)
+    c = clients(proxy.port)
+    total = 0
+    for burst, n in enumerate((4, 7, 7, 1, 12)):
+        c.send(b"train %d %d" % (burst, n))
+        got = read_burst(c, n)
+        assert got == [TrainBackend.datagram(burst, i, n) for i in range(n)], (burst, got)
+        total += n
+    c.sock.settimeout(0.2)
+    with pytest.raises(socket.timeout):
+        c.sock.recvfrom(65536)
+    m = proxy.wait_metrics(lambda m: m["datagrams_to_clients"] == total)
+    assert m["bytes_to_clients"] == sum(100 * (n - 1) + 40 for n in (4, 7, 7, 1, 12)), m
+    assert m["flows_created"] == 1 and m["datagrams_to_backends"] == 5, m
+    assert all(v == 0 for v in m["drops"].values()), m
+
+
+def test_a_responses_cap_ends_the_flow_inside_a_train(lb, train_backend, clients):
+    """responses = 6: a burst of 4 (which turns on trains for the flow),
+    then a train of 5 of which only 2 may pass; the flow ends there and the
+    rest of the train is dropped, never sent."""
+    proxy = lb([train_backend.addr], workers=1, cluster={"responses": 6})
+    c = clients(proxy.port)
+    c.send(b"train 0 4")
+    assert read_burst(c, 4) == [TrainBackend.datagram(0, i, 4) for i in range(4)]
+    c.send(b"train 1 5")
+    assert read_burst(c, 2) == [TrainBackend.datagram(1, i, 5) for i in range(2)]
+    c.sock.settimeout(0.3)
+    with pytest.raises(socket.timeout):
+        c.sock.recvfrom(65536)
+    m = proxy.wait_metrics(lambda m: m["active_flows"] == 0)
+    assert m["evicted"]["responses"] == 1 and m["datagrams_to_clients"] == 6, m
+    assert m["drops"]["unknown_flow"] <= 3, m
