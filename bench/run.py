@@ -28,6 +28,9 @@ Environment (all optional):
   BENCH_LB_SHORT=30000 BENCH_LB_FLOWS=64 BENCH_LB_LONG=200000
   BENCH_LB_LONG_FLOWS=4 BENCH_LB_WINDOW=64 BENCH_LB_SRC_IPS=8   UDP LB sizes
   BENCH_LB_SYSCALLS=0  skip bench/udplb_syscalls.sh in the UDP LB group
+  BENCH_LB_GRO=0       endpoints that move datagrams one by one: the echoes
+                       and the long flows' client sockets without UDP_GRO
+                       (and the echoes without GSO answers)
   BUILD=build          the meson build folder
 """
 import datetime
@@ -69,6 +72,7 @@ SIZES = {
     "lb_long_flows": os.environ.get("BENCH_LB_LONG_FLOWS", "4"),
     "lb_window": os.environ.get("BENCH_LB_WINDOW", "64"),
     "lb_src_ips": os.environ.get("BENCH_LB_SRC_IPS", "8"),
+    "lb_gro": os.environ.get("BENCH_LB_GRO", "1"),
 }
 LB_RUNS = 3        # runs per UDP LB scenario; the median counts
 LB_ECHOES = 3      # UDP echoes the load tool serves: the balancers' backends
@@ -191,7 +195,8 @@ LB_SCENARIOS = [
     ("short-reuse", "LB_SHORT", ["--count", SIZES["lb_short"], "--flows", SIZES["lb_flows"],
                                  "--per-flow", "1", "--window", SIZES["lb_flows"], "--reuse"]),
     ("long", "LB_LONG", ["--count", SIZES["lb_long"], "--flows", SIZES["lb_long_flows"],
-                         "--per-flow", "0", "--window", SIZES["lb_window"]]),
+                         "--per-flow", "0", "--window", SIZES["lb_window"]]
+     + (["--gro"] if SIZES["lb_gro"] != "0" else [])),
 ]
 
 
@@ -821,6 +826,22 @@ LB_TITLES = {"short": "short flows", "short-reuse": "short flows, ports reused",
              "long": "long flows"}
 
 
+def lb_endpoints(s):
+    """How the load tool's endpoints move datagrams (BENCH_LB_GRO)."""
+    if s["lb_gro"] != "0":
+        return """The endpoints batch as current QUIC stacks do (`--gro`): the echoes take
+coalesced trains (UDP_GRO) and answer a train with one GSO send
+(UDP_SEGMENT), and the long flows' client sockets take trains too; the
+clients still send datagram by datagram (sendmmsg). Both balancers face
+the same endpoints; a balancer that forwards a burst as one GSO send has
+it delivered as one train, one that sends datagram by datagram does not.
+`BENCH_LB_GRO=0` runs the same with endpoints that move datagrams one by
+one."""
+    return """The endpoints move datagrams one by one (`BENCH_LB_GRO=0`): the echoes
+and the client sockets take no coalesced trains (no UDP_GRO), so any GSO
+send toward them is cut into datagrams on delivery."""
+
+
 def lb_table(results):
     head = ["subject", "procs"]
     for name, _, _ in LB_SCENARIOS:
@@ -994,6 +1015,8 @@ median of {LB_RUNS} runs:
   `responses` cap, nginx runs in session mode (no proxy_responses,
   proxy_timeout 10s).
 
+{lb_endpoints(s)}
+
 dgram/s counts answered datagrams per second (one per flow in the short
 scenarios). CPU is the balancer's user + system time over a scenario's runs
 divided by the datagrams (short: flows) answered; RSS peak is sampled
@@ -1106,7 +1129,8 @@ def main():
                         "-subj", "/CN=proxy.test", "-addext", "subjectAltName=DNS:proxy.test",
                         "-keyout", str(key), "-out", str(cert)],
                        check=True, capture_output=True, timeout=30)
-        serve = subprocess.Popen([str(LOADGEN), "serve", "--udp-echoes", str(LB_ECHOES)],
+        serve = subprocess.Popen([str(LOADGEN), "serve", "--udp-echoes", str(LB_ECHOES)]
+                                 + (["--gro"] if SIZES["lb_gro"] != "0" else []),
                                  stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
         targets_kv = parse_line(serve.stdout.readline())
         if not targets_kv or "sink" not in targets_kv:

@@ -5,6 +5,7 @@
  * answer, the next datagram from that port is a new flow). */
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -17,6 +18,8 @@
 /* Datagrams read per recvmmsg(2), and sent per sendmmsg(2). */
 #define BATCH 32
 #define DGRAM_MAX 2048
+/* A receive buffer with --gro: a coalesced train holds up to 64 KiB. */
+#define TRAIN_MAX 65536
 /* Every payload starts with this tag and the datagram's sequence number. */
 #define TAG 0x6c62u /* "lb" */
 #define STAMP 8
@@ -61,6 +64,9 @@ static int slot_open(struct lb_run *u, int i)
 		if (bind(s->fd, (struct sockaddr *)&me, sizeof me) != 0)
 			goto fail;
 	}
+	int one = 1;
+	if (u->o->gro && setsockopt(s->fd, SOL_UDP, UDP_GRO, &one, sizeof one) != 0)
+		goto fail;
 	if (connect(s->fd, (const struct sockaddr *)&u->o->target, sizeof u->o->target) != 0)
 		goto fail;
 	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
@@ -165,7 +171,8 @@ int lg_lb_run(const struct lg_opts *o)
 	uint8_t(*out)[DGRAM_MAX] = NULL;
 	struct mmsghdr msgs[BATCH];
 	struct iovec iov[BATCH];
-	static uint8_t in[BATCH][DGRAM_MAX];
+	static uint8_t in[BATCH][TRAIN_MAX];
+	static uint8_t ctl[BATCH][CMSG_SPACE(sizeof(int))];
 	if (o->size < STAMP || o->size > DGRAM_MAX) {
 		err = "--size must be 8 to 2048 bytes";
 		goto out;
@@ -195,8 +202,7 @@ int lg_lb_run(const struct lg_opts *o)
 		out[i][0] = (uint8_t)(TAG >> 8);
 		out[i][1] = (uint8_t)TAG;
 		out[i][2] = out[i][3] = 0;
-		iov[i] = (struct iovec){.iov_base = in[i], .iov_len = DGRAM_MAX};
-		msgs[i] = (struct mmsghdr){.msg_hdr = {.msg_iov = &iov[i], .msg_iovlen = 1}};
+		iov[i] = (struct iovec){.iov_base = in[i], .iov_len = o->gro ? TRAIN_MAX : DGRAM_MAX};
 	}
 	uint64_t loss_ns = (uint64_t)(o->loss_ms * 1e6);
 	double cpu0 = lg_cpu_s();
@@ -259,17 +265,33 @@ int lg_lb_run(const struct lg_opts *o)
 			if (u.slots[i].fd < 0)
 				continue;
 			/* Level-triggered: what one read leaves is reported again. */
+			for (int j = 0; j < BATCH; j++)
+				msgs[j] = (struct mmsghdr){.msg_hdr = {
+					.msg_iov = &iov[j], .msg_iovlen = 1,
+					.msg_control = o->gro ? ctl[j] : NULL,
+					.msg_controllen = o->gro ? sizeof ctl[j] : 0}};
 			int n = recvmmsg(u.slots[i].fd, msgs, BATCH, MSG_DONTWAIT, NULL);
-			for (int j = 0; j < n; j++)
-				lb_answer(&u, i, in[j], msgs[j].msg_len, now);
+			for (int j = 0; j < n; j++) {
+				/* a train (--gro) is cut back into its datagrams */
+				size_t len = msgs[j].msg_len, seg = (size_t)lg_gro_segment(&msgs[j].msg_hdr);
+				if (seg == 0 || seg > len)
+					seg = len;
+				size_t off = 0;
+				do {
+					size_t dl = len - off < seg ? len - off : seg;
+					lb_answer(&u, i, in[j] + off, dl, now);
+					off += dl;
+				} while (off < len);
+			}
 		}
 	}
 	double secs = (double)(lg_now_ns() - t0) / 1e9;
 	double p50 = lg_samples_pct_us(&u.lat, 50), p99 = lg_samples_pct_us(&u.lat, 99);
-	lg_print(o, "count=%d size=%d flows=%d per_flow=%d reuse=%d window=%d src_ips=%d secs=%.3f "
+	lg_print(o, "count=%d size=%d flows=%d per_flow=%d reuse=%d gro=%d window=%d src_ips=%d secs=%.3f "
 	            "answered=%zu lost=%zu loss_pct=%.2f pkt_s=%.1f new_flows=%zu flows_s=%.1f "
 	            "p50_us=%.1f p99_us=%.1f late=%zu strays=%zu open_errors=%zu cpu_s=%.2f%s",
-	         o->count, o->size, flows, o->per_flow, o->reuse, u.slot_window * flows, o->src_ips,
+	         o->count, o->size, flows, o->per_flow, o->reuse, o->gro, u.slot_window * flows,
+	         o->src_ips,
 	         secs,
 	         u.answered, u.lost, 100.0 * (double)u.lost / (double)o->count,
 	         (double)u.answered / secs, u.flows, (double)u.flows / secs, p50, p99, u.late,

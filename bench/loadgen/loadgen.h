@@ -28,6 +28,7 @@ struct lg_opts {
 	int per_flow;             /* lb: datagrams per flow before its socket is replaced; 0 = never */
 	bool reuse;               /* lb: a finished flow's socket stays for the next flow */
 	int src_ips;              /* lb: client sockets bind to 127.0.0.1 .. 127.0.0.<src_ips> */
+	bool gro;                 /* lb, serve: UDP sockets take coalesced trains (UDP_GRO) */
 	int udp_echoes;           /* serve: UDP echo sockets (the first on udp_port) */
 	double timeout;           /* any mode: the whole run gives up after this many seconds */
 	uint16_t sink_port, echo_port, udp_port; /* serve: 0 = the kernel picks */
@@ -50,6 +51,11 @@ int lg_udp_run(const struct lg_opts *o) LG_WARN;
 int lg_lb_run(const struct lg_opts *o) LG_WARN;
 /* Runs the sink, the echo and the UDP echo(es) until SIGTERM or SIGINT. */
 int lg_serve_run(const struct lg_opts *o) LG_WARN;
+
+struct msghdr;
+/* The segment size of a coalesced train received on a UDP_GRO socket
+ * (its UDP_GRO control message), or 0 when mh holds one datagram. */
+int lg_gro_segment(struct msghdr *mh);
 
 /* The thru framing: the client sends an 8-byte big-endian length, then that
  * many bytes; the sink answers with the same 8 bytes once it has counted

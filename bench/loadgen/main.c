@@ -29,6 +29,9 @@ static const char usage[] =
 	"  --per-flow N       lb: datagrams per flow, then a new socket; 0 = never (1)\n"
 	"  --reuse            lb: keep a finished flow's socket for the next flow\n"
 	"  --src-ips N        lb: sources 127.0.0.1 .. 127.0.0.N, round robin (1)\n"
+	"  --gro              lb: client sockets take coalesced trains (UDP_GRO);\n"
+	"                     serve: so do the UDP echoes, and they answer a train\n"
+	"                     with one GSO send (UDP_SEGMENT), as a QUIC stack does\n"
 	"  --udp-echoes N     serve: UDP echo sockets, the first on --udp-port (1)\n"
 	"  --timeout S        give up after S seconds (60)\n"
 	"  --sink-port P --echo-port P --udp-port P   serve: ports (0 = any; printed)\n";
@@ -126,7 +129,7 @@ int main(int argc, char **argv)
 		{"echo-port", required_argument, 0, 2}, {"udp-port", required_argument, 0, 3},
 		{"flows", required_argument, 0, 4},    {"per-flow", required_argument, 0, 5},
 		{"src-ips", required_argument, 0, 6},  {"udp-echoes", required_argument, 0, 7},
-		{"reuse", no_argument, 0, 8},
+		{"reuse", no_argument, 0, 8},          {"gro", no_argument, 0, 9},
 		{"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
 	};
 	if (argc < 2)
@@ -160,6 +163,7 @@ int main(int argc, char **argv)
 		case 5: opts.per_flow = (int)parse_num(optarg, 0, 100000000); break;
 		case 6: opts.src_ips = (int)parse_num(optarg, 1, 254); break;
 		case 8: opts.reuse = true; break;
+		case 9: opts.gro = true; break;
 		case 7: opts.udp_echoes = (int)parse_num(optarg, 1, 16); break;
 		case 'h': fputs(usage, stdout); return 0;
 		default: die("bad option", argv[optind - 1]);

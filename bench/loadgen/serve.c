@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <netinet/udp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,9 +178,15 @@ static bool echo_event(int ep, struct conn *c, uint32_t events)
 	}
 }
 
+/* Echoes what one socket has. With --gro the socket takes coalesced
+ * trains (UDP_GRO) and answers a train with one send cut into the same
+ * datagrams (UDP_SEGMENT), as a QUIC server does: a sender that batches
+ * its datagrams to us costs the echo one system call and one delivery per
+ * train, so the echo stays cheap next to what is measured. */
 static void udp_echo(int fd)
 {
 	static uint8_t bufs[UDP_BATCH][UDP_MAX];
+	static uint8_t ctl[UDP_BATCH][CMSG_SPACE(sizeof(int))];
 	struct sockaddr_in from[UDP_BATCH];
 	struct iovec iov[UDP_BATCH];
 	struct mmsghdr m[UDP_BATCH];
@@ -188,13 +195,32 @@ static void udp_echo(int fd)
 			iov[i] = (struct iovec){.iov_base = bufs[i], .iov_len = UDP_MAX};
 			m[i] = (struct mmsghdr){.msg_hdr = {.msg_name = &from[i],
 			                                    .msg_namelen = sizeof from[i],
-			                                    .msg_iov = &iov[i], .msg_iovlen = 1}};
+			                                    .msg_iov = &iov[i], .msg_iovlen = 1,
+			                                    .msg_control = ctl[i],
+			                                    .msg_controllen = sizeof ctl[i]}};
 		}
 		int k = recvmmsg(fd, m, UDP_BATCH, MSG_DONTWAIT, NULL);
 		if (k <= 0)
 			return;
-		for (int i = 0; i < k; i++)
+		for (int i = 0; i < k; i++) {
+			struct msghdr *mh = &m[i].msg_hdr;
+			int seg = lg_gro_segment(mh);
 			iov[i].iov_len = m[i].msg_len;
+			mh->msg_control = NULL;
+			mh->msg_controllen = 0;
+			if (seg > 0 && m[i].msg_len > (unsigned)seg) {
+				/* the same ctl buffer: the kernel wrote UDP_GRO there */
+				struct cmsghdr *c = (struct cmsghdr *)ctl[i];
+				memset(ctl[i], 0, sizeof ctl[i]);
+				c->cmsg_level = SOL_UDP;
+				c->cmsg_type = UDP_SEGMENT;
+				c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+				uint16_t s16 = (uint16_t)seg;
+				memcpy(CMSG_DATA(c), &s16, sizeof s16);
+				mh->msg_control = ctl[i];
+				mh->msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+			}
+		}
 		/* A reply the kernel will not take is dropped, as a busy server would. */
 		(void)sendmmsg(fd, m, (unsigned)k, MSG_DONTWAIT);
 		if (k < UDP_BATCH)
@@ -225,6 +251,9 @@ int lg_serve_run(const struct lg_opts *o)
 		fixed[3 + i] = (struct conn){
 			.role = UDP_ECHO,
 			.fd = listen_on(SOCK_DGRAM, i == 0 ? o->udp_port : 0, &udp_ports[i])};
+	for (int i = 0, one = 1; o->gro && i < echoes; i++)
+		if (fixed[3 + i].fd >= 0)
+			(void)setsockopt(fixed[3 + i].fd, SOL_UDP, UDP_GRO, &one, sizeof one);
 	for (int i = 0; i < 3 + echoes; i++) {
 		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &fixed[i]};
 		if (ep < 0 || fixed[i].fd < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fixed[i].fd, &ev) != 0)

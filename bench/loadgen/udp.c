@@ -1,6 +1,7 @@
 /* udp.c - the udp mode: K datagrams to the UDP echo, W in flight, directly or through SOCKS5 UDP ASSOCIATE. */
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,4 +266,16 @@ out:
 	free(out);
 	lg_samples_free(&u.lat);
 	return status;
+}
+
+int lg_gro_segment(struct msghdr *mh)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c))
+		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+		    c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+			int size;
+			memcpy(&size, CMSG_DATA(c), sizeof size);
+			return size > 0 ? size : 0;
+		}
+	return 0;
 }
