@@ -33,9 +33,9 @@ static const char *const msgs[] = {
 #define UDPLB_GSO_SEGMENTS_MAX 64
 #define UDPLB_GSO_SEGMENT_MAX 1400
 
-/* A slot of the send batch toward clients, and of the receive batch of
- * backend replies: the largest UDP payload, which is also the most a
- * coalesced train (UDP_GRO) can hold. */
+/* A slot of the send batch toward clients and of the two receive batches
+ * (clients, backend replies): the largest UDP payload, which is also the
+ * most a coalesced train (UDP_GRO) can hold. */
 #define TX_SLOT (UDPLB_DATAGRAM_MAX + 1)
 
 typedef struct qitem {
@@ -94,19 +94,20 @@ struct udplb_listener {
 	size_t n_aborts;
 	queue lq; /* toward clients, when the socket is full */
 	/* receive batch */
+	bool rx_gro; /* the listener takes coalesced trains (UDP_GRO) */
 	uint8_t *rx_buf;
-	size_t rx_slot;
 	struct mmsghdr rx_msgs[UDPLB_BATCH];
 	struct iovec rx_iov[UDPLB_BATCH];
 	struct sockaddr_storage rx_from[UDPLB_BATCH];
 	uint8_t rx_ctl[UDPLB_BATCH][CMSG_SPACE(sizeof(struct in6_pktinfo)) +
-	                            CMSG_SPACE(sizeof(struct in_pktinfo))];
+	                            CMSG_SPACE(sizeof(struct in_pktinfo)) +
+	                            CMSG_SPACE(sizeof(int))];
 	/* sends toward backends gathered over one receive round */
 	bool gathering;
 	size_t ps_n;
-	pending_send ps[UDPLB_BATCH];
-	struct mmsghdr ps_msgs[UDPLB_BATCH];
-	struct iovec ps_iov[UDPLB_BATCH][2];
+	pending_send ps[UDPLB_GATHER];
+	struct mmsghdr ps_msgs[UDPLB_GATHER];
+	struct iovec ps_iov[UDPLB_GATHER][2];
 	/* replies read from one flow socket, each a datagram or a coalesced
 	 * train of them (UDP_GRO) */
 	bool no_gro;
@@ -320,6 +321,8 @@ static void flow_enqueue(udplb_listener *l, flow_slot *f, const uint8_t *pre, si
 	}
 }
 
+static void flush_backend_sends(udplb_listener *l);
+
 static void send_to_backend(udplb_listener *l, const udplb_output *o)
 {
 	flow_slot *f = slot_of(l, o->flow);
@@ -331,7 +334,9 @@ static void send_to_backend(udplb_listener *l, const udplb_output *o)
 		flow_enqueue(l, f, pre, plen, payload, len); /* behind what waits */
 		return;
 	}
-	if (l->gathering && l->ps_n < UDPLB_BATCH) {
+	if (l->gathering) {
+		if (l->ps_n == UDPLB_GATHER)
+			flush_backend_sends(l); /* the payloads stay where they are */
 		pending_send *p = &l->ps[l->ps_n++];
 		p->flow = o->flow;
 		p->done = false;
@@ -392,7 +397,7 @@ static bool send_backend_run(udplb_listener *l, flow_slot *f, size_t m)
  * in order within each flow. */
 static void flush_backend_sends(udplb_listener *l)
 {
-	size_t idx[UDPLB_BATCH];
+	size_t idx[UDPLB_GATHER];
 	for (size_t i = 0; i < l->ps_n; i++) {
 		if (l->ps[i].done)
 			continue;
@@ -692,18 +697,37 @@ static void sync_health(udplb_listener *l)
 			return; /* i is always in range: the view holds the group's list */
 }
 
+/* The segment size of a coalesced train (the UDP_GRO control message of
+ * a received message), or 0 when the message is one datagram. */
+static size_t gro_segment(struct msghdr *mh)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c))
+		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+		    c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+			int seg;
+			memcpy(&seg, CMSG_DATA(c), sizeof seg);
+			return seg > 0 ? (size_t)seg : 0;
+		}
+	return 0;
+}
+
+/* Reads client datagrams in batches and feeds them to the core one at a
+ * time, a coalesced train (UDP_GRO) cut back into its datagrams. A slot
+ * holds the largest UDP payload, so nothing is cut short by the read; the
+ * core drops what is over max_rx_datagram_size. */
 static void read_clients(udplb_listener *l)
 {
+	bool ctl = l->wildcard || l->rx_gro;
 	for (int round = 0; round < 4; round++) {
 		for (size_t i = 0; i < UDPLB_BATCH; i++) {
-			l->rx_iov[i] = (struct iovec){l->rx_buf + i * l->rx_slot, l->rx_slot};
+			l->rx_iov[i] = (struct iovec){l->rx_buf + i * TX_SLOT, TX_SLOT};
 			l->rx_msgs[i].msg_hdr = (struct msghdr){
 				.msg_name = &l->rx_from[i],
 				.msg_namelen = sizeof l->rx_from[i],
 				.msg_iov = &l->rx_iov[i],
 				.msg_iovlen = 1,
-				.msg_control = l->wildcard ? l->rx_ctl[i] : NULL,
-				.msg_controllen = l->wildcard ? sizeof l->rx_ctl[i] : 0,
+				.msg_control = ctl ? l->rx_ctl[i] : NULL,
+				.msg_controllen = ctl ? sizeof l->rx_ctl[i] : 0,
 			};
 		}
 		int n = recvmmsg(l->fd, l->rx_msgs, UDPLB_BATCH, MSG_DONTWAIT, NULL);
@@ -718,32 +742,29 @@ static void read_clients(udplb_listener *l)
 			/* a wildcard socket learns the address sent to from IP_PKTINFO */
 			if (!l->wildcard || !udplb_pktinfo_read(mh, l->port, &in.u.client.local))
 				in.u.client.local = l->local;
-			in.u.client.payload = mh->msg_iov[0].iov_base;
-			/* MSG_TRUNC: longer than the buffer, which is max_rx + 1 */
-			in.u.client.len = (mh->msg_flags & MSG_TRUNC) ? l->rx_slot
-			                                                : l->rx_msgs[i].msg_len;
 			in.u.client.backends = l->view;
-			feed(l, &in);
+			const uint8_t *p = mh->msg_iov[0].iov_base;
+			size_t len = l->rx_msgs[i].msg_len, seg = l->rx_gro ? gro_segment(mh) : 0;
+			if (mh->msg_flags & MSG_TRUNC) {
+				/* over the largest UDP payload: cannot happen, but if
+				 * it did, one datagram the core drops as truncated */
+				seg = len = (size_t)l->g->max_rx + 1;
+			}
+			if (seg == 0 || seg > len)
+				seg = len;
+			size_t off = 0;
+			do { /* once for an empty datagram */
+				in.u.client.payload = p + off;
+				in.u.client.len = len - off < seg ? len - off : seg;
+				feed(l, &in);
+				off += in.u.client.len;
+			} while (off < len);
 		}
 		l->gathering = false;
 		flush_backend_sends(l); /* before the next round reuses the buffers */
 		if (n < UDPLB_BATCH)
 			return;
 	}
-}
-
-/* The segment size of a coalesced train (the UDP_GRO control message of
- * a received message), or 0 when the message is one datagram. */
-static size_t gro_segment(struct msghdr *mh)
-{
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c))
-		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
-		    c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-			int seg;
-			memcpy(&seg, CMSG_DATA(c), sizeof seg);
-			return seg > 0 ? (size_t)seg : 0;
-		}
-	return 0;
 }
 
 /* Lets a flow's socket take its backend's replies as coalesced trains
@@ -916,6 +937,9 @@ static int setup_socket(udplb_listener *l, const struct sockaddr_storage *ss, si
 		if (setsockopt(l->fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof one))
 			return -errno;
 	}
+	/* Bursts a client sends as one GSO send (QUIC stacks do), or a NIC's
+	 * GRO coalesces, arrive as one train: one read, one delivery. */
+	l->rx_gro = setsockopt(l->fd, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
 	/* A deeper queue absorbs bursts; the kernel caps it at rmem_max. */
 	int rcv = 4 << 20;
 	(void)setsockopt(l->fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
@@ -963,8 +987,7 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 	l->loop = loop;
 	l->fd = l->epfd = -1;
 	l->wildcard = is_wildcard(&ss);
-	l->rx_slot = (size_t)g->max_rx + 1; /* one byte more shows truncation */
-	l->rx_buf = malloc(l->rx_slot * UDPLB_BATCH);
+	l->rx_buf = malloc((size_t)TX_SLOT * UDPLB_BATCH);
 	l->tx_buf = malloc((size_t)TX_SLOT * UDPLB_BATCH);
 	l->bk_buf = malloc((size_t)TX_SLOT * UDPLB_BATCH);
 	udplb_manager_config mc = {.max_flows = g->max_flows, .max_rx_datagram_size = g->max_rx,

@@ -22,6 +22,9 @@
 
 /* Datagrams one recvmmsg / sendmmsg moves. */
 #define UDPLB_BATCH 32
+/* Datagrams toward backends held over one receive round, so that a
+ * flow's share leaves in one send: as many as one UDP GSO send carries. */
+#define UDPLB_GATHER 64
 /* Datagrams queued on one flow's socket when the kernel refuses more, and
  * on a listener's socket toward clients: past these a datagram drops
  * (queue_full). UDP is best effort; these bound memory, not loss. */

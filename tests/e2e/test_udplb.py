@@ -526,3 +526,45 @@ def test_a_responses_cap_ends_the_flow_inside_a_train(lb, train_backend, clients
     m = proxy.wait_metrics(lambda m: m["active_flows"] == 0)
     assert m["evicted"]["responses"] == 1 and m["datagrams_to_clients"] == 6, m
     assert m["drops"]["unknown_flow"] <= 3, m
+
+
+def send_train(client, payloads, seg):
+    """Sends payloads (each seg bytes, the last maybe shorter) as one GSO
+    send: a client that takes trains (UDP_GRO on the listener) gets them as
+    one message and must cut it back into the datagrams."""
+    client.sock.sendmsg([b"".join(payloads)], [(socket.SOL_UDP, UDP_SEGMENT,
+                                                struct.pack("=H", seg))], 0, client.lb)
+
+
+def test_a_client_burst_sent_as_one_gso_train_is_forwarded_datagram_by_datagram(
+        lb, backends, clients):
+    """Every datagram of the train reaches the backend on its own, in
+    order, each with its PROXY v2 header, and each is answered."""
+    proxy = lb(backends[:1], workers=1, cluster={"proxy_protocol": "every"})
+    c = clients(proxy.port)
+    payloads = [b"%02d" % i + b"q" * 58 for i in range(9)] + [b"09-short"]
+    send_train(c, payloads, 60)
+    got = [c.recv() for _ in payloads]
+    assert got == [("a", p) for p in payloads], got
+    seen = backends[0].datagrams()
+    assert [h["src"] for _, _, h in seen] == [c.addr] * len(payloads), seen
+    assert [d[-len(p):] for (_, d, _), p in zip(seen, payloads)] == payloads, seen
+    m = proxy.wait_metrics(lambda m: m["datagrams_to_clients"] == len(payloads))
+    assert m["flows_created"] == 1 and m["datagrams_to_backends"] == len(payloads), m
+    assert m["bytes_to_backends"] == sum(map(len, payloads)), m
+
+
+def test_max_rx_applies_to_each_datagram_of_a_client_train(lb, backends, clients):
+    """max_rx_datagram_size = 50: a train of 60-byte datagrams is dropped
+    datagram by datagram as truncated (the train's length is not what is
+    measured), and a train of 40-byte ones passes."""
+    proxy = lb(backends[:1], workers=1, inbound={"max_rx_datagram_size": 50})
+    c = clients(proxy.port)
+    send_train(c, [b"L" * 60] * 4, 60)
+    m = proxy.wait_metrics(lambda m: m["drops"]["truncated"] == 4)
+    assert m["datagrams_to_backends"] == 0, m
+    small = [b"%d" % i + b"s" * 39 for i in range(5)]
+    send_train(c, small, 40)
+    assert [c.recv() for _ in small] == [("a", p) for p in small]
+    m = proxy.wait_metrics(lambda m: m["datagrams_to_clients"] == 5)
+    assert m["drops"]["truncated"] == 4 and m["datagrams_to_backends"] == 5, m
