@@ -15,7 +15,8 @@ udp_lb and nginx's stream UDP proxy over the load tool's three UDP echoes)
 runs its own workloads instead (`loadgen lb`, straight to the balancer):
 short flows (one datagram and its answer per flow, a new client socket per
 flow; and the same with each client socket kept for its next flow), and
-long flows (a few client sockets streaming within a window).
+long flows (a few client sockets streaming within a window), and the same with
+each burst sent as one GSO train.
 
 Environment (all optional):
   BENCH_ONLY=key,key   run only these subjects (see SUBJECTS; a group name
@@ -196,6 +197,9 @@ LB_SCENARIOS = [
                                  "--per-flow", "1", "--window", SIZES["lb_flows"], "--reuse"]),
     ("long", "LB_LONG", ["--count", SIZES["lb_long"], "--flows", SIZES["lb_long_flows"],
                          "--per-flow", "0", "--window", SIZES["lb_window"]]
+     + (["--gro"] if SIZES["lb_gro"] != "0" else [])),
+    ("long-gso", "LB_LONG", ["--count", SIZES["lb_long"], "--flows", SIZES["lb_long_flows"],
+                             "--per-flow", "0", "--window", SIZES["lb_window"], "--gso"]
      + (["--gro"] if SIZES["lb_gro"] != "0" else [])),
 ]
 
@@ -823,7 +827,7 @@ def targets(results):
 
 
 LB_TITLES = {"short": "short flows", "short-reuse": "short flows, ports reused",
-             "long": "long flows"}
+             "long": "long flows", "long-gso": "long flows, bursts sent as GSO trains"}
 
 
 def lb_endpoints(s):
@@ -831,8 +835,9 @@ def lb_endpoints(s):
     if s["lb_gro"] != "0":
         return """The endpoints batch as current QUIC stacks do (`--gro`): the echoes take
 coalesced trains (UDP_GRO) and answer a train with one GSO send
-(UDP_SEGMENT), and the long flows' client sockets take trains too; the
-clients still send datagram by datagram (sendmmsg). Both balancers face
+(UDP_SEGMENT), and the long flows' client sockets take trains too; in the
+other scenarios the clients send datagram by datagram (sendmmsg). Both
+balancers face
 the same endpoints; a balancer that forwards a burst as one GSO send has
 it delivered as one train, one that sends datagram by datagram does not.
 `BENCH_LB_GRO=0` runs the same with endpoints that move datagrams one by
@@ -911,7 +916,7 @@ def lb_targets(results, syscalls):
         out.append(f"| {name} | {mark} | {detail} |")
 
     peer = {"short": "nginx proxy_responses 1", "short-reuse": "nginx proxy_responses 1",
-            "long": "nginx session mode"}
+            "long": "nginx session mode", "long-gso": "nginx session mode"}
     for name, _, _ in LB_SCENARIOS:
         ours, theirs = lb_rate(a, name), lb_rate(n, name)
         label = f"{LB_TITLES[name]}: dgram/s ≥ 2 × {peer[name]}"
@@ -1013,7 +1018,11 @@ median of {LB_RUNS} runs:
 - long flows: {s['lb_long']} datagrams over {s['lb_long_flows']} client sockets that
   stay open, {s['lb_window']} datagrams in flight in all; etemenanki's listener has no
   `responses` cap, nginx runs in session mode (no proxy_responses,
-  proxy_timeout 10s).
+  proxy_timeout 10s);
+- long flows, bursts sent as GSO trains: the same, but each client socket
+  sends its burst (up to its share of the window) as one GSO send
+  (UDP_SEGMENT), as a QUIC stack sends; loopback has no GRO engine, so this
+  is also what a NIC's GRO would hand a listener that takes trains.
 
 {lb_endpoints(s)}
 

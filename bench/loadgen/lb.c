@@ -104,10 +104,23 @@ static void slot_fill(struct lb_run *u, int i, uint32_t *next, uint8_t (*out)[DG
 	}
 	if (k == 0)
 		return;
-	if (k == 1)
+	if (k == 1) {
 		(void)send(s->fd, out[0], (size_t)o->size, 0);
-	else
+	} else if (o->gso) {
+		/* the burst as one train cut into its datagrams below us */
+		uint8_t ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
+		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k, .msg_control = ctl,
+		                    .msg_controllen = sizeof ctl};
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_UDP;
+		c->cmsg_type = UDP_SEGMENT;
+		c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+		uint16_t seg = (uint16_t)o->size;
+		memcpy(CMSG_DATA(c), &seg, sizeof seg);
+		(void)sendmsg(s->fd, &mh, 0);
+	} else {
 		(void)sendmmsg(s->fd, m, (unsigned)k, 0);
+	}
 	/* A datagram the kernel would not take (or refused with ECONNREFUSED)
 	 * is simply lost, as on a wire. */
 	uint64_t now = lg_now_ns();
@@ -287,10 +300,11 @@ int lg_lb_run(const struct lg_opts *o)
 	}
 	double secs = (double)(lg_now_ns() - t0) / 1e9;
 	double p50 = lg_samples_pct_us(&u.lat, 50), p99 = lg_samples_pct_us(&u.lat, 99);
-	lg_print(o, "count=%d size=%d flows=%d per_flow=%d reuse=%d gro=%d window=%d src_ips=%d secs=%.3f "
+	lg_print(o, "count=%d size=%d flows=%d per_flow=%d reuse=%d gro=%d gso=%d window=%d src_ips=%d "
+	            "secs=%.3f "
 	            "answered=%zu lost=%zu loss_pct=%.2f pkt_s=%.1f new_flows=%zu flows_s=%.1f "
 	            "p50_us=%.1f p99_us=%.1f late=%zu strays=%zu open_errors=%zu cpu_s=%.2f%s",
-	         o->count, o->size, flows, o->per_flow, o->reuse, o->gro, u.slot_window * flows,
+	         o->count, o->size, flows, o->per_flow, o->reuse, o->gro, o->gso, u.slot_window * flows,
 	         o->src_ips,
 	         secs,
 	         u.answered, u.lost, 100.0 * (double)u.lost / (double)o->count,

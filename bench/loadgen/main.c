@@ -32,6 +32,7 @@ static const char usage[] =
 	"  --gro              lb: client sockets take coalesced trains (UDP_GRO);\n"
 	"                     serve: so do the UDP echoes, and they answer a train\n"
 	"                     with one GSO send (UDP_SEGMENT), as a QUIC stack does\n"
+	"  --gso              lb: a client socket's burst goes as one GSO send\n"
 	"  --udp-echoes N     serve: UDP echo sockets, the first on --udp-port (1)\n"
 	"  --timeout S        give up after S seconds (60)\n"
 	"  --sink-port P --echo-port P --udp-port P   serve: ports (0 = any; printed)\n";
@@ -130,6 +131,7 @@ int main(int argc, char **argv)
 		{"flows", required_argument, 0, 4},    {"per-flow", required_argument, 0, 5},
 		{"src-ips", required_argument, 0, 6},  {"udp-echoes", required_argument, 0, 7},
 		{"reuse", no_argument, 0, 8},          {"gro", no_argument, 0, 9},
+		{"gso", no_argument, 0, 10},
 		{"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
 	};
 	if (argc < 2)
@@ -164,6 +166,7 @@ int main(int argc, char **argv)
 		case 6: opts.src_ips = (int)parse_num(optarg, 1, 254); break;
 		case 8: opts.reuse = true; break;
 		case 9: opts.gro = true; break;
+		case 10: opts.gso = true; break;
 		case 7: opts.udp_echoes = (int)parse_num(optarg, 1, 16); break;
 		case 'h': fputs(usage, stdout); return 0;
 		default: die("bad option", argv[optind - 1]);
