@@ -29,6 +29,8 @@ Environment (all optional):
   BENCH_LB_SHORT=30000 BENCH_LB_FLOWS=64 BENCH_LB_LONG=200000
   BENCH_LB_LONG_FLOWS=4 BENCH_LB_WINDOW=64 BENCH_LB_SRC_IPS=8   UDP LB sizes
   BENCH_LB_SYSCALLS=0  skip bench/udplb_syscalls.sh in the UDP LB group
+  BENCH_LB_REUSE=0     etemenanki's short-flow cluster without
+                       reuse_upstream_sockets (the product default)
   BENCH_LB_GRO=0       endpoints that move datagrams one by one: the echoes
                        and the long flows' client sockets without UDP_GRO
                        (and the echoes without GSO answers)
@@ -74,6 +76,7 @@ SIZES = {
     "lb_window": os.environ.get("BENCH_LB_WINDOW", "64"),
     "lb_src_ips": os.environ.get("BENCH_LB_SRC_IPS", "8"),
     "lb_gro": os.environ.get("BENCH_LB_GRO", "1"),
+    "lb_reuse": os.environ.get("BENCH_LB_REUSE", "1"),
 }
 LB_RUNS = 3        # runs per UDP LB scenario; the median counts
 LB_ECHOES = 3      # UDP echoes the load tool serves: the balancers' backends
@@ -181,7 +184,9 @@ SUBJECTS = [
     # UDP load balancers over the load tool's three UDP echoes
     Subject("lb-direct", "direct to one UDP echo (no balancer)", "udp-lb", [], via="direct",
             kind="udplb"),
-    Subject("etm-udplb", "etemenanki udp_lb (responses = 1 / unlimited)", "udp-lb",
+    Subject("etm-udplb", "etemenanki udp_lb (responses = 1"
+            + (", reuse_upstream_sockets" if SIZES["lb_reuse"] != "0" else "")
+            + " / unlimited)", "udp-lb",
             [Proc(str(APP), ["@EXE@", "-c", "@CFG@"], "etemenanki/udplb.toml", (),
                   udp_listens=("LB_SHORT", "LB_LONG"))], via="lb", ours=True, kind="udplb"),
     Subject("nginx-udplb", "nginx stream udp (proxy_responses 1 / session)", "udp-lb",
@@ -1148,6 +1153,7 @@ def main():
                 "CERT": cert, "KEY": key}
         for i, port in enumerate(targets_kv.get("udp_echoes", "").split(",")[:LB_ECHOES]):
             base[f"ECHO{i + 1}"] = port
+        base["LB_REUSE"] = "false" if SIZES["lb_reuse"] == "0" else "true"
         log(f"targets: sink {base['SINK']}, echo {base['ECHO']}, udp {base['UDP']}, "
             f"udp echoes {targets_kv.get('udp_echoes')}")
         r = subprocess.run([str(BENCH_ROUTE)], capture_output=True, text=True, timeout=120)

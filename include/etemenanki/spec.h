@@ -251,6 +251,7 @@ typedef struct etm_cluster_spec {
 	uint64_t subnet_prefix_v6;
 	etm_lb_proxy_protocol proxy_protocol;
 	uint64_t maglev_size;
+	bool reuse_upstream_sockets; /* a flow that got its responses hands its socket on */
 	bool has_health; /* [cluster.health] present: probes run */
 	etm_lb_health_spec health;
 } etm_cluster_spec;

@@ -38,6 +38,7 @@ typedef struct etm_udplb_stats {
 	uint64_t datagrams_to_backends, bytes_to_backends;
 	uint64_t datagrams_to_clients, bytes_to_clients;
 	uint64_t flow_duration_ms;              /* summed over evicted flows */
+	uint64_t sockets_reused;                /* flows given a pooled upstream socket */
 	uint64_t drops[ETM_UDPLB_DROP_KINDS];   /* index i is etm_udplb_drop_name(i) */
 	uint64_t evicted[ETM_UDPLB_CLOSE_KINDS]; /* index i is etm_udplb_close_name(i) */
 } etm_udplb_stats;

@@ -484,6 +484,10 @@ static const schema_field cluster_fields[] = {
 	     "first datagram) or every."),
 	U64(etm_cluster_spec, maglev_size, "maglev_size", UDPLB_MAGLEV_SIZE_DEFAULT, "65537",
 	    "Entries of the maglev table: a prime, at least the backend count, at most 655373."),
+	BOOL(etm_cluster_spec, reuse_upstream_sockets, "reuse_upstream_sockets", 0,
+	     "A flow that ended with its responses cap hands its upstream socket, after a quiet "
+	     "50 ms, to a later flow to the same backend: for stateless request/response backends "
+	     "(DNS). Needs responses; not with proxy_protocol = \"first\"."),
 	{.name = "health", .kind = SK_TABLE, .offset = offsetof(etm_cluster_spec, health),
 	 .aux_offset = offsetof(etm_cluster_spec, has_health), .sub = &lb_health_table,
 	 .doc = "Health checks; none when absent."},

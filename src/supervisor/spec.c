@@ -62,6 +62,11 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 				      "exclude each other",
 	[SPEC_CLUSTER_BAD_HEX] = "cluster %s: health.udp_payload_hex is not pairs of hexadecimal "
 				 "digits (spaces between bytes are allowed)",
+	[SPEC_CLUSTER_REUSE_NO_CAP] = "cluster %s: reuse_upstream_sockets needs a responses cap: "
+				      "only a flow that got all its answers hands its socket on",
+	[SPEC_CLUSTER_REUSE_FIRST] = "cluster %s: reuse_upstream_sockets cannot go with "
+				     "proxy_protocol = \"first\": a backend would take the next "
+				     "client for the one the header named",
 	[SPEC_UNKNOWN_CLUSTER] = "inbound %s references unknown cluster tag: %s",
 	[SPEC_LB_RANGE] = "inbound %s: settings.%s must be %s",
 	[SPEC_LB_TAKES_NO] = "inbound %s: protocol udp_lb takes no %s",
@@ -568,6 +573,10 @@ static int check_cluster(const etm_cluster_spec *c, char *msg, size_t size)
 		return spec_format(msg, size, SPEC_CLUSTER_TWO_PAYLOADS, c->tag);
 	if (h->udp_payload_hex && udplb_hex_decode(h->udp_payload_hex, NULL, 0) < 0)
 		return spec_format(msg, size, SPEC_CLUSTER_BAD_HEX, c->tag);
+	if (c->reuse_upstream_sockets && c->responses == 0)
+		return spec_format(msg, size, SPEC_CLUSTER_REUSE_NO_CAP, c->tag);
+	if (c->reuse_upstream_sockets && c->proxy_protocol == ETM_LB_PPV2_FIRST)
+		return spec_format(msg, size, SPEC_CLUSTER_REUSE_FIRST, c->tag);
 	if (c->has_health && h->has_tcp_port && h->tcp_port == 0 && !h->udp_payload &&
 	    !h->udp_payload_hex)
 		return spec_format(msg, size, SPEC_CLUSTER_NO_CHECK, c->tag);

@@ -45,6 +45,7 @@ int udplb_conf_from_spec(const etm_cluster_spec *c, udplb_conf *out, size_t *bad
 	if (err)
 		return err;
 	out->maglev_size = clamp32(c->maglev_size);
+	out->reuse_sockets = c->reuse_upstream_sockets;
 	if (c->backends.len > UDPLB_BACKENDS_MAX)
 		return UDPLB_E_BACKENDS;
 	out->backends = calloc(c->backends.len ? c->backends.len : 1, sizeof *out->backends);

@@ -14,6 +14,7 @@ typedef struct udplb_conf {
 	udplb_backend *backends; /* owned, in the config's order */
 	size_t n_backends;
 	uint32_t maglev_size;
+	bool reuse_sockets; /* reuse_upstream_sockets: the shell's, not the core's */
 } udplb_conf;
 
 /* Fills *out from c, checking what the core checks: each backend's text,

@@ -132,6 +132,7 @@ void udplb_group_totals(const udplb_group *g, udplb_totals *out)
 		SUM(datagrams_to_clients);
 		SUM(bytes_to_clients);
 		SUM(flow_duration_ms);
+		SUM(sockets_reused);
 		for (size_t i = 0; i < UDPLB_SHELL_DROP_COUNT; i++)
 			SUM(drops[i]);
 		for (size_t i = 0; i < UDPLB_CLOSE_COUNT; i++)
@@ -162,10 +163,11 @@ void udplb_group_write(const udplb_group *g, FILE *out)
 	        "udp_lb %s: active_flows=%" PRIu64 " flows_created=%" PRIu64
 	        " flows_evicted=%" PRIu64 " flows_shed=%" PRIu64 " datagrams_to_backends=%" PRIu64
 	        " bytes_to_backends=%" PRIu64 " datagrams_to_clients=%" PRIu64
-	        " bytes_to_clients=%" PRIu64 " flow_duration_ms=%" PRIu64 "\n",
+	        " bytes_to_clients=%" PRIu64 " flow_duration_ms=%" PRIu64
+	        " sockets_reused=%" PRIu64 "\n",
 	        tag, t.active_flows, t.flows_created, t.flows_evicted, t.flows_shed,
 	        t.datagrams_to_backends, t.bytes_to_backends, t.datagrams_to_clients,
-	        t.bytes_to_clients, t.flow_duration_ms);
+	        t.bytes_to_clients, t.flow_duration_ms, t.sockets_reused);
 	fprintf(out, "udp_lb %s: drops", tag);
 	for (unsigned i = 0; i < UDPLB_SHELL_DROP_COUNT; i++)
 		fprintf(out, " %s=%" PRIu64, udplb_shell_drop_name(i), t.drops[i]);

@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "runtime/listener.h"
+#include "udplb/pool.h"
 #include "udplb/shell_int.h"
 
 enum { MSG_REFUSED, MSG_NO_STEER };
@@ -23,8 +24,11 @@ static const char *const msgs[] = {
 };
 
 /* The epoll tag of the listener socket; flows are tagged with their id,
- * which is never all ones (the generation would have to wrap). */
+ * which is never all ones (the generation would have to wrap). A socket
+ * held in the pool is tagged TAG_POOLED | fd: a flow id's low 32 bits are
+ * its slot, below UDPLB_MAX_FLOWS_LIMIT, so never have bit 31 set. */
 #define TAG_LISTENER UINT64_MAX
+#define TAG_POOLED 0x80000000u
 
 /* The most datagrams one UDP GSO send may carry (the kernel's
  * UDP_MAX_SEGMENTS), and the longest one it folds: a segment must fit the
@@ -57,7 +61,9 @@ typedef struct queue {
 typedef struct flow_slot {
 	int fd; /* -1: no socket (free, or its open failed) */
 	bool want_out;
-	bool gro; /* its socket takes coalesced trains (UDP_GRO) */
+	bool gro;      /* its socket takes coalesced trains (UDP_GRO) */
+	bool answered; /* ended by its responses cap: the socket may be handed on */
+	int bi;        /* its backend's index in the view, -1 when not found */
 	udplb_flow_id id;
 	queue q;
 } flow_slot;
@@ -90,6 +96,7 @@ struct udplb_listener {
 	int open_handles;
 	flow_slot *slots;
 	uint32_t n_slots;
+	udplb_pool *pool; /* reuse_upstream_sockets: idle sockets per backend */
 	udplb_flow_id aborts[4];
 	size_t n_aborts;
 	queue lq; /* toward clients, when the socket is full */
@@ -243,7 +250,7 @@ static flow_slot *slot_make(udplb_listener *l, udplb_flow_id id)
 		l->n_slots = (uint32_t)n;
 	}
 	flow_slot *f = &l->slots[s];
-	*f = (flow_slot){.fd = -1, .id = id};
+	*f = (flow_slot){.fd = -1, .id = id, .bi = -1};
 	return f;
 }
 
@@ -254,8 +261,106 @@ static void abort_later(udplb_listener *l, udplb_flow_id id)
 		l->aborts[l->n_aborts++] = id;
 }
 
-/* socket, connect, epoll_ctl: three system calls per new flow. connect
- * binds the ephemeral port itself. */
+/* ---- reused upstream sockets ---- */
+
+/* Reads and counts what came for a socket no flow owns (unknown_flow),
+ * then closes it: a backend that answers late or twice must not reach
+ * the next flow's client, so the socket is not handed on. */
+static void retire_pooled(udplb_listener *l, int fd)
+{
+	uint8_t b;
+	for (int i = 0; i < 64; i++) {
+		ssize_t r = recv(fd, &b, sizeof b, MSG_DONTWAIT | MSG_TRUNC);
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		drop(l, UDPLB_DROP_UNKNOWN_FLOW); /* a datagram, or an ICMP error for one */
+	}
+	close(fd);
+}
+
+static void reuse_event(udplb_listener *l, uint64_t tag)
+{
+	int fd = (int)(tag & ~(uint64_t)TAG_POOLED);
+	if (l->pool && udplb_pool_forget(l->pool, fd))
+		retire_pooled(l, fd);
+}
+
+/* Closes every pooled socket: the listener ends, or the process is out of
+ * descriptors and a new flow needs one. Returns how many. */
+static size_t reuse_flush(udplb_listener *l)
+{
+	size_t n = 0;
+	for (int fd; l->pool && (fd = udplb_pool_pop_any(l->pool)) >= 0; n++)
+		close(fd);
+	return n;
+}
+
+/* Hands flow f a pooled socket of its backend: one that has been quiet
+ * for UDPLB_POOL_QUIET_MS and still has nothing queued (checked with one
+ * read that finds nothing), tagged for the flow with one epoll_ctl. */
+static bool reuse_take(udplb_listener *l, flow_slot *f, udplb_flow_id id)
+{
+	if (!l->pool || f->bi < 0)
+		return false;
+	uint64_t now = uv_now(l->loop);
+	bool gro;
+	for (int fd; (fd = udplb_pool_take(l->pool, (size_t)f->bi, now, &gro)) >= 0;) {
+		uint8_t b;
+		if (recv(fd, &b, sizeof b, MSG_DONTWAIT | MSG_PEEK) >= 0 ||
+		    (errno != EAGAIN && errno != EWOULDBLOCK)) {
+			retire_pooled(l, fd);
+			continue;
+		}
+		struct epoll_event ev = {.events = EPOLLIN, .data.u64 = id};
+		if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &ev)) {
+			close(fd);
+			continue;
+		}
+		f->fd = fd;
+		f->gro = gro;
+		bump(&l->ctr->sockets_reused, 1);
+		return true;
+	}
+	return false;
+}
+
+/* Keeps the socket of flow f, which got all its answers, for a later flow
+ * to the same backend; false when it is not to be kept. */
+static bool reuse_keep(udplb_listener *l, flow_slot *f)
+{
+	if (!l->pool || !f->answered || f->bi < 0 || f->q.n)
+		return false;
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_POOLED | (uint64_t)f->fd};
+	if (!udplb_pool_put(l->pool, (size_t)f->bi, f->fd, f->gro, uv_now(l->loop)))
+		return false;
+	if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, f->fd, &ev)) {
+		(void)udplb_pool_forget(l->pool, f->fd);
+		return false;
+	}
+	return true;
+}
+
+/* A new socket for a flow: socket, connect, epoll_ctl, three system calls
+ * (connect binds the ephemeral port itself). Out of descriptors with
+ * sockets pooled, the pool is closed and the socket tried once more. */
+static int open_socket(udplb_listener *l, const udplb_addr *backend, udplb_flow_id id)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = udplb_addr_to_sockaddr(backend, &ss);
+	int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && reuse_flush(l))
+		fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = id};
+	if (connect(fd, (struct sockaddr *)&ss, len) ||
+	    epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 static void open_upstream(udplb_listener *l, const udplb_output *o)
 {
 	flow_slot *f = slot_make(l, o->flow);
@@ -263,24 +368,16 @@ static void open_upstream(udplb_listener *l, const udplb_output *o)
 		abort_later(l, o->flow);
 		return;
 	}
-	struct sockaddr_storage ss;
-	socklen_t len = udplb_addr_to_sockaddr(&o->u.open.backend, &ss);
-	int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		abort_later(l, o->flow); /* EMFILE / ENFILE: the flow goes, we stay */
-		return;
+	f->bi = udplb_backends_find(l->view, &o->u.open.backend);
+	if (!reuse_take(l, f, o->flow)) {
+		f->fd = open_socket(l, &o->u.open.backend, o->flow);
+		if (f->fd < 0) {
+			abort_later(l, o->flow); /* EMFILE / ENFILE: the flow goes, we stay */
+			return;
+		}
 	}
-	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = o->flow};
-	if (connect(fd, (struct sockaddr *)&ss, len) ||
-	    epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev)) {
-		close(fd);
-		abort_later(l, o->flow);
-		return;
-	}
-	f->fd = fd;
-	int bi = udplb_backends_find(l->view, &o->u.open.backend);
-	if (bi >= 0)
-		bump(&l->ctr->backend_flows[bi], 1);
+	if (f->bi >= 0)
+		bump(&l->ctr->backend_flows[f->bi], 1);
 }
 
 static bool would_block(void)
@@ -605,7 +702,7 @@ static void close_flow(udplb_listener *l, udplb_flow_id id)
 		return;
 	if (l->ps_n)
 		flush_backend_sends(l); /* what the flow said before its end goes first */
-	if (f->fd >= 0)
+	if (f->fd >= 0 && !reuse_keep(l, f))
 		close(f->fd); /* the only reference: epoll forgets it without a call */
 	q_discard(l, &f->q);
 	*f = (flow_slot){.fd = -1};
@@ -640,6 +737,9 @@ static void act(udplb_listener *l, const udplb_output *o)
 			if ((unsigned)o->u.metric.reason < UDPLB_CLOSE_COUNT)
 				bump(&l->ctr->evicted[o->u.metric.reason], 1);
 			bump(&l->ctr->flow_duration_ms, o->u.metric.duration_ms);
+			flow_slot *f = slot_of(l, o->flow);
+			if (f && o->u.metric.reason == UDPLB_CLOSE_RESPONSES)
+				f->answered = true; /* its close, which follows, may pool it */
 		}
 		break;
 	case UDPLB_OUT_CLOSE_FLOW:
@@ -888,6 +988,10 @@ static void on_ready(uv_poll_t *p, int status, int events)
 				read_clients(l);
 			continue;
 		}
+		if (tag & TAG_POOLED) {
+			reuse_event(l, tag);
+			continue;
+		}
 		if (evs[i].events & EPOLLOUT)
 			write_backend(l, tag);
 		if (evs[i].events & (EPOLLIN | EPOLLERR))
@@ -901,6 +1005,8 @@ static void on_ready(uv_poll_t *p, int status, int events)
 
 static void listener_free(udplb_listener *l)
 {
+	for (uint32_t i = 0; i < l->n_slots; i++)
+		l->slots[i].answered = false; /* nothing is pooled from here on */
 	if (l->fd >= 0)
 		close(l->fd);
 	if (l->epfd >= 0)
@@ -909,6 +1015,8 @@ static void listener_free(udplb_listener *l)
 		if (l->slots[i].id)
 			close_flow(l, l->slots[i].id);
 	q_discard(l, &l->lq);
+	reuse_flush(l);
+	udplb_pool_free(l->pool);
 	free(l->slots);
 	free(l->rx_buf);
 	free(l->tx_buf);
@@ -993,6 +1101,15 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 	udplb_manager_config mc = {.max_flows = g->max_flows, .max_rx_datagram_size = g->max_rx,
 	                           .seed = g->seed, .checks = UDPLB_CHECK_CHEAP};
 	int rc = !l->rx_buf || !l->tx_buf || !l->bk_buf ? UV_ENOMEM : 0;
+	if (!rc && g->conf.reuse_sockets) {
+		/* a quarter of the worker's flows, at most 4096: descriptors
+		 * held beyond max_flows, given back when a socket() finds none */
+		size_t nb = g->conf.n_backends ? g->conf.n_backends : 1;
+		size_t total = g->max_flows / 4 < 4096 ? g->max_flows / 4 : 4096;
+		l->pool = udplb_pool_new(nb, (uint32_t)(total / nb));
+		if (!l->pool)
+			rc = UV_ENOMEM;
+	}
 	if (!rc && (udplb_manager_new(&l->m, &mc) ||
 	            udplb_backends_new(&l->view, g->conf.maglev_size) ||
 	            udplb_backends_set(l->view, g->conf.backends, g->conf.n_backends)))

@@ -14,6 +14,7 @@ typedef struct udplb_counters {
 	_Atomic uint64_t datagrams_to_backends, bytes_to_backends;
 	_Atomic uint64_t datagrams_to_clients, bytes_to_clients;
 	_Atomic uint64_t flow_duration_ms;
+	_Atomic uint64_t sockets_reused;
 	_Atomic uint64_t drops[UDPLB_SHELL_DROP_COUNT];
 	_Atomic uint64_t evicted[UDPLB_CLOSE_COUNT];
 	_Atomic uint64_t *backend_flows; /* per backend: flows given to it */

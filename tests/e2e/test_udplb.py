@@ -18,6 +18,7 @@ import collections
 import socket
 import struct
 import threading
+import time
 
 import pytest
 
@@ -568,3 +569,81 @@ def test_max_rx_applies_to_each_datagram_of_a_client_train(lb, backends, clients
     assert [c.recv() for _ in small] == [("a", p) for p in small]
     m = proxy.wait_metrics(lambda m: m["datagrams_to_clients"] == 5)
     assert m["drops"]["truncated"] == 4 and m["datagrams_to_backends"] == 5, m
+
+
+# ---------------------------------------------------------------- reused upstream sockets
+
+def test_reused_upstream_sockets_carry_later_flows_to_the_same_backend(lb, backends, clients):
+    """reuse_upstream_sockets with responses = 1: a flow that got its answer
+    leaves its socket for the next flow to that backend once it has been
+    quiet for 50 ms, so the backend sees one source port for the clients in
+    turn, and each client gets its own answer."""
+    proxy = lb(backends[:1], workers=1,
+               cluster={"responses": 1, "reuse_upstream_sockets": True})
+    for i in range(4):
+        c = clients(proxy.port, "127.0.0.%d" % (i + 2))
+        assert c.ask(b"query %d" % i) == "a"
+        proxy.wait_metrics(lambda m: m["active_flows"] == 0)
+        time.sleep(0.12)  # past the quiet time
+    assert len(backends[0].senders()) == 1, backends[0].senders()
+    m = proxy.metrics()
+    assert m["sockets_reused"] == 3 and m["flows_created"] == 4, m
+    assert m["evicted"]["responses"] == 4 and m["drops"]["unknown_flow"] == 0, m
+
+
+class TwiceBackend:
+    """Answers each datagram twice: at once, and again `later` seconds on,
+    as a server that got a query twice (or repeats its answer) would."""
+
+    def __init__(self, later=0.01):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.sock.settimeout(0.05)
+        self.later = later
+        self.senders = set()
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while not self._stop:
+            try:
+                data, src = self.sock.recvfrom(2048)
+            except (socket.timeout, OSError):
+                continue
+            self.senders.add(src)
+            self.sock.sendto(b"twice|" + data, src)
+            time.sleep(self.later)
+            self.sock.sendto(b"twice|again " + data, src)
+
+    def close(self):
+        self._stop = True
+        self._thread.join(2)
+        self.sock.close()
+
+
+def test_a_socket_that_hears_from_its_backend_after_its_flow_is_closed_not_reused(
+        lb, clients):
+    """The backend's second answer comes after the flow ended with the first
+    (responses = 1): no client gets it, it counts as unknown_flow, and the
+    socket is closed instead of handed to the next flow."""
+    b = TwiceBackend()
+    try:
+        proxy = lb([b.addr], workers=1,
+                   cluster={"responses": 1, "reuse_upstream_sockets": True})
+        first = clients(proxy.port, "127.0.0.2")
+        first.send(b"q1")
+        assert first.recv() == ("twice", b"q1")
+        proxy.wait_metrics(lambda m: m["drops"]["unknown_flow"] == 1)
+        time.sleep(0.12)
+        second = clients(proxy.port, "127.0.0.3")
+        second.send(b"q2")
+        assert second.recv() == ("twice", b"q2")
+        assert first.recv(0.2) is None and second.recv(0.2) is None
+        assert len(b.senders) == 2, b.senders
+        m = proxy.metrics()
+        assert m["sockets_reused"] == 0 and m["flows_created"] == 2, m
+        assert m["drops"]["unknown_flow"] == 2, m
+    finally:
+        b.close()

@@ -369,6 +369,13 @@ static void udp_lb_errors(void **state)
 	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\n[cluster.health]\n"
 	               "udp_payload = \"x\"\nudp_payload_hex = \"78\"\n",
 	               "cluster c: health.udp_payload and health.udp_payload_hex exclude each other");
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\nreuse_upstream_sockets = true\n",
+	               "cluster c: reuse_upstream_sockets needs a responses cap: only a flow that "
+	               "got all its answers hands its socket on");
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\nreuse_upstream_sockets = true\n"
+	               "responses = 1\nproxy_protocol = \"first\"\n",
+	               "cluster c: reuse_upstream_sockets cannot go with proxy_protocol = \"first\": "
+	               "a backend would take the next client for the one the header named");
 	static const char *const bad_hex[] = {"7", "7g", " 78", "78 ", "78  79", "0x78"};
 	for (size_t i = 0; i < sizeof bad_hex / sizeof bad_hex[0]; i++) {
 		char toml[512];
@@ -416,6 +423,7 @@ static void udp_lb_lowers(void **state)
 	assert_int_equal(c->subnet_prefix_v4, 24);
 	assert_int_equal(c->subnet_prefix_v6, 64);
 	assert_int_equal(c->maglev_size, 65537);
+	assert_false(c->reuse_upstream_sockets);
 	assert_true(c->has_health);
 	assert_false(c->health.has_tcp_port);
 	assert_int_equal(c->health.interval, 1);
@@ -436,6 +444,18 @@ static void udp_lb_lowers(void **state)
 	toml = LB_IN_C LB_CL "backends = [\"127.0.0.1:5301\"]\n";
 	assert_int_equal(config_load(toml, strlen(toml), &s, msg, sizeof msg), 0);
 	assert_false(s.clusters[0].has_health);
+	etm_spec_free(&s);
+
+	/* reuse_upstream_sockets with a responses cap and "every" headers */
+	toml = LB_IN_C LB_CL "backends = [\"127.0.0.1:5301\"]\nresponses = 2\n"
+	                     "proxy_protocol = \"every\"\nreuse_upstream_sockets = true\n";
+	assert_int_equal(config_load(toml, strlen(toml), &s, msg, sizeof msg), 0);
+	assert_true(s.clusters[0].reuse_upstream_sockets);
+	udplb_conf conf;
+	size_t bad;
+	assert_int_equal(udplb_conf_from_spec(&s.clusters[0], &conf, &bad), 0);
+	assert_true(conf.reuse_sockets);
+	udplb_conf_free(&conf);
 	etm_spec_free(&s);
 }
 

@@ -115,6 +115,9 @@ static void round_trip_and_counters(void **state)
 	                   "datagrams_to_backends=1 bytes_to_backends=5 datagrams_to_clients=1 "
 	                   "bytes_to_clients=10 flow_duration_ms=";
 	assert_true(strncmp(text, want, strlen(want)) == 0);
+	const char *rest = text + strlen(want);
+	rest += strspn(rest, "0123456789");
+	assert_true(strncmp(rest, " sockets_reused=0\n", 18) == 0);
 	assert_non_null(strstr(text, "\nudp_lb lb: drops truncated=0 no_backend=0 invalid=0 "
 	                             "shed_draining=0 shed_per_ip=0 shed_per_subnet=0 "
 	                             "shed_max_flows=0 no_memory=0 unknown_flow=0 queue_full=0 "

@@ -1,0 +1,132 @@
+/* pool.c - per-backend FIFOs of idle upstream sockets, with tombstones for sockets taken out of the middle. */
+#include "udplb/pool.h"
+
+#include <stdlib.h>
+
+typedef struct held {
+	int fd; /* -1: taken out by udplb_pool_forget, skipped when reached */
+	bool gro;
+	uint64_t since;
+} held;
+
+typedef struct fifo {
+	uint32_t head, n; /* n counts tombstones too */
+} fifo;
+
+struct udplb_pool {
+	size_t n_backends;
+	uint32_t cap; /* per backend */
+	size_t live;  /* sockets held, tombstones not counted */
+	fifo *q;
+	held *items; /* n_backends * cap, backend bi's ring at bi * cap */
+};
+
+udplb_pool *udplb_pool_new(size_t n_backends, uint32_t per_backend)
+{
+	if (per_backend == 0)
+		per_backend = 1;
+	udplb_pool *p = calloc(1, sizeof *p);
+	if (!p)
+		return NULL;
+	p->n_backends = n_backends;
+	p->cap = per_backend;
+	p->q = calloc(n_backends ? n_backends : 1, sizeof *p->q);
+	p->items = calloc((n_backends ? n_backends : 1) * (size_t)per_backend, sizeof *p->items);
+	if (!p->q || !p->items) {
+		udplb_pool_free(p);
+		return NULL;
+	}
+	return p;
+}
+
+void udplb_pool_free(udplb_pool *p)
+{
+	if (!p)
+		return;
+	free(p->q);
+	free(p->items);
+	free(p);
+}
+
+static held *at(udplb_pool *p, size_t bi, uint32_t k)
+{
+	return &p->items[bi * p->cap + (p->q[bi].head + k) % p->cap];
+}
+
+/* Drops the tombstones at the head of backend bi's ring. */
+static void skip_dead(udplb_pool *p, size_t bi)
+{
+	fifo *f = &p->q[bi];
+	while (f->n && at(p, bi, 0)->fd < 0) {
+		f->head = (f->head + 1) % p->cap;
+		f->n--;
+	}
+}
+
+bool udplb_pool_put(udplb_pool *p, size_t bi, int fd, bool gro, uint64_t now)
+{
+	if (bi >= p->n_backends || fd < 0)
+		return false;
+	skip_dead(p, bi);
+	fifo *f = &p->q[bi];
+	if (f->n == p->cap)
+		return false;
+	*at(p, bi, f->n) = (held){.fd = fd, .gro = gro, .since = now};
+	f->n++;
+	p->live++;
+	return true;
+}
+
+int udplb_pool_take(udplb_pool *p, size_t bi, uint64_t now, bool *gro)
+{
+	if (bi >= p->n_backends)
+		return -1;
+	skip_dead(p, bi);
+	fifo *f = &p->q[bi];
+	if (!f->n)
+		return -1;
+	held *h = at(p, bi, 0);
+	if (now < h->since || now - h->since < UDPLB_POOL_QUIET_MS)
+		return -1; /* the oldest is not quiet long enough, so none is */
+	int fd = h->fd;
+	*gro = h->gro;
+	f->head = (f->head + 1) % p->cap;
+	f->n--;
+	p->live--;
+	return fd;
+}
+
+bool udplb_pool_forget(udplb_pool *p, int fd)
+{
+	if (fd < 0)
+		return false;
+	for (size_t bi = 0; bi < p->n_backends; bi++)
+		for (uint32_t k = 0; k < p->q[bi].n; k++) {
+			held *h = at(p, bi, k);
+			if (h->fd == fd) {
+				h->fd = -1;
+				p->live--;
+				skip_dead(p, bi);
+				return true;
+			}
+		}
+	return false;
+}
+
+int udplb_pool_pop_any(udplb_pool *p)
+{
+	for (size_t bi = 0; bi < p->n_backends; bi++) {
+		skip_dead(p, bi);
+		fifo *f = &p->q[bi];
+		if (f->n) {
+			int fd = at(p, bi, 0)->fd;
+			f->head = (f->head + 1) % p->cap;
+			f->n--;
+			p->live--;
+			return fd;
+		}
+	}
+	return -1;
+}
+
+size_t udplb_pool_size(const udplb_pool *p) { return p->live; }
