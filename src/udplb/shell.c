@@ -1102,10 +1102,10 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 	                           .seed = g->seed, .checks = UDPLB_CHECK_CHEAP};
 	int rc = !l->rx_buf || !l->tx_buf || !l->bk_buf ? UV_ENOMEM : 0;
 	if (!rc && g->conf.reuse_sockets) {
-		/* a quarter of the worker's flows, at most 4096: descriptors
-		 * held beyond max_flows, given back when a socket() finds none */
+		/* half the worker's flows, at most 8192: descriptors held
+		 * beyond max_flows, given back when a socket() finds none */
 		size_t nb = g->conf.n_backends ? g->conf.n_backends : 1;
-		size_t total = g->max_flows / 4 < 4096 ? g->max_flows / 4 : 4096;
+		size_t total = g->max_flows / 2 < 8192 ? g->max_flows / 2 : 8192;
 		l->pool = udplb_pool_new(nb, (uint32_t)(total / nb));
 		if (!l->pool)
 			rc = UV_ENOMEM;
