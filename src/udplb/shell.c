@@ -23,12 +23,11 @@ static const char *const msgs[] = {
 			 "per worker",
 };
 
-/* The epoll tag of the listener socket; flows are tagged with their id,
- * which is never all ones (the generation would have to wrap). A socket
- * held in the pool is tagged TAG_POOLED | fd: a flow id's low 32 bits are
- * its slot, below UDPLB_MAX_FLOWS_LIMIT, so never have bit 31 set. */
+/* The epoll tag of the listener socket. An upstream socket is tagged
+ * with its descriptor, and the listener's owner table says which flow
+ * holds it (none while it waits in the reuse pool), so handing a socket to
+ * another flow costs no epoll_ctl. */
 #define TAG_LISTENER UINT64_MAX
-#define TAG_POOLED 0x80000000u
 
 /* The most datagrams one UDP GSO send may carry (the kernel's
  * UDP_MAX_SEGMENTS), and the longest one it folds: a segment must fit the
@@ -96,6 +95,8 @@ struct udplb_listener {
 	int open_handles;
 	flow_slot *slots;
 	uint32_t n_slots;
+	udplb_flow_id *owner; /* by descriptor: the flow holding it, or NONE */
+	size_t n_owner;
 	udplb_pool *pool; /* reuse_upstream_sockets: idle sockets per backend */
 	udplb_flow_id aborts[4];
 	size_t n_aborts;
@@ -278,11 +279,36 @@ static void retire_pooled(udplb_listener *l, int fd)
 	close(fd);
 }
 
-static void reuse_event(udplb_listener *l, uint64_t tag)
+/* Something came for a socket no flow holds: it waits in the pool. */
+static void reuse_event(udplb_listener *l, int fd)
 {
-	int fd = (int)(tag & ~(uint64_t)TAG_POOLED);
 	if (l->pool && udplb_pool_forget(l->pool, fd))
 		retire_pooled(l, fd);
+}
+
+/* Records that flow id holds descriptor fd (UDPLB_FLOW_NONE: nobody);
+ * false when the table cannot grow. */
+static bool set_owner(udplb_listener *l, int fd, udplb_flow_id id)
+{
+	if ((size_t)fd >= l->n_owner) {
+		size_t n = l->n_owner ? l->n_owner : 256;
+		while (n <= (size_t)fd)
+			n *= 2;
+		udplb_flow_id *no = realloc(l->owner, n * sizeof *no);
+		if (!no)
+			return false;
+		for (size_t i = l->n_owner; i < n; i++)
+			no[i] = UDPLB_FLOW_NONE;
+		l->owner = no;
+		l->n_owner = n;
+	}
+	l->owner[fd] = id;
+	return true;
+}
+
+static udplb_flow_id owner_of(const udplb_listener *l, int fd)
+{
+	return fd >= 0 && (size_t)fd < l->n_owner ? l->owner[fd] : UDPLB_FLOW_NONE;
 }
 
 /* Closes every pooled socket: the listener ends, or the process is out of
@@ -296,8 +322,8 @@ static size_t reuse_flush(udplb_listener *l)
 }
 
 /* Hands flow f a pooled socket of its backend: one that has been quiet
- * for UDPLB_POOL_QUIET_MS and still has nothing queued (checked with one
- * read that finds nothing), tagged for the flow with one epoll_ctl. */
+ * for UDPLB_POOL_QUIET_MS and still has nothing queued, checked with one
+ * read that finds nothing; its only system call. */
 static bool reuse_take(udplb_listener *l, flow_slot *f, udplb_flow_id id)
 {
 	if (!l->pool || f->bi < 0)
@@ -311,11 +337,7 @@ static bool reuse_take(udplb_listener *l, flow_slot *f, udplb_flow_id id)
 			retire_pooled(l, fd);
 			continue;
 		}
-		struct epoll_event ev = {.events = EPOLLIN, .data.u64 = id};
-		if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &ev)) {
-			close(fd);
-			continue;
-		}
+		l->owner[fd] = id; /* in the table since its first flow */
 		f->fd = fd;
 		f->gro = gro;
 		bump(&l->ctr->sockets_reused, 1);
@@ -328,16 +350,9 @@ static bool reuse_take(udplb_listener *l, flow_slot *f, udplb_flow_id id)
  * to the same backend; false when it is not to be kept. */
 static bool reuse_keep(udplb_listener *l, flow_slot *f)
 {
-	if (!l->pool || !f->answered || f->bi < 0 || f->q.n)
+	if (!l->pool || !f->answered || f->bi < 0 || f->q.n || f->want_out)
 		return false;
-	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_POOLED | (uint64_t)f->fd};
-	if (!udplb_pool_put(l->pool, (size_t)f->bi, f->fd, f->gro, uv_now(l->loop)))
-		return false;
-	if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, f->fd, &ev)) {
-		(void)udplb_pool_forget(l->pool, f->fd);
-		return false;
-	}
-	return true;
+	return udplb_pool_put(l->pool, (size_t)f->bi, f->fd, f->gro, uv_now(l->loop));
 }
 
 /* A new socket for a flow: socket, connect, epoll_ctl, three system calls
@@ -352,8 +367,8 @@ static int open_socket(udplb_listener *l, const udplb_addr *backend, udplb_flow_
 		fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
-	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = id};
-	if (connect(fd, (struct sockaddr *)&ss, len) ||
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)fd};
+	if (!set_owner(l, fd, id) || connect(fd, (struct sockaddr *)&ss, len) ||
 	    epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev)) {
 		close(fd);
 		return -1;
@@ -414,7 +429,7 @@ static void flow_enqueue(udplb_listener *l, flow_slot *f, const uint8_t *pre, si
 	q_push(&f->q, it);
 	if (!f->want_out) {
 		f->want_out = true;
-		set_interest(l, f->fd, f->id, true);
+		set_interest(l, f->fd, (uint64_t)f->fd, true);
 	}
 }
 
@@ -702,8 +717,11 @@ static void close_flow(udplb_listener *l, udplb_flow_id id)
 		return;
 	if (l->ps_n)
 		flush_backend_sends(l); /* what the flow said before its end goes first */
-	if (f->fd >= 0 && !reuse_keep(l, f))
-		close(f->fd); /* the only reference: epoll forgets it without a call */
+	if (f->fd >= 0) {
+		l->owner[f->fd] = UDPLB_FLOW_NONE;
+		if (!reuse_keep(l, f))
+			close(f->fd); /* the only reference: epoll forgets it without a call */
+	}
 	q_discard(l, &f->q);
 	*f = (flow_slot){.fd = -1};
 }
@@ -947,7 +965,7 @@ static void write_backend(udplb_listener *l, udplb_flow_id id)
 		q_pop(&f->q);
 	}
 	f->want_out = false;
-	set_interest(l, f->fd, f->id, false);
+	set_interest(l, f->fd, (uint64_t)f->fd, false);
 }
 
 static void write_clients(udplb_listener *l)
@@ -988,14 +1006,15 @@ static void on_ready(uv_poll_t *p, int status, int events)
 				read_clients(l);
 			continue;
 		}
-		if (tag & TAG_POOLED) {
-			reuse_event(l, tag);
+		udplb_flow_id id = owner_of(l, (int)tag);
+		if (id == UDPLB_FLOW_NONE) {
+			reuse_event(l, (int)tag);
 			continue;
 		}
 		if (evs[i].events & EPOLLOUT)
-			write_backend(l, tag);
+			write_backend(l, id);
 		if (evs[i].events & (EPOLLIN | EPOLLERR))
-			read_backend(l, tag);
+			read_backend(l, id);
 	}
 	if (l->tx_n)
 		flush_tx(l);
@@ -1018,6 +1037,7 @@ static void listener_free(udplb_listener *l)
 	reuse_flush(l);
 	udplb_pool_free(l->pool);
 	free(l->slots);
+	free(l->owner);
 	free(l->rx_buf);
 	free(l->tx_buf);
 	free(l->bk_buf);
