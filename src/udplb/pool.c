@@ -77,23 +77,34 @@ bool udplb_pool_put(udplb_pool *p, size_t bi, int fd, bool gro, uint64_t now)
 	return true;
 }
 
-int udplb_pool_take(udplb_pool *p, size_t bi, uint64_t now, bool *gro)
+/* Takes out the head of backend bi's ring, a live socket (skip_dead ran). */
+static int pop_head(udplb_pool *p, size_t bi, bool *gro)
 {
-	if (bi >= p->n_backends)
-		return -1;
-	skip_dead(p, bi);
 	fifo *f = &p->q[bi];
-	if (!f->n)
-		return -1;
 	held *h = at(p, bi, 0);
-	if (now < h->since || now - h->since < UDPLB_POOL_QUIET_MS)
-		return -1; /* the oldest is not quiet long enough, so none is */
-	int fd = h->fd;
-	*gro = h->gro;
+	if (gro)
+		*gro = h->gro;
 	f->head = (f->head + 1) % p->cap;
 	f->n--;
 	p->live--;
-	return fd;
+	return h->fd;
+}
+
+/* Whether backend bi's oldest socket has been held at least ms by now. */
+static bool head_held(udplb_pool *p, size_t bi, uint64_t now, uint64_t ms)
+{
+	skip_dead(p, bi);
+	if (!p->q[bi].n)
+		return false;
+	uint64_t since = at(p, bi, 0)->since;
+	return now >= since && now - since >= ms;
+}
+
+int udplb_pool_take(udplb_pool *p, size_t bi, uint64_t now, bool *gro)
+{
+	if (bi >= p->n_backends || !head_held(p, bi, now, UDPLB_POOL_QUIET_MS))
+		return -1; /* the oldest is not quiet long enough, so none is */
+	return pop_head(p, bi, gro);
 }
 
 bool udplb_pool_forget(udplb_pool *p, int fd)
@@ -113,18 +124,20 @@ bool udplb_pool_forget(udplb_pool *p, int fd)
 	return false;
 }
 
+int udplb_pool_take_expired(udplb_pool *p, uint64_t now)
+{
+	for (size_t bi = 0; bi < p->n_backends; bi++)
+		if (head_held(p, bi, now, UDPLB_POOL_MAX_AGE_MS))
+			return pop_head(p, bi, NULL);
+	return -1;
+}
+
 int udplb_pool_pop_any(udplb_pool *p)
 {
 	for (size_t bi = 0; bi < p->n_backends; bi++) {
 		skip_dead(p, bi);
-		fifo *f = &p->q[bi];
-		if (f->n) {
-			int fd = at(p, bi, 0)->fd;
-			f->head = (f->head + 1) % p->cap;
-			f->n--;
-			p->live--;
-			return fd;
-		}
+		if (p->q[bi].n)
+			return pop_head(p, bi, NULL);
 	}
 	return -1;
 }

@@ -10,6 +10,10 @@
  * flow gets it: a backend's late or repeated answer lands in that time on
  * a socket no flow owns, and the shell then closes the socket instead. */
 #define UDPLB_POOL_QUIET_MS 50
+/* How long a socket may wait at most: one that waited this long is more
+ * than the current rate of new flows needs (left from a burst), and is
+ * closed rather than kept. */
+#define UDPLB_POOL_MAX_AGE_MS 2000
 
 /* Sockets per backend of one kind (its FIFO): the oldest is handed on
  * first, so each has had the longest quiet time. */
@@ -35,6 +39,10 @@ int udplb_pool_take(udplb_pool *p, size_t bi, uint64_t now, bool *gro);
 /* Takes fd out wherever it is held (a datagram came for it); false when
  * the pool does not hold it. */
 bool udplb_pool_forget(udplb_pool *p, int fd);
+
+/* Takes out a socket held since before now - UDPLB_POOL_MAX_AGE_MS (the
+ * oldest of some backend), or -1 when none has waited that long. */
+int udplb_pool_take_expired(udplb_pool *p, uint64_t now);
 
 /* Takes out any socket, or -1 when the pool is empty: for closing them
  * all (the listener ends, or the process ran out of descriptors). */

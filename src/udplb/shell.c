@@ -92,6 +92,7 @@ struct udplb_listener {
 	uint16_t port;
 	uv_poll_t poll;
 	uv_timer_t timer;
+	uv_timer_t pool_timer; /* reuse_upstream_sockets: closes sockets waiting too long */
 	int open_handles;
 	flow_slot *slots;
 	uint32_t n_slots;
@@ -264,20 +265,35 @@ static void abort_later(udplb_listener *l, udplb_flow_id id)
 
 /* ---- reused upstream sockets ---- */
 
-/* Reads and counts what came for a socket no flow owns (unknown_flow),
- * then closes it: a backend that answers late or twice must not reach
- * the next flow's client, so the socket is not handed on. */
+/* Reads and counts what came for a socket no flow owns (a datagram:
+ * unknown_flow; an ICMP refusal of an earlier send: send_error), then
+ * closes it: a backend that answers late or twice must not reach the next
+ * flow's client, so the socket is not handed on. */
 static void retire_pooled(udplb_listener *l, int fd)
 {
 	uint8_t b;
 	for (int i = 0; i < 64; i++) {
 		ssize_t r = recv(fd, &b, sizeof b, MSG_DONTWAIT | MSG_TRUNC);
-		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		if (r >= 0)
+			drop(l, UDPLB_DROP_UNKNOWN_FLOW);
+		else if (errno == ECONNREFUSED)
+			drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
+		else
 			break;
-		drop(l, UDPLB_DROP_UNKNOWN_FLOW); /* a datagram, or an ICMP error for one */
 	}
 	close(fd);
 }
+
+/* Closes pooled sockets that have waited UDPLB_POOL_MAX_AGE_MS: more than
+ * the current rate of new flows needs, left from a burst. */
+static void reuse_expire(udplb_listener *l)
+{
+	uint64_t now = uv_now(l->loop);
+	for (int fd; l->pool && (fd = udplb_pool_take_expired(l->pool, now)) >= 0;)
+		close(fd);
+}
+
+static void on_pool_timer(uv_timer_t *t) { reuse_expire(t->data); }
 
 /* Something came for a socket no flow holds: it waits in the pool. */
 static void reuse_event(udplb_listener *l, int fd)
@@ -309,6 +325,15 @@ static bool set_owner(udplb_listener *l, int fd, udplb_flow_id id)
 static udplb_flow_id owner_of(const udplb_listener *l, int fd)
 {
 	return fd >= 0 && (size_t)fd < l->n_owner ? l->owner[fd] : UDPLB_FLOW_NONE;
+}
+
+/* The backend sent a flow more than its responses cap in one read: the
+ * flow's socket, if it went to the pool at the close, is closed instead
+ * (the datagrams past the cap count as unknown_flow in the core). */
+static void retire_if_pooled(udplb_listener *l, int fd)
+{
+	if (l->pool && owner_of(l, fd) == UDPLB_FLOW_NONE && udplb_pool_forget(l->pool, fd))
+		close(fd);
 }
 
 /* Closes every pooled socket: the listener ends, or the process is out of
@@ -356,8 +381,9 @@ static bool reuse_keep(udplb_listener *l, flow_slot *f)
 }
 
 /* A new socket for a flow: socket, connect, epoll_ctl, three system calls
- * (connect binds the ephemeral port itself). Out of descriptors with
- * sockets pooled, the pool is closed and the socket tried once more. */
+ * (connect binds the ephemeral port itself). Out of descriptors, or of
+ * ephemeral ports, with sockets pooled, the pool is closed and the call
+ * tried once more. */
 static int open_socket(udplb_listener *l, const udplb_addr *backend, udplb_flow_id id)
 {
 	struct sockaddr_storage ss;
@@ -368,12 +394,21 @@ static int open_socket(udplb_listener *l, const udplb_addr *backend, udplb_flow_
 	if (fd < 0)
 		return -1;
 	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)fd};
-	if (!set_owner(l, fd, id) || connect(fd, (struct sockaddr *)&ss, len) ||
-	    epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev)) {
-		close(fd);
-		return -1;
-	}
+	if (!set_owner(l, fd, id))
+		goto fail;
+	int rc = connect(fd, (struct sockaddr *)&ss, len);
+	if (rc && (errno == EAGAIN || errno == EADDRNOTAVAIL) && reuse_flush(l))
+		rc = connect(fd, (struct sockaddr *)&ss, len); /* the waiting sockets held the ports */
+	if (rc)
+		goto fail;
+	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev))
+		goto fail;
 	return fd;
+fail:
+	if ((size_t)fd < l->n_owner)
+		l->owner[fd] = UDPLB_FLOW_NONE;
+	close(fd);
+	return -1;
 }
 
 static void open_upstream(udplb_listener *l, const udplb_output *o)
@@ -442,13 +477,13 @@ static void send_to_backend(udplb_listener *l, const udplb_output *o)
 		return; /* its open failed: counted as open_failed */
 	const uint8_t *pre = o->u.to_backend.prefix, *payload = o->u.to_backend.payload;
 	size_t plen = o->u.to_backend.prefix_len, len = o->u.to_backend.len;
+	if (l->gathering && l->ps_n == UDPLB_GATHER)
+		flush_backend_sends(l); /* the payloads stay where they are; this may queue */
 	if (f->q.n) {
 		flow_enqueue(l, f, pre, plen, payload, len); /* behind what waits */
 		return;
 	}
 	if (l->gathering) {
-		if (l->ps_n == UDPLB_GATHER)
-			flush_backend_sends(l); /* the payloads stay where they are */
 		pending_send *p = &l->ps[l->ps_n++];
 		p->flow = o->flow;
 		p->done = false;
@@ -755,9 +790,13 @@ static void act(udplb_listener *l, const udplb_output *o)
 			if ((unsigned)o->u.metric.reason < UDPLB_CLOSE_COUNT)
 				bump(&l->ctr->evicted[o->u.metric.reason], 1);
 			bump(&l->ctr->flow_duration_ms, o->u.metric.duration_ms);
+			/* its close, which follows, may pool its socket: only when
+			 * it ended by its cap with an answer for every request, so
+			 * no answer the backend still owes can reach a later flow */
 			flow_slot *f = slot_of(l, o->flow);
-			if (f && o->u.metric.reason == UDPLB_CLOSE_RESPONSES)
-				f->answered = true; /* its close, which follows, may pool it */
+			if (f && o->u.metric.reason == UDPLB_CLOSE_RESPONSES &&
+			    o->u.metric.requests <= o->u.metric.responses)
+				f->answered = true;
 		}
 		break;
 	case UDPLB_OUT_CLOSE_FLOW:
@@ -928,6 +967,8 @@ static void read_backend(udplb_listener *l, udplb_flow_id id)
 			return;
 		if (n > 1 && !f->gro)
 			take_trains(l, f);
+		int fd = f->fd; /* f may be closed, and its slot reused, by a reply */
+		bool closed = false;
 		for (int i = 0; i < n; i++) {
 			const uint8_t *p = l->bk_iov[i].iov_base;
 			size_t len = l->bk_msgs[i].msg_len, seg = gro_segment(&l->bk_msgs[i].msg_hdr);
@@ -935,11 +976,14 @@ static void read_backend(udplb_listener *l, udplb_flow_id id)
 				seg = len;
 			size_t off = 0;
 			do { /* once for an empty datagram */
+				if (closed)
+					retire_if_pooled(l, fd); /* more than the flow's cap came */
 				size_t dl = len - off < seg ? len - off : seg;
 				udplb_input in = {.kind = UDPLB_IN_BACKEND,
 				                  .u.backend = {.flow = id, .payload = p + off, .len = dl}};
 				feed(l, &in);
 				off += dl;
+				closed = closed || !slot_of(l, id);
 			} while (off < len);
 		}
 		total += n;
@@ -1152,9 +1196,13 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 	}
 	uv_timer_init(loop, &l->timer);
 	l->timer.data = l;
+	uv_timer_init(loop, &l->pool_timer);
+	l->pool_timer.data = l;
+	if (l->pool)
+		uv_timer_start(&l->pool_timer, on_pool_timer, 1000, 1000);
 	uv_poll_init(loop, &l->poll, l->epfd);
 	l->poll.data = l;
-	l->open_handles = 2;
+	l->open_handles = 3;
 	uv_poll_start(&l->poll, UV_READABLE, on_ready);
 	return l;
 }
@@ -1178,5 +1226,7 @@ void udplb_listener_close(udplb_listener *l)
 		flush_tx(l);
 	uv_timer_stop(&l->timer);
 	uv_close((uv_handle_t *)&l->timer, on_closed);
+	uv_timer_stop(&l->pool_timer);
+	uv_close((uv_handle_t *)&l->pool_timer, on_closed);
 	uv_close((uv_handle_t *)&l->poll, on_closed);
 }

@@ -30,8 +30,9 @@
  * (queue_full). UDP is best effort; these bound memory, not loss. */
 #define UDPLB_FLOW_QUEUE_MAX 32
 #define UDPLB_LISTENER_QUEUE_MAX 1024
-/* Replies one flow may deliver per readiness event, so one busy backend
- * cannot starve the rest of the loop. */
+/* Messages (each a reply or a coalesced train of up to 64) one flow may
+ * deliver per readiness event, so one busy backend cannot starve the
+ * rest of the loop for long. */
 #define UDPLB_FLOW_READS_MAX 64
 /* The share of the soft RLIMIT_NOFILE automatic max_flows takes, in
  * percent, and what it assumes when the limit cannot be read. */

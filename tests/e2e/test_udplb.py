@@ -623,12 +623,14 @@ class TwiceBackend:
         self.sock.close()
 
 
+@pytest.mark.parametrize("later", [0.0, 0.01])
 def test_a_socket_that_hears_from_its_backend_after_its_flow_is_closed_not_reused(
-        lb, clients):
+        later, lb, clients):
     """The backend's second answer comes after the flow ended with the first
-    (responses = 1): no client gets it, it counts as unknown_flow, and the
-    socket is closed instead of handed to the next flow."""
-    b = TwiceBackend()
+    (responses = 1), at once (both may come in one read) or 10 ms later: no
+    client gets it, it counts as unknown_flow, and the socket is closed
+    instead of handed to the next flow."""
+    b = TwiceBackend(later)
     try:
         proxy = lb([b.addr], workers=1,
                    cluster={"responses": 1, "reuse_upstream_sockets": True})
@@ -645,5 +647,73 @@ def test_a_socket_that_hears_from_its_backend_after_its_flow_is_closed_not_reuse
         m = proxy.metrics()
         assert m["sockets_reused"] == 0 and m["flows_created"] == 2, m
         assert m["drops"]["unknown_flow"] == 2, m
+    finally:
+        b.close()
+
+
+class DelayBackend:
+    """Answers b"<secs> <text>" with b"delay|" + the datagram, secs later
+    (each answer on its own timer, so a slow one does not hold up the
+    rest)."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.sock.settimeout(0.05)
+        self.senders = set()
+        self.timers = []
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _answer(self, data, src):
+        try:
+            self.sock.sendto(b"delay|" + data, src)
+        except OSError:
+            pass
+
+    def _serve(self):
+        while not self._stop:
+            try:
+                data, src = self.sock.recvfrom(2048)
+            except (socket.timeout, OSError):
+                continue
+            self.senders.add(src)
+            t = threading.Timer(float(data.split()[0]), self._answer, (data, src))
+            self.timers.append(t)
+            t.start()
+
+    def close(self):
+        self._stop = True
+        self._thread.join(2)
+        for t in self.timers:
+            t.cancel()
+        self.sock.close()
+
+
+def test_a_flow_with_an_answer_still_owed_does_not_hand_its_socket_on(lb, clients):
+    """Two queries in one flow (one GSO train, so one read) and responses =
+    1: the first answer ends the flow while the second is still owed, so
+    the socket is closed rather than kept. The owed answer comes 0.4 s
+    later, while a later client's flow is open: it must not reach that
+    client, as it would if the socket had gone to that flow."""
+    b = DelayBackend()
+    try:
+        proxy = lb([b.addr], workers=1,
+                   cluster={"responses": 1, "reuse_upstream_sockets": True})
+        first = clients(proxy.port, "127.0.0.2")
+        send_train(first, [b"0.0 query-a", b"0.4 query-b"], 11)
+        assert first.recv() == ("delay", b"0.0 query-a")
+        m = proxy.wait_metrics(lambda m: m["active_flows"] == 0)
+        assert m["flows_created"] == 1 and m["datagrams_to_backends"] == 2, m
+        time.sleep(0.12)  # past the quiet time
+        second = clients(proxy.port, "127.0.0.3")
+        second.send(b"0.6 query-c")
+        assert second.recv(3.0) == ("delay", b"0.6 query-c")
+        assert second.recv(0.2) is None and first.recv(0.1) is None
+        assert len(b.senders) == 2, b.senders
+        m = proxy.metrics()
+        assert m["sockets_reused"] == 0 and m["datagrams_to_clients"] == 2, m
     finally:
         b.close()

@@ -97,6 +97,32 @@ static void pop_any_empties_every_backend(void **state)
 	udplb_pool_free(NULL);
 }
 
+static void sockets_that_waited_too_long_expire(void **state)
+{
+	(void)state;
+	udplb_pool *p = udplb_pool_new(2, 4);
+	bool gro;
+	assert_true(udplb_pool_put(p, 0, 50, false, 1000));
+	assert_true(udplb_pool_put(p, 1, 51, false, 1500));
+	assert_true(udplb_pool_put(p, 0, 52, false, 2000));
+	assert_int_equal(udplb_pool_take_expired(p, 1000 + UDPLB_POOL_MAX_AGE_MS - 1), -1);
+	assert_int_equal(udplb_pool_take_expired(p, 1000 + UDPLB_POOL_MAX_AGE_MS), 50);
+	assert_int_equal(udplb_pool_take_expired(p, 1000 + UDPLB_POOL_MAX_AGE_MS), -1);
+	/* both left have waited long enough by then, whichever comes first */
+	int a = udplb_pool_take_expired(p, 2000 + UDPLB_POOL_MAX_AGE_MS);
+	int b = udplb_pool_take_expired(p, 2000 + UDPLB_POOL_MAX_AGE_MS);
+	assert_int_equal(a + b, 51 + 52);
+	assert_true(a == 51 || a == 52);
+	assert_int_equal(udplb_pool_take_expired(p, 2000 + UDPLB_POOL_MAX_AGE_MS), -1);
+	assert_int_equal(udplb_pool_size(p), 0);
+	/* one that is not expired is still handed on */
+	assert_true(udplb_pool_put(p, 1, 53, true, 5000));
+	assert_int_equal(udplb_pool_take_expired(p, 5000 + UDPLB_POOL_MAX_AGE_MS - 1), -1);
+	assert_int_equal(udplb_pool_take(p, 1, 5000 + UDPLB_POOL_QUIET_MS, &gro), 53);
+	assert_true(gro);
+	udplb_pool_free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -104,6 +130,7 @@ int main(void)
 		cmocka_unit_test(the_oldest_goes_first_and_the_cap_holds),
 		cmocka_unit_test(a_socket_taken_out_of_the_middle_is_skipped),
 		cmocka_unit_test(pop_any_empties_every_backend),
+		cmocka_unit_test(sockets_that_waited_too_long_expire),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
