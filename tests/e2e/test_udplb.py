@@ -23,7 +23,7 @@ import time
 import pytest
 
 from proxykit import stop_cleanly
-from udplbkit import PPV2_SIGNATURE, Client, EchoBackend, LbApp, lb_config
+from udplbkit import PPV2_SIGNATURE, Client, EchoBackend, LbApp, ScriptedBackend, lb_config
 
 # Slack on waits for the health checker: its probes are timed by the
 # process, but this host runs other test suites at the same time.
@@ -433,42 +433,23 @@ def test_an_icmp_refusal_from_a_backend_counts_as_send_error(lb, clients):
 UDP_SEGMENT = 103  # linux/udp.h: the segment size of a GSO send
 
 
-class TrainBackend:
-    """A backend that answers b"train N" with one GSO send (UDP_SEGMENT) of
-    N datagrams: N - 1 of 100 bytes and a shorter last one of 40, each
-    starting with its number, as a QUIC server sends a burst. A socket that
-    takes coalesced trains (UDP_GRO) gets the burst as one message and must
-    cut it back into the N datagrams."""
-
-    def __init__(self):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
-        self.sock.settimeout(0.05)
-        self._stop = False
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+class TrainBackend(ScriptedBackend):
+    """A backend that answers b"train <burst> N" with one GSO send
+    (UDP_SEGMENT) of N datagrams: N - 1 of 100 bytes and a shorter last one
+    of 40, each starting with its number, as a QUIC server sends a burst. A
+    socket that takes coalesced trains (UDP_GRO) gets the burst as one
+    message and must cut it back into the N datagrams."""
 
     @staticmethod
     def datagram(burst, i, n):
         head = b"%d.%d|" % (burst, i)
         return head + b"x" * ((40 if i == n - 1 else 100) - len(head))
 
-    def _serve(self):
-        while not self._stop:
-            try:
-                data, src = self.sock.recvfrom(2048)
-            except (socket.timeout, OSError):
-                continue
-            burst, n = (int(x) for x in data.split()[1:3])
-            train = b"".join(self.datagram(burst, i, n) for i in range(n))
-            self.sock.sendmsg([train], [(socket.SOL_UDP, UDP_SEGMENT,
-                                         struct.pack("=H", 100))], 0, src)
-
-    def close(self):
-        self._stop = True
-        self._thread.join(2)
-        self.sock.close()
+    def answer(self, data, src):
+        burst, n = (int(x) for x in data.split()[1:3])
+        train = b"".join(self.datagram(burst, i, n) for i in range(n))
+        self.sock.sendmsg([train], [(socket.SOL_UDP, UDP_SEGMENT, struct.pack("=H", 100))], 0,
+                          src)
 
 
 @pytest.fixture
@@ -591,36 +572,18 @@ def test_reused_upstream_sockets_carry_later_flows_to_the_same_backend(lb, backe
     assert m["evicted"]["responses"] == 4 and m["drops"]["unknown_flow"] == 0, m
 
 
-class TwiceBackend:
+class TwiceBackend(ScriptedBackend):
     """Answers each datagram twice: at once, and again `later` seconds on,
     as a server that got a query twice (or repeats its answer) would."""
 
-    def __init__(self, later=0.01):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
-        self.sock.settimeout(0.05)
+    def __init__(self, later):
         self.later = later
-        self.senders = set()
-        self._stop = False
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    def _serve(self):
-        while not self._stop:
-            try:
-                data, src = self.sock.recvfrom(2048)
-            except (socket.timeout, OSError):
-                continue
-            self.senders.add(src)
-            self.sock.sendto(b"twice|" + data, src)
-            time.sleep(self.later)
-            self.sock.sendto(b"twice|again " + data, src)
-
-    def close(self):
-        self._stop = True
-        self._thread.join(2)
-        self.sock.close()
+    def answer(self, data, src):
+        self.sock.sendto(b"twice|" + data, src)
+        time.sleep(self.later)
+        self.sock.sendto(b"twice|again " + data, src)
 
 
 @pytest.mark.parametrize("later", [0.0, 0.01])
@@ -651,45 +614,30 @@ def test_a_socket_that_hears_from_its_backend_after_its_flow_is_closed_not_reuse
         b.close()
 
 
-class DelayBackend:
+class DelayBackend(ScriptedBackend):
     """Answers b"<secs> <text>" with b"delay|" + the datagram, secs later
     (each answer on its own timer, so a slow one does not hold up the
     rest)."""
 
     def __init__(self):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
-        self.sock.settimeout(0.05)
-        self.senders = set()
         self.timers = []
-        self._stop = False
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__()
 
-    def _answer(self, data, src):
+    def _send(self, data, src):
         try:
             self.sock.sendto(b"delay|" + data, src)
         except OSError:
             pass
 
-    def _serve(self):
-        while not self._stop:
-            try:
-                data, src = self.sock.recvfrom(2048)
-            except (socket.timeout, OSError):
-                continue
-            self.senders.add(src)
-            t = threading.Timer(float(data.split()[0]), self._answer, (data, src))
-            self.timers.append(t)
-            t.start()
+    def answer(self, data, src):
+        t = threading.Timer(float(data.split()[0]), self._send, (data, src))
+        self.timers.append(t)
+        t.start()
 
     def close(self):
-        self._stop = True
-        self._thread.join(2)
         for t in self.timers:
             t.cancel()
-        self.sock.close()
+        super().close()
 
 
 def test_a_flow_with_an_answer_still_owed_does_not_hand_its_socket_on(lb, clients):

@@ -215,6 +215,39 @@ class EchoBackend:
         self._tcp.close()
 
 
+class ScriptedBackend:
+    """A UDP backend on 127.0.0.1 with no health port, for the cases an
+    echo cannot play: answer(data, src), which a subclass writes, decides
+    what goes back. `senders` holds the (ip, port) it heard from."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((LOOPBACK, 0))
+        self.addr = f"{LOOPBACK}:{self.sock.getsockname()[1]}"
+        self.sock.settimeout(0.05)
+        self.senders = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def answer(self, data, src):
+        raise NotImplementedError
+
+    def _serve(self):
+        while not self._stop.is_set():
+            try:
+                data, src = self.sock.recvfrom(65536)
+            except (socket.timeout, OSError):
+                continue
+            self.senders.add(src)
+            self.answer(data, src)
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+
 # ---------------------------------------------------------------- clients
 
 class Client:
