@@ -19,8 +19,8 @@ enum { MSG_REFUSED, MSG_NO_STEER };
 static const char *const msgs[] = {
 	[MSG_REFUSED] = "udp_lb %s: the core refused an input: %s",
 	[MSG_NO_STEER] = "udp_lb %s: cannot steer clients to workers by source IP (%s); the "
-			 "kernel's 4-tuple hash spreads them instead, so per-IP limits count "
-			 "per worker",
+			 "kernel's 4-tuple hash spreads them instead, so per-IP and per-subnet "
+			 "limits count per worker",
 };
 
 /* The epoll tag of the listener socket. An upstream socket is tagged
@@ -1118,7 +1118,12 @@ static int setup_socket(udplb_listener *l, const struct sockaddr_storage *ss, si
 	(void)setsockopt(l->fd, SOL_SOCKET, SO_SNDBUF, &rcv, sizeof rcv);
 	if (bind(l->fd, (const struct sockaddr *)ss, len))
 		return -errno;
-	if (l->g->n_workers > 1 && worker_index == 0 && udplb_steer_by_source(l->fd, l->g->n_workers))
+	/* by subnet when a per-subnet limit needs a subnet on one worker */
+	const udplb_cluster *c = &l->g->conf.cluster;
+	bool by_subnet = c->max_flows_per_subnet > 0;
+	if (l->g->n_workers > 1 && worker_index == 0 &&
+	    udplb_steer_by_source(l->fd, l->g->n_workers, by_subnet ? c->subnet_prefix_v4 : 32,
+	                          by_subnet ? c->subnet_prefix_v6 : 128))
 		log_warn("udplb", msgs[MSG_NO_STEER], l->g->in->tag, strerror(errno));
 	struct sockaddr_storage bound;
 	socklen_t blen = sizeof bound;

@@ -54,8 +54,12 @@ size_t udplb_pktinfo_write(int fam, const udplb_addr *local, uint8_t *ctl, size_
 /* Attaches to a SO_REUSEPORT socket the classic BPF program that sends each
  * datagram to the group's socket number (source IP mod n_workers): IPv4,
  * the whole address; IPv6, its fourth 32-bit word; so a client IP has one
- * worker and per-IP limits count all its flows. The program reads the
- * network header at SKF_NET_OFF. Returns setsockopt's result. */
-int udplb_steer_by_source(int fd, size_t n_workers);
+ * worker and per-IP limits count all its flows. With prefix_v4 / prefix_v6
+ * below 32 / 128 it steers by the source's subnet of that length instead
+ * (the last 32-bit word the prefix reaches, its host bits shifted out), so
+ * a subnet has one worker and per-subnet limits count all its flows. The
+ * program reads the network header at SKF_NET_OFF. Returns setsockopt's
+ * result. */
+int udplb_steer_by_source(int fd, size_t n_workers, unsigned prefix_v4, unsigned prefix_v6);
 
 #endif

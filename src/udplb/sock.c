@@ -70,19 +70,34 @@ size_t udplb_pktinfo_write(int fam, const udplb_addr *local, uint8_t *ctl, size_
 	return CMSG_SPACE(sizeof pi);
 }
 
-/* Steers each datagram to the worker socket chosen by its source IP
- * (IPv4: the whole address; IPv6: its fourth 32-bit word), so a client IP
- * has one worker and per-IP limits count all its flows. The program runs
- * with the packet's network header at SKF_NET_OFF. */
-int udplb_steer_by_source(int fd, size_t n_workers)
+/* The instruction that keeps the first `bits` (0..32) bits of a loaded
+ * 32-bit word as a number: a right shift, or clearing it for 0 bits. */
+static struct sock_filter keep_bits(unsigned bits)
 {
+	if (bits == 0)
+		return (struct sock_filter){BPF_ALU | BPF_AND | BPF_K, 0, 0, 0};
+	return (struct sock_filter){BPF_ALU | BPF_RSH | BPF_K, 0, 0, 32 - bits};
+}
+
+/* Steers each datagram to the worker socket chosen by its source address
+ * (shell_int.h). IPv4's source is at byte 12 of its header, IPv6's at
+ * byte 8; the program runs with the network header at SKF_NET_OFF. */
+int udplb_steer_by_source(int fd, size_t n_workers, unsigned prefix_v4, unsigned prefix_v6)
+{
+	if (prefix_v4 > 32)
+		prefix_v4 = 32;
+	if (prefix_v6 > 128)
+		prefix_v6 = 128;
+	unsigned w6 = prefix_v6 ? (prefix_v6 - 1) / 32 : 0; /* the last word it reaches */
 	struct sock_filter code[] = {
 		{BPF_LD | BPF_B | BPF_ABS, 0, 0, (uint32_t)SKF_NET_OFF},
 		{BPF_ALU | BPF_RSH | BPF_K, 0, 0, 4},
-		{BPF_JMP | BPF_JEQ | BPF_K, 2, 0, 6},
+		{BPF_JMP | BPF_JEQ | BPF_K, 3, 0, 6},
 		{BPF_LD | BPF_W | BPF_ABS, 0, 0, (uint32_t)(SKF_NET_OFF + 12)},
-		{BPF_JMP | BPF_JA, 0, 0, 1},
-		{BPF_LD | BPF_W | BPF_ABS, 0, 0, (uint32_t)(SKF_NET_OFF + 20)},
+		keep_bits(prefix_v4),
+		{BPF_JMP | BPF_JA, 0, 0, 2},
+		{BPF_LD | BPF_W | BPF_ABS, 0, 0, (uint32_t)(SKF_NET_OFF + 8 + 4 * (int)w6)},
+		keep_bits(prefix_v6 - 32 * w6),
 		{BPF_ALU | BPF_MOD | BPF_K, 0, 0, (uint32_t)n_workers},
 		{BPF_RET | BPF_A, 0, 0, 0},
 	};

@@ -314,6 +314,26 @@ def test_per_ip_limit_is_exact_across_workers(lb, backends, clients):
     assert m["drops"]["shed_per_ip"] == 8 and m["active_flows"] == 8, m
 
 
+def test_per_subnet_limit_is_exact_across_workers(lb, backends, clients):
+    """Two workers and a per-subnet limit: the listener steers by the
+    client's /24, so one worker holds all of a subnet's flows and the limit
+    counts them all (steered by IP, 127.0.0.2 and .3 would land on
+    different workers and the subnet would get 2 flows on each)."""
+    proxy = lb(backends, workers=2,
+               cluster={"max_flows_per_subnet": 2, "subnet_prefix_v4": 24})
+    kept = []
+    for net in ("127.0.0", "127.0.1"):
+        for host in (2, 3):
+            kept.append(clients(proxy.port, "%s.%d" % (net, host)))
+            kept[-1].ask(b"in")
+        for host in (4, 5, 6, 7):
+            clients(proxy.port, "%s.%d" % (net, host)).silent(b"over", wait=0.05)
+    m = proxy.wait_metrics(lambda m: m["drops"]["shed_per_subnet"] >= 8)
+    assert m["drops"]["shed_per_subnet"] == 8 and m["active_flows"] == 4, m
+    for c in kept:  # the admitted flows keep working
+        assert c.ask(b"still") in {"a", "b", "c"}
+
+
 def test_out_of_file_descriptors_aborts_the_flow_not_the_process(lb, backends, clients):
     """EMFILE when a flow's socket opens: the flow is aborted and its slot
     freed (open_failed, evicted aborted), the datagram is lost, the process
