@@ -8,7 +8,11 @@
 #          responses cap (the flows stay open): what opening a flow costs, plus the
 #          datagram and its answer;
 #   dns:   N flows to a listener with responses = 1: the same plus closing the flow;
-#   known: N datagrams, one at a time, on one flow that is already open.
+#   known: N datagrams, one at a time, on one flow that is already open;
+#   reuse: N_REUSE flows to a listener with responses = 1 and reuse_upstream_sockets, 60 ms
+#          apart (past the 50 ms a waiting socket must be quiet): after the first flow to each
+#          of the three backends, a flow takes a waiting socket (one recvfrom MSG_PEEK, class
+#          "reuse") instead of opening one, and gives it back without a close.
 # The seed's count for opening a flow is four: socket, bind, connect, epoll_ctl(ADD).
 #
 # Usage: bench/udplb_syscalls.sh            (N=200, BUILD=build; KEEP_TRACES=dir keeps the
@@ -23,6 +27,7 @@ case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 APP=$BUILD/src/etemenanki-app
 LOADGEN=$BUILD/bench/loadgen
 N=${N:-200}
+N_REUSE=${N_REUSE:-50}
 STRACE=${STRACE:-strace}
 
 for exe in "$APP" "$LOADGEN"; do
@@ -56,9 +61,10 @@ done
 echoes=$(sed -n 's/.*udp_echoes=\([0-9,]*\).*/\1/p' "$tmp/serve.out")
 IFS=, read -r e1 e2 e3 <<<"$echoes"
 [ -n "${e3:-}" ] || { echo "udplb_syscalls: loadgen serve did not start" >&2; exit 1; }
-read -r keep dns < <(python3 -c '
+read -r keep dns reuse < <(python3 -c '
 import socket
 ss = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+ss.append(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
 for s in ss: s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in ss))')
 
@@ -82,6 +88,22 @@ port = $dns
 [inbound.settings]
 cluster = "dns"
 
+[[inbound]]
+tag = "reuse"
+protocol = "udp_lb"
+listen = "127.0.0.1"
+port = $reuse
+[inbound.settings]
+cluster = "reuse"
+
+[[cluster]]
+tag = "reuse"
+backends = ["127.0.0.1:$e1", "127.0.0.1:$e2", "127.0.0.1:$e3"]
+selection = "round_robin"
+idle_timeout = 120
+responses = 1
+reuse_upstream_sockets = true
+
 [[cluster]]
 tag = "keep"
 backends = ["127.0.0.1:$e1", "127.0.0.1:$e2", "127.0.0.1:$e3"]
@@ -99,18 +121,19 @@ EOF
 "$APP" -c "$tmp/app.toml" </dev/null >"$tmp/app.log" 2>&1 &
 app_pid=$!
 for _ in $(seq 200); do
-	[ "$(grep -c 'listening on' "$tmp/app.log" 2>/dev/null)" -ge 2 ] && break
+	[ "$(grep -c 'listening on' "$tmp/app.log" 2>/dev/null)" -ge 3 ] && break
 	kill -0 "$app_pid" 2>/dev/null || break
 	sleep 0.05
 done
-if [ "$(grep -c 'listening on' "$tmp/app.log" 2>/dev/null)" -lt 2 ]; then
+if [ "$(grep -c 'listening on' "$tmp/app.log" 2>/dev/null)" -lt 3 ]; then
 	echo "udplb_syscalls: etemenanki-app did not start:" >&2
 	tail -20 "$tmp/app.log" >&2
 	exit 1
 fi
 sleep 0.5
 echo "etemenanki-app pid $app_pid, $(ls /proc/$app_pid/task | wc -l) threads, workers = 1;" \
-	"listeners keep=127.0.0.1:$keep (no responses cap) dns=127.0.0.1:$dns (responses = 1);" \
+	"listeners keep=127.0.0.1:$keep (no responses cap) dns=127.0.0.1:$dns (responses = 1)" \
+	"reuse=127.0.0.1:$reuse (responses = 1, reuse_upstream_sockets);" \
 	"backends $e1 $e2 $e3; N=$N"
 
 # created TAG: the flows_created counter of inbound TAG (SIGUSR1 prints it on the app's log).
@@ -157,6 +180,7 @@ path, name, units, flows = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.a
 OPEN = {"socket", "bind", "connect", "setsockopt", "getsockopt", "fcntl", "ioctl",
         "getsockname", "getpeername", "epoll_ctl(ADD)"}
 CLOSE = {"close", "epoll_ctl(DEL)", "shutdown"}
+REUSE = {"recvfrom(MSG_PEEK)"}
 counts = {}
 call = re.compile(r"^\d+\s+(?:\d+:\d+:\d+(?:\.\d+)?\s+)?([a-z_0-9]+)\((.*)")
 for line in open(path, errors="replace"):
@@ -167,14 +191,18 @@ for line in open(path, errors="replace"):
     if sc == "epoll_ctl":
         op = re.search(r"EPOLL_CTL_(ADD|DEL|MOD)", rest)
         sc = f"epoll_ctl({op.group(1) if op else '?'})"
+    if sc == "recvfrom" and "MSG_PEEK" in rest:
+        sc = "recvfrom(MSG_PEEK)"
     counts[sc] = counts.get(sc, 0) + 1
 print(f"{'syscall':<22} {'calls':>7} {'per datagram':>14}  class")
 def cls(sc):
-    return "open" if sc in OPEN else "close" if sc in CLOSE else "datagram/loop"
+    return ("open" if sc in OPEN else "close" if sc in CLOSE else "reuse" if sc in REUSE
+            else "datagram/loop")
 for sc, c in sorted(counts.items(), key=lambda kv: (cls(kv[0]), -kv[1], kv[0])):
     print(f"{sc:<22} {c:>7} {c / units:>14.2f}  {cls(sc)}")
 opened = {sc: c for sc, c in counts.items() if sc in OPEN}
 closed = {sc: c for sc, c in counts.items() if sc in CLOSE}
+reused = {sc: c for sc, c in counts.items() if sc in REUSE}
 total = sum(counts.values())
 # Opening and closing calls per flow the app opened (a new client socket that the kernel
 # gave the port of an earlier one, still open, is a known flow); the rest per datagram.
@@ -183,13 +211,16 @@ fmt = lambda d: ",".join(f"{k}:{v / per:.2f}" for k, v in sorted(d.items())) or 
 print(f"udplb_syscalls phase={name} datagrams={units} flows_opened={flows} "
       f"total_per_datagram={total / units:.2f} "
       f"open_calls_per_flow={sum(opened.values()) / per:.2f} open_detail={fmt(opened)} "
-      f"close_calls_per_flow={sum(closed.values()) / per:.2f} close_detail={fmt(closed)}")
+      f"close_calls_per_flow={sum(closed.values()) / per:.2f} close_detail={fmt(closed)} "
+      f"reuse_calls_per_flow={sum(reused.values()) / per:.2f} reuse_detail={fmt(reused)}")
 PY
 }
 
 phase open "$keep" keep "$N" --count "$N" --flows 1 --per-flow 1 --window 1
 phase dns "$dns" dns "$N" --count "$N" --flows 1 --per-flow 1 --window 1
 phase known "$keep" keep "$N" --count "$N" --flows 1 --per-flow 0 --window 1
+phase reuse "$reuse" reuse "$N_REUSE" --count "$N_REUSE" --flows 1 --per-flow 1 --window 1 \
+	--gap-ms 60
 
 # The app's own counters (SIGUSR1), to check that the flows were what the phases say.
 before=$(wc -l <"$tmp/app.log")

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "loadgen.h"
@@ -239,6 +240,11 @@ int lg_lb_run(const struct lg_opts *o)
 				} else {
 					close(s->fd); /* the next flow is a new socket */
 					s->fd = -1;
+				}
+				if (o->gap_ms > 0) {
+					/* a pause between flows, for counting calls, not speed */
+					struct timespec ts = {o->gap_ms / 1000, (o->gap_ms % 1000) * 1000000L};
+					nanosleep(&ts, NULL);
 				}
 			}
 			if (s->fd < 0 && next < (uint32_t)o->count && slot_open(&u, i) < 0) {

@@ -30,6 +30,7 @@ struct lg_opts {
 	int src_ips;              /* lb: client sockets bind to 127.0.0.1 .. 127.0.0.<src_ips> */
 	bool gro;                 /* lb, serve: UDP sockets take coalesced trains (UDP_GRO) */
 	bool gso;                 /* lb: a socket's burst goes as one GSO send (UDP_SEGMENT) */
+	int gap_ms;               /* lb: pause this long after each finished flow */
 	int udp_echoes;           /* serve: UDP echo sockets (the first on udp_port) */
 	double timeout;           /* any mode: the whole run gives up after this many seconds */
 	uint16_t sink_port, echo_port, udp_port; /* serve: 0 = the kernel picks */
