@@ -2,6 +2,7 @@
 #include "udplb/pool.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct held {
 	int fd; /* -1: taken out by udplb_pool_forget, skipped when reached */
@@ -19,6 +20,10 @@ struct udplb_pool {
 	size_t live;  /* sockets held, tombstones not counted */
 	fifo *q;
 	held *items; /* n_backends * cap, backend bi's ring at bi * cap */
+	/* by descriptor: 1 + the index in items of the socket held, 0 when
+	 * none, so taking one out of the middle costs no search */
+	uint32_t *where;
+	size_t n_where;
 };
 
 udplb_pool *udplb_pool_new(size_t n_backends, uint32_t per_backend)
@@ -45,12 +50,32 @@ void udplb_pool_free(udplb_pool *p)
 		return;
 	free(p->q);
 	free(p->items);
+	free(p->where);
 	free(p);
 }
 
-static held *at(udplb_pool *p, size_t bi, uint32_t k)
+static size_t index_of(const udplb_pool *p, size_t bi, uint32_t k)
 {
-	return &p->items[bi * p->cap + (p->q[bi].head + k) % p->cap];
+	return bi * p->cap + (p->q[bi].head + k) % p->cap;
+}
+
+static held *at(udplb_pool *p, size_t bi, uint32_t k) { return &p->items[index_of(p, bi, k)]; }
+
+/* Makes room in `where` for descriptor fd; false without memory. */
+static bool where_room(udplb_pool *p, int fd)
+{
+	if ((size_t)fd < p->n_where)
+		return true;
+	size_t n = p->n_where ? p->n_where : 256;
+	while (n <= (size_t)fd)
+		n *= 2;
+	uint32_t *w = realloc(p->where, n * sizeof *w);
+	if (!w)
+		return false;
+	memset(w + p->n_where, 0, (n - p->n_where) * sizeof *w);
+	p->where = w;
+	p->n_where = n;
+	return true;
 }
 
 /* Drops the tombstones at the head of backend bi's ring. */
@@ -69,9 +94,11 @@ bool udplb_pool_put(udplb_pool *p, size_t bi, int fd, bool gro, uint64_t now)
 		return false;
 	skip_dead(p, bi);
 	fifo *f = &p->q[bi];
-	if (f->n == p->cap)
+	if (f->n == p->cap || !where_room(p, fd))
 		return false;
-	*at(p, bi, f->n) = (held){.fd = fd, .gro = gro, .since = now};
+	size_t i = index_of(p, bi, f->n);
+	p->items[i] = (held){.fd = fd, .gro = gro, .since = now};
+	p->where[fd] = (uint32_t)i + 1;
 	f->n++;
 	p->live++;
 	return true;
@@ -87,6 +114,7 @@ static int pop_head(udplb_pool *p, size_t bi, bool *gro)
 	f->head = (f->head + 1) % p->cap;
 	f->n--;
 	p->live--;
+	p->where[h->fd] = 0;
 	return h->fd;
 }
 
@@ -109,19 +137,14 @@ int udplb_pool_take(udplb_pool *p, size_t bi, uint64_t now, bool *gro)
 
 bool udplb_pool_forget(udplb_pool *p, int fd)
 {
-	if (fd < 0)
+	if (fd < 0 || (size_t)fd >= p->n_where || !p->where[fd])
 		return false;
-	for (size_t bi = 0; bi < p->n_backends; bi++)
-		for (uint32_t k = 0; k < p->q[bi].n; k++) {
-			held *h = at(p, bi, k);
-			if (h->fd == fd) {
-				h->fd = -1;
-				p->live--;
-				skip_dead(p, bi);
-				return true;
-			}
-		}
-	return false;
+	size_t i = p->where[fd] - 1;
+	p->where[fd] = 0;
+	p->items[i].fd = -1; /* a tombstone, dropped when it reaches the head */
+	p->live--;
+	skip_dead(p, i / p->cap);
+	return true;
 }
 
 int udplb_pool_take_expired(udplb_pool *p, uint64_t now)

@@ -36,8 +36,8 @@ bool udplb_pool_put(udplb_pool *p, size_t bi, int fd, bool gro, uint64_t now);
  * when there is none (or bi is out of range). */
 int udplb_pool_take(udplb_pool *p, size_t bi, uint64_t now, bool *gro);
 
-/* Takes fd out wherever it is held (a datagram came for it); false when
- * the pool does not hold it. */
+/* Takes fd out wherever it is held (a datagram came for it), without a
+ * search; false when the pool does not hold it. */
 bool udplb_pool_forget(udplb_pool *p, int fd);
 
 /* Takes out a socket held since before now - UDPLB_POOL_MAX_AGE_MS (the

@@ -71,6 +71,17 @@ static void a_socket_taken_out_of_the_middle_is_skipped(void **state)
 	assert_int_equal(udplb_pool_take(p, 1, 1000, &gro), 22);
 	assert_int_equal(udplb_pool_take(p, 1, 1000, &gro), 23);
 	assert_int_equal(udplb_pool_take(p, 1, 1000, &gro), -1);
+	assert_false(udplb_pool_forget(p, 22)); /* taken: no longer held */
+	/* descriptors far apart, and one taken out, put back and forgotten */
+	assert_true(udplb_pool_put(p, 0, 5000, false, 0));
+	assert_true(udplb_pool_put(p, 0, 3, false, 0));
+	assert_false(udplb_pool_forget(p, 70000));
+	assert_true(udplb_pool_forget(p, 5000));
+	assert_true(udplb_pool_put(p, 0, 5000, false, 1));
+	assert_int_equal(udplb_pool_take(p, 0, 1000, &gro), 3);
+	assert_true(udplb_pool_forget(p, 5000));
+	assert_int_equal(udplb_pool_size(p), 0);
+	assert_int_equal(udplb_pool_take(p, 0, 1000, &gro), -1);
 	udplb_pool_free(p);
 }
 
