@@ -8,8 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -139,6 +142,143 @@ static void round_trip_and_counters(void **state)
 	close(backend);
 }
 
+/* ---- out of descriptors with sockets waiting for reuse ---- */
+
+/* Descriptors open in this process now. */
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return -1;
+	int n = 0;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n - 3; /* ".", ".." and the directory's own */
+}
+
+/* Sends "q" to the listener from 127.0.9.<host> (IP_PKTINFO on a socket
+ * bound to 0.0.0.0: one client socket is many flows). */
+static bool send_from(int fd, uint16_t lb_port, unsigned host)
+{
+	struct sockaddr_in lb = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+	                         .sin_port = htons(lb_port)};
+	uint8_t ctl[CMSG_SPACE(sizeof(struct in_pktinfo))] = {0};
+	struct iovec iov = {"q", 1};
+	struct msghdr mh = {.msg_name = &lb, .msg_namelen = sizeof lb, .msg_iov = &iov,
+	                    .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = IPPROTO_IP;
+	c->cmsg_type = IP_PKTINFO;
+	c->cmsg_len = CMSG_LEN(sizeof(struct in_pktinfo));
+	struct in_pktinfo pi = {.ipi_spec_dst.s_addr = htonl(0x7f000900u | host)};
+	memcpy(CMSG_DATA(c), &pi, sizeof pi);
+	return sendmsg(fd, &mh, 0) == 1;
+}
+
+/* Waits for n replies on fd; false when one does not come. */
+static bool replies(int fd, int n)
+{
+	char buf[64];
+	for (int i = 0; i < n; i++)
+		if (recv(fd, buf, sizeof buf, 0) <= 0)
+			return false;
+	return true;
+}
+
+/* The child of waiting_sockets_give_way_when_descriptors_run_out: 0 when
+ * every check held, else the number of the one that failed. */
+static int out_of_descriptors_child(void)
+{
+	uint16_t aport, bport;
+	int a = udp_socket(&aport), b = udp_socket(&bport); /* b is bound and never answers */
+	(void)b;
+	pthread_t th;
+	if (pthread_create(&th, NULL, echo, &a))
+		return 1;
+	char toml[1024];
+	snprintf(toml, sizeof toml,
+	         "[runtime]\nworkers = 1\n"
+	         "[[inbound]]\ntag = \"lb\"\nprotocol = \"udp_lb\"\nport = 0\n"
+	         "[inbound.settings]\ncluster = \"c\"\nmax_flows = 200\n"
+	         "[[cluster]]\ntag = \"c\"\nbackends = [\"127.0.0.1:%u\", \"127.0.0.1:%u\"]\n"
+	         "selection = \"round_robin\"\nresponses = 1\nreuse_upstream_sockets = true\n"
+	         "idle_timeout = 60\n",
+	         aport, bport);
+	etm_spec spec;
+	char msg[CONFIG_MSG_MAX];
+	etm_supervisor *s;
+	if (config_load(toml, strlen(toml), &spec, msg, sizeof msg) ||
+	    etm_supervisor_start(&spec, &s, msg, sizeof msg))
+		return 2;
+	uint16_t lb = etm_supervisor_inbound_port(s, 0);
+	int client = socket(AF_INET, SOCK_DGRAM, 0);
+	struct sockaddr_in any = {.sin_family = AF_INET};
+	struct timeval tv = {.tv_sec = 3};
+	if (client < 0 || bind(client, (struct sockaddr *)&any, sizeof any) ||
+	    setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv))
+		return 3;
+	/* 10 flows to a, answered: their sockets wait; 10 to b stay open
+	 * (round robin takes them in the order they arrive) */
+	for (unsigned i = 0; i < 20; i++)
+		if (!send_from(client, lb, 2 + i))
+			return 4;
+	if (!replies(client, 10))
+		return 5;
+	etm_udplb_stats st;
+	for (int i = 0; i < 200; i++) {
+		if (etm_supervisor_udplb_stats(s, 0, &st))
+			return 6;
+		if (st.flows_created == 20 && st.active_flows == 10)
+			break;
+		usleep(5000);
+	}
+	if (st.flows_created != 20 || st.active_flows != 10 || st.drops[10] != 0)
+		return 7;
+	/* Room for two descriptors more; 10 new flows, 5 of them to b, need
+	 * more: a socket() that finds none closes the waiting ones. */
+	struct rlimit rl;
+	int used = open_fds();
+	if (used < 0 || getrlimit(RLIMIT_NOFILE, &rl))
+		return 8;
+	rl.rlim_cur = (rlim_t)used + 2;
+	if (setrlimit(RLIMIT_NOFILE, &rl))
+		return 8;
+	for (unsigned i = 0; i < 10; i++)
+		if (!send_from(client, lb, 40 + i))
+			return 9;
+	if (!replies(client, 5))
+		return 10; /* the five to a are answered */
+	for (int i = 0; i < 200; i++) {
+		if (etm_supervisor_udplb_stats(s, 0, &st))
+			return 6;
+		if (st.flows_created == 30)
+			break;
+		usleep(5000);
+	}
+	/* drops[10] is open_failed (etm_udplb_drop_name) */
+	if (st.flows_created != 30 || st.drops[10] != 0 || st.evicted[4] != 0)
+		return 11;
+	etm_supervisor_stop(s);
+	return 0;
+}
+
+static void waiting_sockets_give_way_when_descriptors_run_out(void **state)
+{
+	(void)state;
+	assert_string_equal(etm_udplb_drop_name(10), "open_failed");
+	assert_string_equal(etm_udplb_close_name(4), "aborted");
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(out_of_descriptors_child());
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0); /* else the number of the check that failed */
+}
+
 static void names(void **state)
 {
 	(void)state;
@@ -157,6 +297,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(round_trip_and_counters),
 		cmocka_unit_test(names),
+		cmocka_unit_test(waiting_sockets_give_way_when_descriptors_run_out),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
