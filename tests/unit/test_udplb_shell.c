@@ -1,6 +1,7 @@
 /* test_udplb_shell.c - the UDP load balancer through the library API: a started engine forwards a datagram to an echo backend and back, and its counters read back through etm_supervisor_udplb_stats and etm_supervisor_write_metrics. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -279,6 +280,115 @@ static void waiting_sockets_give_way_when_descriptors_run_out(void **state)
 	assert_int_equal(WEXITSTATUS(status), 0); /* else the number of the check that failed */
 }
 
+/* ---- which sockets take coalesced trains ---- */
+
+/* UDP_GRO on the socket of this process whose local (peer false) or peer
+ * (peer true) port is port: 0 or 1, or -1 when there is no such socket. */
+static int gro_of(uint16_t port, bool peer)
+{
+	for (int fd = 3; fd < 4096; fd++) {
+		struct sockaddr_in a;
+		socklen_t len = sizeof a;
+		int r = peer ? getpeername(fd, (struct sockaddr *)&a, &len)
+		             : getsockname(fd, (struct sockaddr *)&a, &len);
+		if (r || a.sin_family != AF_INET || ntohs(a.sin_port) != port)
+			continue;
+		int on = 0;
+		socklen_t olen = sizeof on;
+		if (getsockopt(fd, SOL_UDP, UDP_GRO, &on, &olen))
+			return -1;
+		return on != 0;
+	}
+	return -1;
+}
+
+/* Answers each datagram with a burst of 3 copies in one GSO send, so all
+ * three are queued on the balancer's socket at once. */
+static void *burst_echo(void *arg)
+{
+	int fd = *(int *)arg;
+	char buf[3 * 512];
+	for (;;) {
+		struct sockaddr_storage from;
+		socklen_t flen = sizeof from;
+		ssize_t n = recvfrom(fd, buf, 512, 0, (struct sockaddr *)&from, &flen);
+		if (n <= 0 || (n == 4 && memcmp(buf, "quit", 4) == 0))
+			return NULL;
+		memcpy(buf + n, buf, (size_t)n);
+		memcpy(buf + 2 * n, buf, (size_t)n);
+		uint8_t ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
+		struct iovec iov = {buf, 3 * (size_t)n};
+		struct msghdr mh = {.msg_name = &from, .msg_namelen = flen, .msg_iov = &iov,
+		                    .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_UDP;
+		c->cmsg_type = UDP_SEGMENT;
+		c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+		uint16_t seg = (uint16_t)n;
+		memcpy(CMSG_DATA(c), &seg, sizeof seg);
+		(void)sendmsg(fd, &mh, 0);
+	}
+}
+
+/* The listener takes trains from the start; a flow's socket only once its
+ * backend has sent more than one reply to one read, so a flow that gets
+ * one answer never pays for the option. */
+static void trains_are_taken_where_bursts_come(void **state)
+{
+	(void)state;
+	uint16_t one_port, burst_port, cport;
+	int one = udp_socket(&one_port), burst = udp_socket(&burst_port);
+	pthread_t t1, t2;
+	assert_int_equal(pthread_create(&t1, NULL, echo, &one), 0);
+	assert_int_equal(pthread_create(&t2, NULL, burst_echo, &burst), 0);
+	char toml[1024];
+	snprintf(toml, sizeof toml,
+	         "[runtime]\nworkers = 1\n"
+	         "[[inbound]]\ntag = \"one\"\nprotocol = \"udp_lb\"\nport = 0\n"
+	         "[inbound.settings]\ncluster = \"one\"\n"
+	         "[[inbound]]\ntag = \"burst\"\nprotocol = \"udp_lb\"\nport = 0\n"
+	         "[inbound.settings]\ncluster = \"burst\"\n"
+	         "[[cluster]]\ntag = \"one\"\nbackends = [\"127.0.0.1:%u\"]\n"
+	         "[[cluster]]\ntag = \"burst\"\nbackends = [\"127.0.0.1:%u\"]\n",
+	         one_port, burst_port);
+	etm_spec spec;
+	char msg[CONFIG_MSG_MAX];
+	assert_int_equal(config_load(toml, strlen(toml), &spec, msg, sizeof msg), 0);
+	etm_supervisor *s;
+	assert_int_equal(etm_supervisor_start(&spec, &s, msg, sizeof msg), 0);
+	uint16_t lb_one = etm_supervisor_inbound_port(s, 0), lb_burst = etm_supervisor_inbound_port(s, 1);
+	assert_int_equal(gro_of(lb_one, false), 1);
+	assert_int_equal(gro_of(lb_burst, false), 1);
+
+	int client = udp_socket(&cport);
+	char buf[2048];
+	for (int round = 0; round < 10; round++) {
+		struct sockaddr_in to = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+		                         .sin_port = htons(lb_one)};
+		assert_int_equal(sendto(client, "ping", 4, 0, (struct sockaddr *)&to, sizeof to), 4);
+		assert_int_equal(recv(client, buf, sizeof buf, 0), 9); /* "echo:ping" */
+		to.sin_port = htons(lb_burst);
+		assert_int_equal(sendto(client, "ping", 4, 0, (struct sockaddr *)&to, sizeof to), 4);
+		for (int i = 0; i < 3; i++)
+			assert_int_equal(recv(client, buf, sizeof buf, 0), 4);
+	}
+	/* the flows' own sockets, found by their backend's port */
+	assert_int_equal(gro_of(one_port, true), 0);
+	assert_int_equal(gro_of(burst_port, true), 1);
+
+	etm_supervisor_stop(s);
+	struct sockaddr_in q = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	q.sin_port = htons(one_port);
+	assert_int_equal(sendto(client, "quit", 4, 0, (struct sockaddr *)&q, sizeof q), 4);
+	q.sin_port = htons(burst_port);
+	assert_int_equal(sendto(client, "quit", 4, 0, (struct sockaddr *)&q, sizeof q), 4);
+	pthread_join(t1, NULL);
+	pthread_join(t2, NULL);
+	close(client);
+	close(one);
+	close(burst);
+}
+
 static void names(void **state)
 {
 	(void)state;
@@ -297,6 +407,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(round_trip_and_counters),
 		cmocka_unit_test(names),
+		cmocka_unit_test(trains_are_taken_where_bursts_come),
 		cmocka_unit_test(waiting_sockets_give_way_when_descriptors_run_out),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
