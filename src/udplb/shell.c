@@ -90,7 +90,8 @@ struct udplb_listener {
 	bool wildcard, want_out;
 	udplb_addr local; /* the bound address, for a specific-IP listener */
 	uint16_t port;
-	uv_poll_t poll;
+	uv_poll_t poll;  /* the flows' epoll set */
+	uv_poll_t lpoll; /* the listener socket */
 	uv_timer_t timer;
 	uv_timer_t pool_timer; /* reuse_upstream_sockets: closes sockets waiting too long */
 	int open_handles;
@@ -218,6 +219,15 @@ static void q_discard(udplb_listener *l, queue *q)
 }
 
 /* ---- epoll interest ---- */
+
+static void on_listener(uv_poll_t *p, int status, int events);
+
+/* What libuv watches the listener for: readable, and writable while
+ * datagrams toward clients wait in its queue. */
+static void listener_interest(udplb_listener *l)
+{
+	uv_poll_start(&l->lpoll, UV_READABLE | (l->want_out ? UV_WRITABLE : 0), on_listener);
+}
 
 static void set_interest(udplb_listener *l, int fd, uint64_t tag, bool out)
 {
@@ -620,7 +630,7 @@ static void lq_add(udplb_listener *l, const struct msghdr *mh)
 	q_push(&l->lq, it);
 	if (!l->want_out) {
 		l->want_out = true;
-		set_interest(l, l->fd, TAG_LISTENER, true);
+		listener_interest(l);
 	}
 }
 
@@ -1030,9 +1040,25 @@ static void write_clients(udplb_listener *l)
 		q_pop(&l->lq);
 	}
 	l->want_out = false;
-	set_interest(l, l->fd, TAG_LISTENER, false);
+	listener_interest(l);
 }
 
+/* The listener socket is ready: libuv watches it on its own, so client
+ * datagrams cost the loop's epoll_wait and no second one. */
+static void on_listener(uv_poll_t *p, int status, int events)
+{
+	udplb_listener *l = p->data;
+	sync_health(l);
+	if (events & UV_WRITABLE)
+		write_clients(l);
+	if ((events & UV_READABLE) || status < 0)
+		read_clients(l);
+	if (l->tx_n)
+		flush_tx(l);
+}
+
+/* Some flow sockets are ready: their epoll set's descriptor is what libuv
+ * watches. */
 static void on_ready(uv_poll_t *p, int status, int events)
 {
 	(void)status;
@@ -1043,13 +1069,6 @@ static void on_ready(uv_poll_t *p, int status, int events)
 	int n = epoll_wait(l->epfd, evs, 64, 0);
 	for (int i = 0; i < n; i++) {
 		uint64_t tag = evs[i].data.u64;
-		if (tag == TAG_LISTENER) {
-			if (evs[i].events & EPOLLOUT)
-				write_clients(l);
-			if (evs[i].events & (EPOLLIN | EPOLLERR))
-				read_clients(l);
-			continue;
-		}
 		udplb_flow_id id = owner_of(l, (int)tag);
 		if (id == UDPLB_FLOW_NONE) {
 			reuse_event(l, (int)tag);
@@ -1134,9 +1153,6 @@ static int setup_socket(udplb_listener *l, const struct sockaddr_storage *ss, si
 	l->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (l->epfd < 0)
 		return -errno;
-	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LISTENER};
-	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->fd, &ev))
-		return -errno;
 	return 0;
 }
 
@@ -1205,9 +1221,12 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 	l->pool_timer.data = l;
 	if (l->pool)
 		uv_timer_start(&l->pool_timer, on_pool_timer, 1000, 1000);
+	uv_poll_init(loop, &l->lpoll, l->fd);
+	l->lpoll.data = l;
+	uv_poll_start(&l->lpoll, UV_READABLE, on_listener);
 	uv_poll_init(loop, &l->poll, l->epfd);
 	l->poll.data = l;
-	l->open_handles = 3;
+	l->open_handles = 4;
 	uv_poll_start(&l->poll, UV_READABLE, on_ready);
 	return l;
 }
@@ -1234,4 +1253,5 @@ void udplb_listener_close(udplb_listener *l)
 	uv_timer_stop(&l->pool_timer);
 	uv_close((uv_handle_t *)&l->pool_timer, on_closed);
 	uv_close((uv_handle_t *)&l->poll, on_closed);
+	uv_close((uv_handle_t *)&l->lpoll, on_closed);
 }
