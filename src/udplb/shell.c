@@ -305,7 +305,9 @@ static void reuse_expire(udplb_listener *l)
 
 static void on_pool_timer(uv_timer_t *t) { reuse_expire(t->data); }
 
-/* Something came for a socket no flow holds: it waits in the pool. */
+/* Something came for a socket no flow holds, which waits in the pool: an
+ * event on it, or more replies than the responses cap in the read that
+ * ended its flow (those count as unknown_flow in the core). */
 static void reuse_event(udplb_listener *l, int fd)
 {
 	if (l->pool && udplb_pool_forget(l->pool, fd))
@@ -335,15 +337,6 @@ static bool set_owner(udplb_listener *l, int fd, udplb_flow_id id)
 static udplb_flow_id owner_of(const udplb_listener *l, int fd)
 {
 	return fd >= 0 && (size_t)fd < l->n_owner ? l->owner[fd] : UDPLB_FLOW_NONE;
-}
-
-/* The backend sent a flow more than its responses cap in one read: the
- * flow's socket, if it went to the pool at the close, is closed instead
- * (the datagrams past the cap count as unknown_flow in the core). */
-static void retire_if_pooled(udplb_listener *l, int fd)
-{
-	if (l->pool && owner_of(l, fd) == UDPLB_FLOW_NONE && udplb_pool_forget(l->pool, fd))
-		close(fd);
 }
 
 /* Closes every pooled socket: the listener ends, or the process is out of
@@ -515,6 +508,19 @@ static void send_to_backend(udplb_listener *l, const udplb_output *o)
 		drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
 }
 
+/* Writes at `at` (zeroed, aligned for a cmsghdr) the UDP_SEGMENT control
+ * message of a GSO send cut into datagrams of seg bytes; returns its space. */
+static size_t put_segment(uint8_t *at, size_t seg)
+{
+	struct cmsghdr *c = (struct cmsghdr *)at;
+	c->cmsg_level = SOL_UDP;
+	c->cmsg_type = UDP_SEGMENT;
+	c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+	uint16_t size = (uint16_t)seg;
+	memcpy(CMSG_DATA(c), &size, sizeof size);
+	return CMSG_SPACE(sizeof(uint16_t));
+}
+
 /* Sends a flow's m gathered datagrams (ps_msgs / ps_iov) as one UDP GSO
  * send when they are alike in length: the iovecs of prefix and payload
  * pairs follow each other in ps_iov, so the run is one stream of equal
@@ -529,15 +535,9 @@ static bool send_backend_run(udplb_listener *l, flow_slot *f, size_t m)
 			return false;
 	if (seg == 0 || seg > UDPLB_GSO_SEGMENT_MAX || seg * m > UDPLB_DATAGRAM_MAX)
 		return false;
-	uint8_t ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
+	_Alignas(struct cmsghdr) uint8_t ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
 	struct msghdr mh = {.msg_iov = &l->ps_iov[0][0], .msg_iovlen = 2 * m,
-	                    .msg_control = ctl, .msg_controllen = sizeof ctl};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_UDP;
-	c->cmsg_type = UDP_SEGMENT;
-	c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-	uint16_t size = (uint16_t)seg;
-	memcpy(CMSG_DATA(c), &size, sizeof size);
+	                    .msg_control = ctl, .msg_controllen = put_segment(ctl, seg)};
 	if (sendmsg(f->fd, &mh, MSG_DONTWAIT) >= 0) {
 		size_t bytes = 0;
 		for (size_t i = 0; i < m; i++)
@@ -669,14 +669,8 @@ static size_t fold_runs(udplb_listener *l)
 			memset(ctl, 0, sizeof l->go_ctl[k]);
 			if (mh->msg_controllen)
 				memcpy(ctl, mh->msg_control, mh->msg_controllen);
-			struct cmsghdr *c = (struct cmsghdr *)(ctl + mh->msg_controllen);
-			c->cmsg_level = SOL_UDP;
-			c->cmsg_type = UDP_SEGMENT;
-			c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-			uint16_t seg = (uint16_t)len;
-			memcpy(CMSG_DATA(c), &seg, sizeof seg);
+			mh->msg_controllen += put_segment(ctl + mh->msg_controllen, len);
 			mh->msg_control = ctl;
-			mh->msg_controllen += CMSG_SPACE(sizeof(uint16_t));
 		}
 		i = j;
 	}
@@ -987,7 +981,7 @@ static void read_backend(udplb_listener *l, udplb_flow_id id)
 			size_t off = 0;
 			do { /* once for an empty datagram */
 				if (closed)
-					retire_if_pooled(l, fd); /* more than the flow's cap came */
+					reuse_event(l, fd); /* more than the flow's cap came */
 				size_t dl = len - off < seg ? len - off : seg;
 				udplb_input in = {.kind = UDPLB_IN_BACKEND,
 				                  .u.backend = {.flow = id, .payload = p + off, .len = dl}};
