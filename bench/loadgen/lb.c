@@ -109,15 +109,9 @@ static void slot_fill(struct lb_run *u, int i, uint32_t *next, uint8_t (*out)[DG
 		(void)send(s->fd, out[0], (size_t)o->size, 0);
 	} else if (o->gso) {
 		/* the burst as one train cut into its datagrams below us */
-		uint8_t ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
-		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k, .msg_control = ctl,
-		                    .msg_controllen = sizeof ctl};
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_UDP;
-		c->cmsg_type = UDP_SEGMENT;
-		c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-		uint16_t seg = (uint16_t)o->size;
-		memcpy(CMSG_DATA(c), &seg, sizeof seg);
+		_Alignas(struct cmsghdr) uint8_t ctl[CMSG_SPACE(sizeof(uint16_t))];
+		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+		lg_put_segment(&mh, ctl, sizeof ctl, o->size);
 		(void)sendmsg(s->fd, &mh, 0);
 	} else {
 		(void)sendmmsg(s->fd, m, (unsigned)k, 0);
@@ -186,7 +180,7 @@ int lg_lb_run(const struct lg_opts *o)
 	struct mmsghdr msgs[BATCH];
 	struct iovec iov[BATCH];
 	static uint8_t in[BATCH][TRAIN_MAX];
-	static uint8_t ctl[BATCH][CMSG_SPACE(sizeof(int))];
+	static _Alignas(struct cmsghdr) uint8_t ctl[BATCH][CMSG_SPACE(sizeof(int))];
 	if (o->size < STAMP || o->size > DGRAM_MAX) {
 		err = "--size must be 8 to 2048 bytes";
 		goto out;

@@ -59,6 +59,11 @@ struct msghdr;
  * (its UDP_GRO control message), or 0 when mh holds one datagram. */
 int lg_gro_segment(struct msghdr *mh);
 
+/* Makes mh a GSO send cut into datagrams of seg bytes (UDP_SEGMENT): its
+ * control buffer becomes ctl, of ctl_size bytes, at least
+ * CMSG_SPACE(sizeof(uint16_t)) and aligned for a cmsghdr. */
+void lg_put_segment(struct msghdr *mh, uint8_t *ctl, size_t ctl_size, int seg);
+
 /* The thru framing: the client sends an 8-byte big-endian length, then that
  * many bytes; the sink answers with the same 8 bytes once it has counted
  * them all. No half-close is needed, so proxies that close both directions

@@ -186,7 +186,7 @@ static bool echo_event(int ep, struct conn *c, uint32_t events)
 static void udp_echo(int fd)
 {
 	static uint8_t bufs[UDP_BATCH][UDP_MAX];
-	static uint8_t ctl[UDP_BATCH][CMSG_SPACE(sizeof(int))];
+	static _Alignas(struct cmsghdr) uint8_t ctl[UDP_BATCH][CMSG_SPACE(sizeof(int))];
 	struct sockaddr_in from[UDP_BATCH];
 	struct iovec iov[UDP_BATCH];
 	struct mmsghdr m[UDP_BATCH];
@@ -208,18 +208,8 @@ static void udp_echo(int fd)
 			iov[i].iov_len = m[i].msg_len;
 			mh->msg_control = NULL;
 			mh->msg_controllen = 0;
-			if (seg > 0 && m[i].msg_len > (unsigned)seg) {
-				/* the same ctl buffer: the kernel wrote UDP_GRO there */
-				struct cmsghdr *c = (struct cmsghdr *)ctl[i];
-				memset(ctl[i], 0, sizeof ctl[i]);
-				c->cmsg_level = SOL_UDP;
-				c->cmsg_type = UDP_SEGMENT;
-				c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-				uint16_t s16 = (uint16_t)seg;
-				memcpy(CMSG_DATA(c), &s16, sizeof s16);
-				mh->msg_control = ctl[i];
-				mh->msg_controllen = CMSG_SPACE(sizeof(uint16_t));
-			}
+			if (seg > 0 && m[i].msg_len > (unsigned)seg) /* the buffer UDP_GRO came in */
+				lg_put_segment(mh, ctl[i], sizeof ctl[i], seg);
 		}
 		/* A reply the kernel will not take is dropped, as a busy server would. */
 		(void)sendmmsg(fd, m, (unsigned)k, MSG_DONTWAIT);

@@ -279,3 +279,16 @@ int lg_gro_segment(struct msghdr *mh)
 		}
 	return 0;
 }
+
+void lg_put_segment(struct msghdr *mh, uint8_t *ctl, size_t ctl_size, int seg)
+{
+	memset(ctl, 0, ctl_size);
+	mh->msg_control = ctl;
+	mh->msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+	struct cmsghdr *c = CMSG_FIRSTHDR(mh);
+	c->cmsg_level = SOL_UDP;
+	c->cmsg_type = UDP_SEGMENT;
+	c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+	uint16_t size = (uint16_t)seg;
+	memcpy(CMSG_DATA(c), &size, sizeof size);
+}
