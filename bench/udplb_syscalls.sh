@@ -11,8 +11,10 @@
 #   known: N datagrams, one at a time, on one flow that is already open;
 #   reuse: N_REUSE flows to a listener with responses = 1 and reuse_upstream_sockets, 60 ms
 #          apart (past the 50 ms a waiting socket must be quiet): after the first flow to each
-#          of the three backends, a flow takes a waiting socket (one recvfrom MSG_PEEK, class
-#          "reuse") instead of opening one, and gives it back without a close.
+#          of the three backends, a flow takes a waiting socket instead of opening one, and
+#          gives it back without a close. The take makes no call of its own: the receive round
+#          reads the flows' epoll set first (an epoll_wait, class datagram/loop, per round, not
+#          per flow); a recvfrom MSG_PEEK (class "reuse") only when that read was cut short.
 # The seed's count for opening a flow is four: socket, bind, connect, epoll_ctl(ADD).
 #
 # Usage: bench/udplb_syscalls.sh            (N=200, BUILD=build; KEEP_TRACES=dir keeps the

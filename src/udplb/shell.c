@@ -112,6 +112,10 @@ struct udplb_listener {
 	uint8_t rx_ctl[UDPLB_BATCH][CMSG_SPACE(sizeof(struct in6_pktinfo)) +
 	                            CMSG_SPACE(sizeof(struct in_pktinfo)) +
 	                            CMSG_SPACE(sizeof(int))];
+	/* the flows' epoll set was read to the end after this receive
+	 * round's datagrams came in, so no pooled socket has anything waiting
+	 * that was not seen (reuse_take then needs no look of its own) */
+	bool pool_seen;
 	/* sends toward backends gathered over one receive round */
 	bool gathering;
 	size_t ps_n;
@@ -221,6 +225,7 @@ static void q_discard(udplb_listener *l, queue *q)
 /* ---- epoll interest ---- */
 
 static void on_listener(uv_poll_t *p, int status, int events);
+static bool serve_flows(udplb_listener *l);
 
 /* What libuv watches the listener for: readable, and writable while
  * datagrams toward clients wait in its queue. */
@@ -350,8 +355,10 @@ static size_t reuse_flush(udplb_listener *l)
 }
 
 /* Hands flow f a pooled socket of its backend: one that has been quiet
- * for UDPLB_POOL_QUIET_MS and still has nothing queued, checked with one
- * read that finds nothing; its only system call. */
+ * for UDPLB_POOL_QUIET_MS and still has nothing queued. The flows' epoll
+ * set, read to the end after this round's client datagrams came in, says
+ * so at no cost of its own; when that read did not reach the end, one
+ * recv(MSG_PEEK) that finds nothing does, the only system call. */
 static bool reuse_take(udplb_listener *l, flow_slot *f, udplb_flow_id id)
 {
 	if (!l->pool || f->bi < 0)
@@ -360,8 +367,8 @@ static bool reuse_take(udplb_listener *l, flow_slot *f, udplb_flow_id id)
 	bool gro;
 	for (int fd; (fd = udplb_pool_take(l->pool, (size_t)f->bi, now, &gro)) >= 0;) {
 		uint8_t b;
-		if (recv(fd, &b, sizeof b, MSG_DONTWAIT | MSG_PEEK) >= 0 ||
-		    (errno != EAGAIN && errno != EWOULDBLOCK)) {
+		if (!l->pool_seen && (recv(fd, &b, sizeof b, MSG_DONTWAIT | MSG_PEEK) >= 0 ||
+		                      (errno != EAGAIN && errno != EWOULDBLOCK))) {
 			retire_pooled(l, fd);
 			continue;
 		}
@@ -894,6 +901,11 @@ static void read_clients(udplb_listener *l)
 		int n = recvmmsg(l->fd, l->rx_msgs, UDPLB_BATCH, MSG_DONTWAIT, NULL);
 		if (n <= 0)
 			return;
+		/* With sockets pooled, the flows' set is read first: whatever
+		 * came for a pooled socket before these datagrams retires it
+		 * before a new flow among them could take it. The replies it
+		 * finds are served now rather than at the next turn. */
+		l->pool_seen = l->pool && udplb_pool_size(l->pool) > 0 && serve_flows(l);
 		l->gathering = true;
 		for (int i = 0; i < n; i++) {
 			struct msghdr *mh = &l->rx_msgs[i].msg_hdr;
@@ -922,6 +934,7 @@ static void read_clients(udplb_listener *l)
 			} while (off < len);
 		}
 		l->gathering = false;
+		l->pool_seen = false;
 		flush_backend_sends(l); /* before the next round reuses the buffers */
 		if (n < UDPLB_BATCH)
 			return;
@@ -1051,15 +1064,12 @@ static void on_listener(uv_poll_t *p, int status, int events)
 		flush_tx(l);
 }
 
-/* Some flow sockets are ready: their epoll set's descriptor is what libuv
- * watches. */
-static void on_ready(uv_poll_t *p, int status, int events)
+/* Reads the flows' epoll set without waiting and serves what it reports:
+ * replies for live flows, and anything for a pooled socket, which retires
+ * it. True when that was everything the set had. */
+static bool serve_flows(udplb_listener *l)
 {
-	(void)status;
-	(void)events;
-	udplb_listener *l = p->data;
 	struct epoll_event evs[64];
-	sync_health(l);
 	int n = epoll_wait(l->epfd, evs, 64, 0);
 	for (int i = 0; i < n; i++) {
 		uint64_t tag = evs[i].data.u64;
@@ -1073,6 +1083,18 @@ static void on_ready(uv_poll_t *p, int status, int events)
 		if (evs[i].events & (EPOLLIN | EPOLLERR))
 			read_backend(l, id);
 	}
+	return n >= 0 && n < 64;
+}
+
+/* Some flow sockets are ready: their epoll set's descriptor is what libuv
+ * watches. */
+static void on_ready(uv_poll_t *p, int status, int events)
+{
+	(void)status;
+	(void)events;
+	udplb_listener *l = p->data;
+	sync_health(l);
+	serve_flows(l);
 	if (l->tx_n)
 		flush_tx(l);
 }

@@ -15,6 +15,8 @@ Run alone:
     ETM_APP=build/src/etemenanki-app /usr/bin/python3 -m pytest -q tests/e2e/test_udplb.py
 """
 import collections
+import os
+import signal
 import socket
 import struct
 import threading
@@ -630,6 +632,48 @@ def test_a_socket_that_hears_from_its_backend_after_its_flow_is_closed_not_reuse
         m = proxy.metrics()
         assert m["sockets_reused"] == 0 and m["flows_created"] == 2, m
         assert m["drops"]["unknown_flow"] == 2, m
+    finally:
+        b.close()
+
+
+class NamedBackend(ScriptedBackend):
+    """Answers each datagram once, at once, with b"b|" in front."""
+
+    def answer(self, data, src):
+        self.sock.sendto(b"b|" + data, src)
+
+
+def test_a_stray_that_comes_with_the_flow_that_would_take_its_socket_retires_it(lb, clients):
+    """A waiting socket's backend sends it a stray in the same turn of the
+    loop as a new client's datagram that would take that socket: the
+    balancer is stopped (SIGSTOP) while the client's datagram and then the
+    stray arrive, so one epoll_wait reports the listener first. The new
+    flow must not take the socket (its first reply would be the stray): the
+    stray counts as unknown_flow and the client gets its own answer."""
+    b = NamedBackend()
+    try:
+        proxy = lb([b.addr], workers=1,
+                   cluster={"responses": 1, "reuse_upstream_sockets": True})
+        first = clients(proxy.port, "127.0.0.2")
+        first.send(b"q1")
+        assert first.recv() == ("b", b"q1")
+        proxy.wait_metrics(lambda m: m["active_flows"] == 0)
+        time.sleep(0.12)  # past the quiet time: the socket may be taken
+        (waiting,) = b.senders
+        second = clients(proxy.port, "127.0.0.3")
+        os.kill(proxy.proc.pid, signal.SIGSTOP)
+        try:
+            second.send(b"q2")
+            time.sleep(0.02)
+            b.sock.sendto(b"b|stray", waiting)
+            time.sleep(0.02)
+        finally:
+            os.kill(proxy.proc.pid, signal.SIGCONT)
+        assert second.recv() == ("b", b"q2")
+        assert second.recv(0.2) is None and first.recv(0.1) is None
+        m = proxy.wait_metrics(lambda m: m["drops"]["unknown_flow"] == 1)
+        assert m["sockets_reused"] == 0 and m["flows_created"] == 2, m
+        assert len(b.senders) == 2, b.senders
     finally:
         b.close()
 
