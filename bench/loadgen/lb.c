@@ -2,8 +2,12 @@
  * sockets at once, each socket one flow; a flow's socket is closed and a new one opened after
  * --per-flow datagrams (1 = DNS-like short flows, 0 = long flows that stream until the end),
  * or, with --reuse, kept for the next flow (for a balancer that closes a flow after its
- * answer, the next datagram from that port is a new flow). */
+ * answer, the next datagram from that port is a new flow). With --new-addrs, one socket sends
+ * every flow (one datagram each) from a source address of its own, 127.1.0.0 + the flow's
+ * number, chosen per datagram with IP_PKTINFO: a new client per flow, as a busy DNS service
+ * sees them, without the load tool paying for a socket per flow. */
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <stdlib.h>
@@ -25,6 +29,9 @@
 #define TAG 0x6c62u /* "lb" */
 #define STAMP 8
 #define MAX_EVENTS 256
+/* --new-addrs: flow f comes from ADDR_BASE + f, all inside 127.0.0.0/8. */
+#define ADDR_BASE 0x7f010000u
+#define ADDR_FLOWS 0x00fe0000u
 
 enum dstate { UNSENT, IN_FLIGHT, ANSWERED, LOST };
 
@@ -42,7 +49,9 @@ struct lb_run {
 	int slot_window;      /* datagrams in flight per socket */
 	uint8_t *state;       /* enum dstate per datagram */
 	uint64_t *sent_ns;
-	uint32_t *slot_of;    /* which socket each datagram went out on */
+	uint32_t *slot_of;    /* which socket (--new-addrs: which source address) each
+	                       * datagram went out on */
+	bool by_addr;         /* --new-addrs: one socket, slot 0, counts the whole window */
 	uint32_t *ring;       /* datagrams sent and not yet retired, oldest first */
 	size_t ring_cap, ring_head, ring_len;
 	size_t answered, lost, late, strays, flows, open_errors;
@@ -131,7 +140,10 @@ static void slot_fill(struct lb_run *u, int i, uint32_t *next, uint8_t (*out)[DG
 	s->inflight += k;
 }
 
-static void lb_answer(struct lb_run *u, int i, const uint8_t *p, size_t n, uint64_t now)
+/* An answer that came back on slot i to client who (the slot itself, or
+ * with --new-addrs the source address's number). */
+static void lb_answer(struct lb_run *u, int i, uint32_t who, const uint8_t *p, size_t n,
+                      uint64_t now)
 {
 	if (n != (size_t)u->o->size || p[0] != (uint8_t)(TAG >> 8) || p[1] != (uint8_t)TAG) {
 		u->strays++;
@@ -139,7 +151,7 @@ static void lb_answer(struct lb_run *u, int i, const uint8_t *p, size_t n, uint6
 	}
 	uint32_t seq = (uint32_t)p[4] << 24 | (uint32_t)p[5] << 16 | (uint32_t)p[6] << 8 | p[7];
 	if (seq >= (uint32_t)u->o->count || u->state[seq] == UNSENT ||
-	    u->state[seq] == ANSWERED || u->slot_of[seq] != (uint32_t)i) {
+	    u->state[seq] == ANSWERED || u->slot_of[seq] != who) {
 		u->strays++; /* duplicated, invented or crossed over to another flow */
 		return;
 	}
@@ -164,10 +176,116 @@ static void lb_retire(struct lb_run *u, uint64_t now, uint64_t loss_ns)
 				return;
 			u->state[seq] = LOST;
 			u->lost++;
-			u->slots[u->slot_of[seq]].inflight--;
+			u->slots[u->by_addr ? 0 : u->slot_of[seq]].inflight--;
 		}
 		u->ring_head = (u->ring_head + 1) % u->ring_cap;
 		u->ring_len--;
+	}
+}
+
+/* The header destination of a datagram read with IP_PKTINFO on, in host
+ * order, or 0 when the control message is missing. */
+static uint32_t pktinfo_dst(struct msghdr *mh)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c))
+		if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+			struct in_pktinfo pi;
+			memcpy(&pi, CMSG_DATA(c), sizeof pi);
+			return ntohl(pi.ipi_addr.s_addr);
+		}
+	return 0;
+}
+
+/* --new-addrs: one unconnected socket; flow seq is one datagram sent from
+ * ADDR_BASE + seq (IP_PKTINFO picks the source per datagram, up to BATCH
+ * per sendmmsg), and its answer must come back to that address. The window
+ * counts on slot 0. 0, or -1 with errno when the socket cannot be set up. */
+static int addrs_run(struct lb_run *u, uint8_t (*out)[DGRAM_MAX], uint64_t loss_ns,
+                     uint64_t deadline, bool *incomplete)
+{
+	const struct lg_opts *o = u->o;
+	struct slot *s = &u->slots[0];
+	s->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (s->fd < 0)
+		return -1;
+	int one = 1;
+	struct sockaddr_in any = {.sin_family = AF_INET};
+	struct epoll_event ev = {.events = EPOLLIN};
+	if (setsockopt(s->fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof one) != 0 ||
+	    bind(s->fd, (struct sockaddr *)&any, sizeof any) != 0 ||
+	    epoll_ctl(u->ep, EPOLL_CTL_ADD, s->fd, &ev) != 0)
+		return -1; /* the caller closes slot 0 */
+	struct mmsghdr m[BATCH];
+	struct iovec iov[BATCH];
+	static uint8_t in[BATCH][DGRAM_MAX];
+	static _Alignas(struct cmsghdr) uint8_t ctl[BATCH][CMSG_SPACE(sizeof(struct in_pktinfo))];
+	uint32_t next = 0, count = (uint32_t)o->count;
+	for (;;) {
+		uint64_t now = lg_now_ns();
+		lb_retire(u, now, loss_ns);
+		while (next < count && s->inflight < o->window) {
+			int k = 0;
+			while (k < BATCH && next + (uint32_t)k < count && s->inflight + k < o->window) {
+				uint32_t seq = next + (uint32_t)k;
+				uint8_t *p = out[k];
+				for (int b = 0; b < 4; b++)
+					p[4 + b] = (uint8_t)(seq >> (24 - 8 * b));
+				iov[k] = (struct iovec){.iov_base = p, .iov_len = (size_t)o->size};
+				memset(ctl[k], 0, sizeof ctl[k]);
+				m[k] = (struct mmsghdr){.msg_hdr = {
+					.msg_name = (void *)&o->target, .msg_namelen = sizeof o->target,
+					.msg_iov = &iov[k], .msg_iovlen = 1,
+					.msg_control = ctl[k], .msg_controllen = sizeof ctl[k]}};
+				struct cmsghdr *c = CMSG_FIRSTHDR(&m[k].msg_hdr);
+				c->cmsg_level = IPPROTO_IP;
+				c->cmsg_type = IP_PKTINFO;
+				c->cmsg_len = CMSG_LEN(sizeof(struct in_pktinfo));
+				struct in_pktinfo pi = {.ipi_spec_dst.s_addr = htonl(ADDR_BASE + seq)};
+				memcpy(CMSG_DATA(c), &pi, sizeof pi);
+				k++;
+			}
+			/* what the kernel would not take is lost, as on a wire */
+			(void)sendmmsg(s->fd, m, (unsigned)k, 0);
+			for (int j = 0; j < k; j++) {
+				uint32_t seq = next++;
+				u->state[seq] = IN_FLIGHT;
+				u->sent_ns[seq] = now;
+				u->slot_of[seq] = seq;
+				u->ring[(u->ring_head + u->ring_len) % u->ring_cap] = seq;
+				u->ring_len++;
+			}
+			s->inflight += k;
+			u->flows += (size_t)k;
+		}
+		if (u->ring_len == 0 && next == count)
+			return 0;
+		if (now >= deadline) {
+			for (uint32_t i = 0; i < count; i++)
+				if (u->state[i] == UNSENT || u->state[i] == IN_FLIGHT) {
+					u->state[i] = LOST;
+					u->lost++;
+				}
+			*incomplete = true;
+			return 0;
+		}
+		int wait_ms = 1;
+		if (u->ring_len > 0) {
+			uint64_t oldest = u->sent_ns[u->ring[u->ring_head]];
+			wait_ms = (int)((oldest + loss_ns > now ? oldest + loss_ns - now : 0) / 1000000u) + 1;
+		}
+		struct epoll_event got;
+		if (epoll_wait(u->ep, &got, 1, wait_ms) <= 0)
+			continue;
+		for (int j = 0; j < BATCH; j++) {
+			iov[j] = (struct iovec){.iov_base = in[j], .iov_len = DGRAM_MAX};
+			m[j] = (struct mmsghdr){.msg_hdr = {.msg_iov = &iov[j], .msg_iovlen = 1,
+			                                    .msg_control = ctl[j],
+			                                    .msg_controllen = sizeof ctl[j]}};
+		}
+		int n = recvmmsg(s->fd, m, BATCH, MSG_DONTWAIT, NULL);
+		now = lg_now_ns();
+		for (int j = 0; j < n; j++)
+			lb_answer(u, 0, pktinfo_dst(&m[j].msg_hdr) - ADDR_BASE, in[j], m[j].msg_len, now);
 	}
 }
 
@@ -185,6 +303,13 @@ int lg_lb_run(const struct lg_opts *o)
 		err = "--size must be 8 to 2048 bytes";
 		goto out;
 	}
+	if (o->new_addrs && (o->per_flow != 1 || o->reuse || o->gso || o->gro ||
+	                     o->count > (int)ADDR_FLOWS)) {
+		err = "--new-addrs sends one datagram per flow (--per-flow 1, no --reuse, --gro or "
+		      "--gso) and at most 16646144 flows";
+		goto out;
+	}
+	u.by_addr = o->new_addrs;
 	int flows = o->flows;
 	u.slot_window = o->window / flows > 0 ? o->window / flows : 1;
 	if (o->per_flow > 0 && u.slot_window > o->per_flow)
@@ -218,7 +343,12 @@ int lg_lb_run(const struct lg_opts *o)
 	uint32_t next = 0;
 	bool incomplete = false;
 	struct epoll_event evs[MAX_EVENTS];
-	for (;;) {
+	if (o->new_addrs) {
+		if (addrs_run(&u, out, loss_ns, deadline, &incomplete) != 0) {
+			err = strerror(errno);
+			goto out;
+		}
+	} else for (;;) {
 		uint64_t now = lg_now_ns();
 		lb_retire(&u, now, loss_ns);
 		for (int i = 0; i < flows; i++) {
@@ -292,7 +422,7 @@ int lg_lb_run(const struct lg_opts *o)
 				size_t off = 0;
 				do {
 					size_t dl = len - off < seg ? len - off : seg;
-					lb_answer(&u, i, in[j] + off, dl, now);
+					lb_answer(&u, i, (uint32_t)i, in[j] + off, dl, now);
 					off += dl;
 				} while (off < len);
 			}
@@ -300,11 +430,12 @@ int lg_lb_run(const struct lg_opts *o)
 	}
 	double secs = (double)(lg_now_ns() - t0) / 1e9;
 	double p50 = lg_samples_pct_us(&u.lat, 50), p99 = lg_samples_pct_us(&u.lat, 99);
-	lg_print(o, "count=%d size=%d flows=%d per_flow=%d reuse=%d gro=%d gso=%d window=%d src_ips=%d "
+	lg_print(o, "count=%d size=%d flows=%d per_flow=%d reuse=%d new_addrs=%d gro=%d gso=%d window=%d src_ips=%d "
 	            "secs=%.3f "
 	            "answered=%zu lost=%zu loss_pct=%.2f pkt_s=%.1f new_flows=%zu flows_s=%.1f "
 	            "p50_us=%.1f p99_us=%.1f late=%zu strays=%zu open_errors=%zu cpu_s=%.2f%s",
-	         o->count, o->size, flows, o->per_flow, o->reuse, o->gro, o->gso, u.slot_window * flows,
+	         o->count, o->size, flows, o->per_flow, o->reuse, o->new_addrs, o->gro, o->gso,
+	         o->new_addrs ? o->window : u.slot_window * flows,
 	         o->src_ips,
 	         secs,
 	         u.answered, u.lost, 100.0 * (double)u.lost / (double)o->count,

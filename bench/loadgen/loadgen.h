@@ -31,6 +31,7 @@ struct lg_opts {
 	bool gro;                 /* lb, serve: UDP sockets take coalesced trains (UDP_GRO) */
 	bool gso;                 /* lb: a socket's burst goes as one GSO send (UDP_SEGMENT) */
 	int gap_ms;               /* lb: pause this long after each finished flow */
+	bool new_addrs;           /* lb: one socket, each flow from its own source address */
 	int udp_echoes;           /* serve: UDP echo sockets (the first on udp_port) */
 	double timeout;           /* any mode: the whole run gives up after this many seconds */
 	uint16_t sink_port, echo_port, udp_port; /* serve: 0 = the kernel picks */

@@ -34,6 +34,8 @@ static const char usage[] =
 	"                     with one GSO send (UDP_SEGMENT), as a QUIC stack does\n"
 	"  --gso              lb: a client socket's burst goes as one GSO send\n"
 	"  --gap-ms MS        lb: pause after each finished flow (for counting, not speed)\n"
+	"  --new-addrs        lb: one socket sends every flow (one datagram) from a new\n"
+	"                     source address, 127.1.0.0 + the flow's number (IP_PKTINFO)\n"
 	"  --udp-echoes N     serve: UDP echo sockets, the first on --udp-port (1)\n"
 	"  --timeout S        give up after S seconds (60)\n"
 	"  --sink-port P --echo-port P --udp-port P   serve: ports (0 = any; printed)\n";
@@ -133,6 +135,7 @@ int main(int argc, char **argv)
 		{"src-ips", required_argument, 0, 6},  {"udp-echoes", required_argument, 0, 7},
 		{"reuse", no_argument, 0, 8},          {"gro", no_argument, 0, 9},
 		{"gso", no_argument, 0, 10},           {"gap-ms", required_argument, 0, 11},
+		{"new-addrs", no_argument, 0, 12},
 		{"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
 	};
 	if (argc < 2)
@@ -168,6 +171,7 @@ int main(int argc, char **argv)
 		case 8: opts.reuse = true; break;
 		case 9: opts.gro = true; break;
 		case 10: opts.gso = true; break;
+		case 12: opts.new_addrs = true; break;
 		case 11: opts.gap_ms = (int)parse_num(optarg, 0, 10000); break;
 		case 7: opts.udp_echoes = (int)parse_num(optarg, 1, 16); break;
 		case 'h': fputs(usage, stdout); return 0;
