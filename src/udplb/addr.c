@@ -34,10 +34,13 @@ int udplb_addr_from_sockaddr(udplb_addr *a, const struct sockaddr *sa)
 	if (sa->sa_family == AF_INET6) {
 		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
 		const uint8_t *ip = s6->sin6_addr.s6_addr;
-		if (memcmp(ip, V4_MAPPED, sizeof V4_MAPPED) == 0)
+		if (memcmp(ip, V4_MAPPED, sizeof V4_MAPPED) == 0) {
 			udplb_addr_set4(a, ip + 12, ntohs(s6->sin6_port));
-		else
+		} else {
 			udplb_addr_set6(a, ip, ntohs(s6->sin6_port));
+			if (udplb_addr_link_local(a))
+				a->scope = s6->sin6_scope_id;
+		}
 		return 0;
 	}
 	memset(a, 0, sizeof *a);
@@ -59,9 +62,15 @@ socklen_t udplb_addr_to_sockaddr(const udplb_addr *a, struct sockaddr_storage *s
 		s6->sin6_family = AF_INET6;
 		s6->sin6_port = htons(a->port);
 		memcpy(&s6->sin6_addr, a->ip, 16);
+		s6->sin6_scope_id = a->scope;
 		return sizeof *s6;
 	}
 	return 0;
+}
+
+bool udplb_addr_link_local(const udplb_addr *a)
+{
+	return a->family == UDPLB_AF_INET6 && a->ip[0] == 0xfe && (a->ip[1] & 0xc0) == 0x80;
 }
 
 size_t udplb_addr_ip_len(const udplb_addr *a)
@@ -71,7 +80,8 @@ size_t udplb_addr_ip_len(const udplb_addr *a)
 
 bool udplb_addr_same_ip(const udplb_addr *a, const udplb_addr *b)
 {
-	return a->family == b->family && memcmp(a->ip, b->ip, sizeof a->ip) == 0;
+	return a->family == b->family && memcmp(a->ip, b->ip, sizeof a->ip) == 0 &&
+	       a->scope == b->scope;
 }
 
 bool udplb_addr_equal(const udplb_addr *a, const udplb_addr *b)
@@ -88,6 +98,9 @@ size_t udplb_addr_format(const udplb_addr *a, char *out, size_t size)
 		return 0;
 	if (a->family == UDPLB_AF_INET && inet_ntop(AF_INET, a->ip, ip, sizeof ip))
 		n = snprintf(out, size, "%s:%u", ip, (unsigned)a->port);
+	else if (a->family == UDPLB_AF_INET6 && inet_ntop(AF_INET6, a->ip, ip, sizeof ip) &&
+	         a->scope)
+		n = snprintf(out, size, "[%s%%%u]:%u", ip, (unsigned)a->scope, (unsigned)a->port);
 	else if (a->family == UDPLB_AF_INET6 && inet_ntop(AF_INET6, a->ip, ip, sizeof ip))
 		n = snprintf(out, size, "[%s]:%u", ip, (unsigned)a->port);
 	else

@@ -154,6 +154,7 @@ void udplb_count_key_ip(udplb_count_key *k, const udplb_addr *a)
 	k->kind = 0;
 	k->prefix = (uint8_t)(udplb_addr_ip_len(a) * 8);
 	memcpy(k->ip, a->ip, sizeof k->ip);
+	k->scope = a->scope;
 }
 
 void udplb_count_key_subnet(udplb_count_key *k, const udplb_addr *a, uint8_t prefix)
@@ -165,6 +166,7 @@ void udplb_count_key_subnet(udplb_count_key *k, const udplb_addr *a, uint8_t pre
 	k->family = a->family;
 	k->kind = 1;
 	k->prefix = prefix;
+	k->scope = a->scope;
 	for (unsigned bit = 0; bit < prefix; bit += 8) {
 		unsigned keep = prefix - bit >= 8 ? 8 : prefix - bit;
 		k->ip[bit / 8] = (uint8_t)(a->ip[bit / 8] & (0xff00u >> keep));

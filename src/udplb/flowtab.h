@@ -33,6 +33,7 @@ typedef struct udplb_count_key {
 	uint8_t prefix;
 	uint8_t pad;
 	uint8_t ip[16];
+	uint32_t scope; /* an IPv6 link-local address's link: its own host, its own subnet */
 } udplb_count_key;
 
 /* What a flow keeps of the cluster it was admitted under: a later config

@@ -226,13 +226,16 @@ static void forward_to_backend(udplb_manager *m, uint32_t slot, const uint8_t *p
 		close_flow(m, slot, UDPLB_CLOSE_REQUESTS);
 }
 
-/* An endpoint as the table compares it: the padding and an IPv4
- * address's unused tail zeroed, whatever the shell left there. */
+/* An endpoint as the table compares it: the padding, an IPv4 address's
+ * unused tail and the scope of all but a link-local address zeroed,
+ * whatever the shell left there. */
 static void canon(udplb_addr *a)
 {
 	a->pad = 0;
 	if (a->family == UDPLB_AF_INET)
 		memset(a->ip + 4, 0, sizeof a->ip - 4);
+	if (!udplb_addr_link_local(a))
+		a->scope = 0;
 }
 
 static void make_key(udplb_flow_key *key, const udplb_addr *src, const udplb_addr *local)
@@ -261,11 +264,15 @@ static bool bad_source(const udplb_addr *a)
 
 static uint64_t affinity_key(const udplb_manager *m, const udplb_addr *src)
 {
-	uint8_t buf[19];
+	uint8_t buf[23];
 	size_t n = 0;
 	buf[n++] = src->family;
 	memcpy(buf + n, src->ip, 16);
 	n += 16;
+	if (src->scope) { /* link-local: fe80::1 on each link is its own client */
+		memcpy(buf + n, &src->scope, sizeof src->scope);
+		n += sizeof src->scope;
+	}
 	if (m->cluster.affinity == UDPLB_AFFINITY_SOURCE_IP_PORT) {
 		buf[n++] = (uint8_t)(src->port >> 8);
 		buf[n++] = (uint8_t)src->port;

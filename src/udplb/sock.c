@@ -37,8 +37,10 @@ bool udplb_pktinfo_read(struct msghdr *mh, uint16_t port, udplb_addr *out)
 		if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
 			struct in6_pktinfo pi;
 			memcpy(&pi, CMSG_DATA(c), sizeof pi);
+			/* a link-local address is the arriving interface's */
 			struct sockaddr_in6 s6 = {.sin6_family = AF_INET6, .sin6_addr = pi.ipi6_addr,
-			                          .sin6_port = htons(port)};
+			                          .sin6_port = htons(port),
+			                          .sin6_scope_id = (uint32_t)pi.ipi6_ifindex};
 			return udplb_addr_from_sockaddr(out, (struct sockaddr *)&s6) == 0;
 		}
 	}
@@ -63,6 +65,7 @@ size_t udplb_pktinfo_write(int fam, const udplb_addr *local, uint8_t *ctl, size_
 	struct sockaddr_storage ss;
 	udplb_sockaddr_for(AF_INET6, local, &ss);
 	pi.ipi6_addr = ((struct sockaddr_in6 *)&ss)->sin6_addr;
+	pi.ipi6_ifindex = local->scope; /* a link-local source leaves by its link */
 	c->cmsg_level = IPPROTO_IPV6;
 	c->cmsg_type = IPV6_PKTINFO;
 	c->cmsg_len = CMSG_LEN(sizeof pi);

@@ -19,8 +19,11 @@ import os
 import signal
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -414,6 +417,20 @@ def test_a_wildcard_listener_answers_from_the_address_sent_to(lb, backends, clie
         src, data, header = backends[0].datagrams()[-1]
         assert header["dst"] == (dst, proxy.port), header
         assert header["src"] == c.addr, header
+
+
+def test_link_local_clients_on_two_links_are_two_clients(app, tmp_path):
+    """fe80::10 on one link and fe80::10 on another are two hosts: a
+    wildcard [::] listener keys them apart by their scope (the interface
+    index), counts them as two IPs for max_flows_per_ip = 1, and answers
+    each on its own link from the address it sent to. Needs two links, so
+    udplb_linklocal.py runs in a network namespace of its own (unshare -n,
+    as root) with a veth pair."""
+    script = Path(__file__).with_name("udplb_linklocal.py")
+    r = subprocess.run(["unshare", "-n", sys.executable, str(script), app, str(tmp_path)],
+                       capture_output=True, text=True, timeout=60,
+                       cwd=script.parent, env={**os.environ, "PYTHONPATH": str(script.parent)})
+    assert r.returncode == 0 and "link-local ok" in r.stdout, r.stdout + r.stderr
 
 
 def test_the_udp_probe_alone_marks_a_silent_backend_down(lb, backends, clients):

@@ -369,7 +369,8 @@ class LbApp:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
         self.proc = subprocess.Popen([self.app, "-c", str(self.cfg_path)], stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=limit)
-        pattern = re.compile(r"listening on [0-9.]+:(\d+) \((?:inbound )?" + re.escape(self.tag)
+        pattern = re.compile(r"listening on (?:[0-9.]+|\[[0-9a-f:.]+\]):(\d+) \((?:inbound )?"
+                             + re.escape(self.tag)
                              + r"[,)]")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -603,6 +603,36 @@ static void the_key_is_the_four_tuple(void **state)
 	assert_true(udplb_addr_equal(&h->out[0].u.to_client.client, &src));
 }
 
+/* fe80::1 on the link with interface index 2 and on the one with index 3
+ * are two hosts: two flows, two per-IP counts, and each reply names its
+ * own link. A scope on any other address is not the core's to keep. */
+static void a_link_local_client_is_its_links(void **state)
+{
+	harness *h = *state;
+	udplb_cluster c = base_cluster();
+	c.max_flows_per_ip = 1;
+	set_cluster(h, &c);
+	udplb_addr on2 = V6(0xfe80, 1, 546), on3 = on2;
+	on2.scope = 2;
+	on3.scope = 3;
+	client(h, on2);
+	client(h, on3);
+	assert_non_null(first(h, UDPLB_OUT_OPEN_UPSTREAM)); /* not shed per IP */
+	assert_int_equal(stats(h).flows_live, 2);
+	backend(h, find(h, on3));
+	assert_int_equal(h->out[0].u.to_client.client.scope, 3);
+	assert_true(udplb_addr_equal(&h->out[0].u.to_client.client, &on3));
+	client(h, on2); /* the same flow again */
+	assert_int_equal(stats(h).flows_live, 2);
+
+	udplb_addr global = V6(0x2001, 1, 546), scoped = global;
+	scoped.scope = 7;
+	client(h, global);
+	client(h, scoped); /* the same client: shed by nothing, one flow */
+	assert_int_equal(stats(h).flows_live, 3);
+	assert_int_equal(find(h, global), find(h, scoped));
+}
+
 /* ---- timers ---- */
 
 static void the_first_flow_arms_the_timer_at_its_deadline(void **state)
@@ -934,6 +964,7 @@ int main(void)
 		T(reconfig_midflow_preserves_existing_flow_contract),
 		T(a_flow_sticks_to_its_backend),
 		T(source_ip_affinity_sends_every_port_to_one_backend),
+		T(a_link_local_client_is_its_links),
 		T(the_key_is_the_four_tuple),
 		T(the_first_flow_arms_the_timer_at_its_deadline),
 		T(early_expiry_that_finds_nothing_due_still_rearms),

@@ -43,6 +43,33 @@ static void sockaddr_round_trips(void **state)
 	assert_true(udplb_addr_equal(&mapped, &plain));
 	assert_memory_equal(&mapped, &plain, sizeof mapped);
 
+	/* A link-local client is its link's: the scope comes in and goes back
+	 * out with it, and tells it from the same address on another link. */
+	struct sockaddr_in6 ll = {.sin6_family = AF_INET6, .sin6_port = htons(546),
+	                          .sin6_scope_id = 3};
+	inet_pton(AF_INET6, "fe80::1", &ll.sin6_addr);
+	udplb_addr on3, on4;
+	assert_int_equal(udplb_addr_from_sockaddr(&on3, (struct sockaddr *)&ll), 0);
+	assert_true(udplb_addr_link_local(&on3));
+	assert_int_equal(on3.scope, 3);
+	assert_int_equal(udplb_addr_to_sockaddr(&on3, &ss), sizeof(struct sockaddr_in6));
+	assert_memory_equal(&ss, &ll, sizeof ll);
+	ll.sin6_scope_id = 4;
+	assert_int_equal(udplb_addr_from_sockaddr(&on4, (struct sockaddr *)&ll), 0);
+	assert_false(udplb_addr_same_ip(&on3, &on4));
+	assert_false(udplb_addr_equal(&on3, &on4));
+	/* any other address has no scope, whatever the socket address held */
+	inet_pton(AF_INET6, "2001:db8::1", &ll.sin6_addr);
+	assert_int_equal(udplb_addr_from_sockaddr(&a, (struct sockaddr *)&ll), 0);
+	assert_false(udplb_addr_link_local(&a));
+	assert_int_equal(a.scope, 0);
+	inet_pton(AF_INET6, "febf::1", &ll.sin6_addr); /* the top of fe80::/10 */
+	assert_int_equal(udplb_addr_from_sockaddr(&a, (struct sockaddr *)&ll), 0);
+	assert_true(udplb_addr_link_local(&a));
+	inet_pton(AF_INET6, "fec0::1", &ll.sin6_addr); /* past it */
+	assert_int_equal(udplb_addr_from_sockaddr(&a, (struct sockaddr *)&ll), 0);
+	assert_false(udplb_addr_link_local(&a));
+
 	struct sockaddr other = {.sa_family = AF_UNIX};
 	assert_int_equal(udplb_addr_from_sockaddr(&a, &other), -1);
 	assert_int_equal(a.family, UDPLB_AF_NONE);
@@ -71,6 +98,20 @@ static void comparisons_and_text(void **state)
 	assert_int_equal(n, strlen("[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535"));
 	assert_int_equal(udplb_addr_format(&a, text, 5), 4);
 	assert_string_equal(text, "10.0");
+	uint8_t ll[16] = {0xfe, 0x80, [15] = 1};
+	udplb_addr_set6(&b, ll, 546);
+	b.scope = 4294967295u;
+	n = udplb_addr_format(&b, text, sizeof text);
+	assert_string_equal(text, "[fe80::1%4294967295]:546");
+	assert_int_equal(n, strlen(text));
+	memset(full, 0xff, sizeof full);
+	full[0] = 0xfe;
+	full[1] = 0x80; /* the longest text there is fits */
+	udplb_addr_set6(&b, full, 65535);
+	b.scope = 4294967295u;
+	n = udplb_addr_format(&b, text, sizeof text);
+	assert_int_equal(n, strlen("[fe80:ffff:ffff:ffff:ffff:ffff:ffff:ffff%4294967295]:65535"));
+	assert_true(n < UDPLB_ADDR_TEXT_MAX);
 	udplb_addr none = {0};
 	udplb_addr_format(&none, text, sizeof text);
 	assert_string_equal(text, "-");
