@@ -611,6 +611,18 @@ def test_reused_upstream_sockets_carry_later_flows_to_the_same_backend(lb, backe
     assert m["evicted"]["responses"] == 4 and m["drops"]["unknown_flow"] == 0, m
 
 
+def reusing_balancer_after_one_flow(lb, clients, backend, name):
+    """A balancer over one ScriptedBackend with responses = 1 and
+    reuse_upstream_sockets, after one flow from 127.0.0.2 asked b"q1" and
+    got its answer from `name`: (the LbApp, that client)."""
+    proxy = lb([backend.addr], workers=1,
+               cluster={"responses": 1, "reuse_upstream_sockets": True})
+    first = clients(proxy.port, "127.0.0.2")
+    first.send(b"q1")
+    assert first.recv() == (name, b"q1")
+    return proxy, first
+
+
 class TwiceBackend(ScriptedBackend):
     """Answers each datagram twice: at once, and again `later` seconds on,
     as a server that got a query twice (or repeats its answer) would."""
@@ -634,11 +646,7 @@ def test_a_socket_that_hears_from_its_backend_after_its_flow_is_closed_not_reuse
     instead of handed to the next flow."""
     b = TwiceBackend(later)
     try:
-        proxy = lb([b.addr], workers=1,
-                   cluster={"responses": 1, "reuse_upstream_sockets": True})
-        first = clients(proxy.port, "127.0.0.2")
-        first.send(b"q1")
-        assert first.recv() == ("twice", b"q1")
+        proxy, first = reusing_balancer_after_one_flow(lb, clients, b, "twice")
         proxy.wait_metrics(lambda m: m["drops"]["unknown_flow"] == 1)
         time.sleep(0.12)
         second = clients(proxy.port, "127.0.0.3")
@@ -669,11 +677,7 @@ def test_a_stray_that_comes_with_the_flow_that_would_take_its_socket_retires_it(
     stray counts as unknown_flow and the client gets its own answer."""
     b = NamedBackend()
     try:
-        proxy = lb([b.addr], workers=1,
-                   cluster={"responses": 1, "reuse_upstream_sockets": True})
-        first = clients(proxy.port, "127.0.0.2")
-        first.send(b"q1")
-        assert first.recv() == ("b", b"q1")
+        proxy, first = reusing_balancer_after_one_flow(lb, clients, b, "b")
         proxy.wait_metrics(lambda m: m["active_flows"] == 0)
         time.sleep(0.12)  # past the quiet time: the socket may be taken
         (waiting,) = b.senders
