@@ -29,6 +29,7 @@ Environment (all optional):
   BENCH_COUNT=20000 BENCH_SIZE=64 BENCH_WINDOW=16   workload sizes
   BENCH_LB_SHORT=30000 BENCH_LB_FLOWS=64 BENCH_LB_LONG=200000
   BENCH_LB_LONG_FLOWS=4 BENCH_LB_WINDOW=64 BENCH_LB_SRC_IPS=8   UDP LB sizes
+  BENCH_LB_RUNS=5      runs per UDP LB scenario and subject (the median counts)
   BENCH_LB_SYSCALLS=0  skip bench/udplb_syscalls.sh in the UDP LB group
   BENCH_LB_REUSE=0     etemenanki's short-flow cluster without
                        reuse_upstream_sockets (the product default)
@@ -79,7 +80,7 @@ SIZES = {
     "lb_gro": os.environ.get("BENCH_LB_GRO", "1"),
     "lb_reuse": os.environ.get("BENCH_LB_REUSE", "1"),
 }
-LB_RUNS = 3        # runs per UDP LB scenario; the median counts
+LB_RUNS = int(os.environ.get("BENCH_LB_RUNS", "5"))  # runs per UDP LB scenario; the median counts
 LB_ECHOES = 3      # UDP echoes the load tool serves: the balancers' backends
 SYSCALLS = ROOT / "bench" / "udplb_syscalls.sh"
 SETTLE = 1.0       # seconds after start before the idle RSS is read
