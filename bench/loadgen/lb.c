@@ -244,8 +244,12 @@ static int addrs_run(struct lb_run *u, uint8_t (*out)[DGRAM_MAX], uint64_t loss_
 				memcpy(CMSG_DATA(c), &pi, sizeof pi);
 				k++;
 			}
-			/* what the kernel would not take is lost, as on a wire */
-			(void)sendmmsg(s->fd, m, (unsigned)k, 0);
+			/* what the kernel would not take is lost, as on a wire;
+			 * but a first send refused outright (no such local
+			 * address, say) is a run that cannot work */
+			if (sendmmsg(s->fd, m, (unsigned)k, 0) < 0 && next == 0 && errno != EAGAIN &&
+			    errno != EWOULDBLOCK && errno != ENOBUFS)
+				return -1;
 			for (int j = 0; j < k; j++) {
 				uint32_t seq = next++;
 				u->state[seq] = IN_FLIGHT;
@@ -434,7 +438,8 @@ int lg_lb_run(const struct lg_opts *o)
 	            "secs=%.3f "
 	            "answered=%zu lost=%zu loss_pct=%.2f pkt_s=%.1f new_flows=%zu flows_s=%.1f "
 	            "p50_us=%.1f p99_us=%.1f late=%zu strays=%zu open_errors=%zu cpu_s=%.2f%s",
-	         o->count, o->size, flows, o->per_flow, o->reuse, o->new_addrs, o->gro, o->gso,
+	         o->count, o->size, o->new_addrs ? o->window : flows, o->per_flow, o->reuse,
+	         o->new_addrs, o->gro, o->gso,
 	         o->new_addrs ? o->window : u.slot_window * flows,
 	         o->src_ips,
 	         secs,

@@ -486,6 +486,8 @@ int udplb_backend_parse(const char *text, udplb_backend *out)
 		udplb_addr_set6(&out->addr, ip, (uint16_t)port);
 	else
 		return UDPLB_E_BACKEND;
+	if (udplb_addr_link_local(&out->addr))
+		return UDPLB_E_LINK_LOCAL; /* connect would fail without the link */
 	out->weight = 1;
 	out->healthy = true;
 	if (!sp)

@@ -166,7 +166,9 @@ void udplb_count_key_subnet(udplb_count_key *k, const udplb_addr *a, uint8_t pre
 	k->family = a->family;
 	k->kind = 1;
 	k->prefix = prefix;
-	k->scope = a->scope;
+	/* a link-local subnet is its link's, unless the prefix reaches past
+	 * fe80::/10 */
+	k->scope = prefix >= 10 ? a->scope : 0;
 	for (unsigned bit = 0; bit < prefix; bit += 8) {
 		unsigned keep = prefix - bit >= 8 ? 8 : prefix - bit;
 		k->ip[bit / 8] = (uint8_t)(a->ip[bit / 8] & (0xff00u >> keep));

@@ -26,6 +26,8 @@ static const char *const ERRORS[UDPLB_ERR_COUNT] = {
 			    "most " UDPLB_STR(UDPLB_MAGLEV_SIZE_MAX),
 	[-UDPLB_E_RANGE] = "backend index out of range",
 	[-UDPLB_E_INVARIANT] = "udplb core invariant broken",
+	[-UDPLB_E_LINK_LOCAL] = "a link-local backend address would need a zone, which backend "
+				"addresses do not take: give a routable address",
 };
 
 static const struct {

@@ -31,8 +31,9 @@ typedef enum udplb_err {
 	UDPLB_E_MAGLEV = -15,     /* a Maglev table size that is not a usable prime */
 	UDPLB_E_RANGE = -16,      /* a backend index past the view */
 	UDPLB_E_INVARIANT = -17,  /* udplb_manager_check found a broken invariant */
+	UDPLB_E_LINK_LOCAL = -18, /* a link-local backend: it would need a zone */
 } udplb_err;
-#define UDPLB_ERR_COUNT 18
+#define UDPLB_ERR_COUNT 19
 
 /* Why a datagram was dropped (Output DROP). Every admission refusal comes
  * before any allocation (seed 001 section 12, rule 1). */

@@ -355,10 +355,10 @@ static size_t reuse_flush(udplb_listener *l)
 }
 
 /* Hands flow f a pooled socket of its backend: one that has been quiet
- * for UDPLB_POOL_QUIET_MS and still has nothing queued. The flows' epoll
- * set, read to the end after this round's client datagrams came in, says
- * so at no cost of its own; when that read did not reach the end, one
- * recv(MSG_PEEK) that finds nothing does, the only system call. */
+ * for UDPLB_POOL_QUIET_MS and had nothing queued when this round's client
+ * datagrams were read. The flows' epoll set, read to the end right after
+ * them, says so at no cost of its own; when that read did not reach the
+ * end, one recv(MSG_PEEK) that finds nothing does, the only system call. */
 static bool reuse_take(udplb_listener *l, flow_slot *f, udplb_flow_id id)
 {
 	if (!l->pool || f->bi < 0)

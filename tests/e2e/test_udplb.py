@@ -668,6 +668,23 @@ class NamedBackend(ScriptedBackend):
         self.sock.sendto(b"b|" + data, src)
 
 
+def wait_stopped(pid, timeout=5.0):
+    """Waits until every thread of process pid is stopped (SIGSTOP takes
+    effect when each thread is next scheduled, not when kill returns)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass  # a thread that just ended
+        if states and all(st in ("T", "t") for st in states):
+            return
+        assert time.monotonic() < deadline, f"process {pid} not stopped: {states}"
+        time.sleep(0.005)
+
+
 def test_a_stray_that_comes_with_the_flow_that_would_take_its_socket_retires_it(lb, clients):
     """A waiting socket's backend sends it a stray in the same turn of the
     loop as a new client's datagram that would take that socket: the
@@ -684,6 +701,7 @@ def test_a_stray_that_comes_with_the_flow_that_would_take_its_socket_retires_it(
         second = clients(proxy.port, "127.0.0.3")
         os.kill(proxy.proc.pid, signal.SIGSTOP)
         try:
+            wait_stopped(proxy.proc.pid)
             second.send(b"q2")
             time.sleep(0.02)
             b.sock.sendto(b"b|stray", waiting)

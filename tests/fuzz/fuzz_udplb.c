@@ -119,16 +119,24 @@ static void advance(world *w, uint64_t dt)
 	w->now = end;
 }
 
-static udplb_addr source(unsigned i)
+/* Client i (0-15); zone 1-3 makes an IPv6 one link-local on that link,
+ * and leaves a scope on any other, which the core must not key on. */
+static udplb_addr source(unsigned i, unsigned zone)
 {
 	udplb_addr a;
 	if (i & 8) {
 		uint8_t ip[16] = {0x20, 0x01, 0x0d, 0xb8, [6] = (uint8_t)(i & 1), [15] = (uint8_t)i};
+		if (zone && (i & 2)) {
+			ip[0] = 0xfe;
+			ip[1] = 0x80;
+			ip[2] = ip[3] = 0;
+		}
 		udplb_addr_set6(&a, ip, (uint16_t)(i & 4 ? 0 : 1000 + (i & 3)));
 	} else {
 		udplb_addr_set4(&a, (const uint8_t[]){10, 0, (uint8_t)(i & 1), (uint8_t)(i & 6)},
 		                (uint16_t)(1000 + (i & 1)));
 	}
+	a.scope = zone;
 	return a;
 }
 
@@ -170,7 +178,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case 0: {
 			uint8_t s = byte(&r), len = byte(&r);
 			in.kind = UDPLB_IN_CLIENT;
-			in.u.client.src = source(s & 15);
+			in.u.client.src = source(s & 15, s >> 6);
 			in.u.client.local = (s & 16) ? local6 : local4;
 			in.u.client.payload = payload;
 			in.u.client.len = (size_t)len * 8;

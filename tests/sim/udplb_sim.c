@@ -176,6 +176,8 @@ static bool same_subnet(const udplb_addr *a, const udplb_addr *b, uint8_t prefix
 {
 	if (a->family != b->family)
 		return false;
+	if (prefix >= 10 && a->scope != b->scope)
+		return false; /* a link-local subnet is its link's */
 	for (unsigned bit = 0; bit < prefix; bit++)
 		if (((a->ip[bit / 8] ^ b->ip[bit / 8]) >> (7 - bit % 8)) & 1)
 			return false;
@@ -590,11 +592,17 @@ static void make_sources(sim *s)
 			udplb_addr_set4(&ip, (const uint8_t[]){10, (uint8_t)below(3), (uint8_t)below(4),
 			                                       (uint8_t)(1 + below(250))},
 			                0);
-		} else {
+		} else if (chance(80)) {
 			uint8_t v6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, (uint8_t)below(3)};
 			v6[7] = (uint8_t)below(4);
 			v6[15] = (uint8_t)(1 + below(250));
 			udplb_addr_set6(&ip, v6, 0);
+		} else {
+			/* link-local, on one of two links: fe80::x on each is
+			 * another host */
+			uint8_t v6[16] = {0xfe, 0x80, [15] = (uint8_t)(1 + below(4))};
+			udplb_addr_set6(&ip, v6, 0);
+			ip.scope = 1 + below(2);
 		}
 		uint32_t ports = 1 + below(4);
 		for (uint32_t p = 0; p < ports && s->n_sources < SOURCES_MAX - 4; p++) {

@@ -349,6 +349,9 @@ static void udp_lb_errors(void **state)
 	expect_message(LB_IN_C LB_CL "backends = [\"db.example:53\"]\n",
 	               "cluster c: backend \"db.example:53\": backend address must be an IPv4 or "
 	               "IPv6 address with a non-zero port");
+	expect_message(LB_IN_C LB_CL "backends = [\"[fe80::1]:53\"]\n",
+	               "cluster c: backend \"[fe80::1]:53\": a link-local backend address would "
+	               "need a zone, which backend addresses do not take: give a routable address");
 	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53 weight=0\"]\n",
 	               "cluster c: backend \"1.2.3.4:53 weight=0\": backend weight must be between 1 "
 	               "and 65535");

@@ -34,7 +34,9 @@ static void texts_word_for_word(void **state)
 		                 "most 655373"},
 		{UDPLB_E_RANGE, "backend index out of range"},
 		{UDPLB_E_INVARIANT, "udplb core invariant broken"},
-		{-18, "unknown error"},
+		{UDPLB_E_LINK_LOCAL, "a link-local backend address would need a zone, which backend "
+		                     "addresses do not take: give a routable address"},
+		{-19, "unknown error"},
 		{1, "unknown error"},
 	};
 	for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++)
