@@ -93,6 +93,37 @@ fail:;
 	return -1;
 }
 
+/* Records datagram seq as sent at now, on slot (or to client) who: in
+ * flight and at the back of the window. */
+static void lb_sent(struct lb_run *u, uint32_t seq, uint32_t who, uint64_t now)
+{
+	u->state[seq] = IN_FLIGHT;
+	u->sent_ns[seq] = now;
+	u->slot_of[seq] = who;
+	u->ring[(u->ring_head + u->ring_len) % u->ring_cap] = seq;
+	u->ring_len++;
+}
+
+/* The run's time is up: whatever is unsent or unanswered is lost. */
+static void lb_give_up(struct lb_run *u)
+{
+	for (int i = 0; i < u->o->count; i++)
+		if (u->state[i] == UNSENT || u->state[i] == IN_FLIGHT) {
+			u->state[i] = LOST;
+			u->lost++;
+		}
+}
+
+/* How long to wait for answers: until the oldest datagram in flight turns
+ * lost (at least 1 ms, 1 ms when none is in flight). */
+static int lb_wait_ms(const struct lb_run *u, uint64_t now, uint64_t loss_ns)
+{
+	if (u->ring_len == 0)
+		return 1;
+	uint64_t oldest = u->sent_ns[u->ring[u->ring_head]];
+	return (int)((oldest + loss_ns > now ? oldest + loss_ns - now : 0) / 1000000u) + 1;
+}
+
 /* Sends on slot i while its window, its flow and the run have room. */
 static void slot_fill(struct lb_run *u, int i, uint32_t *next, uint8_t (*out)[DGRAM_MAX])
 {
@@ -128,14 +159,8 @@ static void slot_fill(struct lb_run *u, int i, uint32_t *next, uint8_t (*out)[DG
 	/* A datagram the kernel would not take (or refused with ECONNREFUSED)
 	 * is simply lost, as on a wire. */
 	uint64_t now = lg_now_ns();
-	for (int j = 0; j < k; j++) {
-		uint32_t seq = first + (uint32_t)j;
-		u->state[seq] = IN_FLIGHT;
-		u->sent_ns[seq] = now;
-		u->slot_of[seq] = (uint32_t)i;
-		u->ring[(u->ring_head + u->ring_len) % u->ring_cap] = seq;
-		u->ring_len++;
-	}
+	for (int j = 0; j < k; j++)
+		lb_sent(u, first + (uint32_t)j, (uint32_t)i, now);
 	s->sent += k;
 	s->inflight += k;
 }
@@ -250,35 +275,20 @@ static int addrs_run(struct lb_run *u, uint8_t (*out)[DGRAM_MAX], uint64_t loss_
 			if (sendmmsg(s->fd, m, (unsigned)k, 0) < 0 && next == 0 && errno != EAGAIN &&
 			    errno != EWOULDBLOCK && errno != ENOBUFS)
 				return -1;
-			for (int j = 0; j < k; j++) {
-				uint32_t seq = next++;
-				u->state[seq] = IN_FLIGHT;
-				u->sent_ns[seq] = now;
-				u->slot_of[seq] = seq;
-				u->ring[(u->ring_head + u->ring_len) % u->ring_cap] = seq;
-				u->ring_len++;
-			}
+			for (int j = 0; j < k; j++, next++)
+				lb_sent(u, next, next, now);
 			s->inflight += k;
 			u->flows += (size_t)k;
 		}
 		if (u->ring_len == 0 && next == count)
 			return 0;
 		if (now >= deadline) {
-			for (uint32_t i = 0; i < count; i++)
-				if (u->state[i] == UNSENT || u->state[i] == IN_FLIGHT) {
-					u->state[i] = LOST;
-					u->lost++;
-				}
+			lb_give_up(u);
 			*incomplete = true;
 			return 0;
 		}
-		int wait_ms = 1;
-		if (u->ring_len > 0) {
-			uint64_t oldest = u->sent_ns[u->ring[u->ring_head]];
-			wait_ms = (int)((oldest + loss_ns > now ? oldest + loss_ns - now : 0) / 1000000u) + 1;
-		}
 		struct epoll_event got;
-		if (epoll_wait(u->ep, &got, 1, wait_ms) <= 0)
+		if (epoll_wait(u->ep, &got, 1, lb_wait_ms(u, now, loss_ns)) <= 0)
 			continue;
 		for (int j = 0; j < BATCH; j++) {
 			iov[j] = (struct iovec){.iov_base = in[j], .iov_len = DGRAM_MAX};
@@ -390,20 +400,11 @@ int lg_lb_run(const struct lg_opts *o)
 		if (u.ring_len == 0 && next == (uint32_t)o->count)
 			break;
 		if (now >= deadline) {
-			for (int i = 0; i < o->count; i++)
-				if (u.state[i] == UNSENT || u.state[i] == IN_FLIGHT) {
-					u.state[i] = LOST;
-					u.lost++;
-				}
+			lb_give_up(&u);
 			incomplete = true;
 			break;
 		}
-		int wait_ms = 1;
-		if (u.ring_len > 0) {
-			uint64_t oldest = u.sent_ns[u.ring[u.ring_head]];
-			wait_ms = (int)((oldest + loss_ns > now ? oldest + loss_ns - now : 0) / 1000000u) + 1;
-		}
-		int k = epoll_wait(u.ep, evs, MAX_EVENTS, wait_ms);
+		int k = epoll_wait(u.ep, evs, MAX_EVENTS, lb_wait_ms(&u, now, loss_ns));
 		if (k <= 0)
 			continue;
 		now = lg_now_ns();

@@ -1,5 +1,6 @@
 /* pool.c - per-backend FIFOs of idle upstream sockets, with tombstones for sockets taken out of the middle. */
 #include "udplb/pool.h"
+#include "udplb/fdtab.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -64,17 +65,10 @@ static held *at(udplb_pool *p, size_t bi, uint32_t k) { return &p->items[index_o
 /* Makes room in `where` for descriptor fd; false without memory. */
 static bool where_room(udplb_pool *p, int fd)
 {
-	if ((size_t)fd < p->n_where)
-		return true;
-	size_t n = p->n_where ? p->n_where : 256;
-	while (n <= (size_t)fd)
-		n *= 2;
-	uint32_t *w = realloc(p->where, n * sizeof *w);
+	uint32_t *w = udplb_fdtab_fit(p->where, &p->n_where, sizeof *w, fd);
 	if (!w)
 		return false;
-	memset(w + p->n_where, 0, (n - p->n_where) * sizeof *w);
 	p->where = w;
-	p->n_where = n;
 	return true;
 }
 

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "runtime/listener.h"
 #include "udplb/pool.h"
+#include "udplb/fdtab.h"
 #include "udplb/shell_int.h"
 
 enum { MSG_REFUSED, MSG_NO_STEER };
@@ -323,18 +324,11 @@ static void reuse_event(udplb_listener *l, int fd)
  * false when the table cannot grow. */
 static bool set_owner(udplb_listener *l, int fd, udplb_flow_id id)
 {
-	if ((size_t)fd >= l->n_owner) {
-		size_t n = l->n_owner ? l->n_owner : 256;
-		while (n <= (size_t)fd)
-			n *= 2;
-		udplb_flow_id *no = realloc(l->owner, n * sizeof *no);
-		if (!no)
-			return false;
-		for (size_t i = l->n_owner; i < n; i++)
-			no[i] = UDPLB_FLOW_NONE;
-		l->owner = no;
-		l->n_owner = n;
-	}
+	_Static_assert(UDPLB_FLOW_NONE == 0, "new owner entries are zeroed: nobody");
+	udplb_flow_id *no = udplb_fdtab_fit(l->owner, &l->n_owner, sizeof *no, fd);
+	if (!no)
+		return false;
+	l->owner = no;
 	l->owner[fd] = id;
 	return true;
 }
