@@ -114,10 +114,8 @@ void worker_run(worker *w, worker_fn fn, void *arg)
 
 workers *workers_start(size_t n, char *err, size_t err_size)
 {
-	if (n == 0) {
-		long cores = sysconf(_SC_NPROCESSORS_ONLN);
-		n = cores > 0 ? (size_t)cores : 1;
-	}
+	if (n == 0) /* one per core this process may run on (its CPU affinity) */
+		n = uv_available_parallelism();
 	if (n > WORKERS_MAX)
 		n = WORKERS_MAX;
 	workers *ws = calloc(1, sizeof *ws);

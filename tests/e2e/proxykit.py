@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import http.server
 import ipaddress
+import os
 import signal
 import socket
 import socketserver
@@ -148,8 +149,9 @@ class Proxy:
     of them must accept before the proxy counts as started."""
 
     def __init__(self, app, workdir, config, n_ports=1, extra=None, log_level=None,
-                 host=LOOPBACK, wait_for_log=True):
+                 host=LOOPBACK, wait_for_log=True, cpus=None):
         self.app = app
+        self.cpus = cpus  # the CPU affinity to start it with (None: the test's own)
         self.workdir = workdir
         self.template = config
         self.n_ports = n_ports
@@ -181,7 +183,8 @@ class Proxy:
             args = [self.app, "-c", str(self.cfg_path)]
             if self.log_level:
                 args += ["-l", self.log_level]
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
+            pin = (lambda: os.sched_setaffinity(0, self.cpus)) if self.cpus else None
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, preexec_fn=pin,
                                          stdout=self._log, stderr=subprocess.STDOUT)
             if self._wait_ready(10.0):
                 return self

@@ -1010,6 +1010,17 @@ def test_sigterm_right_after_start(start_proxy):
     assert statuses == [0] * 5, f"exit statuses {statuses}"
 
 
+@pytest.mark.parametrize("pinned", [False, True], ids=["own-affinity", "one-cpu"])
+def test_default_workers_follow_cpu_affinity(start_proxy, pinned):
+    """workers = 0 starts one worker per CPU the process may run on, as
+    taskset or a container's cpuset leaves it, not per CPU of the machine."""
+    mine = sorted(os.sched_getaffinity(0))
+    cpus = {mine[0]} if pinned else None
+    proxy = start_proxy(config(inbound("in", "socks"), DIRECT), cpus=cpus)
+    want = 1 if pinned else min(len(mine), 256)  # WORKERS_MAX
+    assert f"(in, {want} workers)" in proxy.log()
+
+
 def test_sigint_exits_0(start_proxy, echo):
     proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
     s = socks5_connect(proxy.port, LOOPBACK, echo.port)
