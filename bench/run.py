@@ -17,7 +17,12 @@ short flows (one datagram and its answer per flow: each from a new client
 address, from client sockets kept for their next flow, and from a new
 client socket each), and
 long flows (a few client sockets streaming within a window), and the same with
-each burst sent as one GSO train.
+each burst sent as one GSO train. It runs them twice: with the balancer,
+the load tool and its echoes sharing every core (shared), and with the
+balancer on one core and the load tool on the rest (split: each balancer's
+own capacity, no longer charged for the tool's CPU; nginx's
+worker_processes auto and etemenanki's workers = 0 both follow the CPU
+affinity, so each then runs one worker).
 
 Environment (all optional):
   BENCH_ONLY=key,key   run only these subjects (see SUBJECTS; a group name
@@ -30,6 +35,7 @@ Environment (all optional):
   BENCH_LB_SHORT=30000 BENCH_LB_FLOWS=64 BENCH_LB_LONG=200000
   BENCH_LB_LONG_FLOWS=4 BENCH_LB_WINDOW=64 BENCH_LB_SRC_IPS=8   UDP LB sizes
   BENCH_LB_RUNS=5      runs per UDP LB scenario and subject (the median counts)
+  BENCH_LB_SPLIT=0     skip the split placement (it needs two cores)
   BENCH_LB_SYSCALLS=0  skip bench/udplb_syscalls.sh in the UDP LB group
   BENCH_LB_REUSE=0     etemenanki's short-flow cluster without
                        reuse_upstream_sockets (the product default)
@@ -382,7 +388,18 @@ class Running:
                     pass
 
 
-def start(subject, values, tmp):
+def pinned(cpus):
+    """A preexec_fn that gives the child this CPU affinity (None: none)."""
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
+def pin_tree(pid, cpus):
+    """Sets the CPU affinity of every thread of a running process."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
+def start(subject, values, tmp, cpus=None):
     run = Running()
     for i, proc in enumerate(subject.procs):
         exe = shutil.which(proc.exe)
@@ -399,7 +416,7 @@ def start(subject, values, tmp):
         path = Path(tmp) / f"{subject.key}-{i}.log"
         f = open(path, "wb")
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                             cwd=tmp)
+                             cwd=tmp, preexec_fn=pinned(cpus))
         run.procs.append((p, path, f))
         pending = [values[n] for n in proc.listens]
         udp_pending = [values[n] for n in proc.udp_listens]
@@ -460,9 +477,10 @@ def loadgen(mode, subject, values, args, timeout):
     return run_loadgen(argv, timeout)
 
 
-def run_loadgen(argv, timeout):
+def run_loadgen(argv, timeout, cpus=None):
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                           preexec_fn=pinned(cpus))
         kv = parse_line(r.stdout) or {"error": f"no result line; rc={r.returncode} "
                                                f"{r.stderr.strip()[:200]}"}
     except subprocess.TimeoutExpired:
@@ -556,13 +574,13 @@ def measure(subject, values, tmp, serve_pid):
     return res
 
 
-def loadgen_lb(subject, values, port, args, timeout=60):
+def loadgen_lb(subject, values, port, args, timeout=60, cpus=None):
     """One UDP LB scenario run: straight to the balancer's port, or to the
-    first echo for the direct subject."""
+    first echo for the direct subject; on cpus when given."""
     target = values["ECHO1"] if subject.via == "direct" else values[port]
     argv = [str(LOADGEN), "lb", "--label", subject.key, "--target", f"127.0.0.1:{target}",
             "--size", SIZES["size"], "--src-ips", SIZES["lb_src_ips"], "--timeout", "20"] + args
-    return run_loadgen(argv, timeout)
+    return run_loadgen(argv, timeout, cpus)
 
 
 def lb_metrics(run, wait=0.5):
@@ -578,12 +596,16 @@ def lb_metrics(run, wait=0.5):
     return [l[l.index("udp_lb "):] for l in lines if "udp_lb " in l]
 
 
-def measure_lb(subjects, values_of, tmp):
+def measure_lb(subjects, values_of, tmp, placement=None):
     """Starts every UDP LB subject of the run at once (each on its own
     ports), then runs each scenario LB_RUNS times round the subjects, the
     order turning each round, so that load from other sessions that comes
     and goes falls on all of them alike; stops them. The median run of each
-    scenario counts. {key: results}."""
+    scenario counts. placement: None (every process on every core), or
+    (balancer CPUs, load tool CPUs), the subjects started and the load tool
+    run on those (the echoes' process is pinned by the caller).
+    {key: results}."""
+    lb_cpus, tool_cpus = placement or (None, None)
     out, runs = {}, {}
     quiet = wait_quiet()
     try:
@@ -591,7 +613,8 @@ def measure_lb(subjects, values_of, tmp):
             out[s.key] = {"title": s.title, "kind": "udplb", "quiet_before": quiet,
                           "other_ticks": 0.0, "other_secs": 0.0}
             try:
-                runs[s.key] = start(s, values_of[s.key], tmp) if s.procs else Running()
+                runs[s.key] = (start(s, values_of[s.key], tmp, lb_cpus) if s.procs
+                               else Running())
             except RuntimeError as e:
                 out[s.key]["error"] = str(e).splitlines()[0]
                 log(str(e))
@@ -615,7 +638,7 @@ def measure_lb(subjects, values_of, tmp):
                                  float(done[-1]["loss_pct"]) > 50):
                         continue  # most datagrams lost: not worth more runs
                     c0, w0, b0 = cpu_s(r.pids()), time.monotonic(), others()
-                    kv = loadgen_lb(s, values_of[s.key], port, args)
+                    kv = loadgen_lb(s, values_of[s.key], port, args, cpus=tool_cpus)
                     cpu[s.key] += cpu_s(r.pids()) - c0
                     res["other_ticks"] += other_cores(b0, others(), 1.0)
                     res["other_secs"] += time.monotonic() - w0
@@ -918,52 +941,58 @@ def lb_vs(results):
     return "\n".join(rows)
 
 
-def lb_targets(results, syscalls):
-    out = ["| target | | measured |", "|---|---|---|"]
-    a, n = results.get("etm-udplb", {}), results.get("nginx-udplb", {})
+def lb_targets(results, syscalls, split=None):
+    """The targets' lines, the rate and loss targets once per placement
+    measured (shared cores; split cores when split holds results)."""
+    out = ["| target | placement | | measured |", "|---|---|---|---|"]
+    placements = [("shared cores", results)] + ([("split cores", split)] if split else [])
 
-    def line(name, ok, detail):
+    def line(name, where, ok, detail):
         mark = "–" if ok is None else ("met" if ok else "**missed**")
-        out.append(f"| {name} | {mark} | {detail} |")
+        out.append(f"| {name} | {where} | {mark} | {detail} |")
 
     peer = {"short": "nginx proxy_responses 1", "short-reuse": "nginx proxy_responses 1",
             "short-sockets": "nginx proxy_responses 1",
             "long": "nginx session mode", "long-gso": "nginx session mode"}
     for name, _, _ in LB_SCENARIOS:
-        ours, theirs = lb_rate(a, name), lb_rate(n, name)
-        alone = lb_rate(results.get("lb-direct", {}), name)
         label = f"{LB_TITLES[name]}: dgram/s ≥ 2 × {peer[name]}"
-        if ours is None or theirs is None:
-            line(label, None, "not measured")
-            continue
-        want = 2 * theirs
-        detail = f"{ours:.0f} vs {want:.0f} wanted ({(ours / want - 1) * 100:+.0f} %)"
-        if alone is not None and alone < want:
-            # the load tool and its echoes cannot make the rate wanted even
-            # with no balancer between them: the row measures the tool
-            line(label, None, f"not measurable here: with no balancer the load tool makes "
-                              f"{alone:.0f}, under the {want:.0f} wanted; {detail}")
-        else:
-            line(label, ours >= want, detail)
+        for where, res in placements:
+            ours = lb_rate(res.get("etm-udplb", {}), name)
+            theirs = lb_rate(res.get("nginx-udplb", {}), name)
+            alone = lb_rate(res.get("lb-direct", {}), name)
+            if ours is None or theirs is None:
+                line(label, where, None, "not measured")
+                continue
+            want = 2 * theirs
+            detail = f"{ours:.0f} vs {want:.0f} wanted ({(ours / want - 1) * 100:+.0f} %)"
+            if alone is not None and alone < want:
+                # the load tool and its echoes cannot make the rate wanted
+                # even with no balancer between them: the row measures the tool
+                line(label, where, None, f"not measurable here: with no balancer the load tool "
+                                         f"makes {alone:.0f}, under the {want:.0f} wanted; {detail}")
+            else:
+                line(label, where, ours >= want, detail)
     for name, _, args in LB_SCENARIOS:
-        worst = a.get(f"{name}_max_loss")
         window = args[args.index("--window") + 1]
         label = f"{LB_TITLES[name]}: no loss at window {window}"
-        if worst is None:
-            line(label, None, "not measured")
-        else:
+        for where, res in placements:
+            a = res.get("etm-udplb", {})
+            worst = a.get(f"{name}_max_loss")
+            if worst is None:
+                line(label, where, None, "not measured")
+                continue
             runs = len([kv for kv in a.get(f"{name}_runs", []) if "loss_pct" in kv])
             lost = sum(int(kv.get("lost", 0)) for kv in a.get(f"{name}_runs", []) if "lost" in kv)
-            line(label, worst == 0, f"{lost} lost over {runs} runs (worst {worst:.2f} %)")
+            line(label, where, worst == 0, f"{lost} lost over {runs} runs (worst {worst:.2f} %)")
     label = "a new flow costs ≤ 4 system calls (the seed's socket, bind, connect, epoll_ctl)"
     nf = (syscalls or {}).get("open")
     if not syscalls:
-        line(label, None, "not measured")
+        line(label, "one worker", None, "not measured")
     elif "error" in syscalls or not nf:
-        line(label, None, f"not measured: {syscalls.get('error', 'no open phase')}")
+        line(label, "one worker", None, f"not measured: {syscalls.get('error', 'no open phase')}")
     else:
         per = float(nf["open_calls_per_flow"])
-        line(label, per <= 4, f"{per:.2f} per flow: {nf.get('open_detail', '')}")
+        line(label, "one worker", per <= 4, f"{per:.2f} per flow: {nf.get('open_detail', '')}")
     return "\n".join(out)
 
 
@@ -983,7 +1012,7 @@ def human(size):
     return f"{size[:-1]} {units[size[-1].upper()]}" if size[-1:].upper() in units else f"{size} B"
 
 
-def report(results, meta, route, syscalls=None):
+def report(results, meta, route, syscalls=None, split=None):
     s = SIZES
     head = f"""Run {meta['when']} by `{meta['command']}` on commit {meta['commit']}
 ({meta['machine']}); load average {meta['load_start']} at the start, {meta['load_end']} at
@@ -1057,9 +1086,14 @@ dgram/s counts answered datagrams per second (one per flow in the short
 scenarios). CPU is the balancer's user + system time over a scenario's runs
 divided by the datagrams (short: flows) answered; RSS peak is sampled
 every {SAMPLE} s over all scenarios; "other load" is the cores that other
-work kept busy during the subject's own runs. The load tool, its echoes and
-the balancer share the machine's {os.cpu_count()} cores, so dgram/s is
-bounded by the three together; CPU per datagram is the balancer's own cost.
+work kept busy during the subject's own runs.
+
+### Shared cores
+
+The load tool, its echoes and the balancer share the machine's
+{os.cpu_count()} cores, so dgram/s is bounded by the three together: a
+balancer's rate is charged for the load tool's CPU as well as its own.
+CPU per datagram is the balancer's own cost.
 
 {lb_table(results)}
 
@@ -1068,9 +1102,13 @@ below 1 is ours ahead):
 
 {lb_vs(results)}
 
+### Split cores
+
+{split_text(split)}
+
 Targets of the UDP LB issue:
 
-{lb_targets(results, syscalls)}""")
+{lb_targets(results, syscalls, split if split and "error" not in split else None)}""")
         if syscalls and "text" in syscalls:
             parts.append("System calls per new flow (`bench/udplb_syscalls.sh`, etemenanki-app "
                          "under strace):\n\n```\n" + syscalls["text"].rstrip() + "\n```")
@@ -1085,14 +1123,36 @@ Peers: {meta['versions']}.""")
     return "\n\n".join(parts)
 
 
+def split_text(split):
+    if not split:
+        return "Not run (`BENCH_LB_SPLIT=0`)."
+    if "error" in split:
+        return f"Not run: {split['error']}."
+    lb, tool = split["_cpus"]
+    return f"""The same scenarios with the balancer's processes on CPU {lb} and the load
+tool and its echoes on CPU {tool} (CPU affinity, set at start): each
+balancer then runs one worker (nginx's `worker_processes auto` and
+etemenanki's `workers = 0` count the CPUs they may run on) and dgram/s is
+its capacity on one core, unless the load tool's own core is the bound,
+which the direct row shows.
+
+{lb_table(split)}
+
+etemenanki divided by nginx:
+
+{lb_vs(split)}"""
+
+
 def fmt2(x):
     return "-" if x is None else f"{x:.2f}"
 
 
-def raw_lines(results, route):
+def raw_lines(results, route, split=None):
     out = []
-    for s in SUBJECTS:
-        r = results.get(s.key)
+    placed = [(s, results.get(s.key), "") for s in SUBJECTS]
+    if split and "error" not in split:
+        placed += [(s, split.get(s.key), " (split cores)") for s in SUBJECTS if s.kind == "udplb"]
+    for s, r, where in placed:
         if not r:
             continue
         out.append(f"# {s.key}: procs={r.get('procs')} rss_idle_kib={r.get('rss_idle_kib')} "
@@ -1103,7 +1163,7 @@ def raw_lines(results, route):
                    f" other_cores_before={fmt2(r.get('quiet_before'))}"
                    + (f" error={r['error']!r}" if "error" in r else ""))
         if r.get("kind") == "udplb":
-            out[-1] = (f"# {s.key}: procs={r.get('procs')} rss_idle_kib={r.get('rss_idle_kib')} "
+            out[-1] = (f"# {s.key}{where}: procs={r.get('procs')} rss_idle_kib={r.get('rss_idle_kib')} "
                        f"rss_peak_kib={r.get('rss_peak_kib')} "
                        + " ".join(f"{n}_cpu_us={fmt2(r.get(f'{n}_cpu_us'))}"
                                   for n, _, _ in LB_SCENARIOS)
@@ -1116,7 +1176,7 @@ def raw_lines(results, route):
                     out.append("loadgen " + " ".join(f"{k}={shlex.quote(v)}"
                                                      for k, v in kv.items() if k != "cmd"))
         for line in r.get("metrics") or []:
-            out.append(f"# {s.key} SIGUSR1: {line}")
+            out.append(f"# {s.key}{where} SIGUSR1: {line}")
     if route:
         out.append("$ build/src/bench_route")
         out.append(route.get("_line", ""))
@@ -1136,6 +1196,14 @@ def refresh_doc(body, results_name):
 
 
 # ---------------------------------------------------------------- main
+
+def lb_summary(r):
+    """One subject's UDP LB results on one line, for the progress log."""
+    return (", ".join(f"{n} {num(r.get(n), 'pkt_s')}/s loss {num(r.get(n), 'loss_pct', '{:.2f}')} %"
+                      for n, _, _ in LB_SCENARIOS)
+            + f", RSS {mib(r.get('rss_idle_kib'))}/{mib(r.get('rss_peak_kib'))} MiB"
+            + (f" ERROR {r['error']}" if "error" in r else ""))
+
 
 def main():
     t_start = time.monotonic()
@@ -1157,7 +1225,7 @@ def main():
     load_start = open("/proc/loadavg").read().split()[:3]
     tmp = tempfile.mkdtemp(prefix="etm-bench-")
     serve = None
-    results, route, syscalls, lb_values = {}, None, None, {}
+    results, route, syscalls, lb_values, split = {}, None, None, {}, None
     try:
         cert, key = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
         subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
@@ -1205,13 +1273,25 @@ def main():
             t0 = time.monotonic()
             results.update(measure_lb(lb_subjects, lb_values, tmp))
             for s in lb_subjects:
-                r = results[s.key]
-                log(f"{s.key}: " + ", ".join(
-                    f"{n} {num(r.get(n), 'pkt_s')}/s loss {num(r.get(n), 'loss_pct', '{:.2f}')} %"
-                    for n, _, _ in LB_SCENARIOS)
-                    + f", RSS {mib(r.get('rss_idle_kib'))}/{mib(r.get('rss_peak_kib'))} MiB"
-                    + (f" ERROR {r['error']}" if "error" in r else ""))
+                log(f"{s.key}: {lb_summary(results[s.key])}")
             log(f"udp-lb group: {time.monotonic() - t0:.0f} s")
+            cpus = sorted(os.sched_getaffinity(0))
+            if os.environ.get("BENCH_LB_SPLIT", "1") == "0":
+                split = None
+            elif len(cpus) < 2:
+                split = {"error": f"this process may run on {len(cpus)} CPU, two are needed"}
+            else:
+                t0 = time.monotonic()
+                lb_cpu, tool_cpus = {cpus[0]}, set(cpus[1:])
+                pin_tree(serve.pid, tool_cpus)
+                try:
+                    split = measure_lb(lb_subjects, lb_values, tmp, (lb_cpu, tool_cpus))
+                finally:
+                    pin_tree(serve.pid, set(cpus))
+                split["_cpus"] = (cpus[0], ",".join(str(c) for c in cpus[1:]))
+                for s in lb_subjects:
+                    log(f"{s.key} split: {lb_summary(split[s.key])}")
+                log(f"udp-lb group, split cores: {time.monotonic() - t0:.0f} s")
         if any(s.key == "etm-udplb" for s in subjects) and \
                 os.environ.get("BENCH_LB_SYSCALLS", "1") != "0":
             t0 = time.monotonic()
@@ -1246,12 +1326,12 @@ def main():
                               ("v2ray", "trojan", "shadowsocks-libev", "dante-server",
                                "microsocks", "nginx", "libnginx-mod-stream")),
     }
-    body = report(results, meta, route, syscalls)
+    body = report(results, meta, route, syscalls, split)
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = when.strftime("%Y-%m-%d") + ("-udplb" if lb_only else "-partial" if only else "") + ".md"
     (RESULTS / name).write_text(
         f"# Benchmark run {meta['when']}\n\n{body}\n\n## Raw result lines\n\n```\n"
-        f"{raw_lines(results, route)}\n```\n")
+        f"{raw_lines(results, route, split)}\n```\n")
     log(f"wrote bench/results/{name}")
     if not only:
         refresh_doc(body, name)
@@ -1260,6 +1340,8 @@ def main():
         print(table(results))
     if any(s.kind == "udplb" for s in subjects):
         print(lb_table(results))
+        if split and "error" not in split:
+            print(lb_table(split))
     log(f"done in {meta['secs']:.0f} s")
     return 0
 
