@@ -1283,14 +1283,18 @@ def main():
             else:
                 t0 = time.monotonic()
                 lb_cpu, tool_cpus = {cpus[0]}, set(cpus[1:])
-                pin_tree(serve.pid, tool_cpus)
                 try:
-                    split = measure_lb(lb_subjects, lb_values, tmp, (lb_cpu, tool_cpus))
-                finally:
-                    pin_tree(serve.pid, set(cpus))
-                split["_cpus"] = (cpus[0], ",".join(str(c) for c in cpus[1:]))
-                for s in lb_subjects:
-                    log(f"{s.key} split: {lb_summary(split[s.key])}")
+                    pin_tree(serve.pid, tool_cpus)
+                    try:
+                        split = measure_lb(lb_subjects, lb_values, tmp, (lb_cpu, tool_cpus))
+                    finally:
+                        pin_tree(serve.pid, set(cpus))
+                except OSError as e:  # the echoes' process went away
+                    split = {"error": f"cannot pin the load tool's echoes: {e}"}
+                if "error" not in split:
+                    split["_cpus"] = (cpus[0], ",".join(str(c) for c in cpus[1:]))
+                    for s in lb_subjects:
+                        log(f"{s.key} split: {lb_summary(split[s.key])}")
                 log(f"udp-lb group, split cores: {time.monotonic() - t0:.0f} s")
         if any(s.key == "etm-udplb" for s in subjects) and \
                 os.environ.get("BENCH_LB_SYSCALLS", "1") != "0":
