@@ -45,7 +45,7 @@ typedef struct sup_worker {
 } sup_worker;
 
 static const char *const msgs[] = {
-	"listening on %s%s%s:%u (%s, %zu workers)",
+	"listening on %s%s%s:%u (%s, %zu worker%s)",
 	"%s flow to %s from inbound %s takes %s (%s)",
 	"balancer %s: member %s failed (%s); trying %s",
 };
@@ -499,8 +499,9 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 		const etm_inbound_spec *in = &s->spec.inbounds[i];
 		const char *ip = in->listen ? in->listen : "127.0.0.1";
 		bool v6 = strchr(ip, ':') != NULL;
+		size_t nw = workers_count(s->ws);
 		log_info("supervisor", msgs[0], v6 ? "[" : "", ip, v6 ? "]" : "", s->ports[i], in->tag,
-		         workers_count(s->ws));
+		         nw, nw == 1 ? "" : "s");
 	}
 	*out = s;
 	return 0;

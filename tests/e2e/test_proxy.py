@@ -1018,7 +1018,7 @@ def test_default_workers_follow_cpu_affinity(start_proxy, pinned):
     cpus = {mine[0]} if pinned else None
     proxy = start_proxy(config(inbound("in", "socks"), DIRECT), cpus=cpus)
     want = 1 if pinned else min(len(mine), 256)  # WORKERS_MAX
-    assert f"(in, {want} workers)" in proxy.log()
+    assert f"(in, {want} worker{'' if want == 1 else 's'})" in proxy.log()
 
 
 def test_sigint_exits_0(start_proxy, echo):
