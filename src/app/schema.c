@@ -537,7 +537,9 @@ static const schema_table dns_table = TABLE_OF("[dns]", "Name resolution.", dns_
 
 static const schema_field runtime_fields[] = {
 	{.name = "workers", .kind = SK_U64, .offset = offsetof(etm_runtime_spec, workers), .def = 0,
-	 .default_doc = "0", .doc = "Worker threads, each with its own event loop; 0 = one per core the process may run on (its CPU affinity, as taskset or a cpuset sets it)."},
+	 .default_doc = "0",
+	 .doc = "Worker threads, each with its own event loop; 0 = one per core the process may run "
+	        "on (its CPU affinity, as taskset or a cpuset sets it)."},
 	BOOL(etm_runtime_spec, splice, "splice", 1,
 	     "Relay plain TCP to plain TCP with splice(2), without copying through user space, once a "
 	     "flow has moved 64 KiB."),

@@ -17,9 +17,9 @@ typedef struct workers workers;
 typedef void (*worker_fn)(worker *w, void *arg);
 
 /* Starts n worker threads (n = 0: one per core the process may run on, as
- * its CPU affinity says; capped at WORKERS_MAX). Each runs a loop
- * that stays alive until workers_stop. Returns NULL on failure with the
- * reason in err. */
+ * its CPU affinity says; capped at WORKERS_MAX). Each runs a loop that
+ * stays alive until workers_stop. Returns NULL on failure with the reason
+ * in err. */
 workers *workers_start(size_t n, char *err, size_t err_size);
 
 /* Runs fn(w, arg) on every worker, one after another in index order, waits
