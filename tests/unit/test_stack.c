@@ -8,6 +8,7 @@
 
 #include <cmocka.h>
 
+#include "stackpair.h"
 #include "transport/stack.h"
 
 /* ---- toy layers ---- */
@@ -202,91 +203,10 @@ static const layer_ops mute_ops = {
 	.free = plain_free,
 };
 
-/* ---- two stacks wired to each other ---- */
+/* ---- two stacks wired to each other (stackpair.h) ---- */
 
-typedef struct end {
-	stack *s;
-	const uint8_t *tx; /* app bytes to send */
-	size_t tx_len, tx_off;
-	uint8_t *rx;       /* app bytes received */
-	size_t rx_len, rx_cap;
-	bool reading;      /* false: the app takes nothing (backpressure) */
-	frame_layer *top;  /* borrowed: the stack owns it */
-} end;
-
-/* Moves what a's socket would write into b's socket, chunk bytes per call. */
-static size_t wire(stack *a, stack *b, size_t chunk, int *err)
-{
-	size_t moved = 0;
-	const uint8_t *d;
-	size_t n;
-	while (!*err && (n = stack_wire_out(a, &d)) > 0) {
-		if (n > chunk)
-			n = chunk;
-		ssize_t k = stack_from_wire(b, d, n);
-		if (k < 0) {
-			*err = (int)k;
-			break;
-		}
-		if (k == 0)
-			break;
-		int rc = stack_wire_done(a, (size_t)k);
-		if (rc < 0)
-			*err = rc;
-		moved += (size_t)k;
-	}
-	return moved;
-}
-
-static size_t app(end *e, size_t chunk, int *err)
-{
-	size_t moved = 0;
-	if (e->tx_off < e->tx_len && !*err) {
-		size_t n = e->tx_len - e->tx_off;
-		ssize_t k = stack_from_app(e->s, e->tx + e->tx_off, n < chunk ? n : chunk);
-		if (k < 0)
-			*err = (int)k;
-		else
-			e->tx_off += (size_t)k, moved += (size_t)k;
-	}
-	const uint8_t *d;
-	size_t n;
-	while (e->reading && !*err && (n = stack_app_in(e->s, &d)) > 0) {
-		if (e->rx_len + n > e->rx_cap) {
-			e->rx_cap = (e->rx_len + n) * 2;
-			e->rx = realloc(e->rx, e->rx_cap);
-		}
-		memcpy(e->rx + e->rx_len, d, n);
-		e->rx_len += n;
-		int rc = stack_app_done(e->s, n);
-		if (rc < 0)
-			*err = rc;
-		moved += n;
-	}
-	return moved;
-}
-
-/* Runs both ends until nothing moves; returns 0 or the first error. */
-static int run(end *a, end *b, size_t chunk)
-{
-	int err = 0;
-	size_t moved;
-	do {
-		moved = app(a, chunk, &err) + app(b, chunk, &err);
-		moved += wire(a->s, b->s, chunk, &err) + wire(b->s, a->s, chunk, &err);
-	} while (moved > 0 && !err);
-	return err;
-}
-
-static uint8_t *pattern(size_t n, uint32_t seed)
-{
-	uint8_t *p = malloc(n);
-	for (size_t i = 0; i < n; i++) {
-		seed = seed * 1103515245u + 12345u;
-		p[i] = (uint8_t)(seed >> 16);
-	}
-	return p;
-}
+/* The frame layer on top of e's stack. */
+static frame_layer *top(const end *e) { return (frame_layer *)e->l; }
 
 static void pair(end *c, end *s)
 {
@@ -296,11 +216,11 @@ static void pair(end *c, end *s)
 	s->s = stack_new();
 	c->reading = s->reading = true;
 	assert_int_equal(stack_push(c->s, xor_new()), 0);
-	c->top = frame_new(true);
-	s->top = frame_new(false);
-	assert_int_equal(stack_push(c->s, &c->top->base), 0);
+	c->l = &frame_new(true)->base;
+	s->l = &frame_new(false)->base;
+	assert_int_equal(stack_push(c->s, c->l), 0);
 	assert_int_equal(stack_push(s->s, xor_new()), 0);
-	assert_int_equal(stack_push(s->s, &s->top->base), 0);
+	assert_int_equal(stack_push(s->s, s->l), 0);
 	assert_int_equal(stack_depth(c->s), 2);
 	assert_int_equal(stack_start(c->s), 0);
 	assert_int_equal(stack_start(s->s), 0);
@@ -495,12 +415,12 @@ static void shutdown_after_data(void **state)
 	pair(&c, &s);
 	c.tx = (const uint8_t *)"last words", c.tx_len = 10;
 	assert_int_equal(stack_shutdown(c.s), 0);
-	assert_false(s.top->peer_ended);
+	assert_false(top(&s)->peer_ended);
 	assert_int_equal(run(&c, &s, 1), 0);
 	assert_int_equal(s.rx_len, 10);
 	assert_memory_equal(s.rx, "last words", 10);
-	assert_true(s.top->peer_ended);
-	assert_false(c.top->peer_ended);
+	assert_true(top(&s)->peer_ended);
+	assert_false(top(&c)->peer_ended);
 	unpair(&c, &s);
 }
 

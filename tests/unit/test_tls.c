@@ -13,6 +13,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
+#include "stackpair.h"
 #include "transport/stack.h"
 #include "transport/tls.h"
 
@@ -83,82 +84,7 @@ static int remove_files(void **state)
 	return 0;
 }
 
-/* ---- two stacks wired to each other ---- */
-
-typedef struct end {
-	stack *s;
-	layer *l; /* borrowed: the stack owns it */
-	const uint8_t *tx;
-	size_t tx_len, tx_off;
-	uint8_t *rx;
-	size_t rx_len, rx_cap;
-	bool reading;
-} end;
-
-static size_t wire(stack *a, stack *b, size_t chunk, int *err)
-{
-	size_t moved = 0;
-	const uint8_t *d;
-	size_t n;
-	while (!*err && (n = stack_wire_out(a, &d)) > 0) {
-		ssize_t k = stack_from_wire(b, d, n < chunk ? n : chunk);
-		if (k < 0)
-			*err = (int)k;
-		if (k <= 0)
-			break;
-		if (stack_wire_done(a, (size_t)k) < 0)
-			*err = -100; /* a's own failure: told apart from b's */
-		moved += (size_t)k;
-	}
-	return moved;
-}
-
-static size_t app(end *e, size_t chunk, int *err)
-{
-	size_t moved = 0, n;
-	const uint8_t *d;
-	if (e->tx_off < e->tx_len && !*err) {
-		n = e->tx_len - e->tx_off;
-		ssize_t k = stack_from_app(e->s, e->tx + e->tx_off, n < chunk ? n : chunk);
-		if (k < 0)
-			*err = (int)k;
-		else
-			e->tx_off += (size_t)k, moved += (size_t)k;
-	}
-	while (e->reading && !*err && (n = stack_app_in(e->s, &d)) > 0) {
-		if (e->rx_len + n > e->rx_cap) {
-			e->rx_cap = (e->rx_len + n) * 2;
-			e->rx = realloc(e->rx, e->rx_cap);
-		}
-		memcpy(e->rx + e->rx_len, d, n);
-		e->rx_len += n;
-		if (stack_app_done(e->s, n) < 0)
-			*err = -101;
-		moved += n;
-	}
-	return moved;
-}
-
-static int run(end *a, end *b, size_t chunk)
-{
-	int err = 0;
-	size_t moved;
-	do {
-		moved = app(a, chunk, &err) + app(b, chunk, &err);
-		moved += wire(a->s, b->s, chunk, &err) + wire(b->s, a->s, chunk, &err);
-	} while (moved > 0 && !err);
-	return err;
-}
-
-static uint8_t *pattern(size_t n, uint32_t seed)
-{
-	uint8_t *p = malloc(n);
-	for (size_t i = 0; i < n; i++) {
-		seed = seed * 1103515245u + 12345u;
-		p[i] = (uint8_t)(seed >> 16);
-	}
-	return p;
-}
+/* ---- two stacks wired to each other (stackpair.h) ---- */
 
 static const char *const SERVER_ALPN[] = {"h2", "http/1.1", NULL};
 static const char *const CLIENT_ALPN[] = {"http/1.1", "h2", NULL};

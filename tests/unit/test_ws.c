@@ -13,6 +13,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
+#include "stackpair.h"
 #include "transport/stack.h"
 #include "transport/tls.h"
 #include "transport/ws.h"
@@ -68,81 +69,7 @@ static int remove_files(void **state)
 	return 0;
 }
 
-/* ---- two stacks wired to each other ---- */
-
-typedef struct end {
-	stack *s;
-	layer *ws; /* borrowed: the stack owns it */
-	const uint8_t *tx;
-	size_t tx_len, tx_off;
-	uint8_t *rx;
-	size_t rx_len, rx_cap;
-	bool reading;
-} end;
-
-static size_t wire(stack *a, stack *b, size_t chunk, int *err)
-{
-	size_t moved = 0, n;
-	const uint8_t *d;
-	while (!*err && (n = stack_wire_out(a, &d)) > 0) {
-		ssize_t k = stack_from_wire(b, d, n < chunk ? n : chunk);
-		if (k < 0)
-			*err = (int)k;
-		if (k <= 0)
-			break;
-		if (stack_wire_done(a, (size_t)k) < 0)
-			*err = -100;
-		moved += (size_t)k;
-	}
-	return moved;
-}
-
-static size_t app(end *e, size_t chunk, int *err)
-{
-	size_t moved = 0, n;
-	const uint8_t *d;
-	if (e->tx_off < e->tx_len && !*err) {
-		n = e->tx_len - e->tx_off;
-		ssize_t k = stack_from_app(e->s, e->tx + e->tx_off, n < chunk ? n : chunk);
-		if (k < 0)
-			*err = (int)k;
-		else
-			e->tx_off += (size_t)k, moved += (size_t)k;
-	}
-	while (e->reading && !*err && (n = stack_app_in(e->s, &d)) > 0) {
-		if (e->rx_len + n > e->rx_cap) {
-			e->rx_cap = (e->rx_len + n) * 2;
-			e->rx = realloc(e->rx, e->rx_cap);
-		}
-		memcpy(e->rx + e->rx_len, d, n);
-		e->rx_len += n;
-		if (stack_app_done(e->s, n) < 0)
-			*err = -101;
-		moved += n;
-	}
-	return moved;
-}
-
-static int run(end *a, end *b, size_t chunk)
-{
-	int err = 0;
-	size_t moved;
-	do {
-		moved = app(a, chunk, &err) + app(b, chunk, &err);
-		moved += wire(a->s, b->s, chunk, &err) + wire(b->s, a->s, chunk, &err);
-	} while (moved > 0 && !err);
-	return err;
-}
-
-static uint8_t *pattern(size_t n, uint32_t seed)
-{
-	uint8_t *p = malloc(n);
-	for (size_t i = 0; i < n; i++) {
-		seed = seed * 1103515245u + 12345u;
-		p[i] = (uint8_t)(seed >> 16);
-	}
-	return p;
-}
+/* ---- two stacks wired to each other (stackpair.h) ---- */
 
 static layer *client_layer(const char *path, uint8_t seed)
 {
@@ -174,11 +101,11 @@ static void open_pair(end *c, end *s, bool tls, const char *client_path)
 		tls_client_ctx_unref(cc);
 		tls_server_ctx_unref(sc);
 	}
-	c->ws = client_layer(client_path, 7);
-	s->ws = ws_server_new(PATH, err, sizeof err);
-	assert_non_null(s->ws);
-	assert_int_equal(stack_push(c->s, c->ws), 0);
-	assert_int_equal(stack_push(s->s, s->ws), 0);
+	c->l = client_layer(client_path, 7);
+	s->l = ws_server_new(PATH, err, sizeof err);
+	assert_non_null(s->l);
+	assert_int_equal(stack_push(c->s, c->l), 0);
+	assert_int_equal(stack_push(s->s, s->l), 0);
 	assert_int_equal(stack_start(c->s), 0);
 }
 
@@ -587,8 +514,8 @@ static void close_handshake(void **state)
 	assert_int_equal(d[7] ^ d[3], 0xe8);
 	assert_int_equal(run(&c, &s, 1), 0);
 	assert_int_equal(s.rx_len, 7);
-	assert_true(ws_peer_closed(s.ws));
-	assert_true(ws_peer_closed(c.ws)); /* the server's reply came back */
+	assert_true(ws_peer_closed(s.l));
+	assert_true(ws_peer_closed(c.l)); /* the server's reply came back */
 	assert_true(stack_ready(s.s));
 	/* After the peer's close, app bytes are dropped; after ours, refused. */
 	assert_int_equal(stack_from_app(s.s, (const uint8_t *)"late", 4), 4);
@@ -609,7 +536,7 @@ static void close_from_server(void **state)
 	size_t n = frame(buf, 0x88, "\x03\xe8", 2, false);
 	n += frame(buf + n, 0x82, "after", 5, false);
 	assert_int_equal(stack_from_wire(c.s, buf, n), (ssize_t)n);
-	assert_true(ws_peer_closed(c.ws));
+	assert_true(ws_peer_closed(c.l));
 	const uint8_t *d;
 	assert_int_equal(stack_app_in(c.s, &d), 0);
 	size_t m;
