@@ -93,4 +93,27 @@ static inline uint8_t *pattern(size_t n, uint32_t seed)
 	return p;
 }
 
+/* With the pair open and idle: c sends 1 MiB while s's app reads nothing.
+ * c's sends stop short of 8 stack queues (what two stacks of a layer or
+ * two can hold), stay stopped, and once s reads everything arrives in
+ * order. Needs cmocka, included before this header. */
+static inline void check_backpressure(end *c, end *s, uint32_t seed)
+{
+	size_t len = 1 << 20;
+	uint8_t *up = pattern(len, seed);
+	c->tx = up, c->tx_len = len, c->tx_off = 0;
+	s->reading = false;
+	assert_int_equal(run(c, s, SIZE_MAX), 0);
+	assert_true(c->tx_off < 8 * STACK_QUEUE_CAP);
+	size_t held = c->tx_off;
+	assert_int_equal(run(c, s, SIZE_MAX), 0);
+	assert_int_equal(c->tx_off, held);
+	s->reading = true;
+	assert_int_equal(run(c, s, SIZE_MAX), 0);
+	assert_int_equal(s->rx_len, len);
+	assert_memory_equal(s->rx, up, len);
+	c->tx = NULL, c->tx_len = c->tx_off = 0;
+	free(up);
+}
+
 #endif
