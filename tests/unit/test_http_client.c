@@ -8,79 +8,18 @@
 
 #include <cmocka.h>
 
+#include "layerdrive.h"
+
 #include "proto/http_client.h"
 #include "proto/http_proxy.h"
 
 #define S(lit) (const uint8_t *)(lit), sizeof(lit) - 1
 
-typedef struct outcome {
-	int err;
-	const char *text; /* points at text_buf: the layer is freed before comparing */
-	char text_buf[256];
-	bool ready;
-	bool in_handshake;
-	uint8_t sent[2048];
-	size_t sent_len;
-	uint8_t up[256];
-	size_t up_len;
-} outcome;
-
-/* As the stack drives a layer: the proxy's bytes arrive step at a time
- * (0: at once, cut first when cut > 0); what is not consumed is offered
- * again with the next bytes appended. */
+/* drive_layer (layerdrive.h), then what only this module tells. */
 static void drive(layer *l, const uint8_t *srv, size_t len, size_t step, size_t cut, outcome *o)
 {
-	memset(o, 0, sizeof *o);
-	uint8_t down_data[2048];
-	layer_buf down = {.data = down_data, .cap = sizeof down_data};
-	layer_buf up = {.data = o->up, .cap = sizeof o->up};
-	static uint8_t held[3 * HTTP_CLIENT_HEAD_MAX];
-	size_t held_len = 0, arrived = 0;
-	int rc = l->ops->start(l, &down);
-	while (rc == 0) {
-		size_t n = step ? step : len;
-		if (cut && arrived == 0)
-			n = cut;
-		if (n > len - arrived)
-			n = len - arrived;
-		memcpy(held + held_len, srv + arrived, n);
-		held_len += n;
-		arrived += n;
-		ssize_t r = l->ops->from_below(l, held, held_len, &up, &down);
-		if (r < 0) {
-			rc = (int)r;
-			break;
-		}
-		memmove(held, held + r, held_len - (size_t)r);
-		held_len -= (size_t)r;
-		if (arrived == len)
-			break;
-	}
-	o->err = rc;
-	const char *why = l->ops->error(l);
-	o->text = NULL;
-	if (why) {
-		snprintf(o->text_buf, sizeof o->text_buf, "%s", why);
-		o->text = o->text_buf;
-	}
-	o->ready = l->ops->ready(l);
+	drive_layer(l, srv, len, step, cut, o);
 	o->in_handshake = http_client_in_handshake(l);
-	memcpy(o->sent, down.data, down.len);
-	o->sent_len = down.len;
-	o->up_len = up.len;
-}
-
-static void same(const outcome *a, const outcome *b)
-{
-	assert_int_equal(a->err, b->err);
-	assert_int_equal(a->ready, b->ready);
-	assert_int_equal(a->in_handshake, b->in_handshake);
-	if (a->text || b->text)
-		assert_string_equal(a->text, b->text);
-	assert_int_equal(a->sent_len, b->sent_len);
-	assert_memory_equal(a->sent, b->sent, a->sent_len);
-	assert_int_equal(a->up_len, b->up_len);
-	assert_memory_equal(a->up, b->up, a->up_len);
 }
 
 static const char REQ_V4[] = "CONNECT 93.184.216.34:443 HTTP/1.1\r\n"

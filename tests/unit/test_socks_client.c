@@ -8,86 +8,21 @@
 
 #include <cmocka.h>
 
+#include "layerdrive.h"
+
 #include "proto/socks.h"
 #include "proto/socks_client.h"
 
 #define B(...) (const uint8_t[]){__VA_ARGS__}, sizeof((const uint8_t[]){__VA_ARGS__})
 
-/* What a run produced, however the server's bytes arrived. */
-typedef struct outcome {
-	int err; /* 0, or the LAYER_ERR_* a call returned */
-	const char *text; /* points at text_buf: the layer is freed before comparing */
-	char text_buf[256];
-	bool ready;
-	bool in_handshake;
-	uint8_t sent[1024];
-	size_t sent_len;
-	uint8_t up[256];
-	size_t up_len;
-	char relay[ADDR_TEXT_MAX]; /* "" when none */
-} outcome;
-
-/* Runs l against the server's bytes srv, which arrive step bytes at a
- * time (0: all at once; otherwise cut at `cut` first when cut > 0), the
- * way the stack drives a layer: bytes not consumed are offered again with
- * the next ones appended. */
+/* drive_layer (layerdrive.h), then what only this module tells. */
 static void drive(layer *l, const uint8_t *srv, size_t len, size_t step, size_t cut, outcome *o)
 {
-	memset(o, 0, sizeof *o);
-	uint8_t down_data[1024];
-	layer_buf down = {.data = down_data, .cap = sizeof down_data};
-	layer_buf up = {.data = o->up, .cap = sizeof o->up};
-	int rc = l->ops->start(l, &down);
-	uint8_t held[512];
-	size_t held_len = 0, arrived = 0;
-	while (rc == 0) {
-		size_t n = step ? step : len;
-		if (cut && arrived == 0)
-			n = cut;
-		if (n > len - arrived)
-			n = len - arrived;
-		memcpy(held + held_len, srv + arrived, n);
-		held_len += n;
-		arrived += n;
-		ssize_t r = l->ops->from_below(l, held, held_len, &up, &down);
-		if (r < 0) {
-			rc = (int)r;
-			break;
-		}
-		memmove(held, held + r, held_len - (size_t)r);
-		held_len -= (size_t)r;
-		if (arrived == len)
-			break;
-	}
-	o->err = rc;
-	const char *why = l->ops->error(l);
-	o->text = NULL;
-	if (why) {
-		snprintf(o->text_buf, sizeof o->text_buf, "%s", why);
-		o->text = o->text_buf;
-	}
-	o->ready = l->ops->ready(l);
+	drive_layer(l, srv, len, step, cut, o);
 	o->in_handshake = socks_client_in_handshake(l);
-	memcpy(o->sent, down.data, down.len);
-	o->sent_len = down.len;
-	o->up_len = up.len;
 	const addr_dest *relay = socks_client_relay(l);
 	if (relay)
 		addr_dest_format(relay, o->relay, sizeof o->relay);
-}
-
-static void same(const outcome *a, const outcome *b)
-{
-	assert_int_equal(a->err, b->err);
-	assert_int_equal(a->ready, b->ready);
-	assert_int_equal(a->in_handshake, b->in_handshake);
-	if (a->text || b->text)
-		assert_string_equal(a->text, b->text);
-	assert_int_equal(a->sent_len, b->sent_len);
-	assert_memory_equal(a->sent, b->sent, a->sent_len);
-	assert_int_equal(a->up_len, b->up_len);
-	assert_memory_equal(a->up, b->up, a->up_len);
-	assert_string_equal(a->relay, b->relay);
 }
 
 enum kind { K_CONNECT_V4, K_CONNECT_DOMAIN, K_UDP };
