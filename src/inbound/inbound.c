@@ -130,8 +130,10 @@ static size_t sniff_step(in_conn *ic, const uint8_t *data, size_t len)
 	return 0;
 }
 
-/* After the client was answered: relay, or close when the dial failed. */
-static void sniffed_connected(const connect_result *r, void *data)
+/* The dial is done and the client wants no answer, or had it already
+ * (SOCKS after sniffing, Trojan, a fallback): relay, or close when the
+ * dial failed. */
+static void relay_connected(const connect_result *r, void *data)
 {
 	in_conn *ic = data;
 	ic->pending = NULL;
@@ -143,7 +145,7 @@ static void sniffed_connected(const connect_result *r, void *data)
 	conn_relay(ic->c, r->up, r->st); /* up == NULL: the blackhole */
 }
 
-const connect_cb in_conn_sniffed_connected = sniffed_connected;
+const connect_cb in_conn_sniffed_connected = relay_connected;
 
 static size_t socks_data(in_conn *ic, const uint8_t *data, size_t len)
 {
@@ -166,7 +168,7 @@ static size_t socks_data(in_conn *ic, const uint8_t *data, size_t len)
 				conn_close(ic->c);
 				return 0;
 			}
-			in_conn_sniff_then_open(ic, &ev.dest, ev.user, sniffed_connected);
+			in_conn_sniff_then_open(ic, &ev.dest, ev.user, relay_connected);
 		} else {
 			in_conn_open(ic, &ev.dest, ev.user, socks_connected);
 		}
@@ -175,20 +177,6 @@ static size_t socks_data(in_conn *ic, const uint8_t *data, size_t len)
 }
 
 /* ---- Trojan and VLESS ---- */
-
-/* Trojan has no reply: on success the relay starts, on failure the
- * connection closes. */
-static void trojan_connected(const connect_result *r, void *data)
-{
-	in_conn *ic = data;
-	ic->pending = NULL;
-	if (!r->ok) {
-		in_conn_log_end(ic, r->msg);
-		conn_close(ic->c);
-		return;
-	}
-	conn_relay(ic->c, r->up, r->st);
-}
 
 static void vless_connected(const connect_result *r, void *data)
 {
@@ -201,20 +189,6 @@ static void vless_connected(const connect_result *r, void *data)
 	}
 	if (vless_server_opened(&ic->core.vless, &ic->out) || !in_conn_flush(ic)) {
 		conn_relay(ic->c, r->up, r->st);
-		conn_close(ic->c);
-		return;
-	}
-	conn_relay(ic->c, r->up, r->st);
-}
-
-/* What is not Trojan goes, untouched, to the fallback (the bytes are all
- * still unconsumed in the handshake buffer, so the relay sends them first). */
-static void fallback_connected(const connect_result *r, void *data)
-{
-	in_conn *ic = data;
-	ic->pending = NULL;
-	if (!r->ok) {
-		in_conn_log_end(ic, r->msg);
 		conn_close(ic->c);
 		return;
 	}
@@ -309,14 +283,16 @@ static void trojan_reject(in_conn *ic, const char *why)
 		conn_close(ic->c);
 		return;
 	}
-	/* the fallback is dialled directly, whatever the routes say */
+	/* the fallback is dialled directly, whatever the routes say; the bytes
+	 * are all still unconsumed in the handshake buffer, so the relay sends
+	 * them first, untouched */
 	ic->f = (flow){.dest = ic->in->fallback, .user = -1};
 	ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
 	conn_pause(ic->c);
 	conn_request_done(ic->c);
 	const connector *cn = ic->in->connect;
 	ic->pending = cn->connect_direct(cn->self, conn_worker(ic->c), &ic->f.dest,
-	                                 fallback_connected, ic);
+	                                 relay_connected, ic);
 }
 
 static size_t trojan_data(in_conn *ic, const uint8_t *data, size_t len)
@@ -331,7 +307,7 @@ static size_t trojan_data(in_conn *ic, const uint8_t *data, size_t len)
 		if (ev.cmd == PROTO_CMD_UDP_ASSOCIATE)
 			stream_udp_start(ic, &ev);
 		else
-			in_conn_open(ic, &ev.dest, ev.user, trojan_connected);
+			in_conn_open(ic, &ev.dest, ev.user, relay_connected); /* Trojan has no reply */
 	}
 	return (size_t)n;
 }
