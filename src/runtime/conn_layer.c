@@ -103,6 +103,24 @@ static int flush(conn *c, side *x)
 
 static side *side_of(conn *c, uv_stream_t *s) { return s == c->sd[0].s ? &c->sd[0] : &c->sd[1]; }
 
+/* Offers side x's stack the wire bytes read and not yet taken; sets
+ * *moved when it took some. False when the stack failed (the connection
+ * is failing then). */
+static bool feed_wire(conn *c, side *x, bool *moved)
+{
+	if (!x->rlen)
+		return true;
+	ssize_t k = stack_from_wire(x->st, x->rbuf + x->roff, x->rlen);
+	if (k < 0) {
+		fail(c, x->st);
+		return false;
+	}
+	x->roff += (size_t)k;
+	x->rlen -= (size_t)k;
+	*moved |= k > 0;
+	return true;
+}
+
 /* ---- the stacked client's handshake ---- */
 
 /* Feeds the client's leftover wire bytes to its stack and its app bytes to
@@ -112,16 +130,8 @@ static void hs_pump(conn *c)
 	side *x = &c->sd[0];
 	for (int round = 0; conn_fed(c) && round < 64; round++) {
 		bool moved = false;
-		if (x->rlen) {
-			ssize_t k = stack_from_wire(x->st, x->rbuf + x->roff, x->rlen);
-			if (k < 0) {
-				fail(c, x->st);
-				return;
-			}
-			x->roff += (size_t)k;
-			x->rlen -= (size_t)k;
-			moved |= k > 0;
-		}
+		if (!feed_wire(c, x, &moved))
+			return;
 		if (flush(c, x))
 			return;
 		const uint8_t *d;
@@ -353,16 +363,8 @@ static void service(conn *c)
 		bool moved = false;
 		for (int i = 0; i < 2 && c->state == LAYERED; i++) {
 			side *x = &c->sd[i], *y = &c->sd[1 - i];
-			if (x->st && x->rlen) {
-				ssize_t k = stack_from_wire(x->st, x->rbuf + x->roff, x->rlen);
-				if (k < 0) {
-					fail(c, x->st);
-					return;
-				}
-				x->roff += (size_t)k;
-				x->rlen -= (size_t)k;
-				moved |= k > 0;
-			}
+			if (x->st && !feed_wire(c, x, &moved))
+				return;
 			if (flush(c, x))
 				return;
 			const uint8_t *d;
