@@ -130,19 +130,26 @@ static size_t sniff_step(in_conn *ic, const uint8_t *data, size_t len)
 	return 0;
 }
 
+/* A dial whose failure the client is told of by a close: true when it
+ * succeeded; otherwise the end is logged and the connection closes. */
+static bool dialled(in_conn *ic, const connect_result *r)
+{
+	ic->pending = NULL;
+	if (r->ok)
+		return true;
+	in_conn_log_end(ic, r->msg);
+	conn_close(ic->c);
+	return false;
+}
+
 /* The dial is done and the client wants no answer, or had it already
  * (SOCKS after sniffing, Trojan, a fallback): relay, or close when the
  * dial failed. */
 static void relay_connected(const connect_result *r, void *data)
 {
 	in_conn *ic = data;
-	ic->pending = NULL;
-	if (!r->ok) {
-		in_conn_log_end(ic, r->msg);
-		conn_close(ic->c);
-		return;
-	}
-	conn_relay(ic->c, r->up, r->st); /* up == NULL: the blackhole */
+	if (dialled(ic, r))
+		conn_relay(ic->c, r->up, r->st); /* up == NULL: the blackhole */
 }
 
 const connect_cb in_conn_sniffed_connected = relay_connected;
@@ -181,12 +188,8 @@ static size_t socks_data(in_conn *ic, const uint8_t *data, size_t len)
 static void vless_connected(const connect_result *r, void *data)
 {
 	in_conn *ic = data;
-	ic->pending = NULL;
-	if (!r->ok) {
-		in_conn_log_end(ic, r->msg);
-		conn_close(ic->c);
+	if (!dialled(ic, r))
 		return;
-	}
 	if (vless_server_opened(&ic->core.vless, &ic->out) || !in_conn_flush(ic)) {
 		conn_relay(ic->c, r->up, r->st);
 		conn_close(ic->c);

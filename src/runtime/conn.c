@@ -165,7 +165,7 @@ static void on_hs_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 	}
 }
 
-static void alloc_pool(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+void conn_alloc_pool(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
 	(void)suggested;
 	conn *c = h->data;
@@ -196,7 +196,7 @@ static void on_hs_layer_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 void conn_start_reading(conn *c)
 {
 	if (c->cst)
-		uv_read_start((uv_stream_t *)&c->client, alloc_pool, on_hs_layer_read);
+		uv_read_start((uv_stream_t *)&c->client, conn_alloc_pool, on_hs_layer_read);
 	else
 		uv_read_start((uv_stream_t *)&c->client, alloc_hs, on_hs_read);
 }

@@ -86,12 +86,14 @@ struct conn {
 	side sd[2]; /* [0] the client socket, [1] the upstream socket */
 };
 
-
 /* conn.c */
 void conn_on_timer(uv_timer_t *t);
 void conn_feed_driver(conn *c);
 bool conn_fed(const conn *c);
 void conn_leave_handshake(conn *c);
+/* A libuv alloc_cb for a conn's sockets: one buffer of the worker's pool
+ * (none when the pool is out, which libuv reports as UV_ENOBUFS). */
+void conn_alloc_pool(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 
 /* conn_layer.c */
 /* Bytes read from a stacked client during the handshake. Takes the pool

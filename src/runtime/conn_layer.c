@@ -283,15 +283,6 @@ static void shut(conn *c, side *y)
 	}
 }
 
-static void alloc_read(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-	(void)suggested;
-	conn *c = h->data;
-	uint8_t *b = pool_get(worker_pool(c->w));
-	buf->base = (char *)b;
-	buf->len = b ? POOL_BUF_SIZE : 0;
-}
-
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
 	conn *c = s->data;
@@ -415,7 +406,7 @@ static void service(conn *c)
 		bool want = !x->eof && x->rlen == 0 && room;
 		if (want && !x->reading) {
 			x->reading = true;
-			uv_read_start(x->s, alloc_read, on_read);
+			uv_read_start(x->s, conn_alloc_pool, on_read);
 		} else if (!want && x->reading) {
 			x->reading = false;
 			uv_read_stop(x->s);
