@@ -112,14 +112,21 @@ typedef struct ws_layer {
 	char err[WS_ERR_MAX];
 } ws_layer;
 
+/* Fails the layer with code and the text msgs[id] filled from ap. */
+static int set_err_v(ws_layer *w, int code, int id, va_list ap)
+{
+	if (vsnprintf(w->err, sizeof w->err, msgs[id], ap) < 0)
+		w->err[0] = '\0';
+	w->fail = code;
+	return code;
+}
+
 static int set_err(ws_layer *w, int code, int id, ...)
 {
 	va_list ap;
 	va_start(ap, id);
-	if (vsnprintf(w->err, sizeof w->err, msgs[id], ap) < 0)
-		w->err[0] = '\0';
+	set_err_v(w, code, id, ap);
 	va_end(ap);
-	w->fail = code;
 	return code;
 }
 
@@ -378,10 +385,8 @@ static int refuse(ws_layer *w, const char *status, const char *extra, int code, 
 	answer(w, RESP_ERROR, status, extra);
 	va_list ap;
 	va_start(ap, id);
-	if (vsnprintf(w->err, sizeof w->err, msgs[id], ap) < 0)
-		w->err[0] = '\0';
+	set_err_v(w, code, id, ap);
 	va_end(ap);
-	w->fail = code;
 	return code;
 }
 
