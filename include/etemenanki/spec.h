@@ -294,6 +294,7 @@ typedef struct etm_runtime_spec {
 typedef struct etm_policy_spec {
 	uint64_t handshake_timeout; /* seconds */
 	uint64_t idle_timeout;      /* seconds */
+	uint64_t max_connections_per_source; /* open client connections per address; 0 = auto */
 } etm_policy_spec;
 
 typedef struct etm_spec {

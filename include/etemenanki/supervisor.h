@@ -48,14 +48,25 @@ typedef struct etm_udplb_stats {
 __attribute__((warn_unused_result)) int etm_supervisor_udplb_stats(const etm_supervisor *s, size_t i,
                                                                    etm_udplb_stats *out);
 
+/* What the admission guard refused since the start (docs/security.md). */
+typedef struct etm_guard_stats {
+	uint64_t refused_source; /* over [policy] max_connections_per_source */
+	uint64_t refused_loop;   /* dials to one of our own listening addresses */
+	uint64_t accept_paused;  /* listener pauses for lack of file descriptors */
+} etm_guard_stats;
+
+/* Fills *out; any thread while the engine runs. */
+void etm_supervisor_guard_stats(const etm_supervisor *s, etm_guard_stats *out);
+
 /* The metric label of drop kind i ("truncated", ..., "send_error") and of
  * close kind i ("idle", ..., "aborted"); "unknown" past the end. */
 const char *etm_udplb_drop_name(size_t i);
 const char *etm_udplb_close_name(size_t i);
 
-/* Writes the counters of every udp_lb inbound to out, a few lines each
- * (docs/udp-lb.md "Metrics"); nothing for a spec without one. Callable from
- * any thread while the engine runs: the counters are read, not locked. */
+/* Writes the admission guard's counters (one "guard: ..." line,
+ * docs/security.md) and those of every udp_lb inbound, a few lines each
+ * (docs/udp-lb.md "Metrics"), to out. Callable from any thread while the
+ * engine runs: the counters are read, not locked. */
 void etm_supervisor_write_metrics(const etm_supervisor *s, FILE *out);
 
 /* Stops accepting, ends every flow, joins the workers and frees everything.

@@ -556,14 +556,20 @@ static const schema_field policy_fields[] = {
 	{.name = "idle_timeout", .kind = SK_U64, .offset = offsetof(etm_policy_spec, idle_timeout),
 	 .def = ETM_DEFAULT_IDLE_TIMEOUT, .default_doc = "300",
 	 .doc = "Seconds a flow may carry no byte in either direction before it is closed."},
+	{.name = "max_connections_per_source", .kind = SK_U64,
+	 .offset = offsetof(etm_policy_spec, max_connections_per_source), .def = 0,
+	 .default_doc = "0",
+	 .doc = "Client connections one IP address may have open at once, over every TCP inbound; "
+	        "more are closed as they arrive. 0 = an eighth of the process's descriptor limit "
+	        "(RLIMIT_NOFILE), at least 64: one client cannot take every descriptor."},
 };
 static const schema_table policy_table =
-	TABLE_OF("[policy]", "Timeouts of every connection.", policy_fields);
+	TABLE_OF("[policy]", "Timeouts and limits of every connection.", policy_fields);
 
 static const schema_field root_fields[] = {
 	{.name = "log", .kind = SK_TABLE, .offset = 0, .sub = &log_table, .doc = "Logging."},
 	TABLE(etm_spec, runtime, "runtime", runtime_table, "Threads."),
-	TABLE(etm_spec, policy, "policy", policy_table, "Timeouts."),
+	TABLE(etm_spec, policy, "policy", policy_table, "Timeouts and limits."),
 	TABLE_ARRAY(etm_spec, inbounds, inbounds_len, "inbound", inbound_table, etm_inbound_spec,
 	            "Listeners."),
 	TABLE_ARRAY(etm_spec, outbounds, outbounds_len, "outbound", outbound_table,

@@ -15,8 +15,12 @@ static const char *const msgs[] = {
 	"plain http:// requests through a proxy outbound are not supported yet; use CONNECT",
 };
 
+typedef struct up_write up_write;
+
 struct http_in {
 	in_conn *ic;
+	up_write *writes; /* upstream writes in flight, newest first; each
+	                   * points back here until detach_writes */
 	http_server core;
 	uv_tcp_t *up;   /* the current upstream, owned; NULL when none */
 	uint8_t *buf;   /* upstream bytes not yet consumed (a pool buffer) */
@@ -24,19 +28,44 @@ struct http_in {
 	bool up_paused; /* reads stopped for the client's write queue */
 };
 
-typedef struct up_write {
-	uv_write_t req;
+/* One upstream write. libuv runs its callback after the socket is closed
+ * (with the write's own status when it had completed, UV_ECANCELED when
+ * not), which may be after http_in_free: so the request is on its owner's
+ * list and drop_upstream clears req.data for every one still there. */
+struct up_write {
+	uv_write_t req; /* req.data: the owning http_in, NULL once it is gone */
+	up_write *prev, *next;
 	uint8_t data[];
-} up_write;
+};
 
 static http_in *get(in_conn *ic) { return ic->core.http; }
 
 static void free_handle(uv_handle_t *h) { free(h); }
 
+static void unlink_write(http_in *h, up_write *w)
+{
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		h->writes = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+}
+
+/* The upstream is closed (and the state may be freed) before its writes'
+ * callbacks run: they find no owner. */
+static void detach_writes(http_in *h)
+{
+	for (up_write *w = h->writes; w; w = w->next)
+		w->req.data = NULL;
+	h->writes = NULL;
+}
+
 static void drop_upstream(http_in *h)
 {
 	if (!h->up)
 		return;
+	detach_writes(h); /* they belong to this upstream, not the next */
 	uv_close((uv_handle_t *)h->up, free_handle);
 	h->up = NULL;
 	h->len = 0;
@@ -51,8 +80,11 @@ static void close_all(http_in *h)
 
 static void on_up_written(uv_write_t *req, int status)
 {
+	up_write *w = (up_write *)req;
 	http_in *h = req->data;
-	free(req);
+	if (h)
+		unlink_write(h, w);
+	free(w);
 	if (!h || status == UV_ECANCELED)
 		return;
 	if (status < 0) {
@@ -77,6 +109,11 @@ static int write_up(http_in *h, const uint8_t *data, size_t len)
 		free(w);
 		return -1;
 	}
+	w->prev = NULL;
+	w->next = h->writes;
+	if (w->next)
+		w->next->prev = w;
+	h->writes = w;
 	if (h->up->write_queue_size >= HTTP_IN_QUEUE_MAX)
 		conn_pause(h->ic->c);
 	return 0;

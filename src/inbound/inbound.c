@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "transport/tls.h"
@@ -442,50 +443,42 @@ static const conn_driver driver = {
 	.on_close = on_close,
 };
 
-static void free_handle(uv_handle_t *h) { free(h); }
-
-void inbound_accept(listener *l, uv_stream_t *server, void *data)
+void inbound_accept(listener *l, int fd, void *data)
 {
-	(void)l;
 	const inbound_rt *in = data;
+	worker *w = listener_worker(l);
 	in_conn *ic = calloc(1, sizeof *ic);
-	if (!ic)
+	if (!ic) {
+		close(fd);
 		return;
+	}
 	ic->in = in;
-	/* a worker is reached through its loop's data: set by the supervisor */
-	worker *w = server->loop->data;
 	stack *cst = NULL;
 	if (in->tls || in->ws) {
 		char err[200];
-		layer *l;
+		layer *ly;
 		cst = stack_new();
 		if (!cst)
 			goto fail;
 		if (in->tls) {
-			l = tls_server_new(in->tls, err, sizeof err);
-			if (!l || stack_push(cst, l))
+			ly = tls_server_new(in->tls, err, sizeof err);
+			if (!ly || stack_push(cst, ly))
 				goto fail;
 		}
 		if (in->ws) {
 			const char *path = in->spec->stream.ws.path ? in->spec->stream.ws.path : "/";
-			l = ws_server_new(path, err, sizeof err);
-			if (!l || stack_push(cst, l))
+			ly = ws_server_new(path, err, sizeof err);
+			if (!ly || stack_push(cst, ly))
 				goto fail;
 		}
 	}
-	if (!conn_accept(w, server, &driver, ic, &in->limits, cst))
+	if (!conn_accept(w, fd, &driver, ic, &in->limits, cst))
 		free(ic);
 	return;
 fail:
 	stack_free(cst);
 	free(ic);
-	/* accept and drop, so the listener does not spin on it */
-	uv_tcp_t *t = malloc(sizeof *t);
-	if (t) {
-		uv_tcp_init(server->loop, t);
-		(void)uv_accept(server, (uv_stream_t *)t);
-		uv_close((uv_handle_t *)t, free_handle);
-	}
+	close(fd);
 }
 
 /* ---- building an inbound ---- */

@@ -36,6 +36,6 @@ void inbound_rt_free(inbound_rt *in);
 
 /* A listener_fn: accepts the waiting connection and drives its handshake
  * with the inbound's protocol. data is the inbound_rt. */
-void inbound_accept(listener *l, uv_stream_t *server, void *data);
+void inbound_accept(listener *l, int fd, void *data);
 
 #endif

@@ -205,7 +205,7 @@ connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resol
 {
 	switch (o->protocol) {
 	case ETM_PROTO_FREEDOM: {
-		connect_pending *d = dial_tcp(w, dns, dest, o->af, cb, data);
+		connect_pending *d = dial_tcp(w, dns, dest, o->af, true, cb, data);
 		if (!d)
 			cb(&(connect_result){.msg = msgs[1]}, data);
 		return d;

@@ -252,6 +252,7 @@ int http_parse_length(const uint8_t *v, size_t len, uint64_t *n)
 enum {
 	CH_SIZE0,      /* first digit of a chunk-size */
 	CH_SIZE,       /* more digits */
+	CH_BWS,        /* whitespace after the size: only ';' or CR may follow */
 	CH_EXT,        /* chunk extensions, up to CR */
 	CH_SIZE_LF,
 	CH_DATA,
@@ -288,14 +289,26 @@ static ssize_t chunked_step(http_body *b, const uint8_t *in, size_t len)
 				if (b->left >= LENGTH_LIMIT >> 4)
 					return HTTP_BODY_MALFORMED;
 				b->left = b->left << 4 | (uint64_t)d;
-			} else if (c == ';' || is_ows(c)) {
+			} else if (c == ';') {
 				b->state = CH_EXT;
+			} else if (is_ows(c)) {
+				b->state = CH_BWS;
 			} else if (c == '\r') {
 				b->state = CH_SIZE_LF;
 			} else {
 				return HTTP_BODY_MALFORMED;
 			}
 			if (++b->line > HTTP_CHUNK_LINE_MAX)
+				return HTTP_BODY_MALFORMED;
+			break;
+		case CH_BWS:
+			/* chunk-ext = *( BWS ";" BWS ext-name [ BWS "=" BWS ext-val ] ),
+			 * RFC 9112 7.1.1: "5 5" is no size an origin reads as 5 */
+			if (c == ';')
+				b->state = CH_EXT;
+			else if (c == '\r')
+				b->state = CH_SIZE_LF;
+			else if (!is_ows(c) || ++b->line > HTTP_CHUNK_LINE_MAX)
 				return HTTP_BODY_MALFORMED;
 			break;
 		case CH_EXT:

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "runtime/guard.h"
+#include "runtime/linger.h"
 #include "runtime/splice.h"
 
 static const char *const msgs[] = {
@@ -55,6 +57,8 @@ static void on_handle_closed(uv_handle_t *h)
 		c->next->prev = c->prev;
 	list->n--;
 	c->driver->on_close(c, c->drv);
+	if (c->source_counted)
+		guard_source_put(worker_guard(c->w), (struct sockaddr *)&c->peer);
 	pool_put(worker_pool(c->w), c->hs);
 	conn_layer_free(c);
 	stack_free(c->cst);
@@ -86,6 +90,16 @@ void conn_close_all(worker *w)
 {
 	for (conn *c = worker_conn_list(w)->head; c; c = c->next)
 		conn_close(c);
+	linger_close_all(w);
+}
+
+/* The close after our own answer: the client's socket lingers (linger.h),
+ * unless its bytes have all been read already (EOF) or layers own it. */
+static void close_answered(conn *c)
+{
+	if (c->state != CLOSING && !c->cst && !c->client_eof)
+		linger_start(c->w, &c->client);
+	conn_close(c);
 }
 
 /* ---- timers ---- */
@@ -124,6 +138,15 @@ static void alloc_hs(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 
 bool conn_fed(const conn *c) { return c->state == HANDSHAKE || c->state == DRIVEN; }
 
+bool conn_hold_full(conn *c)
+{
+	if (c->state != DRIVEN)
+		return false;
+	c->paused = true;
+	uv_read_stop((uv_stream_t *)&c->client);
+	return true;
+}
+
 void conn_feed_driver(conn *c)
 {
 	while (conn_fed(c) && c->hs && c->hs_len > 0 && !c->paused) {
@@ -158,6 +181,8 @@ static void on_hs_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 	size_t before = c->hs_len;
 	conn_feed_driver(c);
 	if (conn_fed(c) && !c->paused && c->hs_len == CONN_HANDSHAKE_MAX && before == c->hs_len) {
+		if (conn_hold_full(c))
+			return;
 		char who[64];
 		peer_text(c, who, sizeof who);
 		log_debug("conn", msgs[1], who, CONN_HANDSHAKE_MAX);
@@ -201,19 +226,32 @@ void conn_start_reading(conn *c)
 		uv_read_start((uv_stream_t *)&c->client, alloc_hs, on_hs_read);
 }
 
-conn *conn_accept(worker *w, uv_stream_t *server, const conn_driver *driver, void *drv,
+conn *conn_accept(worker *w, int fd, const conn_driver *driver, void *drv,
                   const conn_limits *limits, stack *cst)
 {
-	conn *c = calloc(1, sizeof *c);
-	uint8_t *hs = pool_get(worker_pool(w));
-	if (!c || !hs) {
-		free(c);
-		pool_put(worker_pool(w), hs);
+	/* the source's count first, before anything is allocated for it */
+	struct sockaddr_storage peer = {0};
+	socklen_t plen = sizeof peer;
+	bool counted = getpeername(fd, (struct sockaddr *)&peer, &plen) == 0 && worker_guard(w);
+	if (counted && !guard_source_take(worker_guard(w), (struct sockaddr *)&peer)) {
+		close(fd);
 		stack_free(cst);
 		return NULL;
 	}
+	conn *c = calloc(1, sizeof *c);
+	uint8_t *hs = pool_get(worker_pool(w));
+	if (!c || !hs) {
+		if (counted)
+			guard_source_put(worker_guard(w), (struct sockaddr *)&peer);
+		free(c);
+		pool_put(worker_pool(w), hs);
+		stack_free(cst);
+		close(fd);
+		return NULL;
+	}
 	uv_loop_t *loop = worker_loop(w);
-	*c = (conn){.w = w, .driver = driver, .drv = drv, .limits = *limits, .hs = hs, .cst = cst};
+	*c = (conn){.w = w, .driver = driver, .drv = drv, .limits = *limits, .hs = hs, .cst = cst,
+	            .peer = peer, .source_counted = counted};
 	if (cst)
 		c->sd[0] = (side){.s = (uv_stream_t *)&c->client, .st = cst};
 	uv_tcp_init(loop, &c->client);
@@ -231,8 +269,9 @@ conn *conn_accept(worker *w, uv_stream_t *server, const conn_driver *driver, voi
 	list->head = c;
 	list->n++;
 
-	int rc = uv_accept(server, (uv_stream_t *)&c->client);
+	int rc = uv_tcp_open(&c->client, fd);
 	if (rc) {
+		close(fd);
 		log_debug("conn", msgs[3], uv_strerror(rc));
 		conn_close(c);
 		return c;
@@ -269,6 +308,9 @@ void conn_resume(conn *c)
 	if (c->cst)
 		conn_layer_hs_resume(c);
 	conn_feed_driver(c);
+	/* still held and full: a read now would find no room */
+	if (!c->cst && c->hs_len == CONN_HANDSHAKE_MAX && !c->paused)
+		(void)conn_hold_full(c);
 }
 
 size_t conn_write_queue(const conn *c) { return c->client.write_queue_size; }
@@ -299,8 +341,12 @@ static void on_reply_written(uv_write_t *req, int status)
 	c->replies--;
 	if (c->state == CLOSING)
 		return;
-	if (status < 0 || (c->close_after_write && c->replies == 0)) {
+	if (status < 0) {
 		conn_close(c);
+		return;
+	}
+	if (c->close_after_write && c->replies == 0) {
+		close_answered(c);
 		return;
 	}
 	if (c->driver->on_written)
@@ -335,7 +381,7 @@ void conn_close_after_write(conn *c)
 	uv_read_stop((uv_stream_t *)&c->client);
 	c->close_after_write = true;
 	if (c->cst ? conn_layer_written_all(c) : c->replies == 0)
-		conn_close(c);
+		close_answered(c);
 }
 
 /* ---- relay ---- */

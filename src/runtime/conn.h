@@ -59,14 +59,16 @@ typedef struct conn_limits {
 	bool splice;           /* relay plain TCP to plain TCP with splice(2) */
 } conn_limits;
 
-/* Accepts a pending connection on server and starts its handshake. cst is
- * the client side's layer stack (an inbound's TLS or WebSocket; NULL for
- * plain TCP), which the connection takes over in every case. The
- * driver state drv is borrowed until on_close, which runs exactly once when
- * a connection was returned (also when the accept itself failed). Returns
- * NULL only when memory runs out; drv stays the caller's then (cst is
- * freed). */
-conn *conn_accept(worker *w, uv_stream_t *server, const conn_driver *driver, void *drv,
+/* Serves fd, a connection a listener accepted, and starts its handshake.
+ * The worker's guard counts it against its source first: over the limit,
+ * fd is closed and NULL returned. cst is the client side's layer stack (an
+ * inbound's TLS or WebSocket; NULL for plain TCP), which the connection
+ * takes over in every case, as it takes fd. The driver state drv is
+ * borrowed until on_close, which runs exactly once when a connection was
+ * returned (also when opening the socket failed). Returns NULL when the
+ * source is over its limit or memory runs out; drv stays the caller's then
+ * (cst is freed, fd closed). */
+conn *conn_accept(worker *w, int fd, const conn_driver *driver, void *drv,
                   const conn_limits *limits, stack *cst);
 
 worker *conn_worker(const conn *c);

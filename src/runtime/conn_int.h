@@ -66,6 +66,7 @@ struct conn {
 	int open_handles; /* closes still to come before the free */
 
 	struct sockaddr_storage peer, local;
+	bool source_counted; /* peer holds one of the guard's counts */
 
 	uint8_t *hs;      /* handshake bytes not yet consumed (a pool buffer) */
 	size_t hs_len;
@@ -90,6 +91,14 @@ struct conn {
 void conn_on_timer(uv_timer_t *t);
 void conn_feed_driver(conn *c);
 bool conn_fed(const conn *c);
+
+/* A driven connection's driver leaves a full handshake buffer unconsumed
+ * because it holds the next request (HTTP pipelining: it waits until the
+ * response in flight has ended): reading pauses, and the driver's
+ * conn_resume takes it up again; the bytes beyond wait in the socket.
+ * Returns false (nothing done) during the handshake, where a full buffer
+ * is a request larger than any accepted. */
+bool conn_hold_full(conn *c);
 void conn_leave_handshake(conn *c);
 /* A libuv alloc_cb for a conn's sockets: one buffer of the worker's pool
  * (none when the pool is out, which libuv reports as UV_ENOBUFS). */

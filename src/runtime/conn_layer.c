@@ -158,6 +158,8 @@ static void hs_pump(conn *c)
 	/* Stuck with a full handshake buffer the driver does not take: the
 	 * handshake is larger than any this program accepts. */
 	if (conn_fed(c) && x->rlen && c->hs_len == CONN_HANDSHAKE_MAX && !c->paused) {
+		if (conn_hold_full(c))
+			return;
 		log_debug("conn", "%s", "a layered handshake does not fit");
 		conn_close(c);
 		return;

@@ -8,11 +8,13 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "runtime/guard.h"
 
 static const char *const msgs[] = {
 	"failed to connect to any address (%s)",
 	"connect to %s timed out",
 	"no address of %s is in the allowed family (%s)",
+	"one of our own listening addresses",
 };
 
 typedef struct dial {
@@ -22,6 +24,7 @@ typedef struct dial {
 	dns_query *q;
 	addr_dest dest;
 	etm_address_family af;
+	bool refuse_own; /* our own listening addresses fail as refused */
 	connect_cb cb;
 	void *data;
 
@@ -127,6 +130,17 @@ static void next_attempt(dial *d)
 		char msg[DIAL_ERR_MAX + 64];
 		snprintf(msg, sizeof msg, msgs[0], d->err);
 		fail(d, d->kind, msg);
+		return;
+	}
+	if (d->refuse_own &&
+	    guard_is_own(worker_guard(d->w), (const struct sockaddr *)&d->cand[d->next])) {
+		/* reported like a refused connect, on the next loop turn */
+		char addr[ADDR_TEXT_MAX];
+		sockaddr_text(&d->cand[d->next], addr, sizeof addr);
+		collect(d, "%s: %s", addr, msgs[3]);
+		d->kind = PROTO_DIAL_REFUSED;
+		d->next++;
+		uv_timer_start(&d->timer, on_attempt_timeout, 0, 0);
 		return;
 	}
 	uv_tcp_t *tcp = malloc(sizeof *tcp);
@@ -257,13 +271,13 @@ static void dial_cancel(connect_pending *p)
 }
 
 connect_pending *dial_tcp(worker *w, dns_resolver *dns, const addr_dest *dest,
-                          etm_address_family af, connect_cb cb, void *data)
+                          etm_address_family af, bool refuse_own, connect_cb cb, void *data)
 {
 	dial *d = calloc(1, sizeof *d);
 	if (!d)
 		return NULL;
 	*d = (dial){.base.cancel = dial_cancel, .w = w, .dns = dns, .dest = *dest, .af = af,
-	            .cb = cb, .data = data};
+	            .refuse_own = refuse_own, .cb = cb, .data = data};
 	uv_timer_init(worker_loop(w), &d->timer);
 	d->timer.data = d;
 	d->handles = 1;

@@ -2,6 +2,7 @@
 #ifndef ETM_RUNTIME_DIAL_H
 #define ETM_RUNTIME_DIAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -26,10 +27,13 @@
 /* Starts dialing dest on w's loop. A domain is resolved with dns. The
  * callback (connector.h) runs exactly once, later (never inside this call),
  * unless dial_cancel comes first. On failure msg reads e.g. "failed to
- * connect to any address (1.2.3.4:80: connection refused; ...)". Returns
- * NULL when memory runs out. */
+ * connect to any address (1.2.3.4:80: connection refused; ...)". With
+ * refuse_own, an address that is one of our own listeners (the worker's
+ * guard, guard.h) is not connected to but fails as refused, "1.2.3.4:80:
+ * one of our own listening addresses": a client-chosen destination must not
+ * chain the proxy to itself. Returns NULL when memory runs out. */
 connect_pending *dial_tcp(worker *w, dns_resolver *dns, const addr_dest *dest,
-                          etm_address_family af, connect_cb cb, void *data);
+                          etm_address_family af, bool refuse_own, connect_cb cb, void *data);
 
 /* Orders resolved addresses by the strategy in place and drops the ones it
  * excludes; returns the count kept. Pure: exposed for tests. */

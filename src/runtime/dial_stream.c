@@ -232,7 +232,7 @@ connect_pending *dial_stream(worker *w, dns_resolver *dns, const addr_dest *serv
 	uv_timer_init(worker_loop(w), &ds->timer);
 	ds->timer.data = ds;
 	ds->handles = 1;
-	ds->tcp_dial = dial_tcp(w, dns, server, af, on_tcp, ds);
+	ds->tcp_dial = dial_tcp(w, dns, server, af, false, on_tcp, ds);
 	if (!ds->tcp_dial) {
 		ds->finished = true;
 		uv_close((uv_handle_t *)&ds->timer, on_closed);

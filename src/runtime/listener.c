@@ -1,18 +1,28 @@
 /* listener.c - SO_REUSEPORT listening sockets handed to libuv. */
 #include "runtime/listener.h"
 
+#include "runtime/guard.h"
+
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 struct listener {
-	uv_tcp_t tcp;
+	uv_poll_t poll;    /* readable: connections wait */
+	uv_timer_t backoff; /* accepts paused for lack of descriptors */
+	worker *w;
+	int fd;
+	int open_handles; /* the timer, and the poll when poll_open */
+	bool poll_open;
 	listener_fn fn;
 	void *data;
 	uint16_t port;
+	char where[64]; /* "<ip>:<port>" for the log */
 };
 
 static const char FAILED[] = "failed to listen on %s:%u: %s";
@@ -33,12 +43,42 @@ void listener_failed(char *err, size_t err_size, const char *ip, uint16_t port, 
 	snprintf(err, err_size, FAILED, ip, port, why);
 }
 
-static void on_connection(uv_stream_t *server, int status)
+static void on_readable(uv_poll_t *p, int status, int events);
+
+static void on_backoff(uv_timer_t *t)
 {
-	listener *l = server->data;
+	listener *l = t->data;
+	uv_poll_start(&l->poll, UV_READABLE, on_readable);
+}
+
+/* Accepts what waits, up to LISTENER_ACCEPT_BATCH a wake-up so one busy
+ * listener does not hold the loop. Out of descriptors (EMFILE, ENFILE) or
+ * kernel memory, the listener stops watching for LISTENER_BACKOFF_MS: the
+ * clients wait in the backlog until connections close, instead of a loop
+ * that spins on a socket it cannot accept from (as nginx and HAProxy do). */
+static void on_readable(uv_poll_t *p, int status, int events)
+{
+	(void)events;
+	listener *l = p->data;
 	if (status < 0)
-		return; /* EMFILE and friends: the next accept may work */
-	l->fn(l, server, l->data);
+		return;
+	for (int i = 0; i < LISTENER_ACCEPT_BATCH; i++) {
+		int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd >= 0) {
+			l->fn(l, fd, l->data);
+			continue;
+		}
+		if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return;
+		int err = errno;
+		uv_poll_stop(&l->poll);
+		uv_timer_start(&l->backoff, on_backoff, LISTENER_BACKOFF_MS, 0);
+		guard_accept_paused(worker_guard(l->w), l->where, uv_strerror(-err),
+		                    LISTENER_BACKOFF_MS);
+		return;
+	}
 }
 
 listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn, void *data,
@@ -61,7 +101,7 @@ listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn
 	 * of other proxies expect of it; a specific v6 address is v6 anyway. */
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
 	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) ||
-	    bind(fd, (struct sockaddr *)&ss, len)) {
+	    bind(fd, (struct sockaddr *)&ss, len) || listen(fd, LISTENER_BACKLOG)) {
 		rc = -errno;
 		close(fd);
 		snprintf(err, err_size, FAILED, ip, port, uv_strerror(rc));
@@ -77,15 +117,23 @@ listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn
 		snprintf(err, err_size, FAILED, ip, port, uv_strerror(UV_ENOMEM));
 		return NULL;
 	}
+	l->w = w;
+	l->fd = fd;
 	l->fn = fn;
 	l->data = data;
 	l->port = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
 	                                           : ((struct sockaddr_in6 *)&bound)->sin6_port);
-	uv_tcp_init(worker_loop(w), &l->tcp);
-	l->tcp.data = l;
-	rc = uv_tcp_open(&l->tcp, fd);
-	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&l->tcp, LISTENER_BACKLOG, on_connection);
+	snprintf(l->where, sizeof l->where, strchr(ip, ':') ? "[%s]:%u" : "%s:%u", ip, l->port);
+	uv_timer_init(worker_loop(w), &l->backoff);
+	l->backoff.data = l;
+	l->open_handles = 1;
+	rc = uv_poll_init_socket(worker_loop(w), &l->poll, fd);
+	if (rc == 0) {
+		l->open_handles++;
+		l->poll_open = true;
+		l->poll.data = l;
+		rc = uv_poll_start(&l->poll, UV_READABLE, on_readable);
+	}
 	if (rc) {
 		snprintf(err, err_size, FAILED, ip, port, uv_strerror(rc));
 		listener_close(l);
@@ -132,6 +180,20 @@ int listener_check_free_udp(const char *ip, uint16_t port, char *err, size_t err
 
 uint16_t listener_port(const listener *l) { return l->port; }
 
-static void on_closed(uv_handle_t *h) { free(h->data); }
+worker *listener_worker(const listener *l) { return l->w; }
 
-void listener_close(listener *l) { uv_close((uv_handle_t *)&l->tcp, on_closed); }
+static void on_closed(uv_handle_t *h)
+{
+	listener *l = h->data;
+	if (--l->open_handles > 0)
+		return;
+	close(l->fd);
+	free(l);
+}
+
+void listener_close(listener *l)
+{
+	if (l->poll_open)
+		uv_close((uv_handle_t *)&l->poll, on_closed);
+	uv_close((uv_handle_t *)&l->backoff, on_closed);
+}

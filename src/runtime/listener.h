@@ -12,10 +12,20 @@
 /* Pending connections the kernel queues per listener. */
 #define LISTENER_BACKLOG 1024
 
+/* Connections accepted per wake-up at most, so one busy listener leaves the
+ * loop to the connections it has already. */
+#define LISTENER_ACCEPT_BATCH 64
+
+/* Out of descriptors, a listener stops accepting for this long: clients
+ * wait in the backlog (bounded by LISTENER_BACKLOG) while connections end,
+ * and the worker's loop keeps serving them instead of spinning in accept. */
+#define LISTENER_BACKOFF_MS 100
+
 typedef struct listener listener;
 
-/* A connection is waiting on server: accept it (conn_accept). */
-typedef void (*listener_fn)(listener *l, uv_stream_t *server, void *data);
+/* A connection was accepted: fd (non-blocking, close-on-exec) is the
+ * callee's, to serve (conn_accept) or close. */
+typedef void (*listener_fn)(listener *l, int fd, void *data);
 
 /* Binds ip:port on w's loop (worker thread only) and starts listening. fn
  * and data are borrowed until listener_close. Returns the listener, or NULL
@@ -43,6 +53,9 @@ __attribute__((warn_unused_result)) int listener_addr(const char *ip, uint16_t p
 /* Writes "failed to listen on <ip>:<port>: <why>" to err: the one text of
  * every listener's failure, TCP or UDP. */
 void listener_failed(char *err, size_t err_size, const char *ip, uint16_t port, const char *why);
+
+/* The worker whose loop the listener runs on. */
+worker *listener_worker(const listener *l);
 
 /* The port actually bound (useful with port 0). */
 uint16_t listener_port(const listener *l);

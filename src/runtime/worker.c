@@ -20,6 +20,7 @@ struct worker {
 	size_t index;
 	pool pool;
 	void *slot;
+	struct guard *guard; /* borrowed, shared by every worker */
 	worker_conns conns;
 
 	pthread_mutex_t lock; /* guards the queue and stopping */
@@ -189,3 +190,6 @@ size_t worker_index(const worker *w) { return w->index; }
 void *worker_slot(const worker *w) { return w->slot; }
 void worker_set_slot(worker *w, void *slot) { w->slot = slot; }
 worker_conns *worker_conn_list(worker *w) { return &w->conns; }
+
+struct guard *worker_guard(const worker *w) { return w->guard; }
+void worker_set_guard(worker *w, struct guard *g) { w->guard = g; }

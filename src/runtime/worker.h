@@ -46,6 +46,8 @@ size_t worker_index(const worker *w);
 typedef struct worker_conns {
 	void *head; /* conn.c's list */
 	size_t n;
+	void *lingering; /* linger.c's list of closing sockets */
+	size_t n_lingering;
 } worker_conns;
 
 /* Worker thread only. */
@@ -55,5 +57,11 @@ worker_conns *worker_conn_list(worker *w);
  * current plane). Worker thread only, except before the first post. */
 void *worker_slot(const worker *w);
 void worker_set_slot(worker *w, void *slot);
+
+/* The process's admission guard (guard.h), shared by every worker; NULL
+ * when none is set. Set before the worker serves a connection. */
+struct guard;
+struct guard *worker_guard(const worker *w);
+void worker_set_guard(worker *w, struct guard *g);
 
 #endif

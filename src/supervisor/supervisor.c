@@ -10,6 +10,7 @@
 #include "outbound/fanout.h"
 #include "runtime/dial.h"
 #include "runtime/dns_cache.h"
+#include "runtime/guard.h"
 #include "runtime/listener.h"
 #include "runtime/worker.h"
 #include "supervisor/plane.h"
@@ -34,6 +35,7 @@ struct etm_supervisor {
 	uint16_t *ports;      /* the port each inbound is bound to */
 	udplb_group **lb;     /* per inbound: its UDP load-balancer group, or NULL */
 	udplb_health **lb_health; /* per inbound: its checks, on worker 0's loop */
+	guard *guard; /* connections per source, our own addresses; every worker's */
 };
 
 /* The supervisor's state on one worker (worker_slot). Worker thread only. */
@@ -177,7 +179,7 @@ static connect_pending *sup_connect_direct(void *self, worker *w, const addr_des
 {
 	(void)self;
 	sup_worker *sw = worker_slot(w);
-	connect_pending *p = dial_tcp(w, sw->dns, dest, ETM_AF_AUTO, cb, data);
+	connect_pending *p = dial_tcp(w, sw->dns, dest, ETM_AF_AUTO, false, cb, data);
 	if (!p)
 		cb(&(connect_result){.msg = "out of memory"}, data);
 	return p;
@@ -276,6 +278,7 @@ static void worker_setup(worker *w, void *arg)
 		return;
 	}
 	worker_set_slot(w, sw);
+	worker_set_guard(w, s->guard);
 	sw->plane = plane_ref(s->plane);
 	const etm_strlist *servers = &s->spec.dns.servers;
 	sw->dns = dns_resolver_new(worker_loop(w), s->cache, (const char *const *)servers->items,
@@ -317,6 +320,12 @@ static void worker_setup(worker *w, void *arg)
 			return;
 		}
 		s->ports[i] = listener_port(sw->listeners[i]);
+		/* on worker 0, before any other worker serves (they dial too) */
+		if (worker_index(w) == 0 && guard_listen_add(s->guard, ip, s->ports[i])) {
+			snprintf(st->err, sizeof st->err, "out of memory");
+			st->failed = 1;
+			return;
+		}
 	}
 }
 
@@ -372,6 +381,7 @@ static void free_supervisor(etm_supervisor *s)
 		udplb_group_del(s->lb[i]);
 	free(s->lb);
 	free(s->lb_health);
+	guard_del(s->guard);
 	etm_spec_free(&s->spec);
 	free(s);
 }
@@ -441,7 +451,8 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 	s->inbounds = calloc(n_in ? n_in : 1, sizeof *s->inbounds);
 	s->ports = calloc(n_in ? n_in : 1, sizeof *s->ports);
 	s->cache = dns_cache_new(SUPERVISOR_DNS_CACHE);
-	if (!s->inbounds || !s->ports || !s->cache) {
+	s->guard = guard_new(s->spec.policy.max_connections_per_source);
+	if (!s->inbounds || !s->ports || !s->cache || !s->guard) {
 		snprintf(err, err_size, "out of memory");
 		free_supervisor(s);
 		return -1;
@@ -541,6 +552,11 @@ const char *etm_udplb_close_name(size_t i)
 
 void etm_supervisor_write_metrics(const etm_supervisor *s, FILE *out)
 {
+	guard_stats g;
+	guard_stats_get(s->guard, &g);
+	fprintf(out, "guard: refused_source=%llu refused_loop=%llu accept_paused=%llu\n",
+	        (unsigned long long)g.refused_source, (unsigned long long)g.refused_loop,
+	        (unsigned long long)g.accept_paused);
 	for (size_t i = 0; s->lb && i < s->spec.inbounds_len; i++)
 		if (s->lb[i])
 			udplb_group_write(s->lb[i], out);
@@ -552,4 +568,13 @@ void etm_supervisor_stop(etm_supervisor *s)
 		return;
 	stop_workers(s);
 	free_supervisor(s);
+}
+
+void etm_supervisor_guard_stats(const etm_supervisor *s, etm_guard_stats *out)
+{
+	guard_stats g;
+	guard_stats_get(s->guard, &g);
+	*out = (etm_guard_stats){.refused_source = g.refused_source,
+	                         .refused_loop = g.refused_loop,
+	                         .accept_paused = g.accept_paused};
 }

@@ -46,6 +46,9 @@ enum {
 	M_BAD_PATH,
 	M_BAD_HOST,
 	M_OVERFLOW,
+	M_NOT_READING,
+	M_EARLY_PINGS,
+	M_CLOSED_EARLY,
 };
 
 /* Every text this module shows a user; tests assert them word for word. */
@@ -66,6 +69,9 @@ static const char *const msgs[] = {
 	[M_BAD_PATH] = "ws: bad path \"%s\"",
 	[M_BAD_HOST] = "ws: bad host \"%s\"",
 	[M_OVERFLOW] = "ws: read buffer overflow",
+	[M_NOT_READING] = "ws: the peer sends pings and does not read the answers",
+	[M_EARLY_PINGS] = "ws: more than %d pings before any data",
+	[M_CLOSED_EARLY] = "ws: peer closed before any data",
 };
 
 /* The server's answers. Errors close the connection (RFC 9112 9.6). */
@@ -89,6 +95,8 @@ typedef struct ws_layer {
 	bool in_msg;      /* a data message has begun and not ended */
 	bool data_frame;  /* the frame being received carries app bytes */
 	bool frame_fin;   /* ... and ends its message */
+	bool data_seen;   /* a data frame has begun since the upgrade */
+	unsigned early_pings; /* pings before data_seen */
 	int fail;         /* LAYER_ERR_* found, returned once its answer is out */
 	wslay_event_context_ptr ws;
 
@@ -105,6 +113,14 @@ typedef struct ws_layer {
 
 	size_t pend_len, pend_off;
 	uint8_t pend[WS_READ_MAX]; /* payload up had no room for */
+
+	/* Where the bytes handed to wslay are in the frame they belong to. */
+	uint8_t scan_state;  /* SCAN_* */
+	uint8_t scan_need;   /* length or mask bytes still to pass */
+	uint8_t scan_op;     /* the frame's opcode */
+	bool scan_masked;
+	bool scan_too_big;   /* a data frame announced over WS_FRAME_MAX */
+	uint64_t scan_left;  /* the frame's length, then its payload still to pass */
 
 	EVP_CIPHER_CTX *mask; /* client: ChaCha20 keyed by the seed */
 	size_t ks_off;
@@ -219,7 +235,92 @@ static void deliver_pend(ws_layer *w)
 		w->pend_len = w->pend_off = 0;
 }
 
+/* ---- frames as they pass to wslay ---- */
+
+enum { SCAN_OPCODE, SCAN_LEN, SCAN_EXT, SCAN_MASK, SCAN_PAYLOAD };
+
+/* The layer carries bytes, text frames as binary ones (ws.h), as Xray and
+ * v2ray do. wslay checks a text message for UTF-8 and closes with 1007, so
+ * the header of every text frame is handed to it with the binary opcode
+ * (RFC 6455 section 5.2: opcode 0x1 becomes 0x2; a continuation takes its
+ * message's type, so it needs no change). The walk follows the frame
+ * layout of section 5.2 across calls, byte by byte over the headers and in
+ * one step over each payload. */
+/* The header's length is complete: a data frame over WS_FRAME_MAX is
+ * refused now, before any of its payload arrives. */
+static void length_known(ws_layer *w)
+{
+	w->scan_need = w->scan_masked ? 4 : 0;
+	if (w->scan_op <= WSLAY_BINARY_FRAME && w->scan_left > WS_FRAME_MAX)
+		w->scan_too_big = true;
+}
+
+static void scan_frames(ws_layer *w, uint8_t *p, size_t n)
+{
+	size_t i = 0;
+	while (i < n) {
+		switch (w->scan_state) {
+		case SCAN_OPCODE:
+			w->scan_op = p[i] & 0x0f;
+			if (w->scan_op == WSLAY_TEXT_FRAME)
+				p[i] = (uint8_t)((p[i] & 0xf0) | WSLAY_BINARY_FRAME);
+			i++;
+			w->scan_state = SCAN_LEN;
+			break;
+		case SCAN_LEN: {
+			uint8_t len = p[i] & 0x7f;
+			w->scan_masked = p[i] & 0x80;
+			i++;
+			w->scan_left = len < 126 ? len : 0;
+			w->scan_need = len == 126 ? 2 : len == 127 ? 8 : 0;
+			w->scan_state = w->scan_need ? SCAN_EXT : SCAN_MASK;
+			if (!w->scan_need)
+				length_known(w);
+			break;
+		}
+		case SCAN_EXT:
+			w->scan_left = w->scan_left << 8 | p[i++];
+			if (--w->scan_need == 0) {
+				w->scan_state = SCAN_MASK;
+				length_known(w);
+			}
+			break;
+		case SCAN_MASK:
+			if (w->scan_need) {
+				i++;
+				w->scan_need--;
+			}
+			if (w->scan_need == 0)
+				w->scan_state = w->scan_left ? SCAN_PAYLOAD : SCAN_OPCODE;
+			break;
+		case SCAN_PAYLOAD: {
+			uint64_t k = n - i < w->scan_left ? n - i : w->scan_left;
+			i += (size_t)k;
+			w->scan_left -= k;
+			if (w->scan_left == 0)
+				w->scan_state = SCAN_OPCODE;
+			break;
+		}
+		}
+	}
+	/* a frame without payload ends right after its header */
+	if (w->scan_state == SCAN_MASK && w->scan_need == 0)
+		w->scan_state = w->scan_left ? SCAN_PAYLOAD : SCAN_OPCODE;
+}
+
 /* ---- wslay callbacks ---- */
+
+/* RFC 6455 section 7.4.1: 1009, a message too big to process. */
+static void refuse_too_large(ws_layer *w, wslay_event_context_ptr ctx)
+{
+	if (w->fail)
+		return;
+	set_err(w, LAYER_ERR_PROTO, M_TOO_LARGE);
+	w->data_frame = false;
+	int r = wslay_event_queue_close(ctx, WSLAY_CODE_MESSAGE_TOO_BIG, NULL, 0);
+	(void)r; /* NO_MORE_MSG: a close is queued already, which will do */
+	wslay_event_shutdown_read(ctx);
+}
 
 static ssize_t recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags,
                        void *user)
@@ -237,6 +338,9 @@ static ssize_t recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, in
 		n = WS_READ_MAX;
 	memcpy(buf, w->in + w->in_off, n);
 	w->in_off += n;
+	scan_frames(w, buf, n);
+	if (w->scan_too_big)
+		refuse_too_large(w, ctx);
 	return (ssize_t)n;
 }
 
@@ -291,15 +395,25 @@ static void frame_start_cb(wslay_event_context_ptr ctx,
 	ws_layer *w = user;
 	w->data_frame = arg->opcode == WSLAY_TEXT_FRAME || arg->opcode == WSLAY_BINARY_FRAME ||
 	                arg->opcode == WSLAY_CONTINUATION_FRAME;
+	if (arg->opcode == WSLAY_PING && !w->fail) {
+		/* wslay answers every ping with a pong in its own queue, which
+		 * only a reading peer empties: bounded here, as data is by the
+		 * shell's write slots. */
+		if (!w->data_seen && ++w->early_pings > WS_EARLY_PINGS_MAX)
+			set_err(w, LAYER_ERR_PROTO, M_EARLY_PINGS, WS_EARLY_PINGS_MAX);
+		else if (wslay_event_get_queued_msg_count(ctx) >= WS_CONTROL_QUEUE_MAX)
+			set_err(w, LAYER_ERR_PROTO, M_NOT_READING);
+		if (w->fail) {
+			wslay_event_shutdown_read(ctx);
+			return;
+		}
+	}
 	if (!w->data_frame)
 		return;
-	if (arg->payload_length > WS_FRAME_MAX) {
-		/* RFC 6455 section 7.4.1: 1009, a message too big to process. */
-		set_err(w, LAYER_ERR_PROTO, M_TOO_LARGE);
+	w->data_seen = true;
+	if (arg->payload_length > WS_FRAME_MAX || w->fail) {
+		refuse_too_large(w, ctx);
 		w->data_frame = false;
-		int r = wslay_event_queue_close(ctx, WSLAY_CODE_MESSAGE_TOO_BIG, NULL, 0);
-		(void)r; /* NO_MORE_MSG: a close is queued already, which will do */
-		wslay_event_shutdown_read(ctx);
 		return;
 	}
 	w->in_msg = true;
@@ -333,6 +447,12 @@ static void msg_cb(wslay_event_context_ptr ctx, const struct wslay_event_on_msg_
 	w->peer_closed = true;
 	if (w->in_msg && !w->fail)
 		set_err(w, LAYER_ERR_CLOSED, M_CLOSED_MID);
+	/* A server whose client closes before sending anything has nothing to
+	 * wait for (RFC 6455 section 7.1.1: the server closes the TCP
+	 * connection): the error ends it once wslay's close reply is out,
+	 * instead of at the handshake timeout. */
+	else if (!w->client && !w->data_seen && !w->fail)
+		set_err(w, LAYER_ERR_CLOSED, M_CLOSED_EARLY);
 }
 
 static const struct wslay_event_callbacks callbacks = {

@@ -53,6 +53,8 @@
  *                           "ws: upgrade request head too large"
  *   both    LAYER_ERR_PROTO "ws: frame too large" (over WS_FRAME_MAX)
  *                           "ws: bad frame" (wslay refused it)
+ *                           "ws: the peer sends pings and does not read the answers"
+ *                           "ws: more than 4 pings before any data"
  *           LAYER_ERR_CLOSED "ws: peer closed in the middle of a message"
  *           LAYER_ERR_STATE "ws: send after shutdown"
  *           LAYER_ERR_NOMEM "ws: out of memory" */
@@ -66,6 +68,18 @@
  * KiB per frame; 1 MiB leaves room and still refuses a peer that announces
  * 2^63 bytes. Payloads stream through: nothing of this size is buffered. */
 #define WS_FRAME_MAX (1024 * 1024)
+
+/* Control replies (pongs, a close) wslay may hold for a peer that does not
+ * read them: a peer that keeps pinging past this is closed, "ws: the peer
+ * sends pings and does not read the answers". Data never waits here (the
+ * layer queues a message only when none is queued), so the bound is the
+ * pongs': 16 of at most 127 bytes each. */
+#define WS_CONTROL_QUEUE_MAX 16
+
+/* Pings a peer may send before its first data frame (a proxy client sends
+ * its request first; pings before it only cost the server): more is
+ * "ws: more than 4 pings before any data". */
+#define WS_EARLY_PINGS_MAX 4
 
 /* Largest message from_above makes: with its 8-byte client header (2 +
  * 16-bit length + mask key) it fills one 16 KiB TLS record. */

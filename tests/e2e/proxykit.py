@@ -8,6 +8,7 @@ import hashlib
 import http.server
 import ipaddress
 import os
+import resource
 import signal
 import socket
 import socketserver
@@ -149,9 +150,10 @@ class Proxy:
     of them must accept before the proxy counts as started."""
 
     def __init__(self, app, workdir, config, n_ports=1, extra=None, log_level=None,
-                 host=LOOPBACK, wait_for_log=True, cpus=None):
+                 host=LOOPBACK, wait_for_log=True, cpus=None, nofile=None):
         self.app = app
         self.cpus = cpus  # the CPU affinity to start it with (None: the test's own)
+        self.nofile = nofile  # its RLIMIT_NOFILE, soft and hard (None: the test's own)
         self.workdir = workdir
         self.template = config
         self.n_ports = n_ports
@@ -183,8 +185,7 @@ class Proxy:
             args = [self.app, "-c", str(self.cfg_path)]
             if self.log_level:
                 args += ["-l", self.log_level]
-            pin = (lambda: os.sched_setaffinity(0, self.cpus)) if self.cpus else None
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, preexec_fn=pin,
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, preexec_fn=self._preexec,
                                          stdout=self._log, stderr=subprocess.STDOUT)
             if self._wait_ready(10.0):
                 return self
@@ -195,6 +196,12 @@ class Proxy:
                 continue  # a port raced with another process: pick new ones
             raise AssertionError(f"proxy did not start (rc={rc}); log:\n{log}")
         raise AssertionError("unreachable")
+
+    def _preexec(self):
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)
+        if self.nofile:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     def _wait_ready(self, timeout):
         """Every port accepts and, with wait_for_log, the log has announced

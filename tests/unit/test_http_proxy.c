@@ -668,6 +668,26 @@ static void post_chunked(size_t chunk)
 	assert_true(m->closed);
 	assert_string_equal(m->reason, "malformed chunked request body");
 	test_free(m);
+
+	/* sizes an origin could read otherwise: refused, never passed on */
+	static const char *const bad[] = {"zz\r\n", "-1\r\n", "11111111111111111111\r\n",
+	                                  "5 5\r\nhello\r\n", "5\t x\r\n", "\r\n", "5\n"};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		m = sim_new(chunk, NULL, 0);
+		send_client(m, "POST http://h/u HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+		dial_ok(m);
+		send_client(m, bad[i]);
+		assert_true(m->closed);
+		assert_string_equal(m->reason, "malformed chunked request body");
+		test_free(m);
+	}
+	/* whitespace before an extension is allowed (BWS, RFC 9112 7.1.1) */
+	m = sim_new(chunk, NULL, 0);
+	send_client(m, "POST http://h/u HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+	dial_ok(m);
+	send_client(m, "1 \t;a=b\r\nx\r\n0\r\n\r\n");
+	assert_false(m->closed);
+	test_free(m);
 }
 BOTH(post_chunked)
 

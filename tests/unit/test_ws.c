@@ -498,6 +498,107 @@ static void fragments_and_text(void **state)
 	close_pair(&c, &s);
 }
 
+/* Text frames with bytes that are not UTF-8 carry them like binary ones,
+ * as Xray and v2ray read them (wslay alone would close with 1007). */
+static void text_frames_are_not_utf8_checked(void **state)
+{
+	(void)state;
+	static const uint8_t bad[] = {0xff, 0xfe, 0xc3, 0x28, 0xed, 0xa0, 0x80};
+	end c, s;
+	upgraded(&c, &s);
+	uint8_t buf[512], big[300];
+	for (size_t i = 0; i < sizeof big; i++)
+		big[i] = (uint8_t)(0x80 + i % 64); /* continuation bytes only */
+	size_t n = frame(buf, 0x81, bad, sizeof bad, true);      /* final text */
+	n += frame(buf + n, 0x01, bad, 3, true);                  /* text, not final */
+	n += frame(buf + n, 0x89, "p", 1, true);                  /* a ping between */
+	n += frame(buf + n, 0x80, bad + 3, 4, true);              /* continuation */
+	n += frame(buf + n, 0x81, big, sizeof big, true);         /* 16-bit length */
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(stack_from_wire(s.s, buf + i, 1), 1);
+	const uint8_t *d;
+	assert_int_equal(stack_app_in(s.s, &d), 2 * sizeof bad + sizeof big);
+	assert_memory_equal(d, bad, sizeof bad);
+	assert_memory_equal(d + sizeof bad, bad, sizeof bad);
+	assert_memory_equal(d + 2 * sizeof bad, big, sizeof big);
+	size_t m;
+	char *out = take_wire(s.s, &m); /* the pong, and no close frame */
+	assert_int_equal(m, 3);
+	assert_memory_equal(out, "\x8a\x01p", 3);
+	free(out);
+	/* the client side reads the server's unmasked text frames the same way */
+	n = frame(buf, 0x81, bad, sizeof bad, false);
+	assert_int_equal(stack_from_wire(c.s, buf, n), (ssize_t)n);
+	assert_int_equal(stack_app_in(c.s, &d), sizeof bad);
+	assert_memory_equal(d, bad, sizeof bad);
+	close_pair(&c, &s);
+}
+
+/* A peer that pings and never reads the pongs: the pongs wslay holds stay
+ * under WS_CONTROL_QUEUE_MAX, then the layer fails with its text. The
+ * wire below takes nothing (the socket's send buffer is full). */
+static void pings_without_reading_are_bounded(void **state)
+{
+	(void)state;
+	end c, s;
+	upgraded(&c, &s);
+	uint8_t buf[64];
+	size_t n = frame(buf, 0x82, "data", 4, true);
+	assert_int_equal(stack_from_wire(s.s, buf, n), (ssize_t)n);
+	const uint8_t *d;
+	assert_int_equal(stack_app_in(s.s, &d), 4);
+	assert_int_equal(stack_app_done(s.s, 4), 0);
+	/* fill the stack's wire queue so pongs must wait in wslay */
+	static uint8_t fill[64 * 1024];
+	ssize_t took = 0;
+	while ((took = stack_from_app(s.s, fill, sizeof fill)) > 0)
+		;
+	ssize_t r = 0;
+	int pings = 0;
+	for (; pings < 10000 && r >= 0; pings++) {
+		n = frame(buf, 0x89, "0123456789abcdef0123456789abcdef", 32, true);
+		r = stack_from_wire(s.s, buf, n);
+	}
+	assert_int_equal(r, LAYER_ERR_PROTO);
+	assert_true(pings <= WS_CONTROL_QUEUE_MAX + 2);
+	assert_string_equal(stack_error(s.s), "ws: the peer sends pings and does not read the answers");
+	close_pair(&c, &s);
+}
+
+/* Before its first data frame a peer has WS_EARLY_PINGS_MAX pings. */
+static void pings_before_data_are_limited(void **state)
+{
+	(void)state;
+	end c, s;
+	upgraded(&c, &s);
+	uint8_t buf[64];
+	size_t n = frame(buf, 0x89, "p", 1, true);
+	for (int i = 0; i < WS_EARLY_PINGS_MAX; i++) {
+		assert_int_equal(stack_from_wire(s.s, buf, n), (ssize_t)n);
+		size_t m;
+		free(take_wire(s.s, &m));
+		assert_int_equal(m, 3);
+	}
+	assert_int_equal(stack_from_wire(s.s, buf, n), LAYER_ERR_PROTO);
+	assert_string_equal(stack_error(s.s), "ws: more than 4 pings before any data");
+	close_pair(&c, &s);
+	/* after data, pings that are read are not counted */
+	upgraded(&c, &s);
+	size_t k = frame(buf, 0x82, "x", 1, true);
+	assert_int_equal(stack_from_wire(s.s, buf, k), (ssize_t)k);
+	const uint8_t *d;
+	assert_int_equal(stack_app_in(s.s, &d), 1);
+	assert_int_equal(stack_app_done(s.s, 1), 0);
+	n = frame(buf, 0x89, "p", 1, true);
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(stack_from_wire(s.s, buf, n), (ssize_t)n);
+		size_t m;
+		free(take_wire(s.s, &m));
+		assert_int_equal(m, 3);
+	}
+	close_pair(&c, &s);
+}
+
 static void close_handshake(void **state)
 {
 	(void)state;
@@ -522,6 +623,23 @@ static void close_handshake(void **state)
 	assert_int_equal(stack_wire_out(s.s, &d), 0);
 	assert_int_equal(stack_from_app(c.s, (const uint8_t *)"late", 4), LAYER_ERR_STATE);
 	assert_string_equal(stack_error(c.s), "ws: send after shutdown");
+	close_pair(&c, &s);
+}
+
+/* A client that closes before any data frame: the server answers the
+ * close and ends, instead of waiting for the handshake timeout. */
+static void close_before_any_data(void **state)
+{
+	(void)state;
+	end c, s;
+	upgraded(&c, &s);
+	uint8_t buf[16];
+	size_t n = frame(buf, 0x88, "\x03\xe8", 2, true);
+	assert_int_equal(stack_from_wire(s.s, buf, n), LAYER_ERR_CLOSED);
+	assert_string_equal(stack_error(s.s), "ws: peer closed before any data");
+	const uint8_t *d;
+	assert_int_equal(stack_wire_out(s.s, &d), 4);
+	assert_memory_equal(d, "\x88\x02\x03\xe8", 4); /* the close reply went out first */
 	close_pair(&c, &s);
 }
 
@@ -575,10 +693,11 @@ static void oversize_frame(void **state)
 	uint8_t hdr[15] = {0x82, 0x80 | 127};
 	for (int i = 0; i < 8; i++)
 		hdr[2 + i] = (uint8_t)(len >> (56 - 8 * i));
-	/* wslay reports a frame with its first payload byte. */
-	ssize_t r = stack_from_wire(s.s, hdr, sizeof hdr);
-	if (r >= 0)
-		r = stack_from_wire(s.s, (const uint8_t *)"", 0);
+	/* Refused on the header alone (length and mask key), byte by byte:
+	 * no payload byte needs to arrive. */
+	ssize_t r = 0;
+	for (size_t i = 0; i < 14 && r >= 0; i++)
+		r = stack_from_wire(s.s, hdr + i, 1);
 	assert_int_equal(r, LAYER_ERR_PROTO);
 	assert_string_equal(stack_error(s.s), "ws: frame too large");
 	const uint8_t *d;
@@ -697,6 +816,10 @@ int main(void)
 		cmocka_unit_test(frames_after_the_request),
 		cmocka_unit_test(ping_is_answered),
 		cmocka_unit_test(fragments_and_text),
+		cmocka_unit_test(text_frames_are_not_utf8_checked),
+		cmocka_unit_test(pings_without_reading_are_bounded),
+		cmocka_unit_test(pings_before_data_are_limited),
+		cmocka_unit_test(close_before_any_data),
 		cmocka_unit_test(close_handshake),
 		cmocka_unit_test(close_from_server),
 		cmocka_unit_test(close_mid_message),

@@ -1,0 +1,302 @@
+/* guard.c - connections per client source and our own listening addresses, shared by every worker under one lock. */
+#include "runtime/guard.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "base/log.h"
+
+static const char *const msgs[] = {
+	[0] = "refused %llu connection(s) from %s: it has %llu open, the limit "
+	      "(max_connections_per_source)",
+	[1] = "refused %llu dial(s) to %s: one of our own listening addresses (a proxy loop)",
+	[2] = "%s: out of file descriptors (%s); accepts pause for %u ms (%llu pause(s))",
+};
+
+enum { WARN_SOURCE, WARN_LOOP, WARN_EMFILE, WARN_KINDS };
+
+/* One client address: the family and 16 bytes (IPv4 and v4-mapped IPv6 as
+ * AF_INET in the first 4). */
+typedef struct src_key {
+	uint8_t ip[16];
+	int family;
+} src_key;
+
+typedef struct src_entry {
+	src_key key;
+	uint64_t open;
+	struct src_entry *next;
+} src_entry;
+
+typedef struct listen_addr {
+	struct sockaddr_storage ss;
+	bool any; /* 0.0.0.0 or :: */
+} listen_addr;
+
+struct guard {
+	uint64_t limit;
+	pthread_mutex_t lock; /* guards buckets */
+	src_entry *buckets[GUARD_BUCKETS];
+
+	listen_addr listens[GUARD_LISTENS_MAX]; /* set before the workers run */
+	size_t n_listens;
+
+	_Atomic uint64_t refused_source, refused_loop, accept_paused;
+	_Atomic uint64_t last_warn_ms[WARN_KINDS];
+	_Atomic uint64_t unwarned[WARN_KINDS]; /* events since the last warning */
+};
+
+static uint64_t now_ms(void) { return uv_hrtime() / 1000000; }
+
+/* True when a warning of this kind may be written now; *count gets the
+ * events it stands for. */
+static bool may_warn(guard *g, int kind, uint64_t *count)
+{
+	uint64_t n = atomic_fetch_add(&g->unwarned[kind], 1) + 1;
+	uint64_t now = now_ms(), last = atomic_load(&g->last_warn_ms[kind]);
+	if (last && now - last < GUARD_WARN_INTERVAL_MS)
+		return false;
+	if (!atomic_compare_exchange_strong(&g->last_warn_ms[kind], &last, now ? now : 1))
+		return false;
+	*count = atomic_exchange(&g->unwarned[kind], 0);
+	if (*count == 0)
+		*count = n;
+	return true;
+}
+
+guard *guard_new(uint64_t max_per_source)
+{
+	guard *g = calloc(1, sizeof *g);
+	if (!g)
+		return NULL;
+	if (max_per_source == 0) {
+		struct rlimit rl;
+		uint64_t fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+		                   ? (uint64_t)rl.rlim_cur
+		                   : 1024 * 1024;
+		max_per_source = fds / GUARD_AUTO_SOURCE_DIVISOR;
+		if (max_per_source < GUARD_AUTO_SOURCE_MIN)
+			max_per_source = GUARD_AUTO_SOURCE_MIN;
+	}
+	g->limit = max_per_source;
+	pthread_mutex_init(&g->lock, NULL);
+	return g;
+}
+
+void guard_del(guard *g)
+{
+	if (!g)
+		return;
+	for (size_t i = 0; i < GUARD_BUCKETS; i++)
+		for (src_entry *e = g->buckets[i], *next; e; e = next) {
+			next = e->next;
+			free(e);
+		}
+	pthread_mutex_destroy(&g->lock);
+	free(g);
+}
+
+uint64_t guard_source_limit(const guard *g) { return g ? g->limit : 0; }
+
+static const uint8_t V4_MAPPED[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+static bool key_of(const struct sockaddr *sa, src_key *k)
+{
+	memset(k, 0, sizeof *k);
+	if (sa->sa_family == AF_INET) {
+		k->family = AF_INET;
+		memcpy(k->ip, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+		return true;
+	}
+	if (sa->sa_family == AF_INET6) {
+		const uint8_t *a = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+		if (memcmp(a, V4_MAPPED, 12) == 0) {
+			k->family = AF_INET;
+			memcpy(k->ip, a + 12, 4);
+		} else {
+			k->family = AF_INET6;
+			memcpy(k->ip, a, 16);
+		}
+		return true;
+	}
+	return false;
+}
+
+/* FNV-1a over the key: the table is keyed by addresses clients choose, but
+ * a bucket only holds the sources that hash there; a long chain costs its
+ * own sources time, not memory beyond one entry each. */
+static size_t bucket_of(const src_key *k)
+{
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < sizeof k->ip; i++)
+		h = (h ^ k->ip[i]) * 16777619u;
+	h = (h ^ (uint32_t)k->family) * 16777619u;
+	return h % GUARD_BUCKETS;
+}
+
+static void key_text(const src_key *k, char *out, size_t size)
+{
+	if (!uv_inet_ntop(k->family, k->ip, out, size))
+		return;
+	snprintf(out, size, "?");
+}
+
+bool guard_source_take(guard *g, const struct sockaddr *peer)
+{
+	src_key k;
+	if (!g || !key_of(peer, &k))
+		return true;
+	size_t b = bucket_of(&k);
+	uint64_t open = 0;
+	bool ok = true;
+	pthread_mutex_lock(&g->lock);
+	src_entry *e = g->buckets[b];
+	while (e && memcmp(&e->key, &k, sizeof k))
+		e = e->next;
+	if (!e) {
+		e = calloc(1, sizeof *e);
+		if (e) {
+			e->key = k;
+			e->next = g->buckets[b];
+			g->buckets[b] = e;
+		}
+	}
+	if (!e || e->open >= g->limit) {
+		ok = false;
+		open = e ? e->open : 0;
+	} else {
+		e->open++;
+	}
+	pthread_mutex_unlock(&g->lock);
+	if (ok)
+		return true;
+	atomic_fetch_add(&g->refused_source, 1);
+	uint64_t count;
+	if (may_warn(g, WARN_SOURCE, &count)) {
+		char ip[INET6_ADDRSTRLEN];
+		key_text(&k, ip, sizeof ip);
+		log_warn("guard", msgs[0], (unsigned long long)count, ip, (unsigned long long)open);
+	}
+	return false;
+}
+
+void guard_source_put(guard *g, const struct sockaddr *peer)
+{
+	src_key k;
+	if (!g || !key_of(peer, &k))
+		return;
+	size_t b = bucket_of(&k);
+	pthread_mutex_lock(&g->lock);
+	src_entry **pp = &g->buckets[b];
+	while (*pp && memcmp(&(*pp)->key, &k, sizeof k))
+		pp = &(*pp)->next;
+	src_entry *e = *pp;
+	if (e && e->open > 0 && --e->open == 0) {
+		*pp = e->next;
+		free(e);
+	}
+	pthread_mutex_unlock(&g->lock);
+}
+
+int guard_listen_add(guard *g, const char *ip, uint16_t port)
+{
+	if (!g || g->n_listens == GUARD_LISTENS_MAX)
+		return -1;
+	listen_addr *l = &g->listens[g->n_listens];
+	memset(l, 0, sizeof *l);
+	struct sockaddr_in *in = (struct sockaddr_in *)&l->ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&l->ss;
+	if (uv_ip4_addr(ip, port, in) == 0)
+		l->any = in->sin_addr.s_addr == htonl(INADDR_ANY);
+	else if (uv_ip6_addr(ip, port, in6) == 0)
+		l->any = IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr);
+	else
+		return -1;
+	g->n_listens++;
+	return 0;
+}
+
+static uint16_t port_of(const struct sockaddr *sa)
+{
+	return ntohs(sa->sa_family == AF_INET ? ((const struct sockaddr_in *)sa)->sin_port
+	                                      : ((const struct sockaddr_in6 *)sa)->sin6_port);
+}
+
+/* Whether ip (port ignored) is an address of this host: the kernel lets a
+ * socket bind only to those (without IP_FREEBIND). */
+static bool is_local(const struct sockaddr *sa)
+{
+	struct sockaddr_storage probe;
+	socklen_t len = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+	                                         : sizeof(struct sockaddr_in6);
+	memcpy(&probe, sa, len);
+	if (probe.ss_family == AF_INET)
+		((struct sockaddr_in *)&probe)->sin_port = 0;
+	else
+		((struct sockaddr_in6 *)&probe)->sin6_port = 0;
+	int fd = socket(sa->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	bool local = bind(fd, (struct sockaddr *)&probe, len) == 0;
+	close(fd);
+	return local;
+}
+
+bool guard_is_own(guard *g, const struct sockaddr *dest)
+{
+	src_key want;
+	if (!g || !key_of(dest, &want))
+		return false;
+	uint16_t port = port_of(dest);
+	bool own = false;
+	for (size_t i = 0; i < g->n_listens && !own; i++) {
+		const listen_addr *l = &g->listens[i];
+		if (port_of((const struct sockaddr *)&l->ss) != port)
+			continue;
+		src_key have;
+		if (!key_of((const struct sockaddr *)&l->ss, &have))
+			continue;
+		if (l->any) /* "::" takes IPv4 too (listener.c) */
+			own = (have.family == want.family || have.family == AF_INET6) && is_local(dest);
+		else
+			own = memcmp(&have, &want, sizeof have) == 0;
+	}
+	if (!own)
+		return false;
+	atomic_fetch_add(&g->refused_loop, 1);
+	uint64_t count;
+	if (may_warn(g, WARN_LOOP, &count)) {
+		char ip[INET6_ADDRSTRLEN], text[INET6_ADDRSTRLEN + 16];
+		key_text(&want, ip, sizeof ip);
+		snprintf(text, sizeof text, want.family == AF_INET6 ? "[%s]:%u" : "%s:%u", ip, port);
+		log_warn("guard", msgs[1], (unsigned long long)count, text);
+	}
+	return true;
+}
+
+void guard_accept_paused(guard *g, const char *where, const char *why, unsigned pause_ms)
+{
+	if (!g)
+		return;
+	uint64_t total = atomic_fetch_add(&g->accept_paused, 1) + 1;
+	uint64_t count;
+	if (may_warn(g, WARN_EMFILE, &count))
+		log_warn("guard", msgs[2], where, why, pause_ms, (unsigned long long)total);
+}
+
+void guard_stats_get(const guard *g, guard_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	if (!g)
+		return;
+	out->refused_source = atomic_load(&g->refused_source);
+	out->refused_loop = atomic_load(&g->refused_loop);
+	out->accept_paused = atomic_load(&g->accept_paused);
+}

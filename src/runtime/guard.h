@@ -1,0 +1,73 @@
+/* guard.h - the process's admission guard: connections per client source, and our own listening addresses as destinations that would loop. */
+#ifndef ETM_RUNTIME_GUARD_H
+#define ETM_RUNTIME_GUARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* The automatic per-source bound (max_connections_per_source = 0): this
+ * share of the soft RLIMIT_NOFILE, in connections. A proxied flow holds two
+ * descriptors, so one source may take at most a quarter of them and the
+ * rest of the clients keep three quarters. */
+#define GUARD_AUTO_SOURCE_DIVISOR 8
+/* ... and never fewer than this: a browser behind one address opens a few
+ * dozen connections at once. */
+#define GUARD_AUTO_SOURCE_MIN 64
+
+/* Listening addresses kept (every TCP inbound on every worker counts once). */
+#define GUARD_LISTENS_MAX 256
+
+/* A warning of one kind is written at most this often; the next one says
+ * how many events it stood for. */
+#define GUARD_WARN_INTERVAL_MS 10000
+
+/* Buckets of the per-source table: sources spread by a hash of the address. */
+#define GUARD_BUCKETS 4096
+
+typedef struct guard guard;
+
+/* What the guard has refused since it started. */
+typedef struct guard_stats {
+	uint64_t refused_source; /* connections over max_connections_per_source */
+	uint64_t refused_loop;   /* dials to one of our own listening addresses */
+	uint64_t accept_paused;  /* times a listener paused for lack of descriptors */
+} guard_stats;
+
+/* A guard allowing max_per_source connections per client address (0: the
+ * automatic bound above, from the current RLIMIT_NOFILE). Returns NULL when
+ * memory runs out. Thread-safe after creation: every worker shares it. */
+guard *guard_new(uint64_t max_per_source);
+void guard_del(guard *g);
+
+/* The bound in force (after the automatic one was computed). */
+uint64_t guard_source_limit(const guard *g);
+
+/* Counts one more connection from peer's address. False (nothing counted,
+ * the refusal counted and logged at most every GUARD_WARN_INTERVAL_MS) when
+ * the address has its limit open already. g may be NULL: always true. */
+__attribute__((warn_unused_result)) bool guard_source_take(guard *g,
+                                                           const struct sockaddr *peer);
+
+/* Releases a connection guard_source_take counted. */
+void guard_source_put(guard *g, const struct sockaddr *peer);
+
+/* Adds ip:port (an IP literal, "0.0.0.0" or "::" for every address) to
+ * our own listening addresses. Before the workers start. Returns 0, or -1
+ * when the table is full or ip is not an address. */
+__attribute__((warn_unused_result)) int guard_listen_add(guard *g, const char *ip, uint16_t port);
+
+/* True when dest (a resolved address with its port) reaches one of our own
+ * listeners: the same address and port, or the port of a wildcard listener
+ * on any address of this host (checked by binding a probe socket to it).
+ * A true result is counted and logged (rate-limited). g may be NULL. */
+__attribute__((warn_unused_result)) bool guard_is_own(guard *g, const struct sockaddr *dest);
+
+/* A listener found no descriptor left: counted and logged (rate-limited)
+ * with what it does about it, "<ip>:<port>" and the pause in ms. */
+void guard_accept_paused(guard *g, const char *where, const char *why, unsigned pause_ms);
+
+void guard_stats_get(const guard *g, guard_stats *out);
+
+#endif
