@@ -321,11 +321,12 @@ def test_relay_survives_a_reset_after_a_finished_download(start_proxy, splice):
             status = proxy.proc.poll()
             assert status is None, (f"the proxy died ({status}) after downloads of "
                                     f"{sizes[0]}-{sizes[-1]} bytes")
+        # the proxy still serves (while the spout still listens)
+        with socks5_connect(proxy.port, LOOPBACK, spout.port) as s:
+            s.sendall(struct.pack(">I", 5))
+            assert recv_all(s) == bytes(5)
     finally:
         spout.close()
-    with socks5_connect(proxy.port, LOOPBACK, spout.port) as s:
-        s.sendall(struct.pack(">I", 5))
-        assert recv_all(s) == bytes(5)
 
 
 # ---------------------------------------------------------------- 2. HTTPS through CONNECT
