@@ -14,8 +14,7 @@
 #include "base/log.h"
 
 static const char *const msgs[] = {
-	[0] = "refused %llu connection(s) from %s: it has %llu open, the limit "
-	      "(max_connections_per_source)",
+	[0] = "refused %llu connection(s) from %s: it has %llu open, the limit (max_connections_per_source)",
 	[1] = "refused %llu dial(s) to %s: one of our own listening addresses (a proxy loop)",
 	[2] = "%s: out of file descriptors (%s); accepts pause for %u ms (%llu pause(s))",
 };
