@@ -79,8 +79,8 @@ typedef struct udplb_queue {
 
 /* The shell's side of one flow: its upstream socket and what waits for it. */
 typedef struct udplb_upstream {
-	int fd; /* -1: no socket (free, or its open failed) */
-	bool want_out;
+	int fd;        /* -1: no socket (free, or its open failed) */
+	bool want_out; /* datagrams wait in q: its socket is watched for writable */
 	bool gro;      /* its socket takes coalesced trains (UDP_GRO) */
 	bool answered; /* ended by its responses cap: the socket may be handed on */
 	int bi;        /* its backend's index in the view, -1 when not found */
