@@ -532,11 +532,33 @@ uint16_t etm_supervisor_inbound_port(const etm_supervisor *s, size_t i)
 	return i < s->spec.inbounds_len ? s->ports[i] : 0;
 }
 
+/* udplb counts in a struct of its own (udplb_totals); the public one's
+ * arrays are sized by the API header's constants, which must name the same
+ * kinds, and the copy below must miss no counter. */
+_Static_assert(ETM_UDPLB_DROP_KINDS == UDPLB_SHELL_DROP_COUNT, "drop kinds");
+_Static_assert(ETM_UDPLB_CLOSE_KINDS == UDPLB_CLOSE_COUNT, "close kinds");
+_Static_assert(sizeof(etm_udplb_stats) == sizeof(udplb_totals), "a counter added to one only");
+
 int etm_supervisor_udplb_stats(const etm_supervisor *s, size_t i, etm_udplb_stats *out)
 {
 	if (!s->lb || i >= s->spec.inbounds_len || !s->lb[i])
 		return -1;
-	udplb_group_totals(s->lb[i], out);
+	udplb_totals t;
+	udplb_group_totals(s->lb[i], &t);
+	*out = (etm_udplb_stats){
+		.active_flows = t.active_flows,
+		.flows_created = t.flows_created,
+		.flows_evicted = t.flows_evicted,
+		.flows_shed = t.flows_shed,
+		.datagrams_to_backends = t.datagrams_to_backends,
+		.bytes_to_backends = t.bytes_to_backends,
+		.datagrams_to_clients = t.datagrams_to_clients,
+		.bytes_to_clients = t.bytes_to_clients,
+		.flow_duration_ms = t.flow_duration_ms,
+		.sockets_reused = t.sockets_reused,
+	};
+	memcpy(out->drops, t.drops, sizeof out->drops);
+	memcpy(out->evicted, t.evicted, sizeof out->evicted);
 	return 0;
 }
 

@@ -1,4 +1,4 @@
-/* shell.c - the UDP load balancer's listener: recvmmsg into the core, a connected socket per flow, sendmmsg back to clients. */
+/* shell.c - the UDP load balancer's listener: open and close, the core's inputs and outputs, the readiness callbacks. */
 #include "udplb/shell.h"
 
 #include <errno.h>
@@ -12,8 +12,6 @@
 
 #include "base/log.h"
 #include "runtime/listener.h"
-#include "udplb/pool.h"
-#include "udplb/fdtab.h"
 #include "udplb/shell_int.h"
 
 enum { MSG_REFUSED, MSG_NO_STEER };
@@ -24,761 +22,42 @@ static const char *const msgs[] = {
 			 "limits count per worker",
 };
 
-/* The epoll tag of the listener socket. An upstream socket is tagged
- * with its descriptor, and the listener's owner table says which flow
- * holds it (none while it waits in the reuse pool), so handing a socket to
- * another flow costs no epoll_ctl. */
-#define TAG_LISTENER UINT64_MAX
-
-/* The most datagrams one UDP GSO send may carry (the kernel's
- * UDP_MAX_SEGMENTS), and the longest one it folds: a segment must fit the
- * path MTU, and 1400 bytes fit any Ethernet path with IPv6 headers, so a
- * refusal means no GSO here rather than a long datagram. */
-#define UDPLB_GSO_SEGMENTS_MAX 64
-#define UDPLB_GSO_SEGMENT_MAX 1400
-
-/* A slot of the send batch toward clients and of the two receive batches
- * (clients, backend replies): the largest UDP payload, which is also the
- * most a coalesced train (UDP_GRO) can hold. */
-#define TX_SLOT (UDPLB_DATAGRAM_MAX + 1)
-
-typedef struct qitem {
-	struct qitem *next;
-	struct sockaddr_storage to; /* listener queue: the client */
-	socklen_t to_len;
-	size_t ctl_len;
-	uint8_t ctl[CMSG_SPACE(sizeof(struct in6_pktinfo))];
-	size_t payload_len; /* what the byte counters count: the PROXY prefix left out */
-	size_t len;
-	uint8_t data[];
-} qitem;
-
-typedef struct queue {
-	qitem *head, *tail;
-	uint32_t n;
-} queue;
-
-typedef struct flow_slot {
-	int fd; /* -1: no socket (free, or its open failed) */
-	bool want_out;
-	bool gro;      /* its socket takes coalesced trains (UDP_GRO) */
-	bool answered; /* ended by its responses cap: the socket may be handed on */
-	int bi;        /* its backend's index in the view, -1 when not found */
-	udplb_flow_id id;
-	queue q;
-} flow_slot;
-
-/* A datagram toward a backend held until the end of a receive round, so
- * the round's datagrams of one flow leave in one sendmmsg. The payload
- * stays in the receive buffer, which the round does not reuse. */
-typedef struct pending_send {
-	udplb_flow_id flow;
-	bool done;
-	size_t prefix_len;
-	uint8_t prefix[UDPLB_PPV2_MAX];
-	const uint8_t *payload;
-	size_t len;
-} pending_send;
-
-struct udplb_listener {
-	udplb_group *g;
-	udplb_counters *ctr;
-	uv_loop_t *loop;
-	udplb_manager *m;
-	udplb_backends *view;
-	uint64_t health_gen;
-	int fd, epfd, family;
-	bool wildcard, want_out;
-	udplb_addr local; /* the bound address, for a specific-IP listener */
-	uint16_t port;
-	uv_poll_t poll;  /* the flows' epoll set */
-	uv_poll_t lpoll; /* the listener socket */
-	uv_timer_t timer;
-	uv_timer_t pool_timer; /* reuse_upstream_sockets: closes sockets waiting too long */
-	int open_handles;
-	flow_slot *slots;
-	uint32_t n_slots;
-	udplb_flow_id *owner; /* by descriptor: the flow holding it, or NONE */
-	size_t n_owner;
-	udplb_pool *pool; /* reuse_upstream_sockets: idle sockets per backend */
-	udplb_flow_id aborts[4];
-	size_t n_aborts;
-	queue lq; /* toward clients, when the socket is full */
-	/* receive batch */
-	bool rx_gro; /* the listener takes coalesced trains (UDP_GRO) */
-	uint8_t *rx_buf;
-	struct mmsghdr rx_msgs[UDPLB_BATCH];
-	struct iovec rx_iov[UDPLB_BATCH];
-	struct sockaddr_storage rx_from[UDPLB_BATCH];
-	uint8_t rx_ctl[UDPLB_BATCH][CMSG_SPACE(sizeof(struct in6_pktinfo)) +
-	                            CMSG_SPACE(sizeof(struct in_pktinfo)) +
-	                            CMSG_SPACE(sizeof(int))];
-	/* the flows' epoll set was read to the end after this receive
-	 * round's datagrams came in, so no pooled socket has anything waiting
-	 * that was not seen (reuse_take then needs no look of its own) */
-	bool pool_seen;
-	/* sends toward backends gathered over one receive round */
-	bool gathering;
-	size_t ps_n;
-	pending_send ps[UDPLB_GATHER];
-	struct mmsghdr ps_msgs[UDPLB_GATHER];
-	struct iovec ps_iov[UDPLB_GATHER][2];
-	/* replies read from one flow socket, each a datagram or a coalesced
-	 * train of them (UDP_GRO) */
-	bool no_gro;
-	uint8_t *bk_buf;
-	struct mmsghdr bk_msgs[UDPLB_BATCH];
-	struct iovec bk_iov[UDPLB_BATCH];
-	uint8_t bk_ctl[UDPLB_BATCH][CMSG_SPACE(sizeof(int))];
-	/* send batch toward clients, and its runs folded for GSO */
-	bool no_gso;
-	struct mmsghdr go_msgs[UDPLB_BATCH];
-	size_t go_first[UDPLB_BATCH], go_count[UDPLB_BATCH];
-	uint8_t go_ctl[UDPLB_BATCH][CMSG_SPACE(sizeof(struct in6_pktinfo)) +
-	                            CMSG_SPACE(sizeof(uint16_t))];
-	uint8_t *tx_buf;
-	size_t tx_n;
-	struct mmsghdr tx_msgs[UDPLB_BATCH];
-	struct iovec tx_iov[UDPLB_BATCH];
-	struct sockaddr_storage tx_to[UDPLB_BATCH];
-	uint8_t tx_ctl[UDPLB_BATCH][CMSG_SPACE(sizeof(struct in6_pktinfo))];
-};
-
-/* ---- counters ---- */
-
-static inline void bump(_Atomic uint64_t *c, uint64_t v)
-{
-	/* one writer per counter (its worker): no locked add needed */
-	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
-	                      memory_order_relaxed);
-}
-
-static inline void drop(udplb_listener *l, unsigned reason)
-{
-	bump(&l->ctr->drops[reason], 1);
-	if (reason < UDPLB_DROP_COUNT && udplb_drop_is_shed((udplb_drop_reason)reason))
-		bump(&l->ctr->flows_shed, 1);
-}
-
-/* ---- group ---- */
-
-/* ---- addresses ---- */
-
-/* ---- queues ---- */
-
-static qitem *qitem_new(size_t len)
-{
-	qitem *it = malloc(sizeof *it + len);
-	if (it) {
-		it->next = NULL;
-		it->len = len;
-		it->to_len = 0;
-		it->ctl_len = 0;
-		it->payload_len = len;
-	}
-	return it;
-}
-
-static void q_push(queue *q, qitem *it)
-{
-	if (q->tail)
-		q->tail->next = it;
-	else
-		q->head = it;
-	q->tail = it;
-	q->n++;
-}
-
-static void q_pop(queue *q)
-{
-	qitem *it = q->head;
-	q->head = it->next;
-	if (!q->head)
-		q->tail = NULL;
-	q->n--;
-	free(it);
-}
-
-/* ---- counters of what the kernel took ---- */
-
-static void count_to_backend(udplb_listener *l, size_t n, size_t bytes)
-{
-	bump(&l->ctr->datagrams_to_backends, n);
-	bump(&l->ctr->bytes_to_backends, bytes);
-}
-
-static void count_to_client(udplb_listener *l, size_t n, size_t bytes)
-{
-	bump(&l->ctr->datagrams_to_clients, n);
-	bump(&l->ctr->bytes_to_clients, bytes);
-}
-
-/* Frees what still waits in q, each a queue_full drop: a flow or the
- * listener closed before the kernel took it. */
-static void q_discard(udplb_listener *l, queue *q)
-{
-	while (q->head) {
-		drop(l, UDPLB_SHELL_DROP_QUEUE_FULL);
-		q_pop(q);
-	}
-}
-
-/* ---- epoll interest ---- */
-
-static void on_listener(uv_poll_t *p, int status, int events);
-static bool serve_flows(udplb_listener *l);
-
-/* What libuv watches the listener for: readable, and writable while
- * datagrams toward clients wait in its queue. */
-static void listener_interest(udplb_listener *l)
-{
-	uv_poll_start(&l->lpoll, UV_READABLE | (l->want_out ? UV_WRITABLE : 0), on_listener);
-}
-
-static void set_interest(udplb_listener *l, int fd, uint64_t tag, bool out)
-{
-	struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0), .data.u64 = tag};
-	(void)epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &ev);
-}
-
 /* ---- acting on the core's outputs ---- */
 
-static flow_slot *slot_of(udplb_listener *l, udplb_flow_id id)
-{
-	uint32_t s = udplb_flow_slot(id);
-	if (s >= l->n_slots || l->slots[s].id != id)
-		return NULL;
-	return &l->slots[s];
-}
-
-/* Makes room for slot s (below max_flows), doubling. */
-static flow_slot *slot_make(udplb_listener *l, udplb_flow_id id)
-{
-	uint32_t s = udplb_flow_slot(id);
-	if (s >= l->n_slots) {
-		uint64_t n = l->n_slots ? (uint64_t)l->n_slots * 2 : 256;
-		while (n <= s)
-			n *= 2;
-		flow_slot *ns = realloc(l->slots, n * sizeof *ns);
-		if (!ns)
-			return NULL;
-		for (uint64_t i = l->n_slots; i < n; i++)
-			ns[i] = (flow_slot){.fd = -1};
-		l->slots = ns;
-		l->n_slots = (uint32_t)n;
-	}
-	flow_slot *f = &l->slots[s];
-	*f = (flow_slot){.fd = -1, .id = id, .bi = -1};
-	return f;
-}
-
-static void abort_later(udplb_listener *l, udplb_flow_id id)
-{
-	drop(l, UDPLB_SHELL_DROP_OPEN_FAILED);
-	if (l->n_aborts < sizeof l->aborts / sizeof l->aborts[0])
-		l->aborts[l->n_aborts++] = id;
-}
-
-/* ---- reused upstream sockets ---- */
-
-/* Reads and counts what came for a socket no flow owns (a datagram:
- * unknown_flow; an ICMP refusal of an earlier send: send_error), then
- * closes it: a backend that answers late or twice must not reach the next
- * flow's client, so the socket is not handed on. */
-static void retire_pooled(udplb_listener *l, int fd)
-{
-	uint8_t b;
-	for (int i = 0; i < 64; i++) {
-		ssize_t r = recv(fd, &b, sizeof b, MSG_DONTWAIT | MSG_TRUNC);
-		if (r >= 0)
-			drop(l, UDPLB_DROP_UNKNOWN_FLOW);
-		else if (errno == ECONNREFUSED)
-			drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
-		else
-			break;
-	}
-	close(fd);
-}
-
-/* Closes pooled sockets that have waited UDPLB_POOL_MAX_AGE_MS: more than
- * the current rate of new flows needs, left from a burst. */
-static void reuse_expire(udplb_listener *l)
-{
-	uint64_t now = uv_now(l->loop);
-	for (int fd; l->pool && (fd = udplb_pool_take_expired(l->pool, now)) >= 0;)
-		close(fd);
-}
-
-static void on_pool_timer(uv_timer_t *t) { reuse_expire(t->data); }
-
-/* Something came for a socket no flow holds, which waits in the pool: an
- * event on it, or more replies than the responses cap in the read that
- * ended its flow (those count as unknown_flow in the core). */
-static void reuse_event(udplb_listener *l, int fd)
-{
-	if (l->pool && udplb_pool_forget(l->pool, fd))
-		retire_pooled(l, fd);
-}
-
-/* Records that flow id holds descriptor fd (UDPLB_FLOW_NONE: nobody);
- * false when the table cannot grow. */
-static bool set_owner(udplb_listener *l, int fd, udplb_flow_id id)
-{
-	_Static_assert(UDPLB_FLOW_NONE == 0, "new owner entries are zeroed: nobody");
-	udplb_flow_id *no = udplb_fdtab_fit(l->owner, &l->n_owner, sizeof *no, fd);
-	if (!no)
-		return false;
-	l->owner = no;
-	l->owner[fd] = id;
-	return true;
-}
-
-static udplb_flow_id owner_of(const udplb_listener *l, int fd)
-{
-	return fd >= 0 && (size_t)fd < l->n_owner ? l->owner[fd] : UDPLB_FLOW_NONE;
-}
-
-/* Closes every pooled socket: the listener ends, or the process is out of
- * descriptors and a new flow needs one. Returns how many. */
-static size_t reuse_flush(udplb_listener *l)
-{
-	size_t n = 0;
-	for (int fd; l->pool && (fd = udplb_pool_pop_any(l->pool)) >= 0; n++)
-		close(fd);
-	return n;
-}
-
-/* Hands flow f a pooled socket of its backend: one that has been quiet
- * for UDPLB_POOL_QUIET_MS and had nothing queued when this round's client
- * datagrams were read. The flows' epoll set, read to the end right after
- * them, says so at no cost of its own; when that read did not reach the
- * end, one recv(MSG_PEEK) that finds nothing does, the only system call. */
-static bool reuse_take(udplb_listener *l, flow_slot *f, udplb_flow_id id)
-{
-	if (!l->pool || f->bi < 0)
-		return false;
-	uint64_t now = uv_now(l->loop);
-	bool gro;
-	for (int fd; (fd = udplb_pool_take(l->pool, (size_t)f->bi, now, &gro)) >= 0;) {
-		uint8_t b;
-		if (!l->pool_seen && (recv(fd, &b, sizeof b, MSG_DONTWAIT | MSG_PEEK) >= 0 ||
-		                      (errno != EAGAIN && errno != EWOULDBLOCK))) {
-			retire_pooled(l, fd);
-			continue;
-		}
-		l->owner[fd] = id; /* in the table since its first flow */
-		f->fd = fd;
-		f->gro = gro;
-		bump(&l->ctr->sockets_reused, 1);
-		return true;
-	}
-	return false;
-}
-
-/* Keeps the socket of flow f, which got all its answers, for a later flow
- * to the same backend; false when it is not to be kept. */
-static bool reuse_keep(udplb_listener *l, flow_slot *f)
-{
-	if (!l->pool || !f->answered || f->bi < 0 || f->q.n || f->want_out)
-		return false;
-	return udplb_pool_put(l->pool, (size_t)f->bi, f->fd, f->gro, uv_now(l->loop));
-}
-
-/* A new socket for a flow: socket, connect, epoll_ctl, three system calls
- * (connect binds the ephemeral port itself). Out of descriptors, or of
- * ephemeral ports, with sockets pooled, the pool is closed and the call
- * tried once more. */
-static int open_socket(udplb_listener *l, const udplb_addr *backend, udplb_flow_id id)
-{
-	struct sockaddr_storage ss;
-	socklen_t len = udplb_addr_to_sockaddr(backend, &ss);
-	int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && reuse_flush(l))
-		fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)fd};
-	if (!set_owner(l, fd, id))
-		goto fail;
-	int rc = connect(fd, (struct sockaddr *)&ss, len);
-	if (rc && (errno == EAGAIN || errno == EADDRNOTAVAIL) && reuse_flush(l))
-		rc = connect(fd, (struct sockaddr *)&ss, len); /* the waiting sockets held the ports */
-	if (rc)
-		goto fail;
-	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev))
-		goto fail;
-	return fd;
-fail:
-	if ((size_t)fd < l->n_owner)
-		l->owner[fd] = UDPLB_FLOW_NONE;
-	close(fd);
-	return -1;
-}
-
-static void open_upstream(udplb_listener *l, const udplb_output *o)
-{
-	flow_slot *f = slot_make(l, o->flow);
-	if (!f) {
-		abort_later(l, o->flow);
-		return;
-	}
-	f->bi = udplb_backends_find(l->view, &o->u.open.backend);
-	if (!reuse_take(l, f, o->flow)) {
-		f->fd = open_socket(l, &o->u.open.backend, o->flow);
-		if (f->fd < 0) {
-			abort_later(l, o->flow); /* EMFILE / ENFILE: the flow goes, we stay */
-			return;
-		}
-	}
-	if (f->bi >= 0)
-		bump(&l->ctr->backend_flows[f->bi], 1);
-}
-
-static bool would_block(void)
-{
-	return errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS;
-}
-
-/* Whether a GSO send failed for being GSO (no kernel or device support, a
- * segment over the path MTU), not for the destination (ECONNREFUSED from
- * an ICMP error, EHOSTUNREACH, EPERM, ...). */
-static bool gso_refused(void)
-{
-	return errno == EINVAL || errno == EIO || errno == ENOPROTOOPT || errno == EMSGSIZE ||
-	       errno == EOPNOTSUPP;
-}
-
-/* Keeps a datagram the flow's socket would not take now. */
-static void flow_enqueue(udplb_listener *l, flow_slot *f, const uint8_t *pre, size_t plen,
-                         const uint8_t *payload, size_t len)
-{
-	if (f->q.n >= UDPLB_FLOW_QUEUE_MAX) {
-		drop(l, UDPLB_SHELL_DROP_QUEUE_FULL);
-		return;
-	}
-	qitem *it = qitem_new(plen + len);
-	if (!it) {
-		drop(l, UDPLB_SHELL_DROP_QUEUE_FULL);
-		return;
-	}
-	memcpy(it->data, pre, plen);
-	if (len)
-		memcpy(it->data + plen, payload, len);
-	it->payload_len = len;
-	q_push(&f->q, it);
-	if (!f->want_out) {
-		f->want_out = true;
-		set_interest(l, f->fd, (uint64_t)f->fd, true);
-	}
-}
-
-static void flush_backend_sends(udplb_listener *l);
-
-static void send_to_backend(udplb_listener *l, const udplb_output *o)
-{
-	flow_slot *f = slot_of(l, o->flow);
-	if (!f || f->fd < 0)
-		return; /* its open failed: counted as open_failed */
-	const uint8_t *pre = o->u.to_backend.prefix, *payload = o->u.to_backend.payload;
-	size_t plen = o->u.to_backend.prefix_len, len = o->u.to_backend.len;
-	if (l->gathering && l->ps_n == UDPLB_GATHER)
-		flush_backend_sends(l); /* the payloads stay where they are; this may queue */
-	if (f->q.n) {
-		flow_enqueue(l, f, pre, plen, payload, len); /* behind what waits */
-		return;
-	}
-	if (l->gathering) {
-		pending_send *p = &l->ps[l->ps_n++];
-		p->flow = o->flow;
-		p->done = false;
-		p->prefix_len = plen;
-		memcpy(p->prefix, pre, plen);
-		p->payload = payload;
-		p->len = len;
-		return;
-	}
-	struct iovec iov[2] = {{(void *)pre, plen}, {(void *)payload, len}};
-	struct msghdr mh = {.msg_iov = plen ? iov : iov + 1, .msg_iovlen = plen ? 2 : 1};
-	if (sendmsg(f->fd, &mh, MSG_DONTWAIT) >= 0) {
-		count_to_backend(l, 1, len);
-		return;
-	}
-	if (would_block())
-		flow_enqueue(l, f, pre, plen, payload, len);
-	else
-		drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
-}
-
-/* Writes at `at` (zeroed, aligned for a cmsghdr) the UDP_SEGMENT control
- * message of a GSO send cut into datagrams of seg bytes; returns its space. */
-static size_t put_segment(uint8_t *at, size_t seg)
-{
-	struct cmsghdr *c = (struct cmsghdr *)at;
-	c->cmsg_level = SOL_UDP;
-	c->cmsg_type = UDP_SEGMENT;
-	c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-	uint16_t size = (uint16_t)seg;
-	memcpy(CMSG_DATA(c), &size, sizeof size);
-	return CMSG_SPACE(sizeof(uint16_t));
-}
-
-/* Sends a flow's m gathered datagrams (ps_msgs / ps_iov) as one UDP GSO
- * send when they are alike in length: the iovecs of prefix and payload
- * pairs follow each other in ps_iov, so the run is one stream of equal
- * segments. Returns whether it went (or may not be retried). */
-static bool send_backend_run(udplb_listener *l, flow_slot *f, size_t m)
-{
-	if (l->no_gso || m < 2 || m > UDPLB_GSO_SEGMENTS_MAX)
-		return false;
-	size_t seg = l->ps_iov[0][0].iov_len + l->ps_iov[0][1].iov_len;
-	for (size_t i = 1; i < m; i++)
-		if (l->ps_iov[i][0].iov_len + l->ps_iov[i][1].iov_len != seg)
-			return false;
-	if (seg == 0 || seg > UDPLB_GSO_SEGMENT_MAX || seg * m > UDPLB_DATAGRAM_MAX)
-		return false;
-	_Alignas(struct cmsghdr) uint8_t ctl[CMSG_SPACE(sizeof(uint16_t))] = {0};
-	struct msghdr mh = {.msg_iov = &l->ps_iov[0][0], .msg_iovlen = 2 * m,
-	                    .msg_control = ctl, .msg_controllen = put_segment(ctl, seg)};
-	if (sendmsg(f->fd, &mh, MSG_DONTWAIT) >= 0) {
-		size_t bytes = 0;
-		for (size_t i = 0; i < m; i++)
-			bytes += l->ps_iov[i][1].iov_len;
-		count_to_backend(l, m, bytes);
-		return true;
-	}
-	if (gso_refused())
-		l->no_gso = true; /* this listener sends datagram by datagram from now */
-	return false; /* the run goes out by sendmmsg, which meets any other error */
-}
-
-/* Sends the gathered datagrams, one sendmmsg (or one GSO send) per flow,
- * in order within each flow. */
-static void flush_backend_sends(udplb_listener *l)
-{
-	size_t idx[UDPLB_GATHER];
-	for (size_t i = 0; i < l->ps_n; i++) {
-		if (l->ps[i].done)
-			continue;
-		udplb_flow_id id = l->ps[i].flow;
-		size_t m = 0;
-		for (size_t j = i; j < l->ps_n; j++) {
-			pending_send *p = &l->ps[j];
-			if (p->done || p->flow != id)
-				continue;
-			p->done = true;
-			struct iovec *iov = l->ps_iov[m];
-			iov[0] = (struct iovec){p->prefix, p->prefix_len};
-			iov[1] = (struct iovec){(void *)p->payload, p->len};
-			l->ps_msgs[m].msg_hdr = (struct msghdr){.msg_iov = p->prefix_len ? iov : iov + 1,
-			                                        .msg_iovlen = p->prefix_len ? 2 : 1};
-			idx[m++] = j;
-		}
-		flow_slot *f = slot_of(l, id);
-		if (!f || f->fd < 0)
-			continue;
-		if (send_backend_run(l, f, m))
-			continue;
-		size_t done = 0;
-		while (done < m) {
-			int r = sendmmsg(f->fd, l->ps_msgs + done, (unsigned)(m - done), MSG_DONTWAIT);
-			if (r > 0) {
-				for (int k = 0; k < r; k++)
-					count_to_backend(l, 1, l->ps[idx[done + (size_t)k]].len);
-				done += (size_t)r;
-				continue;
-			}
-			if (r < 0 && would_block())
-				break;
-			drop(l, UDPLB_SHELL_DROP_SEND_ERROR); /* this one failed; go on past it */
-			done++;
-		}
-		for (; done < m; done++) {
-			pending_send *p = &l->ps[idx[done]];
-			flow_enqueue(l, f, p->prefix, p->prefix_len, p->payload, p->len);
-		}
-	}
-	l->ps_n = 0;
-}
-
-/* Takes a datagram toward a client back out of the counters (the batch
- * counts before it sends), and counts it dropped for reason. */
-static void not_taken(udplb_listener *l, const struct msghdr *mh, unsigned reason)
-{
-	count_to_client(l, (size_t)-1, -(size_t)mh->msg_iov[0].iov_len); /* wraps: a subtraction */
-	drop(l, reason);
-}
-
-/* Keeps a datagram the listener's socket would not take now; it is counted
- * again when write_clients sends it. */
-static void lq_add(udplb_listener *l, const struct msghdr *mh)
-{
-	if (l->lq.n >= UDPLB_LISTENER_QUEUE_MAX) {
-		not_taken(l, mh, UDPLB_SHELL_DROP_QUEUE_FULL);
-		return;
-	}
-	qitem *it = qitem_new(mh->msg_iov[0].iov_len);
-	if (!it) {
-		not_taken(l, mh, UDPLB_SHELL_DROP_QUEUE_FULL);
-		return;
-	}
-	count_to_client(l, (size_t)-1, -(size_t)it->len);
-	memcpy(it->data, mh->msg_iov[0].iov_base, it->len);
-	memcpy(&it->to, mh->msg_name, mh->msg_namelen);
-	it->to_len = mh->msg_namelen;
-	it->ctl_len = mh->msg_controllen;
-	if (it->ctl_len)
-		memcpy(it->ctl, mh->msg_control, it->ctl_len);
-	q_push(&l->lq, it);
-	if (!l->want_out) {
-		l->want_out = true;
-		listener_interest(l);
-	}
-}
-
-/* Whether tx datagrams a and b can share one GSO send: one client, one
- * source address, one length. */
-static bool same_run(const udplb_listener *l, size_t a, size_t b)
-{
-	const struct msghdr *x = &l->tx_msgs[a].msg_hdr, *y = &l->tx_msgs[b].msg_hdr;
-	return x->msg_iov[0].iov_len == y->msg_iov[0].iov_len && x->msg_namelen == y->msg_namelen &&
-	       memcmp(x->msg_name, y->msg_name, x->msg_namelen) == 0 &&
-	       x->msg_controllen == y->msg_controllen &&
-	       (!x->msg_controllen || memcmp(x->msg_control, y->msg_control, x->msg_controllen) == 0);
-}
-
-/* Folds runs of datagrams for one client into single UDP GSO sends
- * (UDP_SEGMENT): the run goes down the stack once and is cut into its
- * datagrams below, which a burst of replies to one client makes common.
- * Fills l->go_* and returns the number of messages. */
-static size_t fold_runs(udplb_listener *l)
-{
-	size_t k = 0;
-	for (size_t i = 0; i < l->tx_n; k++) {
-		size_t j = i + 1, len = l->tx_iov[i].iov_len;
-		if (!l->no_gso && len > 0 && len <= UDPLB_GSO_SEGMENT_MAX)
-			while (j < l->tx_n && j - i < UDPLB_GSO_SEGMENTS_MAX &&
-			       (j - i + 1) * len <= UDPLB_DATAGRAM_MAX && same_run(l, i, j))
-				j++;
-		struct msghdr *mh = &l->go_msgs[k].msg_hdr;
-		*mh = l->tx_msgs[i].msg_hdr;
-		l->go_first[k] = i;
-		l->go_count[k] = j - i;
-		if (j - i > 1) {
-			mh->msg_iov = &l->tx_iov[i];
-			mh->msg_iovlen = j - i;
-			uint8_t *ctl = l->go_ctl[k];
-			memset(ctl, 0, sizeof l->go_ctl[k]);
-			if (mh->msg_controllen)
-				memcpy(ctl, mh->msg_control, mh->msg_controllen);
-			mh->msg_controllen += put_segment(ctl + mh->msg_controllen, len);
-			mh->msg_control = ctl;
-		}
-		i = j;
-	}
-	return k;
-}
-
-/* Sends the batch toward clients with sendmmsg; what the socket will not
- * take now waits in the listener queue. A kernel that refuses GSO (or a
- * segment over the path MTU) turns it off for this listener, and the run
- * goes out datagram by datagram. */
-static void flush_tx(udplb_listener *l)
-{
-	/* Counted before the send: a client that has its reply may ask for
-	 * the counters at once, and must find it there. What the kernel does
-	 * not take is taken back out (queued: counted when it leaves). */
-	size_t bytes = 0;
-	for (size_t i = 0; i < l->tx_n; i++)
-		bytes += l->tx_iov[i].iov_len;
-	count_to_client(l, l->tx_n, bytes);
-	size_t n = fold_runs(l), done = 0;
-	while (done < n && !l->lq.n) {
-		int r = sendmmsg(l->fd, l->go_msgs + done, (unsigned)(n - done), MSG_DONTWAIT);
-		if (r > 0) {
-			done += (size_t)r;
-			continue;
-		}
-		if (r < 0 && would_block())
-			break;
-		if (l->go_count[done] > 1) {
-			/* the run one by one, in order: once one waits, the rest wait */
-			if (gso_refused())
-				l->no_gso = true;
-			for (size_t i = 0; i < l->go_count[done]; i++) {
-				struct msghdr *mh = &l->tx_msgs[l->go_first[done] + i].msg_hdr;
-				if (!l->lq.n && sendmsg(l->fd, mh, MSG_DONTWAIT) >= 0)
-					continue;
-				if (l->lq.n || would_block())
-					lq_add(l, mh);
-				else
-					not_taken(l, mh, UDPLB_SHELL_DROP_SEND_ERROR);
-			}
-		} else {
-			/* this one failed; go on past it */
-			not_taken(l, &l->tx_msgs[l->go_first[done]].msg_hdr, UDPLB_SHELL_DROP_SEND_ERROR);
-		}
-		done++;
-	}
-	for (; done < n; done++)
-		for (size_t i = 0; i < l->go_count[done]; i++)
-			lq_add(l, &l->tx_msgs[l->go_first[done] + i].msg_hdr);
-	l->tx_n = 0;
-}
-
-static void send_to_client(udplb_listener *l, const udplb_output *o)
-{
-	if (l->tx_n == UDPLB_BATCH)
-		flush_tx(l);
-	size_t i = l->tx_n;
-	uint8_t *buf = l->tx_buf + i * TX_SLOT;
-	size_t len = o->u.to_client.len;
-	if (o->u.to_client.payload != buf && len)
-		memcpy(buf, o->u.to_client.payload, len);
-	l->tx_iov[i] = (struct iovec){buf, len};
-	struct msghdr *mh = &l->tx_msgs[i].msg_hdr;
-	*mh = (struct msghdr){
-		.msg_name = &l->tx_to[i],
-		.msg_namelen = udplb_sockaddr_for(l->family, &o->u.to_client.client, &l->tx_to[i]),
-		.msg_iov = &l->tx_iov[i],
-		.msg_iovlen = 1,
-	};
-	size_t cl = l->wildcard ? udplb_pktinfo_write(l->family, &o->u.to_client.local,
-	                                              l->tx_ctl[i], sizeof l->tx_ctl[i])
-	                        : 0;
-	mh->msg_control = cl ? l->tx_ctl[i] : NULL;
-	mh->msg_controllen = cl;
-	l->tx_n++;
-}
-
-static void close_flow(udplb_listener *l, udplb_flow_id id)
-{
-	flow_slot *f = slot_of(l, id);
-	if (!f)
-		return;
-	if (l->ps_n)
-		flush_backend_sends(l); /* what the flow said before its end goes first */
-	if (f->fd >= 0) {
-		l->owner[f->fd] = UDPLB_FLOW_NONE;
-		if (!reuse_keep(l, f))
-			close(f->fd); /* the only reference: epoll forgets it without a call */
-	}
-	q_discard(l, &f->q);
-	*f = (flow_slot){.fd = -1};
-}
-
 static void on_timer(uv_timer_t *t);
+
+static void count_metric(udplb_listener *l, const udplb_output *o)
+{
+	if (o->u.metric.kind == UDPLB_METRIC_FLOW_CREATED) {
+		udplb_bump(&l->ctr->flows_created, 1);
+		udplb_bump(&l->ctr->active_flows, 1);
+		return;
+	}
+	udplb_bump(&l->ctr->flows_evicted, 1);
+	udplb_bump(&l->ctr->active_flows, (uint64_t)-1);
+	if ((unsigned)o->u.metric.reason < UDPLB_CLOSE_COUNT)
+		udplb_bump(&l->ctr->evicted[o->u.metric.reason], 1);
+	udplb_bump(&l->ctr->flow_duration_ms, o->u.metric.duration_ms);
+	/* its close, which follows, may pool its socket: only when it ended
+	 * by its cap with an answer for every request, so no answer the
+	 * backend still owes can reach a later flow */
+	udplb_upstream *f = udplb_flows_find(l, o->flow);
+	if (f && o->u.metric.reason == UDPLB_CLOSE_RESPONSES &&
+	    o->u.metric.requests <= o->u.metric.responses)
+		f->answered = true;
+}
 
 static void act(udplb_listener *l, const udplb_output *o)
 {
 	switch (o->kind) {
 	case UDPLB_OUT_OPEN_UPSTREAM:
-		open_upstream(l, o);
+		udplb_flows_open(l, o);
 		break;
 	case UDPLB_OUT_SEND_TO_BACKEND:
-		send_to_backend(l, o);
+		udplb_tx_send_to_backend(l, o);
 		break;
 	case UDPLB_OUT_SEND_TO_CLIENT:
-		send_to_client(l, o);
+		udplb_tx_send_to_client(l, o);
 		break;
 	case UDPLB_OUT_ARM_TIMER: {
 		uint64_t now = uv_now(l->loop), at = o->u.arm.deadline_ms;
@@ -786,29 +65,13 @@ static void act(udplb_listener *l, const udplb_output *o)
 		break;
 	}
 	case UDPLB_OUT_METRIC:
-		if (o->u.metric.kind == UDPLB_METRIC_FLOW_CREATED) {
-			bump(&l->ctr->flows_created, 1);
-			bump(&l->ctr->active_flows, 1);
-		} else {
-			bump(&l->ctr->flows_evicted, 1);
-			bump(&l->ctr->active_flows, (uint64_t)-1);
-			if ((unsigned)o->u.metric.reason < UDPLB_CLOSE_COUNT)
-				bump(&l->ctr->evicted[o->u.metric.reason], 1);
-			bump(&l->ctr->flow_duration_ms, o->u.metric.duration_ms);
-			/* its close, which follows, may pool its socket: only when
-			 * it ended by its cap with an answer for every request, so
-			 * no answer the backend still owes can reach a later flow */
-			flow_slot *f = slot_of(l, o->flow);
-			if (f && o->u.metric.reason == UDPLB_CLOSE_RESPONSES &&
-			    o->u.metric.requests <= o->u.metric.responses)
-				f->answered = true;
-		}
+		count_metric(l, o);
 		break;
 	case UDPLB_OUT_CLOSE_FLOW:
-		close_flow(l, o->flow);
+		udplb_flows_close(l, o->flow);
 		break;
 	case UDPLB_OUT_DROP:
-		drop(l, o->u.drop.reason);
+		udplb_shell_drop(l, o->u.drop.reason);
 		break;
 	}
 }
@@ -820,9 +83,7 @@ static void drain(udplb_listener *l)
 		act(l, &o);
 }
 
-/* Feeds one input and acts on everything it produced, including the
- * aborts of flows whose socket would not open. */
-static void feed(udplb_listener *l, const udplb_input *in)
+void udplb_listener_feed(udplb_listener *l, const udplb_input *in)
 {
 	int rc = udplb_manager_input(l->m, in, uv_now(l->loop));
 	if (rc) {
@@ -830,10 +91,9 @@ static void feed(udplb_listener *l, const udplb_input *in)
 		return;
 	}
 	drain(l);
-	while (l->n_aborts) {
+	for (udplb_flow_id id; udplb_flows_take_abort(l, &id);) {
 		udplb_input ab = {.kind = UDPLB_IN_CONFIG,
-		                  .u.config = {.kind = UDPLB_CFG_ABORT_FLOW,
-		                               .flow = l->aborts[--l->n_aborts]}};
+		                  .u.config = {.kind = UDPLB_CFG_ABORT_FLOW, .flow = id}};
 		if (udplb_manager_input(l->m, &ab, uv_now(l->loop)) == 0)
 			drain(l);
 	}
@@ -843,7 +103,7 @@ static void on_timer(uv_timer_t *t)
 {
 	udplb_listener *l = t->data;
 	udplb_input in = {.kind = UDPLB_IN_TIMEOUT};
-	feed(l, &in);
+	udplb_listener_feed(l, &in);
 }
 
 /* ---- readiness ---- */
@@ -859,189 +119,11 @@ static void sync_health(udplb_listener *l)
 			return; /* i is always in range: the view holds the group's list */
 }
 
-/* The segment size of a coalesced train (the UDP_GRO control message of
- * a received message), or 0 when the message is one datagram. */
-static size_t gro_segment(struct msghdr *mh)
-{
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c))
-		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
-		    c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-			int seg;
-			memcpy(&seg, CMSG_DATA(c), sizeof seg);
-			return seg > 0 ? (size_t)seg : 0;
-		}
-	return 0;
-}
+static void on_listener(uv_poll_t *p, int status, int events);
 
-/* Reads client datagrams in batches and feeds them to the core one at a
- * time, a coalesced train (UDP_GRO) cut back into its datagrams. A slot
- * holds the largest UDP payload, so nothing is cut short by the read; the
- * core drops what is over max_rx_datagram_size. */
-static void read_clients(udplb_listener *l)
+void udplb_listener_interest(udplb_listener *l, bool out)
 {
-	bool ctl = l->wildcard || l->rx_gro;
-	for (int round = 0; round < 4; round++) {
-		for (size_t i = 0; i < UDPLB_BATCH; i++) {
-			l->rx_iov[i] = (struct iovec){l->rx_buf + i * TX_SLOT, TX_SLOT};
-			l->rx_msgs[i].msg_hdr = (struct msghdr){
-				.msg_name = &l->rx_from[i],
-				.msg_namelen = sizeof l->rx_from[i],
-				.msg_iov = &l->rx_iov[i],
-				.msg_iovlen = 1,
-				.msg_control = ctl ? l->rx_ctl[i] : NULL,
-				.msg_controllen = ctl ? sizeof l->rx_ctl[i] : 0,
-			};
-		}
-		int n = recvmmsg(l->fd, l->rx_msgs, UDPLB_BATCH, MSG_DONTWAIT, NULL);
-		if (n <= 0)
-			return;
-		/* With sockets pooled, the flows' set is read first: whatever
-		 * came for a pooled socket before these datagrams retires it
-		 * before a new flow among them could take it. The replies it
-		 * finds are served now rather than at the next turn. */
-		l->pool_seen = l->pool && udplb_pool_size(l->pool) > 0 && serve_flows(l);
-		l->gathering = true;
-		for (int i = 0; i < n; i++) {
-			struct msghdr *mh = &l->rx_msgs[i].msg_hdr;
-			udplb_input in = {.kind = UDPLB_IN_CLIENT};
-			if (udplb_addr_from_sockaddr(&in.u.client.src, (struct sockaddr *)mh->msg_name))
-				continue;
-			/* a wildcard socket learns the address sent to from IP_PKTINFO */
-			if (!l->wildcard || !udplb_pktinfo_read(mh, l->port, &in.u.client.local))
-				in.u.client.local = l->local;
-			in.u.client.backends = l->view;
-			const uint8_t *p = mh->msg_iov[0].iov_base;
-			size_t len = l->rx_msgs[i].msg_len, seg = l->rx_gro ? gro_segment(mh) : 0;
-			if (mh->msg_flags & MSG_TRUNC) {
-				/* over the largest UDP payload: cannot happen, but if
-				 * it did, one datagram the core drops as truncated */
-				seg = len = (size_t)l->g->max_rx + 1;
-			}
-			if (seg == 0 || seg > len)
-				seg = len;
-			size_t off = 0;
-			do { /* once for an empty datagram */
-				in.u.client.payload = p + off;
-				in.u.client.len = len - off < seg ? len - off : seg;
-				feed(l, &in);
-				off += in.u.client.len;
-			} while (off < len);
-		}
-		l->gathering = false;
-		l->pool_seen = false;
-		flush_backend_sends(l); /* before the next round reuses the buffers */
-		if (n < UDPLB_BATCH)
-			return;
-	}
-}
-
-/* Lets a flow's socket take its backend's replies as coalesced trains
- * (UDP_GRO) once the backend has shown it answers in bursts (one read
- * found more than one reply): a backend that sends a burst as one GSO send
- * (a QUIC server does) then costs one delivery and one read per burst
- * instead of per datagram. Asked only then, so a flow that never bursts
- * (DNS) still opens with three system calls. */
-static void take_trains(udplb_listener *l, flow_slot *f)
-{
-	int one = 1;
-	f->gro = true;
-	if (!l->no_gro && setsockopt(f->fd, SOL_UDP, UDP_GRO, &one, sizeof one))
-		l->no_gro = true; /* a kernel without it: replies come one by one */
-}
-
-/* Reads a flow's replies with recvmmsg and feeds them to the core one
- * datagram at a time, cutting a coalesced train back into the datagrams
- * it was made of (each of the segment size, the last maybe shorter). The
- * core's sends toward clients copy each datagram into the send batch, so
- * the receive buffers are free again when the next read comes. */
-static void read_backend(udplb_listener *l, udplb_flow_id id)
-{
-	for (int total = 0; total < UDPLB_FLOW_READS_MAX;) {
-		flow_slot *f = slot_of(l, id);
-		if (!f || f->fd < 0)
-			return; /* closed by the last reply (responses cap) */
-		for (size_t i = 0; i < UDPLB_BATCH; i++) {
-			l->bk_iov[i] = (struct iovec){l->bk_buf + i * TX_SLOT, TX_SLOT};
-			l->bk_msgs[i].msg_hdr = (struct msghdr){.msg_iov = &l->bk_iov[i], .msg_iovlen = 1,
-			                                        .msg_control = l->bk_ctl[i],
-			                                        .msg_controllen = sizeof l->bk_ctl[i]};
-		}
-		int n = recvmmsg(f->fd, l->bk_msgs, UDPLB_BATCH, MSG_DONTWAIT, NULL);
-		if (n < 0 && errno == ECONNREFUSED) {
-			/* ICMP port unreachable for an earlier send: the backend
-			 * refused a datagram the kernel had taken */
-			drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
-			total++;
-			continue;
-		}
-		if (n <= 0)
-			return;
-		if (n > 1 && !f->gro)
-			take_trains(l, f);
-		int fd = f->fd; /* f may be closed, and its slot reused, by a reply */
-		bool closed = false;
-		for (int i = 0; i < n; i++) {
-			const uint8_t *p = l->bk_iov[i].iov_base;
-			size_t len = l->bk_msgs[i].msg_len, seg = gro_segment(&l->bk_msgs[i].msg_hdr);
-			if (seg == 0 || seg > len)
-				seg = len;
-			size_t off = 0;
-			do { /* once for an empty datagram */
-				if (closed)
-					reuse_event(l, fd); /* more than the flow's cap came */
-				size_t dl = len - off < seg ? len - off : seg;
-				udplb_input in = {.kind = UDPLB_IN_BACKEND,
-				                  .u.backend = {.flow = id, .payload = p + off, .len = dl}};
-				feed(l, &in);
-				off += dl;
-				closed = closed || !slot_of(l, id);
-			} while (off < len);
-		}
-		total += n;
-		if (n < UDPLB_BATCH)
-			return;
-	}
-}
-
-static void write_backend(udplb_listener *l, udplb_flow_id id)
-{
-	flow_slot *f = slot_of(l, id);
-	if (!f || f->fd < 0)
-		return;
-	while (f->q.head) {
-		qitem *it = f->q.head;
-		if (send(f->fd, it->data, it->len, MSG_DONTWAIT) >= 0) {
-			count_to_backend(l, 1, it->payload_len);
-		} else {
-			if (would_block())
-				return;
-			drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
-		}
-		q_pop(&f->q);
-	}
-	f->want_out = false;
-	set_interest(l, f->fd, (uint64_t)f->fd, false);
-}
-
-static void write_clients(udplb_listener *l)
-{
-	while (l->lq.head) {
-		qitem *it = l->lq.head;
-		struct iovec iov = {it->data, it->len};
-		struct msghdr mh = {.msg_name = &it->to, .msg_namelen = it->to_len, .msg_iov = &iov,
-		                    .msg_iovlen = 1, .msg_control = it->ctl_len ? it->ctl : NULL,
-		                    .msg_controllen = it->ctl_len};
-		if (sendmsg(l->fd, &mh, MSG_DONTWAIT) >= 0) {
-			count_to_client(l, 1, it->len);
-		} else {
-			if (would_block())
-				return;
-			drop(l, UDPLB_SHELL_DROP_SEND_ERROR);
-		}
-		q_pop(&l->lq);
-	}
-	l->want_out = false;
-	listener_interest(l);
+	uv_poll_start(&l->lpoll, UV_READABLE | (out ? UV_WRITABLE : 0), on_listener);
 }
 
 /* The listener socket is ready: libuv watches it on its own, so client
@@ -1051,31 +133,27 @@ static void on_listener(uv_poll_t *p, int status, int events)
 	udplb_listener *l = p->data;
 	sync_health(l);
 	if (events & UV_WRITABLE)
-		write_clients(l);
+		udplb_tx_write_clients(l);
 	if ((events & UV_READABLE) || status < 0)
-		read_clients(l);
-	if (l->tx_n)
-		flush_tx(l);
+		udplb_rx_read_clients(l);
+	udplb_tx_flush_clients(l);
 }
 
-/* Reads the flows' epoll set without waiting and serves what it reports:
- * replies for live flows, and anything for a pooled socket, which retires
- * it. True when that was everything the set had. */
-static bool serve_flows(udplb_listener *l)
+bool udplb_listener_serve_flows(udplb_listener *l)
 {
 	struct epoll_event evs[64];
 	int n = epoll_wait(l->epfd, evs, 64, 0);
 	for (int i = 0; i < n; i++) {
 		uint64_t tag = evs[i].data.u64;
-		udplb_flow_id id = owner_of(l, (int)tag);
+		udplb_flow_id id = udplb_flows_owner(l, (int)tag);
 		if (id == UDPLB_FLOW_NONE) {
-			reuse_event(l, (int)tag);
+			udplb_flows_stray(l, (int)tag);
 			continue;
 		}
 		if (evs[i].events & EPOLLOUT)
-			write_backend(l, id);
+			udplb_tx_write_backend(l, id);
 		if (evs[i].events & (EPOLLIN | EPOLLERR))
-			read_backend(l, id);
+			udplb_rx_read_backend(l, id);
 	}
 	return n >= 0 && n < 64;
 }
@@ -1088,32 +166,21 @@ static void on_ready(uv_poll_t *p, int status, int events)
 	(void)events;
 	udplb_listener *l = p->data;
 	sync_health(l);
-	serve_flows(l);
-	if (l->tx_n)
-		flush_tx(l);
+	udplb_listener_serve_flows(l);
+	udplb_tx_flush_clients(l);
 }
 
 /* ---- open and close ---- */
 
 static void listener_free(udplb_listener *l)
 {
-	for (uint32_t i = 0; i < l->n_slots; i++)
-		l->slots[i].answered = false; /* nothing is pooled from here on */
 	if (l->fd >= 0)
 		close(l->fd);
 	if (l->epfd >= 0)
 		close(l->epfd);
-	for (uint32_t i = 0; i < l->n_slots; i++)
-		if (l->slots[i].id)
-			close_flow(l, l->slots[i].id);
-	q_discard(l, &l->lq);
-	reuse_flush(l);
-	udplb_pool_free(l->pool);
-	free(l->slots);
-	free(l->owner);
-	free(l->rx_buf);
-	free(l->tx_buf);
-	free(l->bk_buf);
+	udplb_flows_free(l);
+	udplb_tx_free(l);
+	udplb_rx_free(l);
 	udplb_backends_del(l->view);
 	udplb_manager_del(l->m);
 	free(l);
@@ -1140,7 +207,7 @@ static int setup_socket(udplb_listener *l, const struct sockaddr_storage *ss, si
 	}
 	/* Bursts a client sends as one GSO send (QUIC stacks do), or a NIC's
 	 * GRO coalesces, arrive as one train: one read, one delivery. */
-	l->rx_gro = setsockopt(l->fd, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+	l->rx.gro = setsockopt(l->fd, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
 	/* A deeper queue absorbs bursts; the kernel caps it at rmem_max. */
 	int rcv = 4 << 20;
 	(void)setsockopt(l->fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
@@ -1190,21 +257,9 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 	l->loop = loop;
 	l->fd = l->epfd = -1;
 	l->wildcard = is_wildcard(&ss);
-	l->rx_buf = malloc((size_t)TX_SLOT * UDPLB_BATCH);
-	l->tx_buf = malloc((size_t)TX_SLOT * UDPLB_BATCH);
-	l->bk_buf = malloc((size_t)TX_SLOT * UDPLB_BATCH);
 	udplb_manager_config mc = {.max_flows = g->max_flows, .max_rx_datagram_size = g->max_rx,
 	                           .seed = g->seed, .checks = UDPLB_CHECK_CHEAP};
-	int rc = !l->rx_buf || !l->tx_buf || !l->bk_buf ? UV_ENOMEM : 0;
-	if (!rc && g->conf.reuse_sockets) {
-		/* half the worker's flows, at most 8192: descriptors held
-		 * beyond max_flows, given back when a socket() finds none */
-		size_t nb = g->conf.n_backends ? g->conf.n_backends : 1;
-		size_t total = g->max_flows / 2 < 8192 ? g->max_flows / 2 : 8192;
-		l->pool = udplb_pool_new(nb, (uint32_t)(total / nb));
-		if (!l->pool)
-			rc = UV_ENOMEM;
-	}
+	int rc = udplb_rx_init(l) && udplb_tx_init(l) && udplb_flows_init(l) ? 0 : UV_ENOMEM;
 	if (!rc && (udplb_manager_new(&l->m, &mc) ||
 	            udplb_backends_new(&l->view, g->conf.maglev_size) ||
 	            udplb_backends_set(l->view, g->conf.backends, g->conf.n_backends)))
@@ -1227,13 +282,10 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 	}
 	uv_timer_init(loop, &l->timer);
 	l->timer.data = l;
-	uv_timer_init(loop, &l->pool_timer);
-	l->pool_timer.data = l;
-	if (l->pool)
-		uv_timer_start(&l->pool_timer, on_pool_timer, 1000, 1000);
+	udplb_flows_start(l);
 	uv_poll_init(loop, &l->lpoll, l->fd);
 	l->lpoll.data = l;
-	uv_poll_start(&l->lpoll, UV_READABLE, on_listener);
+	udplb_listener_interest(l, false);
 	uv_poll_init(loop, &l->poll, l->epfd);
 	l->poll.data = l;
 	l->open_handles = 4;
@@ -1255,13 +307,11 @@ void udplb_listener_close(udplb_listener *l)
 	if (!l)
 		return;
 	udplb_input in = {.kind = UDPLB_IN_CONFIG, .u.config = {.kind = UDPLB_CFG_CLOSE_ALL}};
-	feed(l, &in);
-	if (l->tx_n)
-		flush_tx(l);
+	udplb_listener_feed(l, &in);
+	udplb_tx_flush_clients(l);
 	uv_timer_stop(&l->timer);
 	uv_close((uv_handle_t *)&l->timer, on_closed);
-	uv_timer_stop(&l->pool_timer);
-	uv_close((uv_handle_t *)&l->pool_timer, on_closed);
+	udplb_flows_stop(l, on_closed);
 	uv_close((uv_handle_t *)&l->poll, on_closed);
 	uv_close((uv_handle_t *)&l->lpoll, on_closed);
 }

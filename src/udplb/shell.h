@@ -10,7 +10,6 @@
 #include <uv.h>
 
 #include "etemenanki/spec.h"
-#include "etemenanki/supervisor.h"
 #include "udplb/conf.h"
 
 /* The shell is everything the core (manager.h) leaves out: sockets, the
@@ -50,11 +49,19 @@ enum {
 /* The metric label of a drop index below UDPLB_SHELL_DROP_COUNT. */
 const char *udplb_shell_drop_name(unsigned i);
 
-/* A snapshot of a group's counters, summed over its workers: the public
- * struct, whose arrays the shell's enums size. */
-typedef etm_udplb_stats udplb_totals;
-_Static_assert(ETM_UDPLB_DROP_KINDS == UDPLB_SHELL_DROP_COUNT, "drop kinds");
-_Static_assert(ETM_UDPLB_CLOSE_KINDS == UDPLB_CLOSE_COUNT, "close kinds");
+/* A snapshot of a group's counters, summed over its workers
+ * (docs/udp-lb.md "Metrics" names each). The supervisor copies it into the
+ * public etm_udplb_stats, and checks there that the two agree. */
+typedef struct udplb_totals {
+	uint64_t active_flows;
+	uint64_t flows_created, flows_evicted, flows_shed;
+	uint64_t datagrams_to_backends, bytes_to_backends;
+	uint64_t datagrams_to_clients, bytes_to_clients;
+	uint64_t flow_duration_ms;              /* summed over evicted flows */
+	uint64_t sockets_reused;                /* flows given a pooled upstream socket */
+	uint64_t drops[UDPLB_SHELL_DROP_COUNT]; /* index i is udplb_shell_drop_name(i) */
+	uint64_t evicted[UDPLB_CLOSE_COUNT];    /* index i is udplb_close_name(i) */
+} udplb_totals;
 
 typedef struct udplb_group udplb_group;
 typedef struct udplb_listener udplb_listener;
