@@ -4,11 +4,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { M_NOMEM };
+enum { M_NOMEM, M_NO_ROOM };
 
 static const char *const msgs[] = {
 	[M_NOMEM] = "out of memory",
+	[M_NO_ROOM] = "a write does not fit the layers",
 };
+
+/* A write of its own, beyond the slots (endpoint_send_all). */
+typedef struct big_write {
+	uv_write_t req;
+	uint8_t data[];
+} big_write;
 
 typedef struct wslot {
 	uv_write_t req;
@@ -24,7 +31,8 @@ struct endpoint {
 	void *ud;
 
 	wslot slots[ENDPOINT_MAX_PENDING];
-	unsigned pending; /* writes in flight */
+	unsigned pending; /* slot writes in flight */
+	unsigned extra;   /* endpoint_send_all writes in flight */
 
 	/* The last read's pool buffer while bytes of it remain: app bytes on a
 	 * plain endpoint, wire bytes the layers have not taken on a stacked one. */
@@ -260,6 +268,53 @@ static void on_written(uv_write_t *req, int status)
 
 static void free_handle(uv_handle_t *h) { free(h); }
 
+static void on_big_written(uv_write_t *req, int status)
+{
+	endpoint *e = req->data;
+	free(req);
+	e->extra--;
+	if (e->closing) {
+		if (e->flushing && (status < 0 || endpoint_idle(e)))
+			close_now(e);
+		return;
+	}
+	if (status < 0) {
+		fail(e, uv_strerror(status));
+		report_error(e);
+		return;
+	}
+	maybe_fin(e);
+	e->ev->on_writable(e->ud);
+}
+
+int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)
+{
+	if (e->failed || e->closing)
+		return -1;
+	if (e->st) {
+		ssize_t k = stack_from_app(e->st, d, n);
+		if (k < 0)
+			return fail_stack(e);
+		if ((size_t)k < n)
+			return fail(e, msgs[M_NO_ROOM]);
+		return flush(e);
+	}
+	big_write *b = malloc(sizeof *b + n);
+	if (!b)
+		return fail(e, msgs[M_NOMEM]);
+	memcpy(b->data, d, n);
+	b->req.data = e;
+	uv_buf_t ub = uv_buf_init((char *)b->data, (unsigned)n);
+	if (uv_write(&b->req, (uv_stream_t *)e->tcp, &ub, 1, on_big_written)) {
+		free(b);
+		return fail(e, uv_strerror(UV_EPIPE));
+	}
+	e->extra++;
+	return 0;
+}
+
+size_t endpoint_queued(const endpoint *e) { return e->tcp->write_queue_size; }
+
 endpoint *endpoint_new(worker *w, uv_tcp_t *tcp, stack *st, const endpoint_events *ev, void *ud)
 {
 	endpoint *e = calloc(1, sizeof *e);
@@ -400,7 +455,7 @@ bool endpoint_plain(const endpoint *e) { return !e->st; }
 bool endpoint_idle(const endpoint *e)
 {
 	const uint8_t *d;
-	return e->pending == 0 && (!e->st || stack_wire_out(e->st, &d) == 0);
+	return e->pending == 0 && e->extra == 0 && (!e->st || stack_wire_out(e->st, &d) == 0);
 }
 
 int endpoint_shutdown(endpoint *e)

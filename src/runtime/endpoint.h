@@ -76,6 +76,16 @@ bool endpoint_can_send(const endpoint *e);
 __attribute__((warn_unused_result)) ssize_t endpoint_send(endpoint *e, const uint8_t *d,
                                                           size_t n);
 
+/* Sends all of d[0, n) or fails: a plain endpoint copies it into a write
+ * of its own beyond ENDPOINT_MAX_PENDING (the owner bounds these, as a
+ * handshake reply or an HTTP response does, with endpoint_queued); a
+ * stacked one needs the layers to take it whole. Returns 0, or -1 (the
+ * layers failed or could not take it: endpoint_error says why). */
+__attribute__((warn_unused_result)) int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n);
+
+/* Bytes written to the socket and not yet taken by the kernel. */
+size_t endpoint_queued(const endpoint *e);
+
 /* Plain endpoints: sends buf[off, off + len), a pool buffer the endpoint
  * takes over in every case. endpoint_can_send must be true. Returns 0, or
  * -1 when the write failed (endpoint_error says why). */
