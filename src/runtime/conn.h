@@ -1,4 +1,4 @@
-/* conn.h - the connection shell: one client socket, its handshake, then the relay to an upstream. */
+/* conn.h - the connection shell: one client endpoint, its handshake for a driver, then a relay to an upstream. */
 #ifndef ETM_RUNTIME_CONN_H
 #define ETM_RUNTIME_CONN_H
 
@@ -9,16 +9,6 @@
 
 #include "runtime/worker.h"
 #include "transport/stack.h"
-
-/* Writes a relay direction may have in flight before it stops reading its
- * source: the backpressure bound. 4 x POOL_BUF_SIZE = 64 KiB per direction,
- * enough to keep loopback busy, small enough for 10k flows a worker. */
-#define RELAY_MAX_PENDING 4
-
-/* A plain flow moves to splice(2) after this many bytes: the two pipes and
- * duplicated descriptors cost about twenty syscalls, which a short exchange
- * never wins back (bench: 59 syscalls for a 64-byte request and answer). */
-#define SPLICE_AFTER (64 * 1024)
 
 /* Largest handshake a driver may need buffered at once (SOCKS is a few
  * hundred bytes, an HTTP request head HTTP_HEAD_MAX): one pool buffer. */
@@ -79,9 +69,6 @@ const struct sockaddr_storage *conn_local(const conn *c);
 
 /* Queues bytes for the client (a handshake reply); copied. Returns 0 or -1. */
 __attribute__((warn_unused_result)) int conn_write(conn *c, const uint8_t *data, size_t len);
-
-/* (Re)starts reading the client for its handshake. */
-void conn_start_reading(conn *c);
 
 /* Stops / resumes reading the client during the handshake or while driven
  * (while dialing, or for backpressure). Resuming feeds the driver the bytes

@@ -7,7 +7,7 @@
 
 /* Bytes moved by one splice call, and what a direction's pipe may hold: the
  * default pipe capacity, so a slow reader holds at most this much per
- * direction (the backpressure bound, like RELAY_MAX_PENDING for the
+ * direction (the backpressure bound, like ENDPOINT_MAX_PENDING for the
  * buffered relay). */
 #define SPLICE_CHUNK (64 * 1024)
 

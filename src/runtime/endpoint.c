@@ -1,0 +1,503 @@
+/* endpoint.c - a socket and its layers: one read buffer, ENDPOINT_MAX_PENDING pool-buffer writes, the orderly end, events to the owner. */
+#include "runtime/endpoint.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { M_NOMEM, M_NO_ROOM };
+
+static const char *const msgs[] = {
+	[M_NOMEM] = "out of memory",
+	[M_NO_ROOM] = "a write does not fit the layers",
+};
+
+/* A write of its own, beyond the slots (endpoint_send_all). */
+typedef struct big_write {
+	uv_write_t req;
+	uint8_t data[];
+} big_write;
+
+typedef struct wslot {
+	uv_write_t req;
+	uint8_t *buf; /* a pool buffer; NULL when the slot is free */
+} wslot;
+
+struct endpoint {
+	worker *w;
+	uv_tcp_t *tcp;   /* owned; its data points back here */
+	uv_timer_t timer; /* bounds a flushing close */
+	stack *st;       /* owned; NULL: plain */
+	const endpoint_events *ev;
+	void *ud;
+
+	wslot slots[ENDPOINT_MAX_PENDING];
+	unsigned pending; /* slot writes in flight */
+	unsigned extra;   /* endpoint_send_all writes in flight */
+
+	/* The last read's pool buffer while bytes of it remain: app bytes on a
+	 * plain endpoint, wire bytes the layers have not taken on a stacked one. */
+	uint8_t *rbuf;
+	size_t roff, rlen;
+
+	bool want;      /* the owner wants app bytes */
+	bool reading;   /* uv_read_start is in effect */
+	bool eof;       /* the peer's FIN was read */
+	bool failed;
+	bool closing;   /* endpoint_close ran: no more events */
+	bool flushing;  /* ... with flush, and the handles are not closed yet */
+	bool shut_wanted, shut_issued, shut_done;
+	int handles;    /* open libuv handles still to close before the free */
+	uv_shutdown_t shut;
+	const char *why; /* the failure's text: static, or the stack's */
+};
+
+static pool *bufs(endpoint *e) { return worker_pool(e->w); }
+
+static void on_closed(uv_handle_t *h)
+{
+	endpoint *e = h->data;
+	if (h == (uv_handle_t *)e->tcp)
+		free(e->tcp);
+	if (--e->handles > 0)
+		return;
+	pool_put(bufs(e), e->rbuf);
+	stack_free(e->st);
+	free(e);
+}
+
+static void close_now(endpoint *e)
+{
+	if (e->handles == 2 && !uv_is_closing((uv_handle_t *)e->tcp)) {
+		uv_close((uv_handle_t *)e->tcp, on_closed);
+		uv_close((uv_handle_t *)&e->timer, on_closed);
+	}
+}
+
+static void on_flush_timeout(uv_timer_t *t) { close_now(t->data); }
+
+static void on_written(uv_write_t *req, int status);
+
+static wslot *free_slot(endpoint *e)
+{
+	for (unsigned i = 0; i < ENDPOINT_MAX_PENDING; i++)
+		if (!e->slots[i].buf)
+			return &e->slots[i];
+	return NULL;
+}
+
+/* Writes buf[off, off + len) from slot; the slot owns buf from here. */
+static int slot_write(endpoint *e, wslot *slot, uint8_t *buf, size_t off, size_t len)
+{
+	slot->buf = buf;
+	slot->req.data = e;
+	uv_buf_t b = uv_buf_init((char *)buf + off, (unsigned)len);
+	if (uv_write(&slot->req, (uv_stream_t *)e->tcp, &b, 1, on_written)) {
+		slot->buf = NULL;
+		pool_put(bufs(e), buf);
+		return -1;
+	}
+	e->pending++;
+	return 0;
+}
+
+static int fail(endpoint *e, const char *why)
+{
+	if (!e->failed) {
+		e->failed = true;
+		e->why = why;
+	}
+	if (e->reading) {
+		uv_read_stop((uv_stream_t *)e->tcp);
+		e->reading = false;
+	}
+	return -1;
+}
+
+static int fail_stack(endpoint *e) { return fail(e, stack_error(e->st)); }
+
+/* The layers' wire output into write slots, as far as slots go; then the
+ * FIN when it is wanted and everything before it is queued. */
+static int flush(endpoint *e)
+{
+	const uint8_t *d;
+	size_t n;
+	while (e->st && (n = stack_wire_out(e->st, &d)) > 0) {
+		wslot *slot = free_slot(e);
+		if (!slot)
+			return 0; /* a write completion comes back here */
+		uint8_t *b = pool_get(bufs(e));
+		if (!b)
+			return fail(e, msgs[M_NOMEM]);
+		size_t m = n < POOL_BUF_SIZE ? n : POOL_BUF_SIZE;
+		memcpy(b, d, m);
+		if (stack_wire_done(e->st, m) < 0) {
+			pool_put(bufs(e), b);
+			return fail_stack(e);
+		}
+		if (slot_write(e, slot, b, 0, m))
+			return fail(e, uv_strerror(UV_EPIPE));
+	}
+	return 0;
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+	(void)status; /* a peer that went away has nothing left to tell */
+	endpoint *e = req->data;
+	e->shut_done = true;
+	if (!e->closing)
+		e->ev->on_writable(e->ud);
+}
+
+static void maybe_fin(endpoint *e)
+{
+	const uint8_t *d;
+	if (!e->shut_wanted || e->shut_issued || e->failed ||
+	    (e->st && stack_wire_out(e->st, &d) > 0))
+		return;
+	e->shut_issued = true;
+	e->shut.data = e;
+	/* libuv runs the shutdown after the writes already queued */
+	if (uv_shutdown(&e->shut, (uv_stream_t *)e->tcp, on_shutdown))
+		e->shut_done = true;
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+
+static void alloc_buf(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	(void)suggested;
+	endpoint *e = h->data;
+	uint8_t *b = pool_get(bufs(e));
+	buf->base = (char *)b;
+	buf->len = b ? POOL_BUF_SIZE : 0; /* 0 makes libuv report UV_ENOBUFS */
+}
+
+/* Reads run while the owner wants bytes and the last read's are all taken. */
+static void update_reading(endpoint *e)
+{
+	bool want = e->want && !e->eof && !e->failed && !e->closing && e->rlen == 0;
+	if (want && !e->reading) {
+		if (uv_read_start((uv_stream_t *)e->tcp, alloc_buf, on_read) == 0)
+			e->reading = true;
+	} else if (!want && e->reading) {
+		uv_read_stop((uv_stream_t *)e->tcp);
+		e->reading = false;
+	}
+}
+
+/* Offers the layers the wire bytes they have not taken yet. */
+static int feed(endpoint *e)
+{
+	if (e->rlen) {
+		ssize_t k = stack_from_wire(e->st, e->rbuf + e->roff, e->rlen);
+		if (k < 0)
+			return fail_stack(e);
+		e->roff += (size_t)k;
+		e->rlen -= (size_t)k;
+	}
+	if (e->rlen == 0 && e->rbuf) {
+		pool_put(bufs(e), e->rbuf);
+		e->rbuf = NULL;
+	}
+	return flush(e);
+}
+
+static void report_error(endpoint *e)
+{
+	if (!e->closing)
+		e->ev->on_error(e->ud, e->why);
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+	endpoint *e = s->data;
+	if (n <= 0) {
+		pool_put(bufs(e), (uint8_t *)buf->base);
+		if (n == 0)
+			return;
+		if (n != UV_EOF) {
+			fail(e, uv_strerror((int)n));
+			report_error(e);
+			return;
+		}
+		e->eof = true;
+		update_reading(e);
+		if (!e->closing)
+			e->ev->on_readable(e->ud);
+		return;
+	}
+	e->rbuf = (uint8_t *)buf->base;
+	e->roff = 0;
+	e->rlen = (size_t)n;
+	if (e->st && feed(e)) {
+		report_error(e);
+		return;
+	}
+	update_reading(e);
+	if (!e->closing)
+		e->ev->on_readable(e->ud);
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+	endpoint *e = req->data;
+	wslot *slot = (wslot *)req;
+	pool_put(bufs(e), slot->buf);
+	slot->buf = NULL;
+	e->pending--;
+	if (e->closing) {
+		if (!e->flushing)
+			return;
+		if (status < 0 || flush(e) || endpoint_idle(e))
+			close_now(e);
+		return;
+	}
+	if (status < 0) {
+		fail(e, uv_strerror(status));
+		report_error(e);
+		return;
+	}
+	if (flush(e)) {
+		report_error(e);
+		return;
+	}
+	maybe_fin(e);
+	e->ev->on_writable(e->ud);
+}
+
+static void free_handle(uv_handle_t *h) { free(h); }
+
+static void on_big_written(uv_write_t *req, int status)
+{
+	endpoint *e = req->data;
+	free(req);
+	e->extra--;
+	if (e->closing) {
+		if (e->flushing && (status < 0 || endpoint_idle(e)))
+			close_now(e);
+		return;
+	}
+	if (status < 0) {
+		fail(e, uv_strerror(status));
+		report_error(e);
+		return;
+	}
+	maybe_fin(e);
+	e->ev->on_writable(e->ud);
+}
+
+int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)
+{
+	if (e->failed || e->closing)
+		return -1;
+	if (e->st) {
+		ssize_t k = stack_from_app(e->st, d, n);
+		if (k < 0)
+			return fail_stack(e);
+		if ((size_t)k < n)
+			return fail(e, msgs[M_NO_ROOM]);
+		return flush(e);
+	}
+	big_write *b = malloc(sizeof *b + n);
+	if (!b)
+		return fail(e, msgs[M_NOMEM]);
+	memcpy(b->data, d, n);
+	b->req.data = e;
+	uv_buf_t ub = uv_buf_init((char *)b->data, (unsigned)n);
+	if (uv_write(&b->req, (uv_stream_t *)e->tcp, &ub, 1, on_big_written)) {
+		free(b);
+		return fail(e, uv_strerror(UV_EPIPE));
+	}
+	e->extra++;
+	return 0;
+}
+
+size_t endpoint_queued(const endpoint *e) { return e->tcp->write_queue_size; }
+
+endpoint *endpoint_new(worker *w, uv_tcp_t *tcp, stack *st, const endpoint_events *ev, void *ud)
+{
+	endpoint *e = calloc(1, sizeof *e);
+	if (!e) {
+		stack_free(st);
+		uv_close((uv_handle_t *)tcp, free_handle);
+		return NULL;
+	}
+	*e = (endpoint){.w = w, .tcp = tcp, .st = st, .ev = ev, .ud = ud, .handles = 2};
+	tcp->data = e;
+	uv_timer_init(worker_loop(w), &e->timer);
+	e->timer.data = e;
+	return e;
+}
+
+void endpoint_set_events(endpoint *e, const endpoint_events *ev, void *ud)
+{
+	e->ev = ev;
+	e->ud = ud;
+}
+
+void endpoint_want_read(endpoint *e, bool on)
+{
+	e->want = on;
+	update_reading(e);
+}
+
+size_t endpoint_app_in(endpoint *e, const uint8_t **d)
+{
+	if (e->st)
+		return stack_app_in(e->st, d);
+	*d = e->rbuf ? e->rbuf + e->roff : NULL;
+	return e->rlen;
+}
+
+int endpoint_app_done(endpoint *e, size_t n)
+{
+	if (e->failed)
+		return -1;
+	if (e->st) {
+		if (stack_app_done(e->st, n) < 0)
+			return fail_stack(e);
+		if (feed(e))
+			return -1; /* room above: the layers take more wire bytes */
+	} else {
+		if (n > e->rlen)
+			n = e->rlen;
+		e->roff += n;
+		e->rlen -= n;
+		if (e->rlen == 0 && e->rbuf) {
+			pool_put(bufs(e), e->rbuf);
+			e->rbuf = NULL;
+		}
+	}
+	update_reading(e);
+	return 0;
+}
+
+bool endpoint_at_eof(const endpoint *e)
+{
+	const uint8_t *d;
+	return e->eof && e->rlen == 0 && (!e->st || stack_app_in(e->st, &d) == 0);
+}
+
+bool endpoint_take_buf(endpoint *e, uint8_t **buf, size_t *off, size_t *len)
+{
+	if (e->st || !e->rbuf || e->rlen == 0)
+		return false;
+	*buf = e->rbuf;
+	*off = e->roff;
+	*len = e->rlen;
+	e->rbuf = NULL;
+	e->roff = e->rlen = 0;
+	update_reading(e);
+	return true;
+}
+
+bool endpoint_can_send(const endpoint *e)
+{
+	if (e->failed || e->closing || e->shut_wanted || e->pending >= ENDPOINT_MAX_PENDING)
+		return false;
+	return !e->st || stack_app_room(e->st) > 0;
+}
+
+ssize_t endpoint_send(endpoint *e, const uint8_t *d, size_t n)
+{
+	if (e->failed)
+		return -1;
+	if (!endpoint_can_send(e) || n == 0)
+		return 0;
+	if (e->st) {
+		ssize_t k = stack_from_app(e->st, d, n);
+		if (k < 0)
+			return fail_stack(e);
+		return flush(e) ? -1 : k;
+	}
+	uint8_t *b = pool_get(bufs(e));
+	if (!b)
+		return fail(e, msgs[M_NOMEM]);
+	size_t m = n < POOL_BUF_SIZE ? n : POOL_BUF_SIZE;
+	memcpy(b, d, m);
+	if (slot_write(e, free_slot(e), b, 0, m))
+		return fail(e, uv_strerror(UV_EPIPE));
+	return (ssize_t)m;
+}
+
+int endpoint_send_buf(endpoint *e, uint8_t *buf, size_t off, size_t len)
+{
+	if (e->failed || e->st) {
+		pool_put(bufs(e), buf);
+		return -1;
+	}
+	/* most writes finish at once: no request, no callback */
+	uv_buf_t b = uv_buf_init((char *)buf + off, (unsigned)len);
+	int k = uv_try_write((uv_stream_t *)e->tcp, &b, 1);
+	if (k == (int)len) {
+		pool_put(bufs(e), buf);
+		return 0;
+	}
+	if (k < 0 && k != UV_EAGAIN) {
+		pool_put(bufs(e), buf);
+		return fail(e, uv_strerror(k));
+	}
+	if (k > 0) {
+		off += (size_t)k;
+		len -= (size_t)k;
+	}
+	wslot *slot = free_slot(e);
+	if (!slot) { /* the caller checked endpoint_can_send */
+		pool_put(bufs(e), buf);
+		return fail(e, msgs[M_NOMEM]);
+	}
+	return slot_write(e, slot, buf, off, len) ? fail(e, uv_strerror(UV_EPIPE)) : 0;
+}
+
+bool endpoint_plain(const endpoint *e) { return !e->st; }
+
+bool endpoint_idle(const endpoint *e)
+{
+	const uint8_t *d;
+	return e->pending == 0 && e->extra == 0 && (!e->st || stack_wire_out(e->st, &d) == 0);
+}
+
+int endpoint_shutdown(endpoint *e)
+{
+	if (e->failed)
+		return -1;
+	if (e->shut_wanted)
+		return 0;
+	e->shut_wanted = true;
+	if (e->st && (stack_shutdown(e->st) < 0 ? fail_stack(e) : flush(e)))
+		return -1;
+	maybe_fin(e);
+	return 0;
+}
+
+bool endpoint_shut_done(const endpoint *e) { return e->shut_done; }
+
+const char *endpoint_error(const endpoint *e) { return e->why ? e->why : "?"; }
+
+int endpoint_fd(const endpoint *e)
+{
+	uv_os_fd_t fd;
+	return uv_fileno((const uv_handle_t *)e->tcp, &fd) ? -1 : fd;
+}
+
+uv_tcp_t *endpoint_tcp(endpoint *e) { return e->tcp; }
+stack *endpoint_stack(endpoint *e) { return e->st; }
+
+void endpoint_close(endpoint *e, bool flush_first)
+{
+	if (e->closing)
+		return;
+	e->closing = true;
+	e->want = false;
+	update_reading(e);
+	if (flush_first && !uv_is_closing((uv_handle_t *)e->tcp)) {
+		flush(e);
+		if (!endpoint_idle(e)) {
+			e->flushing = true;
+			uv_timer_start(&e->timer, on_flush_timeout, ENDPOINT_FLUSH_MS, 0);
+			return;
+		}
+	}
+	close_now(e);
+}

@@ -1,0 +1,123 @@
+/* endpoint.h - one stream socket and its layer stack (an empty one: plain TCP): reads, bounded writes, EOF and the orderly end, reported through an events table. */
+#ifndef ETM_RUNTIME_ENDPOINT_H
+#define ETM_RUNTIME_ENDPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "runtime/worker.h"
+#include "transport/stack.h"
+
+/* Writes an endpoint has in flight at most: 4 x POOL_BUF_SIZE = 64 KiB, the
+ * relay's backpressure bound per direction (enough to keep loopback busy,
+ * small enough for 10k flows a worker). */
+#define ENDPOINT_MAX_PENDING 4
+
+/* A closing endpoint waits this long for a peer to take its last bytes
+ * (a TLS alert, an answer) before it closes anyway. */
+#define ENDPOINT_FLUSH_MS 5000
+
+/* The owner's side of an endpoint: the endpoint never calls its owner but
+ * through these, and only from libuv callbacks (never inside a call the
+ * owner made). The owner may call endpoint_close inside any of them. */
+typedef struct endpoint_events {
+	/* App bytes arrived (endpoint_app_in has some), or the peer's end was
+	 * reached (endpoint_at_eof). */
+	void (*on_readable)(void *ud);
+	/* A write or the shutdown finished: endpoint_can_send may be true
+	 * again, endpoint_idle and endpoint_shut_done may have changed. */
+	void (*on_writable)(void *ud);
+	/* The socket or a layer failed (why: "connection reset by peer",
+	 * "tls: ..."). What the layers queued for their peer first (a TLS
+	 * alert, a WebSocket close) is written before the socket closes when
+	 * the owner closes with flush. */
+	void (*on_error)(void *ud, const char *why);
+} endpoint_events;
+
+typedef struct endpoint endpoint;
+
+/* Takes tcp (a connected handle, malloc'd, on w's loop) and st (may be
+ * NULL: plain) in every case. ev is borrowed for the endpoint's life.
+ * Nothing is read until endpoint_want_read. Returns NULL when memory runs
+ * out (tcp and st are closed and freed then). Worker thread only, as every
+ * call below. */
+endpoint *endpoint_new(worker *w, uv_tcp_t *tcp, stack *st, const endpoint_events *ev, void *ud);
+
+/* Points the events at another owner (the relay taking the endpoint over). */
+void endpoint_set_events(endpoint *e, const endpoint_events *ev, void *ud);
+
+/* Whether the owner wants app bytes now; reads run while it does, the
+ * bytes read before are taken, and the stack has room. */
+void endpoint_want_read(endpoint *e, bool on);
+
+/* The app bytes waiting: *d is valid until the next call on e. */
+size_t endpoint_app_in(endpoint *e, const uint8_t **d);
+/* n of them were used. Returns 0, or -1 when a layer failed
+ * (endpoint_error says why; no on_error follows for it). */
+__attribute__((warn_unused_result)) int endpoint_app_done(endpoint *e, size_t n);
+
+/* The peer's end was read and every app byte before it taken. */
+bool endpoint_at_eof(const endpoint *e);
+
+/* A plain endpoint's waiting bytes, handed over without a copy: the pool
+ * buffer *buf (the caller's now) holds them at [*off, *off + *len).
+ * False (nothing moves) for a stacked endpoint or when none wait. */
+bool endpoint_take_buf(endpoint *e, uint8_t **buf, size_t *off, size_t *len);
+
+/* Room for one more send. */
+bool endpoint_can_send(const endpoint *e);
+
+/* Copies what fits of d[0, n) toward the peer (through the layers);
+ * returns the bytes taken (0 when there is no room), or -1 when a layer
+ * failed (endpoint_error says why; no on_error follows for it). */
+__attribute__((warn_unused_result)) ssize_t endpoint_send(endpoint *e, const uint8_t *d,
+                                                          size_t n);
+
+/* Sends all of d[0, n) or fails: a plain endpoint copies it into a write
+ * of its own beyond ENDPOINT_MAX_PENDING (the owner bounds these, as a
+ * handshake reply or an HTTP response does, with endpoint_queued); a
+ * stacked one needs the layers to take it whole. Returns 0, or -1 (the
+ * layers failed or could not take it: endpoint_error says why). */
+__attribute__((warn_unused_result)) int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n);
+
+/* Bytes written to the socket and not yet taken by the kernel. */
+size_t endpoint_queued(const endpoint *e);
+
+/* Plain endpoints: sends buf[off, off + len), a pool buffer the endpoint
+ * takes over in every case. endpoint_can_send must be true. Returns 0, or
+ * -1 when the write failed (endpoint_error says why). */
+__attribute__((warn_unused_result)) int endpoint_send_buf(endpoint *e, uint8_t *buf, size_t off,
+                                                          size_t len);
+
+/* No layers: the app bytes are the wire bytes. */
+bool endpoint_plain(const endpoint *e);
+
+/* Nothing is waiting to be written (no write in flight, no wire output). */
+bool endpoint_idle(const endpoint *e);
+
+/* The app sends nothing more: the layers' orderly end (TLS close_notify,
+ * a WebSocket close), then the TCP FIN once everything queued is written.
+ * endpoint_shut_done tells when the FIN is out. */
+__attribute__((warn_unused_result)) int endpoint_shutdown(endpoint *e);
+bool endpoint_shut_done(const endpoint *e);
+
+/* The text of the failure a call returned or on_error reported. */
+const char *endpoint_error(const endpoint *e);
+
+/* The socket's descriptor (a splice takes a duplicate of it); -1 when it
+ * has none. */
+int endpoint_fd(const endpoint *e);
+
+uv_tcp_t *endpoint_tcp(endpoint *e);
+stack *endpoint_stack(endpoint *e);
+
+/* Closes the endpoint: no event runs after this call. With flush, what is
+ * queued (and what the layers queued for their peer, after an error) is
+ * written first, for at most ENDPOINT_FLUSH_MS, reads stopped meanwhile;
+ * without, at once. The memory is freed once libuv has closed the handles. */
+void endpoint_close(endpoint *e, bool flush);
+
+#endif

@@ -1,0 +1,237 @@
+/* relay.c - both directions between two endpoints, one set of close and half-close rules, and the move to splice(2). */
+#include "runtime/relay.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "runtime/splice.h"
+
+struct relay {
+	worker *w;
+	endpoint *e[2]; /* owned until the splice hand-off or the end */
+	splicer *sp;    /* after the hand-off */
+	uv_timer_t idle; /* its data points back here; the relay is freed when it closes */
+	uint64_t last_active;
+	const relay_events *ev;
+	void *ud;
+	relay_config cfg;
+	bool ended;
+	uint64_t moved;     /* bytes relayed both ways */
+	uint64_t since_try; /* ... since the last splice attempt */
+};
+
+static void free_relay(uv_handle_t *h) { free(h->data); }
+
+/* Closes what is open; the memory goes with the timer's close. */
+static void stop(relay *r, bool flush)
+{
+	r->ended = true;
+	if (r->sp) {
+		splicer_stop(r->sp);
+		r->sp = NULL;
+	}
+	for (int i = 0; i < 2; i++)
+		if (r->e[i]) {
+			endpoint_close(r->e[i], flush);
+			r->e[i] = NULL;
+		}
+	uv_close((uv_handle_t *)&r->idle, free_relay);
+}
+
+static void finish(relay *r, const char *why, bool flush)
+{
+	stop(r, flush);
+	r->ev->on_end(r->ud, why);
+}
+
+static void touch(relay *r)
+{
+	r->last_active = uv_now(worker_loop(r->w));
+	if (r->ev->on_activity)
+		r->ev->on_activity(r->ud);
+}
+
+static void on_idle(uv_timer_t *t)
+{
+	relay *r = t->data;
+	uint64_t quiet = uv_now(t->loop) - r->last_active;
+	if (quiet >= r->cfg.idle_ms) {
+		finish(r, RELAY_IDLE_TEXT, false);
+		return;
+	}
+	uv_timer_start(t, on_idle, r->cfg.idle_ms - quiet, 0);
+}
+
+/* x's waiting bytes to y, as far as y takes them. Returns the endpoint
+ * that failed, NULL when none did. */
+static endpoint *move(relay *r, endpoint *x, endpoint *y, bool *moved)
+{
+	if (endpoint_plain(x) && endpoint_plain(y)) {
+		uint8_t *buf;
+		size_t off, len;
+		/* the read buffer itself is the write: no copy */
+		while (endpoint_can_send(y) && endpoint_take_buf(x, &buf, &off, &len)) {
+			if (endpoint_send_buf(y, buf, off, len))
+				return y;
+			r->moved += len;
+			r->since_try += len;
+			*moved = true;
+		}
+		return NULL;
+	}
+	const uint8_t *d;
+	size_t n;
+	while (endpoint_can_send(y) && (n = endpoint_app_in(x, &d)) > 0) {
+		ssize_t k = endpoint_send(y, d, n);
+		if (k < 0)
+			return y;
+		if (k == 0)
+			break;
+		if (endpoint_app_done(x, (size_t)k))
+			return x;
+		r->moved += (uint64_t)k;
+		*moved = true;
+	}
+	return NULL;
+}
+
+/* The ends pass on and reads follow the room on the other side. Returns
+ * the endpoint that failed, NULL when none did. */
+static endpoint *steer(relay *r)
+{
+	for (int i = 0; i < 2; i++) {
+		endpoint *x = r->e[i], *y = r->e[1 - i];
+		/* x's end passes on once its bytes are all through */
+		if (endpoint_at_eof(x) && endpoint_shutdown(y))
+			return y;
+		endpoint_want_read(x, endpoint_can_send(y));
+	}
+	return NULL;
+}
+
+static bool try_splice(relay *r);
+
+/* Moves what can move both ways, then sets what to read and what to end. */
+static void service(relay *r)
+{
+	bool any = false;
+	endpoint *bad = NULL;
+	for (int round = 0; round < RELAY_ROUNDS && !bad; round++) {
+		bool moved = false;
+		for (int i = 0; i < 2 && !bad; i++)
+			bad = move(r, r->e[i], r->e[1 - i], &moved);
+		any |= moved;
+		if (!moved)
+			break;
+	}
+	if (any)
+		touch(r);
+	if (bad || (bad = steer(r))) {
+		finish(r, endpoint_error(bad), true);
+		return;
+	}
+	if (endpoint_shut_done(r->e[0]) && endpoint_shut_done(r->e[1])) {
+		finish(r, NULL, false);
+		return;
+	}
+	if (r->cfg.splice && r->since_try >= RELAY_SPLICE_AFTER)
+		(void)try_splice(r);
+}
+
+static void on_readable(void *ud) { service(ud); }
+static void on_writable(void *ud) { service(ud); }
+static void on_error(void *ud, const char *why) { finish(ud, why, true); }
+
+static const endpoint_events events = {
+	.on_readable = on_readable,
+	.on_writable = on_writable,
+	.on_error = on_error,
+};
+
+/* ---- splice ---- */
+
+static void on_splice_activity(void *ud) { touch(ud); }
+
+static void on_splice_end(void *ud, int err)
+{
+	relay *r = ud;
+	r->sp = NULL; /* it stops itself after this */
+	finish(r, err ? uv_strerror(err) : NULL, false);
+}
+
+static const splicer_events splice_events = {
+	.on_activity = on_splice_activity,
+	.on_end = on_splice_end,
+};
+
+/* Both ends plain, nothing waiting or in flight, neither end reached: the
+ * sockets go to a splicer through duplicates. False (and the buffered
+ * relay goes on; another try after as many bytes) when it cannot. */
+static bool try_splice(relay *r)
+{
+	r->since_try = 0;
+	const uint8_t *d;
+	for (int i = 0; i < 2; i++) {
+		endpoint *x = r->e[i];
+		if (!endpoint_plain(x) || !endpoint_idle(x) || endpoint_app_in(x, &d) ||
+		    endpoint_at_eof(x) || endpoint_shut_done(x))
+			return false;
+	}
+	int a = endpoint_fd(r->e[0]), b = endpoint_fd(r->e[1]);
+	a = a >= 0 ? dup(a) : -1;
+	b = b >= 0 ? dup(b) : -1;
+	splicer *sp = a >= 0 && b >= 0 ? splicer_start(worker_loop(r->w), a, b, &splice_events, r)
+	                               : NULL;
+	if (!sp) {
+		if (a >= 0)
+			close(a);
+		if (b >= 0)
+			close(b);
+		return false;
+	}
+	r->sp = sp;
+	for (int i = 0; i < 2; i++) {
+		endpoint_close(r->e[i], false);
+		r->e[i] = NULL;
+	}
+	return true;
+}
+
+relay *relay_start(worker *w, endpoint *a, endpoint *b, const relay_config *cfg,
+                   const relay_events *ev, void *ud)
+{
+	relay *r = calloc(1, sizeof *r);
+	if (!r) {
+		endpoint_close(a, false);
+		endpoint_close(b, false);
+		return NULL;
+	}
+	*r = (relay){.w = w, .e = {a, b}, .ev = ev, .ud = ud, .cfg = *cfg};
+	uv_timer_init(worker_loop(w), &r->idle);
+	r->idle.data = r;
+	r->last_active = uv_now(worker_loop(w));
+	if (cfg->idle_ms)
+		uv_timer_start(&r->idle, on_idle, cfg->idle_ms, 0);
+	endpoint_set_events(a, &events, r);
+	endpoint_set_events(b, &events, r);
+	/* what waits already goes now; an end already read passes on */
+	bool moved = false;
+	endpoint *bad = move(r, a, b, &moved);
+	if (!bad)
+		bad = move(r, b, a, &moved);
+	if (bad || steer(r)) {
+		relay_stop(r);
+		return NULL;
+	}
+	return r;
+}
+
+void relay_stop(relay *r)
+{
+	if (r && !r->ended)
+		stop(r, false);
+}
+
+uint64_t relay_bytes(const relay *r) { return r->moved; }
+
+bool relay_spliced(const relay *r) { return r->sp != NULL; }

@@ -1,0 +1,463 @@
+/* test_relay.c - endpoints and the relay over loopback TCP pairs on a worker's loop: bytes both ways, backpressure, half-close each way, EOF behind queued bytes, a layer failing mid-stream, the splice hand-off, the idle end. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "runtime/endpoint.h"
+#include "runtime/relay.h"
+#include "runtime/worker.h"
+#include "transport/stack.h"
+
+/* ---- a layer that passes bytes; armed, it fails on one byte from below ---- */
+
+#define POISON 0xEE
+
+typedef struct poison_layer {
+	layer base;
+	bool armed;
+} poison_layer;
+
+static ssize_t poison_below(layer *l, const uint8_t *in, size_t len, layer_buf *up,
+                            layer_buf *down)
+{
+	(void)down;
+	size_t n = len < layer_buf_room(up) ? len : layer_buf_room(up);
+	for (size_t i = 0; i < n && ((poison_layer *)l)->armed; i++)
+		if (in[i] == POISON)
+			return LAYER_ERR_PROTO;
+	memcpy(up->data + up->len, in, n);
+	up->len += n;
+	return (ssize_t)n;
+}
+
+static ssize_t poison_above(layer *l, const uint8_t *in, size_t len, layer_buf *down)
+{
+	(void)l;
+	return (ssize_t)layer_buf_put(down, in, len);
+}
+
+static bool always(const layer *l) { return (void)l, true; }
+static const char *poison_error(const layer *l) { return (void)l, "poisoned"; }
+static void plain_free(layer *l) { free(l); }
+
+static const layer_ops poison_ops = {
+	.name = "poison",
+	.from_below = poison_below,
+	.from_above = poison_above,
+	.ready = always,
+	.error = poison_error,
+	.free = plain_free,
+};
+
+static stack *layered(bool armed)
+{
+	stack *s = stack_new();
+	poison_layer *l = malloc(sizeof *l);
+	assert_non_null(s);
+	assert_non_null(l);
+	*l = (poison_layer){.base.ops = &poison_ops, .armed = armed};
+	assert_int_equal(stack_push(s, &l->base), 0);
+	return s;
+}
+
+/* ---- loopback pairs ---- */
+
+static void small_buffers(int fd)
+{
+	int n = 16 * 1024;
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &n, sizeof n);
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &n, sizeof n);
+}
+
+/* *app: the test's blocking end; *srv: the end an endpoint takes. */
+static void tcp_pair(int *app, int *srv, bool small)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof sa;
+	int l = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(l >= 0);
+	if (small)
+		small_buffers(l);
+	assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof sa), 0);
+	assert_int_equal(listen(l, 1), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)&sa, &len), 0);
+	*app = socket(AF_INET, SOCK_STREAM, 0);
+	if (small)
+		small_buffers(*app);
+	assert_int_equal(connect(*app, (struct sockaddr *)&sa, sizeof sa), 0);
+	*srv = accept(l, NULL, NULL);
+	assert_true(*srv >= 0);
+	close(l);
+	struct timeval tv = {.tv_sec = 10};
+	setsockopt(*app, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	setsockopt(*app, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+/* ---- the relay on a worker ---- */
+
+typedef struct harness {
+	workers *ws;
+	worker *w;
+	int app_a, app_b; /* the test's ends */
+	int srv_a, srv_b;
+	stack *st_a, *st_b;
+	relay_config cfg;
+	relay *r;
+	atomic_int ended;
+	atomic_int activity;
+	char why[128];
+	atomic_int spliced; /* filled by probe() */
+} harness;
+
+static void on_activity(void *ud) { atomic_fetch_add(&((harness *)ud)->activity, 1); }
+
+static void on_end(void *ud, const char *why)
+{
+	harness *h = ud;
+	snprintf(h->why, sizeof h->why, "%s", why ? why : "");
+	h->r = NULL;
+	atomic_store(&h->ended, 1);
+}
+
+static const relay_events events = {.on_activity = on_activity, .on_end = on_end};
+
+static const endpoint_events unused = {0};
+
+static endpoint *wrap(worker *w, int fd, stack *st)
+{
+	uv_tcp_t *t = malloc(sizeof *t);
+	assert_non_null(t);
+	uv_tcp_init(worker_loop(w), t);
+	assert_int_equal(uv_tcp_open(t, fd), 0);
+	endpoint *e = endpoint_new(w, t, st, &unused, NULL);
+	assert_non_null(e);
+	return e;
+}
+
+static void setup_on_worker(worker *w, void *arg)
+{
+	harness *h = arg;
+	endpoint *a = wrap(w, h->srv_a, h->st_a), *b = wrap(w, h->srv_b, h->st_b);
+	h->r = relay_start(w, a, b, &h->cfg, &events, h);
+	assert_non_null(h->r);
+}
+
+static void start(harness *h, bool small, stack *st_a, stack *st_b, relay_config cfg)
+{
+	memset(h, 0, sizeof *h);
+	char err[128];
+	h->ws = workers_start(1, err, sizeof err);
+	assert_non_null(h->ws);
+	h->w = workers_at(h->ws, 0);
+	tcp_pair(&h->app_a, &h->srv_a, small);
+	tcp_pair(&h->app_b, &h->srv_b, small);
+	h->st_a = st_a;
+	h->st_b = st_b;
+	h->cfg = cfg;
+	worker_run(h->w, setup_on_worker, h);
+}
+
+static void stop_on_worker(worker *w, void *arg)
+{
+	(void)w;
+	harness *h = arg;
+	if (h->r)
+		relay_stop(h->r);
+	h->r = NULL;
+}
+
+static void finish(harness *h)
+{
+	worker_run(h->w, stop_on_worker, h);
+	workers_stop(h->ws, NULL, NULL);
+	close(h->app_a);
+	close(h->app_b);
+}
+
+static void probe_on_worker(worker *w, void *arg)
+{
+	(void)w;
+	harness *h = arg;
+	atomic_store(&h->spliced, h->r && relay_spliced(h->r));
+}
+
+static bool wait_ended(harness *h, int ms)
+{
+	for (int i = 0; i < ms / 10 && !atomic_load(&h->ended); i++)
+		usleep(10000);
+	return atomic_load(&h->ended);
+}
+
+static uint8_t pat(size_t i) { return (uint8_t)(i * 7 + (i >> 9)); }
+
+static void send_pattern(int fd, size_t n)
+{
+	uint8_t buf[8192];
+	for (size_t off = 0; off < n;) {
+		size_t k = n - off < sizeof buf ? n - off : sizeof buf;
+		for (size_t i = 0; i < k; i++)
+			buf[i] = pat(off + i);
+		ssize_t w = send(fd, buf, k, MSG_NOSIGNAL);
+		assert_true(w > 0);
+		off += (size_t)w;
+	}
+}
+
+typedef struct sender {
+	pthread_t t;
+	int fd;
+	size_t n;
+} sender;
+
+static void *send_main(void *arg)
+{
+	sender *s = arg;
+	send_pattern(s->fd, s->n);
+	return NULL;
+}
+
+/* send_pattern on a thread of its own, for a peer that reads meanwhile. */
+static void send_async(sender *s, int fd, size_t n)
+{
+	s->fd = fd;
+	s->n = n;
+	assert_int_equal(pthread_create(&s->t, NULL, send_main, s), 0);
+}
+
+static void send_join(sender *s) { pthread_join(s->t, NULL); }
+
+/* Reads n pattern bytes, checking each. */
+static void expect_pattern(int fd, size_t n)
+{
+	uint8_t buf[8192];
+	for (size_t off = 0; off < n;) {
+		size_t want = n - off < sizeof buf ? n - off : sizeof buf;
+		ssize_t k = recv(fd, buf, want, 0);
+		assert_true(k > 0);
+		for (ssize_t i = 0; i < k; i++)
+			assert_int_equal(buf[i], pat(off + (size_t)i));
+		off += (size_t)k;
+	}
+}
+
+static void expect_eof(int fd)
+{
+	uint8_t c;
+	assert_int_equal(recv(fd, &c, 1, 0), 0);
+}
+
+static void expect_text(int fd, const char *text)
+{
+	char buf[64] = {0};
+	size_t n = strlen(text), got = 0;
+	while (got < n) {
+		ssize_t k = recv(fd, buf + got, n - got, 0);
+		assert_true(k > 0);
+		got += (size_t)k;
+	}
+	assert_string_equal(buf, text);
+}
+
+/* ---- tests ---- */
+
+/* Bytes both ways; each side's FIN passes on once its bytes are through,
+ * the other direction goes on meanwhile (half-close both ways); the
+ * relay ends in order when both FINs are out. */
+static void both_ways_and_half_close(bool layered_a)
+{
+	harness h;
+	start(&h, false, layered_a ? layered(false) : NULL, NULL, (relay_config){0});
+	sender s;
+	send_async(&s, h.app_a, 300000);
+	expect_pattern(h.app_b, 300000);
+	send_join(&s);
+	assert_int_equal(send(h.app_b, "pong", 4, 0), 4);
+	expect_text(h.app_a, "pong");
+	assert_int_equal(shutdown(h.app_a, SHUT_WR), 0);
+	expect_eof(h.app_b);
+	/* a half-closed flow still carries the other way */
+	send_async(&s, h.app_b, 100000);
+	expect_pattern(h.app_a, 100000);
+	send_join(&s);
+	assert_false(atomic_load(&h.ended));
+	assert_int_equal(shutdown(h.app_b, SHUT_WR), 0);
+	expect_eof(h.app_a);
+	assert_true(wait_ended(&h, 3000));
+	assert_string_equal(h.why, "");
+	assert_true(atomic_load(&h.activity) > 0);
+	finish(&h);
+}
+
+static void plain_both_ways(void **state) { (void)state, both_ways_and_half_close(false); }
+static void layered_both_ways(void **state) { (void)state, both_ways_and_half_close(true); }
+
+/* The B side does not read: the relay stops reading A once its writes are
+ * in flight, so what A can send is bounded by the socket buffers plus
+ * ENDPOINT_MAX_PENDING buffers, not by memory. */
+static void backpressure(bool with_layer)
+{
+	harness h;
+	start(&h, true, with_layer ? layered(false) : NULL, NULL, (relay_config){0});
+	int fl = fcntl(h.app_a, F_GETFL);
+	fcntl(h.app_a, F_SETFL, fl | O_NONBLOCK);
+	size_t sent = 0;
+	uint8_t buf[8192];
+	for (int idle = 0; idle < 5;) {
+		size_t k = sizeof buf;
+		for (size_t i = 0; i < k; i++)
+			buf[i] = pat(sent + i);
+		ssize_t w = send(h.app_a, buf, k, MSG_NOSIGNAL);
+		if (w > 0) {
+			sent += (size_t)w;
+			idle = 0;
+			assert_true(sent < 4 * 1024 * 1024); /* unbounded: the relay reads all */
+			continue;
+		}
+		if (errno != EAGAIN)
+			fail_msg("send: %s after %zu bytes", strerror(errno), sent);
+		idle++;
+		usleep(50000);
+	}
+	fcntl(h.app_a, F_SETFL, fl);
+	/* everything accepted arrives, in order */
+	expect_pattern(h.app_b, sent);
+	finish(&h);
+}
+
+static void plain_backpressure(void **state) { (void)state, backpressure(false); }
+static void layered_backpressure(void **state) { (void)state, backpressure(true); }
+
+/* A sends and closes at once while B reads slowly: the EOF waits behind
+ * the queued bytes. */
+static void eof_behind_queued_writes(void **state)
+{
+	(void)state;
+	harness h;
+	start(&h, true, NULL, NULL, (relay_config){0});
+	sender s;
+	send_async(&s, h.app_a, 200000);
+	usleep(200000); /* B reads late: the bytes queue on the way */
+	expect_pattern(h.app_b, 200000);
+	send_join(&s);
+	assert_int_equal(shutdown(h.app_a, SHUT_WR), 0);
+	expect_eof(h.app_b);
+	close(h.app_b);
+	h.app_b = open("/dev/null", O_RDONLY);
+	assert_true(wait_ended(&h, 3000));
+	finish(&h);
+}
+
+/* A layer fails in the middle of the stream: the relay ends with the
+ * layer's text and both sockets close. */
+static void layer_error_mid_stream(void **state)
+{
+	(void)state;
+	harness h;
+	start(&h, false, layered(true), NULL, (relay_config){0});
+	assert_int_equal(send(h.app_a, "fine", 4, 0), 4);
+	expect_text(h.app_b, "fine");
+	uint8_t bad[3] = {'x', POISON, 'y'};
+	assert_int_equal(send(h.app_a, bad, 3, 0), 3);
+	assert_true(wait_ended(&h, 3000));
+	assert_string_equal(h.why, "poisoned"); /* the layer's own text */
+	uint8_t c;
+	assert_true(recv(h.app_b, &c, 1, 0) <= 0); /* closed (EOF or reset) */
+	assert_true(recv(h.app_a, &c, 1, 0) <= 0);
+	finish(&h);
+}
+
+/* Past RELAY_SPLICE_AFTER with nothing in flight, two plain ends move to
+ * splice(2); the bytes stay whole and in order. */
+static void splice_hand_off(void **state)
+{
+	(void)state;
+	harness h;
+	start(&h, false, NULL, NULL, (relay_config){.splice = true});
+	/* request and answer, so nothing is in flight between them */
+	for (int i = 0; i < 8; i++) {
+		send_pattern(h.app_a, 32768);
+		expect_pattern(h.app_b, 32768);
+	}
+	worker_run(h.w, probe_on_worker, &h);
+	assert_true(atomic_load(&h.spliced));
+	sender s;
+	send_async(&s, h.app_b, 1 << 20);
+	expect_pattern(h.app_a, 1 << 20);
+	send_join(&s);
+	assert_int_equal(shutdown(h.app_a, SHUT_WR), 0);
+	expect_eof(h.app_b);
+	assert_int_equal(shutdown(h.app_b, SHUT_WR), 0);
+	expect_eof(h.app_a);
+	assert_true(wait_ended(&h, 3000));
+	assert_string_equal(h.why, "");
+	finish(&h);
+}
+
+/* Without splice, the same flow stays buffered. */
+static void no_splice_when_off(void **state)
+{
+	(void)state;
+	harness h;
+	start(&h, false, NULL, NULL, (relay_config){0});
+	for (int i = 0; i < 8; i++) {
+		send_pattern(h.app_a, 32768);
+		expect_pattern(h.app_b, 32768);
+	}
+	worker_run(h.w, probe_on_worker, &h);
+	assert_false(atomic_load(&h.spliced));
+	finish(&h);
+}
+
+/* No byte either way for idle_ms: the relay ends with "idle" and both
+ * clients see the close; traffic keeps it alive. */
+static void idle_end(void **state)
+{
+	(void)state;
+	harness h;
+	start(&h, false, NULL, NULL, (relay_config){.idle_ms = 300});
+	for (int i = 0; i < 5; i++) { /* 5 x 100 ms of traffic: past idle_ms in all */
+		assert_int_equal(send(h.app_a, "k", 1, 0), 1);
+		expect_text(h.app_b, "k");
+		usleep(100000);
+	}
+	assert_false(atomic_load(&h.ended));
+	assert_true(wait_ended(&h, 2000));
+	assert_string_equal(h.why, RELAY_IDLE_TEXT);
+	uint8_t c;
+	assert_true(recv(h.app_b, &c, 1, 0) <= 0);
+	finish(&h);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(plain_both_ways),
+		cmocka_unit_test(layered_both_ways),
+		cmocka_unit_test(plain_backpressure),
+		cmocka_unit_test(layered_backpressure),
+		cmocka_unit_test(eof_behind_queued_writes),
+		cmocka_unit_test(layer_error_mid_stream),
+		cmocka_unit_test(splice_hand_off),
+		cmocka_unit_test(no_splice_when_off),
+		cmocka_unit_test(idle_end),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
