@@ -42,9 +42,13 @@ $(FUZZ_BUILD)/build.ninja:
 	CC=clang meson setup $(FUZZ_BUILD) -Dfuzz=true -Db_lundef=false
 
 # Runs every libFuzzer target for FUZZ_TIME seconds each. The corpus grows
-# under the build folder; tests/fuzz/seeds/<target> is only read.
-fuzz: deps $(FUZZ_BUILD)/build.ninja
+# under the build folder; tests/fuzz/seeds/<target> is only read. Then the
+# per-inbound bad-input suite (tests/e2e/test_adversarial.py) with
+# ADVERSARIAL_CASES cases a group (make test runs 24) against the ASan build.
+ADVERSARIAL_CASES ?= 480
+fuzz: deps $(FUZZ_BUILD)/build.ninja $(ASAN_BUILD)/build.ninja
 	meson compile -C $(FUZZ_BUILD)
+	meson compile -C $(ASAN_BUILD)
 	@for t in $(FUZZ_BUILD)/tests/fuzz/fuzz_*; do \
 		[ -x "$$t" ] && [ -f "$$t" ] || continue; \
 		name=$$(basename $$t); name=$${name#fuzz_}; \
@@ -53,6 +57,9 @@ fuzz: deps $(FUZZ_BUILD)/build.ninja
 		seeds=tests/fuzz/seeds/$$name; [ -d $$seeds ] || seeds=; \
 		$$t -max_total_time=$(FUZZ_TIME) -max_len=8192 $(FUZZ_BUILD)/corpus/$$name $$seeds || exit 1; \
 	done
+	ETM_ADVERSARIAL_CASES=$(ADVERSARIAL_CASES) ETM_APP=$(ASAN_BUILD)/src/etemenanki-app \
+		ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/e2e/test_adversarial.py
 
 # Side by side against real peers on loopback (docs/performance.md): writes
 # bench/results/<date>.md and the generated part of docs/performance.md.

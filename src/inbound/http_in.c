@@ -26,6 +26,8 @@ struct http_in {
 	uint8_t *buf;   /* upstream bytes not yet consumed (a pool buffer) */
 	size_t len;
 	bool up_paused; /* reads stopped for the client's write queue */
+	bool eof;       /* the client's EOF came */
+	bool eof_told;  /* ... and the core heard it */
 };
 
 /* One upstream write. libuv runs its callback after the socket is closed
@@ -303,15 +305,34 @@ size_t http_in_data(in_conn *ic, const uint8_t *data, size_t len)
 	return off;
 }
 
-void http_in_kick(in_conn *ic) { conn_feed(ic->c); }
+/* The client's EOF reaches the core once the requests before it have been
+ * taken: pipelined requests behind a response in flight are answered
+ * first. Bytes left while no request is under way are a head cut short.
+ * Returns true when the connection should close now. */
+static bool tell_eof(http_in *h)
+{
+	if (!h->eof || h->eof_told)
+		return false;
+	if (conn_buffered(h->ic->c) && !http_server_between_requests(&h->core))
+		return false;
+	h->eof_told = true;
+	proto_event ev = {0};
+	return http_server_client_eof(&h->core, &ev) < 0 || ev.kind == PROTO_EV_CLOSE;
+}
+
+void http_in_kick(in_conn *ic)
+{
+	conn_feed(ic->c);
+	http_in *h = get(ic);
+	if (h && tell_eof(h))
+		close_all(h);
+}
 
 bool http_in_client_end(in_conn *ic)
 {
 	http_in *h = get(ic);
-	proto_event ev = {0};
-	if (http_server_client_eof(&h->core, &ev) < 0 || ev.kind == PROTO_EV_CLOSE)
-		return true;
-	return false; /* the response in flight is delivered, its end closes */
+	h->eof = true;
+	return tell_eof(h); /* false: a response in flight is delivered, its end closes */
 }
 
 void http_in_written(in_conn *ic)

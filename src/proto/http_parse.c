@@ -233,9 +233,10 @@ int http_parse_length(const uint8_t *v, size_t len, uint64_t *n)
 		for (size_t i = 0; i < elen; i++) {
 			if (e[i] < '0' || e[i] > '9')
 				return -1;
-			x = x * 10 + (uint64_t)(e[i] - '0');
-			if (x > LENGTH_LIMIT)
+			uint64_t d = (uint64_t)(e[i] - '0');
+			if (x > (LENGTH_LIMIT - d) / 10) /* before the product can wrap */
 				return -1;
+			x = x * 10 + d;
 		}
 		if (any && x != first)
 			return -1;
@@ -259,6 +260,7 @@ enum {
 	CH_DATA_CR,
 	CH_DATA_LF,
 	CH_TRAILER0,   /* start of a trailer line, or the final CRLF */
+	CH_TRAILER_NAME, /* a trailer field's name, up to its colon */
 	CH_TRAILER,
 	CH_TRAILER_LF,
 	CH_END_LF,
@@ -346,8 +348,16 @@ static ssize_t chunked_step(http_body *b, const uint8_t *in, size_t len)
 			if (c == '\r')
 				b->state = CH_END_LF;
 			else if (is_tchar(c)) /* a leading space would be obs-fold */
-				b->state = CH_TRAILER;
+				b->state = CH_TRAILER_NAME;
 			else
+				return HTTP_BODY_MALFORMED;
+			break;
+		case CH_TRAILER_NAME:
+			/* RFC 9112 7.1.2: a trailer holds field lines, name ":" value;
+			 * "GET /x HTTP/1.1" there is a request smuggled in */
+			if (c == ':')
+				b->state = CH_TRAILER;
+			else if (!is_tchar(c))
 				return HTTP_BODY_MALFORMED;
 			break;
 		case CH_TRAILER:

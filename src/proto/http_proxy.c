@@ -627,6 +627,8 @@ int http_server_failed(http_server *s, proto_dial_error e, const char *reason, p
 	return 0;
 }
 
+bool http_server_between_requests(const http_server *s) { return s->state == ST_HEAD; }
+
 bool http_server_is_tunnel(const http_server *s)
 {
 	return s->state == ST_TUNNEL;

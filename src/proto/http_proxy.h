@@ -154,6 +154,9 @@ __attribute__((warn_unused_result)) int http_server_failed(http_server *s, proto
  * http_server_opened answered): the shell relays and calls the core no more. */
 bool http_server_is_tunnel(const http_server *s);
 
+/* No request is under way: the core waits for the next request head. */
+bool http_server_between_requests(const http_server *s);
+
 /* Whether the OPEN being dialled is a CONNECT (so a shell that sniffs may
  * answer it with http_server_opened before its dial ends). */
 bool http_server_dialing_connect(const http_server *s);

@@ -273,8 +273,9 @@ static void on_client_readable(void *ud)
 	take_client_bytes(c);
 	if (!fed(c) || c->client_eof || !endpoint_at_eof(c->client))
 		return;
+	/* the bytes before the EOF stay the driver's to take (pipelined HTTP
+	 * requests behind a response in flight) */
 	c->client_eof = true;
-	c->paused = true; /* no more client bytes will come */
 	if (!c->driver->on_client_end || c->driver->on_client_end(c, c->drv))
 		conn_close(c);
 }
@@ -408,7 +409,7 @@ void conn_pause(conn *c)
 
 void conn_resume(conn *c)
 {
-	if (!fed(c) || !c->paused || c->client_eof)
+	if (!fed(c) || !c->paused)
 		return;
 	c->paused = false;
 	endpoint_want_read(c->client, true);
@@ -420,6 +421,8 @@ void conn_resume(conn *c)
 }
 
 void conn_feed(conn *c) { feed_driver(c); }
+
+size_t conn_buffered(const conn *c) { return c->hs_len; }
 
 size_t conn_write_queue(const conn *c) { return c->client ? endpoint_queued(c->client) : 0; }
 

@@ -27,7 +27,8 @@ typedef struct conn_driver {
 	/* The client ended its sending side (EOF) before the relay. Returns
 	 * true to close now, false when the driver still has an answer to
 	 * deliver and will close later. NULL: close now. A read error always
-	 * closes. */
+	 * closes. The bytes read before the EOF (conn_buffered) stay offered
+	 * to on_data. */
 	bool (*on_client_end)(conn *c, void *drv);
 	/* A conn_write finished; the driver may resume what it paused for the
 	 * client's write queue. May be NULL. */
@@ -93,6 +94,9 @@ void conn_set_deadline(conn *c, uint64_t ms);
 /* Offers the driver again the client bytes it left unconsumed (after it
  * became ready for them without new bytes arriving). */
 void conn_feed(conn *c);
+
+/* Client bytes read and not yet consumed by the driver. */
+size_t conn_buffered(const conn *c);
 
 /* Bytes queued for the client and not yet written. */
 size_t conn_write_queue(const conn *c);

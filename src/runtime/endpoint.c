@@ -130,12 +130,14 @@ static int flush(endpoint *e)
 			return fail(e, msgs[M_NOMEM]);
 		size_t m = n < POOL_BUF_SIZE ? n : POOL_BUF_SIZE;
 		memcpy(b, d, m);
-		if (stack_wire_done(e->st, m) < 0) {
-			pool_put(bufs(e), b);
-			return fail_stack(e);
-		}
+		/* the bytes are taken even when the layers fail on (they then
+		 * hold their answer to the peer: a TLS alert, a 101 before a bad
+		 * frame), so they are written in every case */
+		int rc = stack_wire_done(e->st, m);
 		if (slot_write(e, slot, b, 0, m))
 			return fail(e, uv_strerror(UV_EPIPE));
+		if (rc < 0 && !e->failed)
+			return fail_stack(e);
 	}
 	return 0;
 }

@@ -671,7 +671,10 @@ static void post_chunked(size_t chunk)
 
 	/* sizes an origin could read otherwise: refused, never passed on */
 	static const char *const bad[] = {"zz\r\n", "-1\r\n", "11111111111111111111\r\n",
-	                                  "5 5\r\nhello\r\n", "5\t x\r\n", "\r\n", "5\n"};
+	                                  "5 5\r\nhello\r\n", "5\t x\r\n", "\r\n", "5\n",
+	                                  /* trailers hold field lines only (RFC 9112 7.1.2) */
+	                                  "0\r\nGET /smuggled HTTP/1.1\r\n\r\n",
+	                                  "0\r\nX-Trailer\r\n\r\n", "0\r\nX-T : v\r\n\r\n"};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		m = sim_new(chunk, NULL, 0);
 		send_client(m, "POST http://h/u HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
@@ -860,6 +863,13 @@ static void malformed_requests(size_t chunk)
 		 "invalid Content-Length"},
 		{"POST http://h/ HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
 		 "invalid Content-Length"},
+		/* 2^64 + 5 and 2^64 wrapped to 5 and 0 before the limit was checked */
+		{"POST http://h/ HTTP/1.1\r\nContent-Length: 18446744073709551621\r\n\r\n",
+		 "invalid Content-Length"},
+		{"POST http://h/ HTTP/1.1\r\nContent-Length: 18446744073709551616\r\n\r\n",
+		 "invalid Content-Length"},
+		{"POST http://h/ HTTP/1.1\r\nContent-Length: 4611686018427387905\r\n\r\n",
+		 "invalid Content-Length"}, /* 2^62 + 1 */
 		{"CONNECT h HTTP/1.1\r\n\r\n", "CONNECT needs host:port"},
 		{"CONNECT http://h:443 HTTP/1.1\r\n\r\n", "CONNECT needs host:port"},
 		{"CONNECT h:443 HTTP/1.1\r\nContent-Length: 5\r\n\r\n", "CONNECT with a body"},
