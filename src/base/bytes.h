@@ -1,7 +1,9 @@
-/* bytes.h - big-endian integers in wire buffers (network byte order), and hexadecimal digits. */
+/* bytes.h - big-endian integers in wire buffers (network byte order), hexadecimal digits, and ASCII case. */
 #ifndef ETM_BASE_BYTES_H
 #define ETM_BASE_BYTES_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 static inline uint16_t bytes_get16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
@@ -22,6 +24,21 @@ static inline int bytes_hex_digit(int c)
 	if (c >= 'A' && c <= 'F')
 		return c - 'A' + 10;
 	return -1;
+}
+
+/* c lower-cased if it is an ASCII capital; any other byte as it is (whatever
+ * the locale: protocol names compare this way, RFC 9110 5.1, RFC 4343). */
+static inline uint8_t bytes_ascii_lower(uint8_t c) { return c >= 'A' && c <= 'Z' ? (uint8_t)(c + 32) : c; }
+
+/* a[0, an) and b[0, bn) are equal but for ASCII case. */
+static inline bool bytes_ascii_ieq(const void *a, size_t an, const void *b, size_t bn)
+{
+	if (an != bn)
+		return false;
+	for (size_t i = 0; i < an; i++)
+		if (bytes_ascii_lower(((const uint8_t *)a)[i]) != bytes_ascii_lower(((const uint8_t *)b)[i]))
+			return false;
+	return true;
 }
 
 #endif

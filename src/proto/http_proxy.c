@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/bytes.h"
+
 enum state {
 	ST_HEAD = 0, /* waiting for a request head */
 	ST_DIAL,     /* OPEN given, waiting for opened / failed */
@@ -201,22 +203,6 @@ static void put_str(struct wbuf *w, const char *str)
 	put(w, str, strlen(str));
 }
 
-static bool eq_nocase(const uint8_t *a, size_t an, const uint8_t *b, size_t bn)
-{
-	if (an != bn)
-		return false;
-	for (size_t i = 0; i < an; i++) {
-		uint8_t x = a[i], y = b[i];
-		if (x >= 'A' && x <= 'Z')
-			x = (uint8_t)(x - 'A' + 'a');
-		if (y >= 'A' && y <= 'Z')
-			y = (uint8_t)(y - 'A' + 'a');
-		if (x != y)
-			return false;
-	}
-	return true;
-}
-
 /* Fields that never cross this proxy (RFC 9110 7.6.1), both directions. */
 static const char *const HOP_FIELDS[] = {"connection", "proxy-connection", "keep-alive", "te",
                                          "upgrade"};
@@ -232,7 +218,7 @@ static bool is_hop(const uint8_t *name, size_t n, const http_meta *m)
 	if (http_eq_nocase(name, n, "content-length") || http_eq_nocase(name, n, "transfer-encoding"))
 		return false;
 	for (size_t i = 0; i < m->n_options; i++)
-		if (eq_nocase(name, n, m->option[i], m->option_len[i]))
+		if (bytes_ascii_ieq(name, n, m->option[i], m->option_len[i]))
 			return true;
 	return false;
 }
@@ -319,7 +305,7 @@ static bool same_dest(const addr_dest *a, const addr_dest *b)
 	case ADDR_IPV6:
 		return memcmp(a->u.v6, b->u.v6, 16) == 0;
 	case ADDR_DOMAIN:
-		return eq_nocase((const uint8_t *)a->u.domain.name, a->u.domain.len,
+		return bytes_ascii_ieq(a->u.domain.name, a->u.domain.len,
 		                 (const uint8_t *)b->u.domain.name, b->u.domain.len);
 	default:
 		return false;

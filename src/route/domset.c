@@ -9,6 +9,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "base/hash.h"
 #include "route/route_msg.h"
 
 /* Flags of a stored name; 0 marks an empty slot. */
@@ -96,17 +97,6 @@ static uint64_t mixw(uint64_t h, uint64_t w)
 	return h ^ h >> 32;
 }
 
-/* MurmurHash3's finaliser: spreads the state over the bits the table
- * indexes by. */
-static uint64_t fmix(uint64_t h)
-{
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	h *= 0xc4ceb9fe1a85ec53ull;
-	h ^= h >> 33;
-	return h;
-}
 
 /* st[j]: the state after the j whole words at the end of name (j <= len/8). */
 static void words(const char *name, size_t len, uint64_t *st)
@@ -124,7 +114,7 @@ static uint64_t suffix_hash(const char *name, size_t len, size_t off, const uint
 	uint64_t h = st[n / 8];
 	if (r)
 		h = mixw(h, word_at(name + off + r - 8) >> (8 * (8 - r)));
-	return fmix(h ^ n);
+	return hash_fmix64(h ^ n); /* spread over the bits the table indexes by */
 }
 
 static uint64_t key_hash(const char *key, size_t len)

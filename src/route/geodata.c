@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/bytes.h"
 #include "route/geodata.pb-c.h"
 #include "route/route_msg.h"
 
@@ -178,22 +179,6 @@ static int next(walk *w, field *f, char *reason, size_t rsize)
 	}
 }
 
-static bool ascii_ieq(const uint8_t *a, size_t alen, const char *b, size_t blen)
-{
-	if (alen != blen)
-		return false;
-	for (size_t i = 0; i < alen; i++) {
-		uint8_t x = a[i], y = (uint8_t)b[i];
-		if (x >= 'A' && x <= 'Z')
-			x = (uint8_t)(x - 'A' + 'a');
-		if (y >= 'A' && y <= 'Z')
-			y = (uint8_t)(y - 'A' + 'a');
-		if (x != y)
-			return false;
-	}
-	return true;
-}
-
 /* What a scan is looking for: base[i] (blen[i] bytes) for each code, and
  * after the scan found[i], the unpacked entry (shared between codes naming
  * the same entry; uniq lists each once for freeing). */
@@ -269,7 +254,7 @@ static int scan(const uint8_t *buf, size_t len, const ProtobufCMessageDescriptor
 
 		ProtobufCMessage *msg = NULL;
 		for (size_t i = 0; i < wt->n; i++) {
-			if (wt->found[i] || !ascii_ieq(code, code_len, wt->base[i], wt->blen[i]))
+			if (wt->found[i] || !bytes_ascii_ieq(code, code_len, wt->base[i], wt->blen[i]))
 				continue;
 			if (!msg) {
 				msg = protobuf_c_message_unpack(desc, NULL, f.len, f.data);
@@ -326,7 +311,7 @@ static bool has_attrs(const Geodata__Domain *d, const char *attrs)
 		bool found = false;
 		for (size_t i = 0; i < d->n_attribute && !found; i++) {
 			const char *key = d->attribute[i]->key;
-			found = key && ascii_ieq((const uint8_t *)key, strlen(key), p, klen);
+			found = key && bytes_ascii_ieq(key, strlen(key), p, klen);
 		}
 		if (!found)
 			return false;

@@ -37,7 +37,7 @@ enum conn_state { HANDSHAKE, DRIVEN, RELAY, BLACKHOLE, CLOSING };
 
 struct conn {
 	worker *w;
-	conn *prev, *next; /* the worker's list */
+	list_node node; /* in the worker's list */
 	const conn_driver *driver;
 	void *drv;
 	conn_limits limits;
@@ -87,14 +87,9 @@ static void on_handle_closed(uv_handle_t *h)
 	conn *c = h->data;
 	if (--c->open_handles > 0)
 		return;
-	worker_conns *list = worker_conn_list(c->w);
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		list->head = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	list->n--;
+	worker_conns *all = worker_conn_list(c->w);
+	list_remove(&all->conns, &c->node);
+	all->n--;
 	c->driver->on_close(c, c->drv);
 	if (c->source_counted)
 		guard_source_put(worker_guard(c->w), (struct sockaddr *)&c->peer);
@@ -125,8 +120,8 @@ void conn_close(conn *c) { close_conn(c, false); }
 
 void conn_close_all(worker *w)
 {
-	for (conn *c = worker_conn_list(w)->head; c; c = c->next)
-		conn_close(c);
+	for (list_node *n = worker_conn_list(w)->conns.head; n; n = n->next)
+		conn_close(LIST_ENTRY(n, conn, node));
 	linger_close_all(w);
 }
 
@@ -344,12 +339,9 @@ conn *conn_accept(worker *w, int fd, const conn_driver *driver, void *drv,
 	c->deadline.data = c;
 	c->open_handles = 2;
 
-	worker_conns *list = worker_conn_list(w);
-	c->next = list->head;
-	if (c->next)
-		c->next->prev = c;
-	list->head = c;
-	list->n++;
+	worker_conns *all = worker_conn_list(w);
+	list_push_front(&all->conns, &c->node);
+	all->n++;
 
 	uv_tcp_init(loop, tcp);
 	int rc = uv_tcp_open(tcp, fd);

@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bytes.h"
+#include "base/list.h"
+
 /* c-ares's own retry schedule sits inside our deadline: each try waits
  * timeout/TRY_DIVISOR, TRIES rounds, and c-ares doubles the wait each round,
  * so with one server it gives up after 1/4 + 2/4 = 3/4 of the timeout. That
@@ -58,8 +61,8 @@ typedef enum qstate {
 struct dns_query {
 	dns_resolver *r;
 	lookup *lk;               /* Q_WAITING: the lookup waited on */
-	dns_query *prev, *next;   /* lk->waiters (Q_WAITING) or r->ready (Q_READY) */
-	dns_query *dprev, *dnext; /* r->deadlines (Q_WAITING) */
+	list_node link;           /* in lk->waiters (Q_WAITING) or r->ready (Q_READY) */
+	list_node dlink;          /* in r->deadlines (Q_WAITING) */
 	uint64_t deadline;        /* Q_WAITING: loop time (uv_now) of DNS_ETIMEOUT */
 	uint64_t tick;            /* Q_READY: the idle round it was queued in */
 	dns_cb cb;
@@ -70,17 +73,13 @@ struct dns_query {
 	struct sockaddr_storage addrs[]; /* Q_READY: n addresses */
 };
 
-typedef struct qlist {
-	dns_query *head, *tail;
-} qlist;
-
 /* One name in c-ares (or about to be), shared by every query for it. Once
  * started, c-ares holds a pointer to it until on_addrinfo, which frees it. */
 struct lookup {
 	dns_resolver *r;
-	lookup *prev, *next; /* r->joinable, while new queries may join */
-	lookup *start_next;  /* r->to_start, until the idle starts it */
-	qlist waiters;
+	list_node join;     /* in r->joinable, while new queries may join */
+	lookup *start_next; /* r->to_start, until the idle starts it */
+	list waiters;       /* dns_query.link */
 	bool joinable;
 	char name[DNS_NAME_MAX + 1];
 };
@@ -101,9 +100,9 @@ struct dns_resolver {
 	uv_idle_t idle;   /* runs while something is ready or to start */
 	uint64_t timeout_ms;
 	uint64_t tick; /* idle rounds run */
-	qlist ready;
-	dns_query *deadlines, *deadlines_tail; /* waiting queries, earliest first */
-	lookup *joinable;
+	list ready;     /* dns_query.link, answered and not yet delivered */
+	list deadlines; /* dns_query.dlink, the waiting ones, earliest first */
+	list joinable;  /* lookup.join */
 	lookup *to_start, *to_start_tail;
 	size_t n_lookups; /* alive: to start, in c-ares, bounded by DNS_MAX_LOOKUPS */
 	watcher *watchers;
@@ -114,61 +113,20 @@ struct dns_resolver {
 
 /* --- lists --- */
 
-static void qlist_push(qlist *l, dns_query *q)
-{
-	q->next = NULL;
-	q->prev = l->tail;
-	if (l->tail)
-		l->tail->next = q;
-	else
-		l->head = q;
-	l->tail = q;
-}
-
-static void qlist_remove(qlist *l, dns_query *q)
-{
-	if (q->prev)
-		q->prev->next = q->next;
-	else
-		l->head = q->next;
-	if (q->next)
-		q->next->prev = q->prev;
-	else
-		l->tail = q->prev;
-	q->prev = q->next = NULL;
-}
+static dns_query *query_of(list_node *n) { return n ? LIST_ENTRY(n, dns_query, link) : NULL; }
 
 /* Every waiting query gets the same timeout from a non-decreasing uv_now, so
  * appending keeps the deadline list sorted. */
-static void deadline_push(dns_resolver *r, dns_query *q)
+static dns_query *first_deadline(dns_resolver *r)
 {
-	q->dnext = NULL;
-	q->dprev = r->deadlines_tail;
-	if (r->deadlines_tail)
-		r->deadlines_tail->dnext = q;
-	else
-		r->deadlines = q;
-	r->deadlines_tail = q;
-}
-
-static void deadline_remove(dns_resolver *r, dns_query *q)
-{
-	if (q->dprev)
-		q->dprev->dnext = q->dnext;
-	else
-		r->deadlines = q->dnext;
-	if (q->dnext)
-		q->dnext->dprev = q->dprev;
-	else
-		r->deadlines_tail = q->dprev;
-	q->dprev = q->dnext = NULL;
+	return r->deadlines.head ? LIST_ENTRY(r->deadlines.head, dns_query, dlink) : NULL;
 }
 
 /* Takes a waiting query off its lookup and the deadline list. */
 static void unwait(dns_query *q)
 {
-	qlist_remove(&q->lk->waiters, q);
-	deadline_remove(q->r, q);
+	list_remove(&q->lk->waiters, &q->link);
+	list_remove(&q->r->deadlines, &q->dlink);
 	q->lk = NULL;
 }
 
@@ -177,12 +135,7 @@ static void unjoin(lookup *lk)
 	dns_resolver *r = lk->r;
 	if (!lk->joinable)
 		return;
-	if (lk->prev)
-		lk->prev->next = lk->next;
-	else
-		r->joinable = lk->next;
-	if (lk->next)
-		lk->next->prev = lk->prev;
+	list_remove(&r->joinable, &lk->join);
 	lk->joinable = false;
 }
 
@@ -218,7 +171,7 @@ static dns_query *answer_later(dns_resolver *r, dns_cb cb, void *data, int statu
 	                 .n = n, .tick = r->tick};
 	if (n)
 		memcpy(q->addrs, addrs, n * sizeof q->addrs[0]);
-	qlist_push(&r->ready, q);
+	list_push_back(&r->ready, &q->link);
 	kick(r);
 	return q;
 }
@@ -238,8 +191,9 @@ static void rearm(dns_resolver *r)
 	struct timeval tv;
 	if (ares_timeout(r->channel, NULL, &tv))
 		wait = (uint64_t)tv.tv_sec * 1000 + ((uint64_t)tv.tv_usec + 999) / 1000;
-	if (r->deadlines) {
-		uint64_t d = r->deadlines->deadline > now ? r->deadlines->deadline - now : 0;
+	dns_query *first = first_deadline(r);
+	if (first) {
+		uint64_t d = first->deadline > now ? first->deadline - now : 0;
 		if (d < wait)
 			wait = d;
 	}
@@ -255,7 +209,7 @@ static void expire(dns_resolver *r)
 {
 	uint64_t now = uv_now(r->loop);
 	dns_query *q;
-	while ((q = r->deadlines) && q->deadline <= now) {
+	while ((q = first_deadline(r)) && q->deadline <= now) {
 		/* The lookup goes on: its answer still fills the cache. */
 		unwait(q);
 		deliver(q, DNS_ETIMEOUT, NULL, 0);
@@ -423,7 +377,7 @@ static void on_addrinfo(void *arg, int ares_status, int timeouts, struct ares_ad
 	 * (or hits the cache) instead of joining this finished one. */
 	unjoin(lk);
 	dns_query *q;
-	while ((q = lk->waiters.head)) {
+	while ((q = query_of(lk->waiters.head))) {
 		unwait(q);
 		deliver(q, status, addrs, n);
 	}
@@ -459,8 +413,8 @@ static void on_idle(uv_idle_t *h)
 	 * callback below waits for the next round, so a callback that keeps
 	 * resolving literals cannot starve the loop. */
 	dns_query *q;
-	while ((q = r->ready.head) && q->tick < tick) {
-		qlist_remove(&r->ready, q);
+	while ((q = query_of(r->ready.head)) && q->tick < tick) {
+		list_remove(&r->ready, &q->link);
 		deliver(q, q->status, q->addrs, q->n);
 	}
 
@@ -477,11 +431,7 @@ static void kick(dns_resolver *r)
 static bool same_name(const char *a, const char *b)
 {
 	for (;; a++, b++) {
-		unsigned char x = (unsigned char)*a, y = (unsigned char)*b;
-		if (x >= 'A' && x <= 'Z')
-			x = (unsigned char)(x + 32);
-		if (y >= 'A' && y <= 'Z')
-			y = (unsigned char)(y + 32);
+		uint8_t x = bytes_ascii_lower((uint8_t)*a), y = bytes_ascii_lower((uint8_t)*b);
 		if (x != y)
 			return false;
 		if (!x)
@@ -493,9 +443,9 @@ static bool same_name(const char *a, const char *b)
  * NULL with *status set when none can be had. */
 static lookup *lookup_for(dns_resolver *r, const char *name, size_t len, int *status)
 {
-	for (lookup *lk = r->joinable; lk; lk = lk->next)
-		if (same_name(lk->name, name))
-			return lk;
+	for (list_node *n = r->joinable.head; n; n = n->next)
+		if (same_name(LIST_ENTRY(n, lookup, join)->name, name))
+			return LIST_ENTRY(n, lookup, join);
 	if (r->n_lookups >= DNS_MAX_LOOKUPS) {
 		*status = DNS_EBUSY;
 		return NULL;
@@ -508,10 +458,7 @@ static lookup *lookup_for(dns_resolver *r, const char *name, size_t len, int *st
 	lk->r = r;
 	memcpy(lk->name, name, len + 1); /* len <= DNS_NAME_MAX, checked by the caller */
 	lk->joinable = true;
-	lk->next = r->joinable;
-	if (r->joinable)
-		r->joinable->prev = lk;
-	r->joinable = lk;
+	list_push_front(&r->joinable, &lk->join);
 	if (r->to_start_tail)
 		r->to_start_tail->start_next = lk;
 	else
@@ -581,9 +528,9 @@ dns_query *dns_resolve(dns_resolver *r, const char *name, dns_cb cb, void *data)
 		return NULL; /* a lookup made for it is freed by start(): nobody waits */
 	*q = (dns_query){.r = r, .lk = lk, .cb = cb, .data = data, .state = Q_WAITING,
 	                 .deadline = uv_now(r->loop) + r->timeout_ms};
-	qlist_push(&lk->waiters, q);
-	bool first = !r->deadlines;
-	deadline_push(r, q);
+	list_push_back(&lk->waiters, &q->link);
+	bool first = list_empty(&r->deadlines);
+	list_push_back(&r->deadlines, &q->dlink);
 	if (first)
 		rearm(r);
 	return q;
@@ -594,7 +541,7 @@ void dns_query_cancel(dns_query *q)
 	if (!q || q->state == Q_DELIVERING)
 		return;
 	if (q->state == Q_READY)
-		qlist_remove(&q->r->ready, q);
+		list_remove(&q->r->ready, &q->link);
 	else
 		unwait(q); /* an unstarted lookup left empty is freed by start() */
 	free(q);
@@ -801,11 +748,11 @@ void dns_resolver_del(dns_resolver *r)
 	/* Every unanswered query hears "cancelled" once. Taken from the heads:
 	 * a callback may cancel other queries while this runs. */
 	dns_query *q;
-	while ((q = r->ready.head)) {
-		qlist_remove(&r->ready, q);
+	while ((q = query_of(r->ready.head))) {
+		list_remove(&r->ready, &q->link);
 		deliver(q, DNS_ECANCELLED, NULL, 0);
 	}
-	while ((q = r->deadlines)) {
+	while ((q = first_deadline(r))) {
 		unwait(q);
 		deliver(q, DNS_ECANCELLED, NULL, 0);
 	}

@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bytes.h"
+#include "base/hash.h"
+#include "base/list.h"
+
 /* When the cache is full, this many entries from the least recently used end
  * are checked for an expired one before the oldest live entry is dropped.
  * Expired entries cluster there (nobody has asked for them lately), and the
@@ -21,7 +25,7 @@ typedef struct caddr {
 
 typedef struct entry {
 	struct entry *chain;         /* next in the bucket */
-	struct entry *newer, *older; /* the LRU list */
+	list_node lru;               /* in the cache's list, newest first */
 	uint64_t expires_ms;         /* dead at and after this instant */
 	uint32_t hash;
 	uint8_t n;        /* addresses; 0 = a negative answer */
@@ -36,7 +40,7 @@ struct dns_cache {
 	size_t count;
 	size_t mask; /* buckets - 1; buckets is a power of two >= capacity */
 	entry **buckets;
-	entry *newest, *oldest;
+	list lru; /* every entry, the newest (last stored or hit) first */
 };
 
 /* 0 when the name is not one the cache keeps, else its length. */
@@ -46,33 +50,21 @@ static size_t name_length(const char *name)
 	return len > DNS_NAME_MAX ? 0 : len;
 }
 
-static unsigned char lower(unsigned char ch)
-{
-	return ch >= 'A' && ch <= 'Z' ? (unsigned char)(ch + ('a' - 'A')) : ch;
-}
-
 /* FNV-1a over the lower-cased name. Unkeyed: chains are bounded by the
  * capacity and the full hash is compared before the name, so even crafted
  * collisions cost integer compares, not string compares. */
 static uint32_t name_hash(const char *name, size_t len)
 {
-	uint32_t h = 2166136261u;
-	for (size_t i = 0; i < len; i++) {
-		h ^= lower((unsigned char)name[i]);
-		h *= 16777619u;
-	}
+	uint32_t h = HASH_FNV32_INIT;
+	for (size_t i = 0; i < len; i++)
+		h = hash_fnv32_step(h, bytes_ascii_lower((uint8_t)name[i]));
 	return h;
 }
 
 /* ASCII only, whatever the locale (RFC 4343: DNS names compare that way). */
 static bool same_name(const entry *e, uint32_t hash, const char *name, size_t len)
 {
-	if (e->hash != hash || e->name_len != len)
-		return false;
-	for (size_t i = 0; i < len; i++)
-		if (lower((unsigned char)e->name[i]) != lower((unsigned char)name[i]))
-			return false;
-	return true;
+	return e->hash == hash && bytes_ascii_ieq(e->name, e->name_len, name, len);
 }
 
 static entry *find(dns_cache *c, const char *name, size_t len, uint32_t hash)
@@ -83,30 +75,6 @@ static entry *find(dns_cache *c, const char *name, size_t len, uint32_t hash)
 	return NULL;
 }
 
-static void lru_unlink(dns_cache *c, entry *e)
-{
-	if (e->newer)
-		e->newer->older = e->older;
-	else
-		c->newest = e->older;
-	if (e->older)
-		e->older->newer = e->newer;
-	else
-		c->oldest = e->newer;
-	e->newer = e->older = NULL;
-}
-
-static void lru_push(dns_cache *c, entry *e)
-{
-	e->newer = NULL;
-	e->older = c->newest;
-	if (c->newest)
-		c->newest->newer = e;
-	else
-		c->oldest = e;
-	c->newest = e;
-}
-
 /* Takes e out of the table and the list; the caller frees it (outside the
  * lock when it can). */
 static void detach(dns_cache *c, entry *e)
@@ -115,17 +83,17 @@ static void detach(dns_cache *c, entry *e)
 	while (*link != e)
 		link = &(*link)->chain;
 	*link = e->chain;
-	lru_unlink(c, e);
+	list_remove(&c->lru, &e->lru);
 	c->count--;
 }
 
 static entry *pick_victim(dns_cache *c, uint64_t now_ms)
 {
-	entry *e = c->oldest;
-	for (int i = 0; e && i < EVICT_SCAN; i++, e = e->newer)
-		if (now_ms >= e->expires_ms)
-			return e;
-	return c->oldest;
+	list_node *n = c->lru.tail;
+	for (int i = 0; n && i < EVICT_SCAN; i++, n = n->prev)
+		if (now_ms >= LIST_ENTRY(n, entry, lru)->expires_ms)
+			return LIST_ENTRY(n, entry, lru);
+	return LIST_ENTRY(c->lru.tail, entry, lru);
 }
 
 static void to_sockaddr(const caddr *a, struct sockaddr_storage *ss)
@@ -187,11 +155,11 @@ void dns_cache_del(dns_cache *c)
 {
 	if (!c)
 		return;
-	entry *e = c->newest;
-	while (e) {
-		entry *older = e->older;
-		free(e);
-		e = older;
+	list_node *n = c->lru.head;
+	while (n) {
+		list_node *older = n->next;
+		free(LIST_ENTRY(n, entry, lru));
+		n = older;
 	}
 	pthread_mutex_destroy(&c->lock);
 	free(c->buckets);
@@ -215,8 +183,8 @@ dns_cache_result dns_cache_lookup(dns_cache *c, const char *name, uint64_t now_m
 		detach(c, e);
 		dead = e;
 	} else if (e) {
-		lru_unlink(c, e);
-		lru_push(c, e);
+		list_remove(&c->lru, &e->lru); /* a hit makes it the newest */
+		list_push_front(&c->lru, &e->lru);
 		if (e->n == 0) {
 			res = DNS_CACHE_NEGATIVE;
 		} else {
@@ -280,7 +248,7 @@ void dns_cache_store(dns_cache *c, const char *name, const struct sockaddr_stora
 	entry **bucket = &c->buckets[e->hash & c->mask];
 	e->chain = *bucket;
 	*bucket = e;
-	lru_push(c, e);
+	list_push_front(&c->lru, &e->lru);
 	c->count++;
 	pthread_mutex_unlock(&c->lock);
 

@@ -241,17 +241,11 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 		e->ev->on_readable(e->ud);
 }
 
-static void on_written(uv_write_t *req, int status)
+/* A write finished (its request is freed already): what comes next. */
+static void written(endpoint *e, int status)
 {
-	endpoint *e = req->data;
-	wslot *slot = (wslot *)req;
-	pool_put(bufs(e), slot->buf);
-	slot->buf = NULL;
-	e->pending--;
 	if (e->closing) {
-		if (!e->flushing)
-			return;
-		if (status < 0 || flush(e) || endpoint_idle(e))
+		if (e->flushing && (status < 0 || flush(e) || endpoint_idle(e)))
 			close_now(e);
 		return;
 	}
@@ -268,6 +262,16 @@ static void on_written(uv_write_t *req, int status)
 	e->ev->on_writable(e->ud);
 }
 
+static void on_written(uv_write_t *req, int status)
+{
+	endpoint *e = req->data;
+	wslot *slot = (wslot *)req;
+	pool_put(bufs(e), slot->buf);
+	slot->buf = NULL;
+	e->pending--;
+	written(e, status);
+}
+
 static void free_handle(uv_handle_t *h) { free(h); }
 
 static void on_big_written(uv_write_t *req, int status)
@@ -275,18 +279,7 @@ static void on_big_written(uv_write_t *req, int status)
 	endpoint *e = req->data;
 	free(req);
 	e->extra--;
-	if (e->closing) {
-		if (e->flushing && (status < 0 || endpoint_idle(e)))
-			close_now(e);
-		return;
-	}
-	if (status < 0) {
-		fail(e, uv_strerror(status));
-		report_error(e);
-		return;
-	}
-	maybe_fin(e);
-	e->ev->on_writable(e->ud);
+	written(e, status);
 }
 
 int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)

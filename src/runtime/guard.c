@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "base/hash.h"
 #include "base/log.h"
 
 static const char *const msgs[] = {
@@ -133,11 +134,8 @@ static bool key_of(const struct sockaddr *sa, src_key *k)
  * own sources time, not memory beyond one entry each. */
 static size_t bucket_of(const src_key *k)
 {
-	uint32_t h = 2166136261u;
-	for (size_t i = 0; i < sizeof k->ip; i++)
-		h = (h ^ k->ip[i]) * 16777619u;
-	h = (h ^ (uint32_t)k->family) * 16777619u;
-	return h % GUARD_BUCKETS;
+	uint32_t h = hash_fnv32(k->ip, sizeof k->ip);
+	return hash_fnv32_step(h, (uint8_t)k->family) % GUARD_BUCKETS;
 }
 
 static void key_text(const src_key *k, char *out, size_t size)

@@ -10,7 +10,7 @@ typedef struct lingering {
 	uv_timer_t timer;
 	uv_shutdown_t shut;
 	worker *w;
-	struct lingering *prev, *next; /* the worker's list */
+	list_node node; /* in the worker's list */
 	size_t dropped;
 	int handles; /* open handles still to close before the free */
 	bool ending;
@@ -21,14 +21,9 @@ static void on_closed(uv_handle_t *h)
 	lingering *g = h->data;
 	if (--g->handles > 0)
 		return;
-	worker_conns *list = worker_conn_list(g->w);
-	if (g->prev)
-		g->prev->next = g->next;
-	else
-		list->lingering = g->next;
-	if (g->next)
-		g->next->prev = g->prev;
-	list->n_lingering--;
+	worker_conns *all = worker_conn_list(g->w);
+	list_remove(&all->lingering, &g->node);
+	all->n_lingering--;
 	free(g);
 }
 
@@ -71,9 +66,9 @@ static void on_shut(uv_shutdown_t *req, int status)
 
 void linger_start(worker *w, uv_tcp_t *client)
 {
-	worker_conns *list = worker_conn_list(w);
+	worker_conns *all = worker_conn_list(w);
 	uv_os_fd_t fd;
-	if (list->n_lingering >= LINGER_MAX || uv_fileno((uv_handle_t *)client, &fd))
+	if (all->n_lingering >= LINGER_MAX || uv_fileno((uv_handle_t *)client, &fd))
 		return;
 	lingering *g = calloc(1, sizeof *g);
 	int copy = g ? dup(fd) : -1;
@@ -87,11 +82,8 @@ void linger_start(worker *w, uv_tcp_t *client)
 	uv_timer_init(loop, &g->timer);
 	g->tcp.data = g->timer.data = g->shut.data = g;
 	g->handles = 2;
-	g->next = list->lingering;
-	if (g->next)
-		g->next->prev = g;
-	list->lingering = g;
-	list->n_lingering++;
+	list_push_front(&all->lingering, &g->node);
+	all->n_lingering++;
 	if (uv_tcp_open(&g->tcp, copy)) {
 		close(copy);
 		end(g);
@@ -105,6 +97,6 @@ void linger_start(worker *w, uv_tcp_t *client)
 
 void linger_close_all(worker *w)
 {
-	for (lingering *g = worker_conn_list(w)->lingering; g; g = g->next)
-		end(g);
+	for (list_node *n = worker_conn_list(w)->lingering.head; n; n = n->next)
+		end(LIST_ENTRY(n, lingering, node));
 }

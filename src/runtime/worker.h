@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "base/list.h"
 #include "runtime/pool.h"
 
 /* More threads than this is a mistake on any machine this runs on. */
@@ -44,9 +45,9 @@ size_t worker_index(const worker *w);
 
 /* The connections open on a worker, kept by conn.c so a stop can end them. */
 typedef struct worker_conns {
-	void *head; /* conn.c's list */
+	list conns; /* conn.c's connections */
 	size_t n;
-	void *lingering; /* linger.c's list of closing sockets */
+	list lingering; /* linger.c's closing sockets */
 	size_t n_lingering;
 } worker_conns;
 

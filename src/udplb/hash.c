@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "base/hash.h"
+
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
 
 #define SIPROUND                                                                                   \
@@ -64,12 +66,4 @@ uint64_t udplb_siphash(const udplb_seed *key, const void *data, size_t len)
 	return v0 ^ v1 ^ v2 ^ v3;
 }
 
-uint64_t udplb_mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ULL;
-	x ^= x >> 33;
-	return x;
-}
+uint64_t udplb_mix64(uint64_t x) { return hash_fmix64(x); }
