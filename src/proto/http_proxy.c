@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/bytes.h"
+#include "proto/http_rewrite.h"
 
 enum state {
 	ST_HEAD = 0, /* waiting for a request head */
@@ -181,87 +182,6 @@ static ssize_t refuse(http_server *s, proto_out *out, proto_event *ev, enum text
 	return t == T_HEAD_TOO_BIG || t == T_TOO_MANY_FIELDS ? PROTO_ERR_TOO_BIG : 0;
 }
 
-/* An append-only window on s->head; once over, stays over. */
-struct wbuf {
-	uint8_t *p;
-	size_t len;
-	bool over;
-};
-
-static void put(struct wbuf *w, const void *d, size_t n)
-{
-	if (w->over || n > HTTP_OUT_HEAD_MAX - w->len) {
-		w->over = true;
-		return;
-	}
-	memcpy(w->p + w->len, d, n);
-	w->len += n;
-}
-
-static void put_str(struct wbuf *w, const char *str)
-{
-	put(w, str, strlen(str));
-}
-
-/* Fields that never cross this proxy (RFC 9110 7.6.1), both directions. */
-static const char *const HOP_FIELDS[] = {"connection", "proxy-connection", "keep-alive", "te",
-                                         "upgrade"};
-
-static bool is_hop(const uint8_t *name, size_t n, const http_meta *m)
-{
-	for (size_t i = 0; i < sizeof HOP_FIELDS / sizeof HOP_FIELDS[0]; i++)
-		if (http_eq_nocase(name, n, HOP_FIELDS[i]))
-			return true;
-	/* Bodies pass through unchanged, so their framing fields stay even
-	 * when Connection names them: dropping one would change where the
-	 * message ends for the next hop. */
-	if (http_eq_nocase(name, n, "content-length") || http_eq_nocase(name, n, "transfer-encoding"))
-		return false;
-	for (size_t i = 0; i < m->n_options; i++)
-		if (bytes_ascii_ieq(name, n, m->option[i], m->option_len[i]))
-			return true;
-	return false;
-}
-
-static void put_fields(struct wbuf *w, const uint8_t *in, const http_head *h,
-                       const http_meta *m, bool request)
-{
-	bool cl_done = false;
-	for (size_t i = 0; i < h->n_fields; i++) {
-		const http_field *f = &h->fields[i];
-		const uint8_t *name = in + f->name.off;
-		size_t n = f->name.len;
-		if (is_hop(name, n, m))
-			continue;
-		if (request && (http_eq_nocase(name, n, "proxy-authorization") ||
-		                http_eq_nocase(name, n, "host")))
-			continue;
-		/* RFC 9112 6.3 item 3: Transfer-Encoding overrides, and the
-		 * received Content-Length must go before forwarding. */
-		bool cl = http_eq_nocase(name, n, "content-length");
-		if (!request && m->has_te && cl)
-			continue;
-		if (cl) {
-			/* A valid list of equal values (RFC 9112 6.3 item 5) goes on
-			 * as one value, so the next hop cannot read it another way. */
-			if (!cl_done) {
-				char num[24];
-				int k = snprintf(num, sizeof num, "%llu", (unsigned long long)m->cl);
-				put(w, name, n);
-				put(w, ": ", 2);
-				put(w, num, k > 0 ? (size_t)k : 0);
-				put(w, "\r\n", 2);
-			}
-			cl_done = true;
-			continue;
-		}
-		put(w, name, n);
-		put(w, ": ", 2);
-		put(w, in + f->value.off, f->value.len);
-		put(w, "\r\n", 2);
-	}
-}
-
 /* Compares without an early exit, so the time does not tell how much of a
  * guess was right. */
 static bool same_secret(const char *want, const uint8_t *got, size_t n)
@@ -382,29 +302,29 @@ static int split_target(const uint8_t *t, size_t n, struct target *x, enum text 
 static bool write_request(http_server *s, const uint8_t *in, const http_head *h,
                           const http_meta *m, const struct target *x)
 {
-	struct wbuf w = {.p = s->head};
+	http_wbuf w = {.p = s->head};
 	const uint8_t *method = in + h->method.off;
-	put(&w, method, h->method.len);
-	put(&w, " ", 1);
+	http_wbuf_put(&w, method, h->method.len);
+	http_wbuf_put(&w, " ", 1);
 	if (x->rest_len == 0 && h->method.len == 7 && memcmp(method, "OPTIONS", 7) == 0)
-		put(&w, "*", 1);
+		http_wbuf_put(&w, "*", 1);
 	else if (x->rest_len == 0 || x->rest[0] == '?')
-		put(&w, "/", 1);
-	put(&w, x->rest, x->rest_len);
-	put(&w, " ", 1);
-	put(&w, in + h->start.off + h->start.len - 8, 8); /* "HTTP/1.x" */
-	put(&w, "\r\n", 2);
+		http_wbuf_put(&w, "/", 1);
+	http_wbuf_put(&w, x->rest, x->rest_len);
+	http_wbuf_put(&w, " ", 1);
+	http_wbuf_put(&w, in + h->start.off + h->start.len - 8, 8); /* "HTTP/1.x" */
+	http_wbuf_put(&w, "\r\n", 2);
 	/* RFC 9112 3.2.2: the Host comes from the target, not the client's
 	 * field; RFC 9112 3.2 wants it first. */
-	put_str(&w, TEXTS[T_FIELD_HOST].fields);
-	put(&w, x->authority, x->authority_len);
-	put(&w, "\r\n", 2);
-	put_fields(&w, in, h, m, true);
+	http_wbuf_put_str(&w, TEXTS[T_FIELD_HOST].fields);
+	http_wbuf_put(&w, x->authority, x->authority_len);
+	http_wbuf_put(&w, "\r\n", 2);
+	http_put_fields(&w, in, h, m, true);
 	if (s->client_close)
-		put_str(&w, TEXTS[T_FIELD_CLOSE].fields);
+		http_wbuf_put_str(&w, TEXTS[T_FIELD_CLOSE].fields);
 	else if (s->client_10)
-		put_str(&w, TEXTS[T_FIELD_KEEP].fields);
-	put(&w, "\r\n", 2);
+		http_wbuf_put_str(&w, TEXTS[T_FIELD_KEEP].fields);
+	http_wbuf_put(&w, "\r\n", 2);
 	s->head_len = w.len;
 	return !w.over;
 }
@@ -690,15 +610,15 @@ static ssize_t on_response(http_server *s, const uint8_t *in, const http_head *h
 		if (mode == HTTP_BODY_CLOSE || (s->client_10 && mode == HTTP_BODY_CHUNKED))
 			s->client_close = true;
 	}
-	struct wbuf w = {.p = s->head};
-	put(&w, in + h->start.off, h->start.len);
-	put(&w, "\r\n", 2);
-	put_fields(&w, in, h, &m, false);
+	http_wbuf w = {.p = s->head};
+	http_wbuf_put(&w, in + h->start.off, h->start.len);
+	http_wbuf_put(&w, "\r\n", 2);
+	http_put_fields(&w, in, h, &m, false);
 	if (!info && s->client_close)
-		put_str(&w, TEXTS[T_FIELD_CLOSE].fields);
+		http_wbuf_put_str(&w, TEXTS[T_FIELD_CLOSE].fields);
 	else if (!info && s->client_10)
-		put_str(&w, TEXTS[T_FIELD_KEEP].fields);
-	put(&w, "\r\n", 2);
+		http_wbuf_put_str(&w, TEXTS[T_FIELD_KEEP].fields);
+	http_wbuf_put(&w, "\r\n", 2);
 	if (w.over)
 		return refuse(s, out, ev, T_UP_TOO_BIG);
 	s->head_len = w.len;

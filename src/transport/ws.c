@@ -10,6 +10,7 @@
 #include <wslay/wslay.h>
 
 #include "proto/http_parse.h"
+#include "transport/ws_frame.h"
 
 /* The most bytes handed to wslay per read callback. wslay delivers a
  * frame's payload only out of what it read, and is read from only while
@@ -114,13 +115,11 @@ typedef struct ws_layer {
 	size_t pend_len, pend_off;
 	uint8_t pend[WS_READ_MAX]; /* payload up had no room for */
 
-	/* Where the bytes handed to wslay are in the frame they belong to. */
-	uint8_t scan_state;  /* SCAN_* */
-	uint8_t scan_need;   /* length or mask bytes still to pass */
-	uint8_t scan_op;     /* the frame's opcode */
-	bool scan_masked;
-	bool scan_too_big;   /* a data frame announced over WS_FRAME_MAX */
-	uint64_t scan_left;  /* the frame's length, then its payload still to pass */
+	/* Where the bytes handed to wslay are in their frame. The layer
+	 * carries bytes, text frames as binary ones (ws.h), as Xray and v2ray
+	 * do; wslay checks a text message for UTF-8 and closes with 1007, so
+	 * it is handed every text frame's header with the binary opcode. */
+	ws_frame_walk walk;
 
 	EVP_CIPHER_CTX *mask; /* client: ChaCha20 keyed by the seed */
 	size_t ks_off;
@@ -235,79 +234,6 @@ static void deliver_pend(ws_layer *w)
 		w->pend_len = w->pend_off = 0;
 }
 
-/* ---- frames as they pass to wslay ---- */
-
-enum { SCAN_OPCODE, SCAN_LEN, SCAN_EXT, SCAN_MASK, SCAN_PAYLOAD };
-
-/* The layer carries bytes, text frames as binary ones (ws.h), as Xray and
- * v2ray do. wslay checks a text message for UTF-8 and closes with 1007, so
- * the header of every text frame is handed to it with the binary opcode
- * (RFC 6455 section 5.2: opcode 0x1 becomes 0x2; a continuation takes its
- * message's type, so it needs no change). The walk follows the frame
- * layout of section 5.2 across calls, byte by byte over the headers and in
- * one step over each payload. */
-/* The header's length is complete: a data frame over WS_FRAME_MAX is
- * refused now, before any of its payload arrives. */
-static void length_known(ws_layer *w)
-{
-	w->scan_need = w->scan_masked ? 4 : 0;
-	if (w->scan_op <= WSLAY_BINARY_FRAME && w->scan_left > WS_FRAME_MAX)
-		w->scan_too_big = true;
-}
-
-static void scan_frames(ws_layer *w, uint8_t *p, size_t n)
-{
-	size_t i = 0;
-	while (i < n) {
-		switch (w->scan_state) {
-		case SCAN_OPCODE:
-			w->scan_op = p[i] & 0x0f;
-			if (w->scan_op == WSLAY_TEXT_FRAME)
-				p[i] = (uint8_t)((p[i] & 0xf0) | WSLAY_BINARY_FRAME);
-			i++;
-			w->scan_state = SCAN_LEN;
-			break;
-		case SCAN_LEN: {
-			uint8_t len = p[i] & 0x7f;
-			w->scan_masked = p[i] & 0x80;
-			i++;
-			w->scan_left = len < 126 ? len : 0;
-			w->scan_need = len == 126 ? 2 : len == 127 ? 8 : 0;
-			w->scan_state = w->scan_need ? SCAN_EXT : SCAN_MASK;
-			if (!w->scan_need)
-				length_known(w);
-			break;
-		}
-		case SCAN_EXT:
-			w->scan_left = w->scan_left << 8 | p[i++];
-			if (--w->scan_need == 0) {
-				w->scan_state = SCAN_MASK;
-				length_known(w);
-			}
-			break;
-		case SCAN_MASK:
-			if (w->scan_need) {
-				i++;
-				w->scan_need--;
-			}
-			if (w->scan_need == 0)
-				w->scan_state = w->scan_left ? SCAN_PAYLOAD : SCAN_OPCODE;
-			break;
-		case SCAN_PAYLOAD: {
-			uint64_t k = n - i < w->scan_left ? n - i : w->scan_left;
-			i += (size_t)k;
-			w->scan_left -= k;
-			if (w->scan_left == 0)
-				w->scan_state = SCAN_OPCODE;
-			break;
-		}
-		}
-	}
-	/* a frame without payload ends right after its header */
-	if (w->scan_state == SCAN_MASK && w->scan_need == 0)
-		w->scan_state = w->scan_left ? SCAN_PAYLOAD : SCAN_OPCODE;
-}
-
 /* ---- wslay callbacks ---- */
 
 /* RFC 6455 section 7.4.1: 1009, a message too big to process. */
@@ -338,8 +264,8 @@ static ssize_t recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, in
 		n = WS_READ_MAX;
 	memcpy(buf, w->in + w->in_off, n);
 	w->in_off += n;
-	scan_frames(w, buf, n);
-	if (w->scan_too_big)
+	ws_frame_walk_bytes(&w->walk, buf, n, WS_FRAME_MAX);
+	if (w->walk.too_big)
 		refuse_too_large(w, ctx);
 	return (ssize_t)n;
 }
