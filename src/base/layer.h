@@ -80,6 +80,15 @@ typedef struct layer_ops {
 	 * none (the shell then just shuts the socket's write side). */
 	int (*shutdown)(layer *l, layer_buf *down);
 
+	/* Time, for layers with timers of their own (HTTP/2 PING, a mux's
+	 * keepalive, QUIC later): the layer reads no clock, it is told the
+	 * time (ngtcp2's way). deadline returns the shell's loop time in ms at
+	 * which on_time wants to run next, 0 for none; on_time runs then, with
+	 * now, and may write into down (a ping) or fail. Both NULL for a layer
+	 * without timers; the shell asks again after every call. */
+	uint64_t (*deadline)(const layer *l);
+	int (*on_time)(layer *l, uint64_t now, layer_buf *down);
+
 	/* Text of the last error, for logs and dial failures ("tls:
 	 * certificate verify failed", "ws: upgrade refused: 404"). */
 	const char *(*error)(const layer *l);

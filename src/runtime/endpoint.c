@@ -115,6 +115,24 @@ static int fail(endpoint *e, const char *why)
 
 static int fail_stack(endpoint *e) { return fail(e, stack_error(e->st)); }
 
+static void on_deadline(uv_timer_t *t);
+
+/* The timer follows the layers' next deadline (layer.h: a layer is told
+ * the time, it reads no clock). A closing endpoint's timer bounds its
+ * flush instead. */
+static void arm(endpoint *e)
+{
+	if (!e->st || e->closing)
+		return;
+	uint64_t d = stack_deadline(e->st);
+	if (!d) {
+		uv_timer_stop(&e->timer);
+		return;
+	}
+	uint64_t now = uv_now(worker_loop(e->w));
+	uv_timer_start(&e->timer, on_deadline, d > now ? d - now : 0, 0);
+}
+
 /* The layers' wire output into write slots, as far as slots go; then the
  * FIN when it is wanted and everything before it is queued. */
 static int flush(endpoint *e)
@@ -139,6 +157,7 @@ static int flush(endpoint *e)
 		if (rc < 0 && !e->failed)
 			return fail_stack(e);
 	}
+	arm(e);
 	return 0;
 }
 
@@ -209,6 +228,23 @@ static void report_error(endpoint *e)
 {
 	if (!e->closing)
 		e->ev->on_error(e->ud, e->why);
+}
+
+static void on_deadline(uv_timer_t *t)
+{
+	endpoint *e = t->data;
+	if (e->closing || e->failed)
+		return;
+	if (stack_on_time(e->st, uv_now(t->loop)) < 0) {
+		fail_stack(e);
+		report_error(e);
+		return;
+	}
+	if (flush(e)) {
+		report_error(e);
+		return;
+	}
+	maybe_fin(e);
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
@@ -322,6 +358,7 @@ endpoint *endpoint_new(worker *w, uv_tcp_t *tcp, stack *st, const endpoint_event
 	tcp->data = e;
 	uv_timer_init(worker_loop(w), &e->timer);
 	e->timer.data = e;
+	arm(e);
 	return e;
 }
 

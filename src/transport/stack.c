@@ -253,4 +253,36 @@ const char *stack_waiting_layer(const stack *s)
 	return NULL;
 }
 
+uint64_t stack_deadline(const stack *s)
+{
+	uint64_t first = 0;
+	for (size_t i = 0; i < s->n; i++) {
+		const layer *l = s->layers[i];
+		uint64_t d = l->ops->deadline ? l->ops->deadline(l) : 0;
+		if (d && (!first || d < first))
+			first = d;
+	}
+	return first;
+}
+
+int stack_on_time(stack *s, uint64_t now)
+{
+	if (s->err)
+		return s->err;
+	for (size_t i = 0; i < s->n; i++) {
+		layer *l = s->layers[i];
+		uint64_t d = l->ops->deadline ? l->ops->deadline(l) : 0;
+		if (!d || d > now || !l->ops->on_time)
+			continue;
+		if (!ensure(&s->down[i]))
+			return fail(s, LAYER_ERR_NOMEM, NULL);
+		layer_buf down = tail(&s->down[i]);
+		int r = l->ops->on_time(l, now, &down);
+		s->down[i].len += down.len;
+		if (r < 0)
+			return fail(s, r, l);
+	}
+	return pump(s);
+}
+
 const char *stack_error(const stack *s) { return s->err ? s->err_text : NULL; }

@@ -68,6 +68,14 @@ size_t stack_app_room(const stack *s);
  * (top to bottom). Returns 0 or a LAYER_ERR_*. */
 __attribute__((warn_unused_result)) int stack_shutdown(stack *s);
 
+/* The earliest of the layers' deadlines (layer.h), in the shell's loop
+ * time in ms; 0 when no layer has one. */
+uint64_t stack_deadline(const stack *s);
+
+/* The time is now: every layer whose deadline has come runs its on_time,
+ * then bytes move as after any call. Returns 0 or a LAYER_ERR_*. */
+__attribute__((warn_unused_result)) int stack_on_time(stack *s, uint64_t now);
+
 /* The name of the lowest layer whose handshake is not done, NULL when all
  * are ("tls", "socks", ...): says who the peer left hanging. */
 const char *stack_waiting_layer(const stack *s);

@@ -78,6 +78,56 @@ static stack *layered(bool armed)
 	return s;
 }
 
+/* ---- a layer with a timer: "tick" toward the wire at each deadline ---- */
+
+#define TICKS 3
+#define TICK_MS 50
+
+typedef struct ticker {
+	layer base;
+	uint64_t next; /* loop time of the next tick; 0 once TICKS are out */
+	int ticks;
+} ticker;
+
+static ssize_t pass_below(layer *l, const uint8_t *in, size_t len, layer_buf *up,
+                          layer_buf *down)
+{
+	(void)l, (void)down;
+	return (ssize_t)layer_buf_put(up, in, len);
+}
+
+static uint64_t tick_deadline(const layer *l) { return ((const ticker *)l)->next; }
+
+static int tick_on_time(layer *l, uint64_t now, layer_buf *down)
+{
+	ticker *t = (ticker *)l;
+	if (layer_buf_put(down, (const uint8_t *)"tick", 4) != 4)
+		return LAYER_ERR_STATE;
+	t->next = ++t->ticks < TICKS ? now + TICK_MS : 0;
+	return 0;
+}
+
+static const layer_ops ticker_ops = {
+	.name = "ticker",
+	.from_below = pass_below,
+	.from_above = poison_above,
+	.ready = always,
+	.deadline = tick_deadline,
+	.on_time = tick_on_time,
+	.free = plain_free,
+};
+
+static stack *ticking(void)
+{
+	stack *s = stack_new();
+	ticker *t = malloc(sizeof *t);
+	assert_non_null(s);
+	assert_non_null(t);
+	*t = (ticker){.base.ops = &ticker_ops, .next = 1}; /* due at once */
+	assert_int_equal(stack_push(s, &t->base), 0);
+	return s;
+}
+
 /* ---- loopback pairs ---- */
 
 static void small_buffers(int fd)
@@ -446,6 +496,28 @@ static void idle_end(void **state)
 	finish(&h);
 }
 
+/* A layer with a timer of its own is told the time by its endpoint: its
+ * ticks reach the peer with no other traffic, TICK_MS apart. */
+static void layer_deadlines(void **state)
+{
+	(void)state;
+	harness h;
+	start(&h, false, ticking(), NULL, (relay_config){0});
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	char want[4 * TICKS + 1] = "";
+	for (int i = 0; i < TICKS; i++)
+		strcat(want, "tick");
+	expect_text(h.app_a, want);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	assert_true(ms >= (TICKS - 1) * TICK_MS - 5);
+	/* and the flow still carries bytes both ways */
+	assert_int_equal(send(h.app_b, "pong", 4, 0), 4);
+	expect_text(h.app_a, "pong");
+	finish(&h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -458,6 +530,7 @@ int main(void)
 		cmocka_unit_test(splice_hand_off),
 		cmocka_unit_test(no_splice_when_off),
 		cmocka_unit_test(idle_end),
+		cmocka_unit_test(layer_deadlines),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

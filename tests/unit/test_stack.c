@@ -424,10 +424,68 @@ static void shutdown_after_data(void **state)
 	unpair(&c, &s);
 }
 
+/* "clock": wants to run at 100, writes "due" toward the wire then, and
+ * wants nothing after. */
+typedef struct clock_layer {
+	layer base;
+	uint64_t due;
+} clock_layer;
+
+static uint64_t clock_deadline(const layer *l) { return ((const clock_layer *)l)->due; }
+
+static int clock_on_time(layer *l, uint64_t now, layer_buf *down)
+{
+	clock_layer *c = (clock_layer *)l;
+	assert_true(now >= c->due);
+	c->due = 0;
+	return layer_buf_put(down, (const uint8_t *)"due", 3) == 3 ? 0 : LAYER_ERR_STATE;
+}
+
+static const layer_ops clock_ops = {
+	.name = "clock",
+	.from_below = xor_below,
+	.from_above = xor_above,
+	.ready = always,
+	.deadline = clock_deadline,
+	.on_time = clock_on_time,
+	.free = plain_free,
+};
+
+/* The earliest deadline of any layer is the stack's; on_time runs only the
+ * layers that are due, and what they write goes down to the wire. */
+static void deadlines(void **state)
+{
+	(void)state;
+	stack *s = stack_new();
+	layer *x = malloc(sizeof *x);
+	clock_layer *c = malloc(sizeof *c);
+	x->ops = &xor_ops;
+	*c = (clock_layer){.base.ops = &clock_ops, .due = 100};
+	assert_int_equal(stack_push(s, &c->base), 0);
+	assert_int_equal(stack_push(s, x), 0); /* a layer without timers above */
+	assert_int_equal(stack_deadline(s), 100);
+	assert_int_equal(stack_on_time(s, 99), 0);
+	const uint8_t *d;
+	assert_int_equal(stack_wire_out(s, &d), 0);
+	assert_int_equal(stack_on_time(s, 100), 0);
+	assert_int_equal(stack_wire_out(s, &d), 3);
+	assert_memory_equal(d, "due", 3);
+	assert_int_equal(stack_deadline(s), 0);
+	stack_free(s);
+	/* a stack without timers has no deadline */
+	s = stack_new();
+	x = malloc(sizeof *x);
+	x->ops = &xor_ops;
+	assert_int_equal(stack_push(s, x), 0);
+	assert_int_equal(stack_deadline(s), 0);
+	stack_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(empty_stack_passes_bytes),
+		cmocka_unit_test(deadlines),
 		cmocka_unit_test(empty_stack_is_bounded),
 		cmocka_unit_test(two_layers_bulk),
 		cmocka_unit_test(two_layers_byte_by_byte),
