@@ -8,10 +8,12 @@
 #include "runtime/dial.h"
 #include "runtime/worker.h"
 
-static const char *const msgs[] = {
-	"balancer member %s is now %s",
-	"balancer %s: probe of %s: %s",
-	"out of memory",
+enum { MSG_NOW, MSG_PROBE_FAILED, MSG_NO_MEMORY, MSG_TIMED_OUT, MSG_COUNT_ };
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_NOW] = "balancer member %s is now %s",
+	[MSG_PROBE_FAILED] = "balancer %s: probe of %s: %s",
+	[MSG_NO_MEMORY] = "out of memory",
+	[MSG_TIMED_OUT] = "timed out",
 };
 
 typedef struct prober prober;
@@ -50,10 +52,10 @@ static void finish(probe *pb, bool up, const char *why)
 	uv_timer_stop(&pb->timer);
 	const char *tag = pb->bal->members[pb->m]->tag;
 	if (!up && why)
-		log_debug("balancer", msgs[1], pb->bal->tag, tag, why);
+		log_debug("balancer", msgs[MSG_PROBE_FAILED], pb->bal->tag, tag, why);
 	balancer_probe_result r = balancer_report(pb->bal->core, pb->m, up);
 	if (r != BALANCER_UNCHANGED)
-		log_info("balancer", msgs[0], tag, r == BALANCER_NOW_UP ? "up" : "down");
+		log_info("balancer", msgs[MSG_NOW], tag, r == BALANCER_NOW_UP ? "up" : "down");
 	uv_timer_start(&pb->timer, on_interval, pb->bal->probe_interval_ms, 0);
 }
 
@@ -75,7 +77,7 @@ static void on_timeout(uv_timer_t *t)
 		pb->dial->cancel(pb->dial);
 		pb->dial = NULL;
 	}
-	finish(pb, false, "timed out");
+	finish(pb, false, msgs[MSG_TIMED_OUT]);
 }
 
 static void probe_start(probe *pb)
@@ -87,7 +89,7 @@ static void probe_start(probe *pb)
 	uv_timer_start(&pb->timer, on_timeout, pb->bal->probe_timeout_ms, 0);
 	pb->dial = dial_tcp(w, pr->dns, &pb->bal->probe[pb->m], ETM_AF_AUTO, false, on_dial, pb);
 	if (!pb->dial)
-		finish(pb, false, msgs[2]);
+		finish(pb, false, msgs[MSG_NO_MEMORY]);
 }
 
 /* Early re-probes: a member whose dial failed, or every member of a
@@ -164,7 +166,7 @@ prober *prober_start(plane *p, dns_cache *cache, const char *const *dns_servers,
 {
 	prober *pr = calloc(1, sizeof *pr);
 	if (!pr) {
-		snprintf(err, err_size, "%s", msgs[2]);
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return NULL;
 	}
 	pr->p = plane_ref(p);
@@ -181,7 +183,7 @@ prober *prober_start(plane *p, dns_cache *cache, const char *const *dns_servers,
 	pr->probes = calloc(pr->n, sizeof *pr->probes);
 	pr->last_all = calloc(p->n_targets, sizeof *pr->last_all);
 	if (!pr->probes || !pr->last_all) {
-		snprintf(err, err_size, "%s", msgs[2]);
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		free_prober(pr);
 		return NULL;
 	}
