@@ -20,7 +20,7 @@ typedef struct prober prober;
 
 typedef struct probe {
 	prober *pr;
-	bal_target *bal;
+	balanced *bal;
 	size_t m;
 	uv_timer_t timer; /* the interval's wait, or the probe's timeout */
 	connect_pending *dial;
@@ -104,7 +104,7 @@ static void on_tick(uv_timer_t *t)
 			probe_start(pb);
 	}
 	for (size_t s = 0; s < pr->p->n_targets; s++) {
-		bal_target *b = pr->p->targets[s].bal;
+		balanced *b = pr->p->targets[s].bal;
 		if (!b || now - pr->last_all[s] < PROBER_ALL_MIN_MS ||
 		    !balancer_take_reprobe_all(b->core))
 			continue;
@@ -189,7 +189,7 @@ prober *prober_start(plane *p, dns_cache *cache, const char *const *dns_servers,
 	}
 	size_t k = 0;
 	for (size_t s = 0; s < p->n_targets; s++) {
-		bal_target *b = p->targets[s].bal;
+		balanced *b = p->targets[s].bal;
 		for (size_t m = 0; b && m < b->n; m++)
 			pr->probes[k++] = (probe){.pr = pr, .bal = b, .m = m};
 	}

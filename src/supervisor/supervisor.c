@@ -49,7 +49,6 @@ typedef struct sup_worker {
 static const char *const msgs[] = {
 	"listening on %s%s%s:%u (%s, %zu worker%s)",
 	"%s flow to %s from inbound %s takes %s (%s)",
-	"balancer %s: member %s failed (%s); trying %s",
 };
 
 static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, int32_t rule)
@@ -69,98 +68,6 @@ static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, in
 
 /* ---- the connector (seed 000 "AppConnector") ---- */
 
-/* A stream through a balancer: the member the strategy picks, then, when
- * its dial fails before any byte moved, up to `retry` more (issue 6); the
- * client sees only the last failure. Each failure asks for an early probe
- * of its member (passive failure counting). */
-typedef struct bal_dial {
-	connect_pending base; /* first: the handle callers hold */
-	connect_pending *inner;
-	plane *p; /* a reference: the members live in it */
-	bal_target *bal;
-	worker *w;
-	dns_resolver *dns;
-	addr_dest dest;
-	balancer_attempt att;
-	size_t member;
-	connect_cb cb;
-	void *data;
-	bool in_call, done_in_call;
-} bal_dial;
-
-static void bal_dial_free(bal_dial *d)
-{
-	plane_unref(d->p);
-	free(d);
-}
-
-static void bal_try(bal_dial *d);
-
-static void bal_done(const connect_result *r, void *data)
-{
-	bal_dial *d = data;
-	d->inner = NULL;
-	if (d->in_call)
-		d->done_in_call = true;
-	if (!r->ok) {
-		/* the prober polls for the request every PROBER_TICK_MS, so
-		 * whether this raised it needs no wake-up here */
-		bool raised = balancer_dial_failed(d->bal->core, d->member);
-		(void)raised;
-		size_t next = balancer_next(d->bal->core, &d->att, NULL);
-		if (next != SIZE_MAX) {
-			log_debug("balancer", msgs[2], d->bal->tag, d->bal->members[d->member]->tag,
-			          r->msg ? r->msg : "?", d->bal->members[next]->tag);
-			d->member = next;
-			bal_try(d);
-			return;
-		}
-	}
-	connect_cb cb = d->cb;
-	void *cb_data = d->data;
-	bal_dial_free(d);
-	cb(r, cb_data);
-}
-
-static void bal_try(bal_dial *d)
-{
-	d->in_call = true;
-	d->done_in_call = false;
-	connect_pending *p = outbound_connect_stream(d->bal->members[d->member], d->w, d->dns,
-	                                             &d->dest, bal_done, d);
-	/* a member that answered inside the call (blackhole) has moved on */
-	if (!d->done_in_call) {
-		d->in_call = false;
-		d->inner = p;
-	}
-}
-
-static void bal_cancel(connect_pending *p)
-{
-	bal_dial *d = (bal_dial *)p;
-	if (d->inner)
-		d->inner->cancel(d->inner);
-	bal_dial_free(d);
-}
-
-static connect_pending *bal_connect(sup_worker *sw, worker *w, bal_target *b, const flow *f,
-                                    connect_cb cb, void *data)
-{
-	bal_dial *d = calloc(1, sizeof *d);
-	if (!d) {
-		cb(&(connect_result){.msg = "out of memory"}, data);
-		return NULL;
-	}
-	*d = (bal_dial){.base.cancel = bal_cancel, .p = plane_ref(sw->plane), .bal = b, .w = w,
-	                .dns = sw->dns, .dest = f->dest, .cb = cb, .data = data};
-	/* selection once per TCP flow, never at route time (seed 000) */
-	d->member = balancer_next(b->core, &d->att, NULL);
-	bal_try(d);
-	if (d->done_in_call)
-		return NULL; /* finished (and freed) inside */
-	return &d->base;
-}
-
 static connect_pending *sup_connect(void *self, worker *w, const flow *f, const flow_ctx *ctx,
                                     connect_cb cb, void *data)
 {
@@ -170,7 +77,7 @@ static connect_pending *sup_connect(void *self, worker *w, const flow *f, const 
 	const target *t = plane_route(sw->plane, f, ctx, &rule);
 	log_decision(f, ctx, t, rule);
 	if (t->bal)
-		return bal_connect(sw, w, t->bal, f, cb, data);
+		return balanced_connect_stream(t->bal, w, sw->dns, &f->dest, cb, data);
 	return outbound_connect_stream(t->ob, w, sw->dns, &f->dest, cb, data);
 }
 
@@ -217,12 +124,9 @@ static connect_pending *assoc_open(void *env, const void *tgt, const addr_dest *
 	assoc_env *e = env;
 	sup_worker *sw = worker_slot(e->w);
 	const target *t = tgt;
-	const outbound *ob = t->ob;
-	if (t->bal) {
-		size_t m = balancer_select(t->bal->core, NULL);
-		ob = t->bal->members[m];
-	}
-	return outbound_connect_datagram(ob, e->w, sw->dns, to, h, rud, opened, oud);
+	if (t->bal)
+		return balanced_connect_datagram(t->bal, e->w, sw->dns, to, h, rud, opened, oud);
+	return outbound_connect_datagram(t->ob, e->w, sw->dns, to, h, rud, opened, oud);
 }
 
 static void assoc_release(void *env) { free(env); }
