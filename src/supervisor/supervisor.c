@@ -1,4 +1,4 @@
-/* supervisor.c - the engine's actor: builds the plane, runs workers and listeners, implements the connector. */
+/* supervisor.c - the engine's actor: builds the plane, runs workers and listeners. */
 #include "etemenanki/supervisor.h"
 
 #include <stdio.h>
@@ -7,12 +7,11 @@
 
 #include "base/log.h"
 #include "inbound/inbound.h"
-#include "outbound/fanout.h"
-#include "runtime/dial.h"
 #include "runtime/dns_cache.h"
 #include "runtime/guard.h"
 #include "runtime/listener.h"
 #include "runtime/worker.h"
+#include "supervisor/connector.h"
 #include "supervisor/plane.h"
 #include "supervisor/prober.h"
 #include "supervisor/spec_msg.h"
@@ -40,118 +39,14 @@ struct etm_supervisor {
 
 /* The supervisor's state on one worker (worker_slot). Worker thread only. */
 typedef struct sup_worker {
-	plane *plane; /* a reference: flows read it, a publish swaps it */
-	dns_resolver *dns;
+	sup_route route; /* first: what the connector reads */
 	listener **listeners; /* one per inbound; NULL where not open */
 	udplb_listener **lb_listeners; /* one per inbound; NULL where not a udp_lb one */
 } sup_worker;
 
 static const char *const msgs[] = {
 	"listening on %s%s%s:%u (%s, %zu worker%s)",
-	"%s flow to %s from inbound %s takes %s (%s)",
 };
-
-static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, int32_t rule)
-{
-	if (log_get_level() < ETM_LOG_DEBUG)
-		return;
-	char dest[ADDR_TEXT_MAX], why[32];
-	addr_dest_format(&f->dest, dest, sizeof dest);
-	if (rule < 0)
-		snprintf(why, sizeof why, "default route");
-	else
-		snprintf(why, sizeof why, "rule #%d", (int)rule + 1);
-	log_debug("route", msgs[1], f->dest.network == ADDR_UDP ? "udp" : "tcp", dest,
-	          ctx && ctx->inbound_tag ? ctx->inbound_tag : "-", t->ob ? t->ob->tag : t->bal->tag,
-	          why);
-}
-
-/* ---- the connector (seed 000 "AppConnector") ---- */
-
-static connect_pending *sup_connect(void *self, worker *w, const flow *f, const flow_ctx *ctx,
-                                    connect_cb cb, void *data)
-{
-	(void)self;
-	sup_worker *sw = worker_slot(w);
-	int32_t rule;
-	const target *t = plane_route(sw->plane, f, ctx, &rule);
-	log_decision(f, ctx, t, rule);
-	if (t->bal)
-		return balanced_connect_stream(t->bal, w, sw->dns, &f->dest, cb, data);
-	return outbound_connect_stream(t->ob, w, sw->dns, &f->dest, cb, data);
-}
-
-static connect_pending *sup_connect_direct(void *self, worker *w, const addr_dest *dest,
-                                           connect_cb cb, void *data)
-{
-	(void)self;
-	sup_worker *sw = worker_slot(w);
-	connect_pending *p = dial_tcp(w, sw->dns, dest, ETM_AF_AUTO, false, cb, data);
-	if (!p)
-		cb(&(connect_result){.msg = "out of memory"}, data);
-	return p;
-}
-
-/* One UDP association's view of the plane: every datagram is routed as a
- * flow of its own (seed 000 "UDP fan-out"), against the worker's current
- * plane at the time it is sent. */
-typedef struct assoc_env {
-	worker *w;
-	flow f; /* the association's flow; dest is replaced per datagram */
-	flow_ctx ctx;
-} assoc_env;
-
-static uint64_t assoc_route(void *env, const addr_dest *to, const void **out)
-{
-	assoc_env *e = env;
-	sup_worker *sw = worker_slot(e->w);
-	flow f = e->f;
-	f.dest = *to;
-	f.dest.network = ADDR_UDP;
-	int32_t rule;
-	const target *t = plane_route(sw->plane, &f, &e->ctx, &rule);
-	log_decision(&f, &e->ctx, t, rule);
-	*out = t;
-	/* A balancer's sub-link is keyed by the balancer: its member is
-	 * selected once, when the sub-link opens (seed 000). */
-	return t->ob ? t->ob->id : t->bal->id;
-}
-
-static connect_pending *assoc_open(void *env, const void *tgt, const addr_dest *to,
-                                   const dgram_handlers *h, void *rud, fanout_opened_cb opened,
-                                   void *oud)
-{
-	assoc_env *e = env;
-	sup_worker *sw = worker_slot(e->w);
-	const target *t = tgt;
-	if (t->bal)
-		return balanced_connect_datagram(t->bal, e->w, sw->dns, to, h, rud, opened, oud);
-	return outbound_connect_datagram(t->ob, e->w, sw->dns, to, h, rud, opened, oud);
-}
-
-static void assoc_release(void *env) { free(env); }
-
-static const fanout_env_ops assoc_ops = {
-	.route = assoc_route,
-	.open = assoc_open,
-	.release = assoc_release,
-};
-
-static dgram_link *sup_connect_datagram(void *self, worker *w, const flow *f, const flow_ctx *ctx,
-                                        const dgram_handlers *h, void *ud, char *err,
-                                        size_t err_size)
-{
-	(void)self;
-	assoc_env *e = malloc(sizeof *e);
-	dgram_link *l = e ? fanout_new(&assoc_ops, e, h, ud) : NULL;
-	if (!l) {
-		free(e);
-		snprintf(err, err_size, "out of memory");
-		return NULL;
-	}
-	*e = (assoc_env){.w = w, .f = *f, .ctx = *ctx};
-	return l;
-}
 
 /* ---- per worker set-up and teardown ---- */
 
@@ -183,11 +78,11 @@ static void worker_setup(worker *w, void *arg)
 	}
 	worker_set_slot(w, sw);
 	worker_set_guard(w, s->guard);
-	sw->plane = plane_ref(s->plane);
+	sw->route.plane = plane_ref(s->plane);
 	const etm_strlist *servers = &s->spec.dns.servers;
-	sw->dns = dns_resolver_new(worker_loop(w), s->cache, (const char *const *)servers->items,
+	sw->route.dns = dns_resolver_new(worker_loop(w), s->cache, (const char *const *)servers->items,
 	                           servers->len, 0, st->err, sizeof st->err);
-	if (!sw->dns) {
+	if (!sw->route.dns) {
 		st->failed = 1;
 		return;
 	}
@@ -263,8 +158,8 @@ static void worker_teardown(worker *w, void *arg)
 	sup_worker *sw = worker_slot(w);
 	if (!sw)
 		return;
-	dns_resolver_del(sw->dns);
-	plane_unref(sw->plane);
+	dns_resolver_del(sw->route.dns);
+	plane_unref(sw->route.plane);
 	free(sw->listeners);
 	free(sw->lb_listeners);
 	free(sw);
@@ -349,8 +244,7 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 	}
 	s->spec = *spec;
 	*spec = (etm_spec){0};
-	s->conn = (connector){.connect = sup_connect, .connect_direct = sup_connect_direct,
-	                      .connect_datagram = sup_connect_datagram, .self = s};
+	sup_connector_init(&s->conn, s);
 	size_t n_in = s->spec.inbounds_len;
 	s->inbounds = calloc(n_in ? n_in : 1, sizeof *s->inbounds);
 	s->ports = calloc(n_in ? n_in : 1, sizeof *s->ports);
