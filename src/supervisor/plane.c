@@ -5,6 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { MSG_NO_MEMORY, MSG_NAMES_NOTHING, MSG_COUNT_ };
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_NO_MEMORY] = "out of memory",
+	[MSG_NAMES_NOTHING] = "route slot %s names nothing",
+};
+
 static void free_plane(plane *p)
 {
 	for (size_t i = 0; i < p->n_unrouted; i++)
@@ -23,7 +29,7 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 {
 	plane *p = calloc(1, sizeof *p);
 	if (!p) {
-		snprintf(err, err_size, "out of memory");
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return NULL;
 	}
 	atomic_init(&p->refs, 1);
@@ -36,7 +42,7 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 	size_t n = route_table_slots(p->routes);
 	p->targets = calloc(n, sizeof *p->targets);
 	if (!p->targets) {
-		snprintf(err, err_size, "out of memory");
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		free_plane(p);
 		return NULL;
 	}
@@ -56,7 +62,7 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 		else if (b)
 			p->targets[i].bal = balanced_new(spec, b, err, err_size);
 		else
-			snprintf(err, err_size, "route slot %s names nothing", tag);
+			snprintf(err, err_size, msgs[MSG_NAMES_NOTHING], tag);
 		if (!p->targets[i].ob && !p->targets[i].bal) {
 			free_plane(p);
 			return NULL;
@@ -71,7 +77,7 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 			continue;
 		balanced **grown = realloc(p->unrouted, (p->n_unrouted + 1) * sizeof *grown);
 		if (!grown) {
-			snprintf(err, err_size, "out of memory");
+			snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 			free_plane(p);
 			return NULL;
 		}

@@ -44,8 +44,10 @@ typedef struct sup_worker {
 	udplb_listener **lb_listeners; /* one per inbound; NULL where not a udp_lb one */
 } sup_worker;
 
-static const char *const msgs[] = {
-	"listening on %s%s%s:%u (%s, %zu worker%s)",
+enum { MSG_LISTENING, MSG_NO_MEMORY, MSG_COUNT_ };
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_LISTENING] = "listening on %s%s%s:%u (%s, %zu worker%s)",
+	[MSG_NO_MEMORY] = "out of memory",
 };
 
 /* ---- per worker set-up and teardown ---- */
@@ -72,7 +74,7 @@ static void worker_setup(worker *w, void *arg)
 			free(sw->lb_listeners);
 		}
 		free(sw);
-		snprintf(st->err, sizeof st->err, "out of memory");
+		snprintf(st->err, sizeof st->err, "%s", msgs[MSG_NO_MEMORY]);
 		st->failed = 1;
 		return;
 	}
@@ -121,7 +123,7 @@ static void worker_setup(worker *w, void *arg)
 		s->ports[i] = listener_port(sw->listeners[i]);
 		/* on worker 0, before any other worker serves (they dial too) */
 		if (worker_index(w) == 0 && guard_listen_add(s->guard, ip, s->ports[i])) {
-			snprintf(st->err, sizeof st->err, "out of memory");
+			snprintf(st->err, sizeof st->err, "%s", msgs[MSG_NO_MEMORY]);
 			st->failed = 1;
 			return;
 		}
@@ -239,7 +241,7 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 	*out = NULL;
 	etm_supervisor *s = calloc(1, sizeof *s);
 	if (!s) {
-		snprintf(err, err_size, "out of memory");
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return -1;
 	}
 	s->spec = *spec;
@@ -251,7 +253,7 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 	s->cache = dns_cache_new(SUPERVISOR_DNS_CACHE);
 	s->guard = guard_new(s->spec.policy.max_connections_per_source);
 	if (!s->inbounds || !s->ports || !s->cache || !s->guard) {
-		snprintf(err, err_size, "out of memory");
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		free_supervisor(s);
 		return -1;
 	}
@@ -309,8 +311,8 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 		const char *ip = in->listen ? in->listen : "127.0.0.1";
 		bool v6 = strchr(ip, ':') != NULL;
 		size_t nw = workers_count(s->ws);
-		log_info("supervisor", msgs[0], v6 ? "[" : "", ip, v6 ? "]" : "", s->ports[i], in->tag,
-		         nw, nw == 1 ? "" : "s");
+		log_info("supervisor", msgs[MSG_LISTENING], v6 ? "[" : "", ip, v6 ? "]" : "",
+		         s->ports[i], in->tag, nw, nw == 1 ? "" : "s");
 	}
 	*out = s;
 	return 0;
