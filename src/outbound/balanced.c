@@ -136,10 +136,12 @@ typedef struct bal_dial {
 	size_t member;
 	connect_cb cb;
 	void *data;
-	/* A member may answer inside outbound_connect_stream (blackhole):
-	 * in_call is set around that call, done_in_call says it answered, so
-	 * the caller neither keeps the stale handle nor uses the freed dial. */
-	bool in_call, done_in_call;
+	/* A member may answer inside outbound_connect_stream (a stack that
+	 * cannot be built, no memory), and a failure there retries the next
+	 * member inside the same call. While such a chain of calls runs, this
+	 * points at its outermost bal_try's flag, which bal_done sets when the
+	 * dial ends and is freed; NULL otherwise. */
+	bool *ended;
 } bal_dial;
 
 static void bal_dial_free(bal_dial *d)
@@ -148,14 +150,12 @@ static void bal_dial_free(bal_dial *d)
 	free(d);
 }
 
-static void bal_try(bal_dial *d);
+static bool bal_try(bal_dial *d);
 
 static void bal_done(const connect_result *r, void *data)
 {
 	bal_dial *d = data;
 	d->inner = NULL;
-	if (d->in_call)
-		d->done_in_call = true;
 	if (!r->ok) {
 		/* the prober polls for the request every PROBER_TICK_MS, so
 		 * whether this raised it needs no wake-up here */
@@ -167,27 +167,38 @@ static void bal_done(const connect_result *r, void *data)
 			          d->bal->members[d->member]->tag, r->msg ? r->msg : "?",
 			          d->bal->members[next]->tag);
 			d->member = next;
-			bal_try(d);
+			(void)bal_try(d); /* d may be gone: nothing more here */
 			return;
 		}
 	}
+	if (d->ended)
+		*d->ended = true;
 	connect_cb cb = d->cb;
 	void *cb_data = d->data;
 	bal_dial_free(d);
 	cb(r, cb_data);
 }
 
-static void bal_try(bal_dial *d)
+/* Connects through the current member. Returns true when the dial ended
+ * inside the call: d is freed then. */
+static bool bal_try(bal_dial *d)
 {
-	d->in_call = true;
-	d->done_in_call = false;
+	bool own = false;
+	bool outermost = d->ended == NULL;
+	bool *ended = outermost ? &own : d->ended; /* read after d may be freed */
+	if (outermost)
+		d->ended = ended;
 	connect_pending *p = outbound_connect_stream(d->bal->members[d->member], d->w, d->dns,
 	                                             &d->dest, bal_done, d);
-	/* a member that answered inside the call (blackhole) has moved on */
-	if (!d->done_in_call) {
-		d->in_call = false;
+	if (*ended)
+		return true;
+	if (outermost)
+		d->ended = NULL;
+	/* NULL: the member answered inside, and a retry it started (if any)
+	 * has set inner already */
+	if (p)
 		d->inner = p;
-	}
+	return false;
 }
 
 static void bal_cancel(connect_pending *p)
@@ -210,8 +221,7 @@ connect_pending *balanced_connect_stream(balanced *b, worker *w, dns_resolver *d
 	                .dest = *dest, .cb = cb, .data = data};
 	/* selection once per TCP flow, never at route time (seed 000) */
 	d->member = balancer_next(b->core, &d->att, NULL);
-	bal_try(d);
-	if (d->done_in_call)
+	if (bal_try(d))
 		return NULL; /* finished (and freed) inside */
 	return &d->base;
 }
