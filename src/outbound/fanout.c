@@ -7,10 +7,11 @@
 
 #include "base/log.h"
 
-static const char *const msgs[] = {
-	"udp fan-out: opening an outbound failed: %s",
-	"udp fan-out: a sub-link ended: %s",
-	"udp fan-out: dropping a datagram: %d are waiting for an open",
+enum { MSG_OPEN_FAILED, MSG_SUB_ENDED, MSG_TOO_MANY_WAITING, MSG_COUNT_ };
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_OPEN_FAILED] = "udp fan-out: opening an outbound failed: %s",
+	[MSG_SUB_ENDED] = "udp fan-out: a sub-link ended: %s",
+	[MSG_TOO_MANY_WAITING] = "udp fan-out: dropping a datagram: %d are waiting for an open",
 };
 
 typedef struct fanout fanout;
@@ -77,7 +78,7 @@ static void sub_end(void *ud, const char *why)
 {
 	sub *s = ud;
 	fanout *fo = s->fo;
-	log_debug("outbound", msgs[1], why ? why : "?");
+	log_debug("outbound", msgs[MSG_SUB_ENDED], why ? why : "?");
 	for (size_t i = 0; i < fo->n_subs; i++)
 		if (fo->subs[i] == s) {
 			remove_at(fo, i);
@@ -136,7 +137,7 @@ static void on_opened(void *oud, dgram_link *link, const char *why)
 	}
 	if (!link) {
 		/* a failed open drops its own datagram only; the next one retries */
-		log_debug("outbound", msgs[0], why ? why : "?");
+		log_debug("outbound", msgs[MSG_OPEN_FAILED], why ? why : "?");
 		free(s);
 	} else {
 		s->link = link;
@@ -184,7 +185,7 @@ static int route_and_send(fanout *fo, const addr_dest *to, const uint8_t *data, 
 	}
 	if (fo->opening) {
 		if (fo->n_queue == FANOUT_MAX_WAITING) {
-			log_debug("outbound", msgs[2], FANOUT_MAX_WAITING);
+			log_debug("outbound", msgs[MSG_TOO_MANY_WAITING], FANOUT_MAX_WAITING);
 			return -1;
 		}
 		if (hold(&fo->queue[fo->n_queue], to, data, len))

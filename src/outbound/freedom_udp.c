@@ -9,10 +9,12 @@
 
 #include "base/log.h"
 
-static const char *const msgs[] = {
-	"udp: no usable local socket in any requested family",
-	"udp: no local socket in the family of %s",
-	"freedom: dropping a datagram to an unresolvable %s: %s",
+enum { MSG_NO_SOCKET, MSG_NO_FAMILY, MSG_UNRESOLVABLE, MSG_NO_ADDRESS, MSG_COUNT_ };
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_NO_SOCKET] = "udp: no usable local socket in any requested family",
+	[MSG_NO_FAMILY] = "udp: no local socket in the family of %s",
+	[MSG_UNRESOLVABLE] = "freedom: dropping a datagram to an unresolvable %s: %s",
+	[MSG_NO_ADDRESS] = "no address in a usable family",
 };
 
 typedef struct name_entry {
@@ -54,7 +56,7 @@ static int send_addr(freedom_udp *f, const struct sockaddr_storage *ss, const ui
 			char text[ADDR_TEXT_MAX] = "?";
 			if (addr_dest_from_sockaddr(&d, (const struct sockaddr *)ss) == 0)
 				addr_dest_format(&d, text, sizeof text);
-			log_debug("outbound", msgs[1], text);
+			log_debug("outbound", msgs[MSG_NO_FAMILY], text);
 		}
 		return -1;
 	}
@@ -91,8 +93,8 @@ static void on_resolved(int st, const struct sockaddr_storage *addrs, size_t n, 
 			}
 	}
 	if (k == 0) {
-		log_debug("outbound", msgs[2], e->name,
-		          st == DNS_OK ? "no address in a usable family" : dns_strerror(st));
+		log_debug("outbound", msgs[MSG_UNRESOLVABLE], e->name,
+		          st == DNS_OK ? msgs[MSG_NO_ADDRESS] : dns_strerror(st));
 		free(e->held);
 		e->held = NULL;
 		e->name[0] = '\0'; /* forget: a later datagram asks again */
@@ -225,7 +227,7 @@ dgram_link *freedom_udp_open(worker *w, dns_resolver *dns, etm_address_family af
 	if (!f || !buf) {
 		free(f);
 		free(buf);
-		snprintf(err, err_size, "%s", msgs[0]);
+		snprintf(err, err_size, "%s", msgs[MSG_NO_SOCKET]);
 		return NULL;
 	}
 	*f = (freedom_udp){.base.ops = &freedom_ops, .w = w, .dns = dns, .af = af, .cb = h->recv,
@@ -250,7 +252,7 @@ dgram_link *freedom_udp_open(worker *w, dns_resolver *dns, etm_address_family af
 		f->has[i] = true;
 	}
 	if (!f->has[0] && !f->has[1]) {
-		snprintf(err, err_size, "%s", msgs[0]);
+		snprintf(err, err_size, "%s", msgs[MSG_NO_SOCKET]);
 		f->closing = true;
 		if (f->open_handles == 0) {
 			free(f->buf);

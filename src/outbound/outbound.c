@@ -1,101 +1,260 @@
-/* outbound.c - dispatch of connect_stream by protocol. */
+/* outbound.c - the protocol table, building an outbound from its spec, and connects dispatched through its row. */
 #include "outbound/outbound.h"
 
+#include <assert.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#include <arpa/inet.h>
 
 #include "outbound/freedom_udp.h"
+#include "outbound/proxy.h"
 #include "outbound/stream_udp.h"
 #include "proto/http_client.h"
 #include "proto/socks_client.h"
 #include "proto/trojan.h"
 #include "proto/vless.h"
 #include "runtime/dial.h"
-#include "runtime/dial_stream.h"
-#include "transport/tls.h"
-#include "transport/ws.h"
 
-static const char *const msgs[] = {
-	"outbound %s: protocol %s is not available yet",
-	"out of memory",
-	"outbound %s: %s",
-	"outbound %s: settings.id is not a UUID",
-	"outbound %s: cannot hash the password",
-	"cannot build the layers of %s",
+enum {
+	MSG_UNAVAILABLE,
+	MSG_NO_MEMORY,
+	MSG_BAD_UUID,
+	MSG_BAD_PASSWORD,
+	MSG_NO_DATAGRAMS,
+	MSG_COUNT_,
+};
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_UNAVAILABLE] = "outbound %s: protocol %s is not available yet",
+	[MSG_NO_MEMORY] = "out of memory",
+	[MSG_BAD_UUID] = "outbound %s: settings.id is not a UUID",
+	[MSG_BAD_PASSWORD] = "outbound %s: cannot hash the password",
+	/* seed 000: "http carries no datagrams", and the same with the name */
+	[MSG_NO_DATAGRAMS] = "%s carries no datagrams",
 };
 
-static bool is_proxy(etm_protocol p)
+/* ---- freedom and blackhole ---- */
+
+static connect_pending *freedom_stream(const outbound *o, worker *w, dns_resolver *dns,
+                                       const addr_dest *dest, connect_cb cb, void *data)
 {
-	return p == ETM_PROTO_SOCKS || p == ETM_PROTO_HTTP || p == ETM_PROTO_TROJAN ||
-	       p == ETM_PROTO_VLESS;
+	connect_pending *d = dial_tcp(w, dns, dest, o->af, true, cb, data);
+	if (!d)
+		cb(&(connect_result){.msg = msgs[MSG_NO_MEMORY]}, data);
+	return d;
 }
 
-static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
-
-/* The transport and credentials of a proxy client, built once per
- * outbound on the control thread. Returns 0 or -1 with err. */
-static int build_proxy(outbound *o, const etm_outbound_spec *spec, char *err, size_t err_size)
+static connect_pending *freedom_datagram(const outbound *o, worker *w, dns_resolver *dns,
+                                         const addr_dest *to, const dgram_handlers *h, void *ud,
+                                         outbound_dgram_cb done, void *oud)
 {
-	unsigned char ip[16];
-	if (inet_pton(AF_INET, spec->server, ip) == 1) {
-		o->server = (addr_dest){.kind = ADDR_IPV4, .port = spec->port};
-		memcpy(o->server.u.v4, ip, 4);
-	} else if (inet_pton(AF_INET6, spec->server, ip) == 1) {
-		o->server = (addr_dest){.kind = ADDR_IPV6, .port = spec->port};
-		memcpy(o->server.u.v6, ip, 16);
-	} else if (addr_dest_set_domain(&o->server, spec->server, strlen(spec->server),
-	                                spec->port)) {
-		snprintf(err, err_size, msgs[2], spec->tag, "server is not a host name");
-		return -1;
-	}
-	const etm_stream_spec *st = &spec->stream;
-	if (st->network == ETM_NET_TLS || st->security == ETM_SEC_TLS) {
-		const etm_tls_spec *t = &st->tls;
-		tls_client_config cfg = {
-			.server_name = t->server_name,
-			.alpn = t->alpn.len ? (const char *const *)t->alpn.items : NULL,
-			.allow_insecure = t->allow_insecure,
-			.ca_file = t->ca,
-		};
-		/* the ALPN list must end with NULL: copy it */
-		const char *alpn[17] = {0};
-		for (size_t i = 0; i < t->alpn.len && i < 16; i++)
-			alpn[i] = t->alpn.items[i];
-		cfg.alpn = t->alpn.len ? alpn : NULL;
-		char why[256];
-		o->tls = tls_client_ctx_new(&cfg, why, sizeof why);
-		if (!o->tls) {
-			snprintf(err, err_size, msgs[2], spec->tag, why);
-			return -1;
-		}
-		o->tls_name = dup_or_null(t->server_name ? t->server_name : spec->server);
-	}
-	if (st->network == ETM_NET_WS) {
-		o->ws = true;
-		o->ws_path = strdup(st->ws.path ? st->ws.path : "/");
-		o->ws_host = strdup(st->ws.host ? st->ws.host
-		                                : st->tls.server_name ? st->tls.server_name
-		                                                      : spec->server);
-	}
+	(void)to;
+	char err[256];
+	dgram_link *l = freedom_udp_open(w, dns, o->af, h, ud, err, sizeof err);
+	done(oud, l, l ? NULL : err);
+	return NULL;
+}
+
+static connect_pending *blackhole_stream(const outbound *o, worker *w, dns_resolver *dns,
+                                         const addr_dest *dest, connect_cb cb, void *data)
+{
+	(void)o;
+	(void)w;
+	(void)dns;
+	(void)dest;
+	cb(&(connect_result){.ok = true, .blackhole = true}, data);
+	return NULL;
+}
+
+static connect_pending *blackhole_datagram(const outbound *o, worker *w, dns_resolver *dns,
+                                           const addr_dest *to, const dgram_handlers *h,
+                                           void *ud, outbound_dgram_cb done, void *oud)
+{
+	(void)o;
+	(void)w;
+	(void)dns;
+	(void)to;
+	(void)h;
+	(void)ud;
+	done(oud, blackhole_udp_open(), NULL);
+	return NULL;
+}
+
+/* ---- socks and http: a user name and password, either optional ---- */
+
+typedef struct userpass {
+	char *username, *password; /* owned; NULL: not set */
+} userpass;
+
+static void userpass_free(void *state)
+{
+	userpass *u = state;
+	free(u->username);
+	free(u->password);
+}
+
+static int userpass_build(outbound *o, const etm_outbound_spec *spec, char *err, size_t err_size)
+{
 	const etm_settings_spec *set = &spec->settings;
-	o->username = dup_or_null(set->username);
-	o->password = dup_or_null(set->password);
-	if (spec->protocol == ETM_PROTO_TROJAN &&
-	    trojan_password_hash(set->password, (char *)o->trojan_hash)) {
-		snprintf(err, err_size, msgs[4], spec->tag);
-		return -1;
-	}
-	if (spec->protocol == ETM_PROTO_VLESS && vless_uuid_parse(set->id, o->vless_uuid)) {
-		snprintf(err, err_size, msgs[3], spec->tag);
+	userpass *u = o->state;
+	if ((set->username && !(u->username = strdup(set->username))) ||
+	    (set->password && !(u->password = strdup(set->password)))) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return -1;
 	}
 	return 0;
 }
+
+static layer *socks_request(const outbound *o, const addr_dest *dest)
+{
+	const userpass *u = o->state;
+	if (dest->network == ADDR_UDP)
+		return socks_client_udp_new(u->username, u->password);
+	return socks_client_new(dest, u->username, u->password);
+}
+
+static dgram_link *socks_dgram_over(const outbound *o, worker *w, uv_tcp_t *tcp, stack *st,
+                                    const layer *request, const addr_dest *to,
+                                    const dgram_handlers *h, void *ud, char *err,
+                                    size_t err_size)
+{
+	(void)o;
+	(void)to;
+	return socks_udp_link_open(w, tcp, st, request, h, ud, err, err_size);
+}
+
+static layer *http_request(const outbound *o, const addr_dest *dest)
+{
+	const userpass *u = o->state;
+	return http_client_new(dest, u->username, u->password);
+}
+
+/* ---- trojan and vless: a stream that frames datagrams ---- */
+
+static dgram_link *framed_dgram(worker *w, uv_tcp_t *tcp, stack *st, stream_udp_framing framing,
+                                const addr_dest *to, const dgram_handlers *h, void *ud,
+                                char *err, size_t err_size)
+{
+	dgram_link *l = stream_udp_open(w, tcp, st, framing, to, h, ud);
+	if (!l)
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+	return l;
+}
+
+typedef struct trojan_cred {
+	uint8_t hash[TROJAN_HASH_LEN]; /* hex(SHA-224(password)) */
+} trojan_cred;
+
+static int trojan_build(outbound *o, const etm_outbound_spec *spec, char *err, size_t err_size)
+{
+	trojan_cred *t = o->state;
+	if (trojan_password_hash(spec->settings.password, (char *)t->hash)) {
+		snprintf(err, err_size, msgs[MSG_BAD_PASSWORD], spec->tag);
+		return -1;
+	}
+	return 0;
+}
+
+static layer *trojan_request(const outbound *o, const addr_dest *dest)
+{
+	const trojan_cred *t = o->state;
+	return trojan_client_new(t->hash, dest);
+}
+
+static dgram_link *trojan_dgram_over(const outbound *o, worker *w, uv_tcp_t *tcp, stack *st,
+                                     const layer *request, const addr_dest *to,
+                                     const dgram_handlers *h, void *ud, char *err,
+                                     size_t err_size)
+{
+	(void)o;
+	(void)request;
+	return framed_dgram(w, tcp, st, STREAM_UDP_TROJAN, to, h, ud, err, err_size);
+}
+
+typedef struct vless_cred {
+	uint8_t uuid[VLESS_UUID_LEN];
+} vless_cred;
+
+static int vless_build(outbound *o, const etm_outbound_spec *spec, char *err, size_t err_size)
+{
+	vless_cred *v = o->state;
+	if (vless_uuid_parse(spec->settings.id, v->uuid)) {
+		snprintf(err, err_size, msgs[MSG_BAD_UUID], spec->tag);
+		return -1;
+	}
+	return 0;
+}
+
+static layer *vless_request(const outbound *o, const addr_dest *dest)
+{
+	const vless_cred *v = o->state;
+	return vless_client_new(v->uuid, dest, dest->network == ADDR_UDP);
+}
+
+static dgram_link *vless_dgram_over(const outbound *o, worker *w, uv_tcp_t *tcp, stack *st,
+                                    const layer *request, const addr_dest *to,
+                                    const dgram_handlers *h, void *ud, char *err,
+                                    size_t err_size)
+{
+	(void)o;
+	(void)request;
+	return framed_dgram(w, tcp, st, STREAM_UDP_VLESS, to, h, ud, err, err_size);
+}
+
+/* ---- the table ---- */
+
+/* Every protocol an outbound may name. vmess, shadowsocks, hysteria2 and
+ * wireguard parse and validate (the spec check reads proxy_client) but
+ * this build cannot run them yet. */
+static const outbound_proto protos[ETM_PROTO_COUNT_] = {
+	[ETM_PROTO_FREEDOM] = {
+		.name = "freedom", .udp = true, .available = true,
+		.connect_stream = freedom_stream, .connect_datagram = freedom_datagram,
+	},
+	[ETM_PROTO_BLACKHOLE] = {
+		.name = "blackhole", .udp = true, .available = true,
+		.connect_stream = blackhole_stream, .connect_datagram = blackhole_datagram,
+	},
+	[ETM_PROTO_SOCKS] = {
+		.name = "socks", .proxy_client = true, .udp = true, .available = true,
+		.state_size = sizeof(userpass), .build = userpass_build, .free_state = userpass_free,
+		.connect_stream = proxy_connect_stream, .connect_datagram = proxy_connect_datagram,
+		.request = socks_request, .dgram_over = socks_dgram_over,
+	},
+	[ETM_PROTO_HTTP] = {
+		.name = "http", .proxy_client = true, .available = true,
+		.state_size = sizeof(userpass), .build = userpass_build, .free_state = userpass_free,
+		.connect_stream = proxy_connect_stream,
+		.request = http_request,
+	},
+	[ETM_PROTO_TROJAN] = {
+		.name = "trojan", .proxy_client = true, .udp = true, .available = true,
+		.state_size = sizeof(trojan_cred), .build = trojan_build,
+		.connect_stream = proxy_connect_stream, .connect_datagram = proxy_connect_datagram,
+		.request = trojan_request, .dgram_over = trojan_dgram_over,
+	},
+	[ETM_PROTO_VLESS] = {
+		.name = "vless", .proxy_client = true, .udp = true, .available = true,
+		.state_size = sizeof(vless_cred), .build = vless_build,
+		.connect_stream = proxy_connect_stream, .connect_datagram = proxy_connect_datagram,
+		.request = vless_request, .dgram_over = vless_dgram_over,
+	},
+	[ETM_PROTO_VMESS] = {.name = "vmess", .proxy_client = true, .udp = true},
+	[ETM_PROTO_SHADOWSOCKS] = {.name = "shadowsocks", .proxy_client = true, .udp = true},
+	[ETM_PROTO_HYSTERIA2] = {.name = "hysteria2", .proxy_client = true, .udp = true},
+	[ETM_PROTO_WIREGUARD] = {.name = "wireguard", .udp = true},
+};
+
+const outbound_proto *outbound_proto_of(etm_protocol p)
+{
+	if ((unsigned)p >= ETM_PROTO_COUNT_ || !protos[p].name)
+		return NULL;
+	/* one name per protocol: the spec's catalogue is the public one */
+	assert(strcmp(protos[p].name, etm_protocol_name(p)) == 0);
+	return &protos[p];
+}
+
+/* ---- building ---- */
 
 /* Source of outbound ids; a fan-out keys its sub-links by them. */
 static atomic_uint_fast64_t next_id = 1;
@@ -104,222 +263,72 @@ uint64_t outbound_next_id(void) { return atomic_fetch_add(&next_id, 1); }
 
 outbound *outbound_new(const etm_outbound_spec *spec, char *err, size_t err_size)
 {
-	if (!etm_protocol_available(spec->protocol, false)) {
-		snprintf(err, err_size, msgs[0], spec->tag, etm_protocol_name(spec->protocol));
+	const outbound_proto *proto = outbound_proto_of(spec->protocol);
+	if (!proto || !proto->available) {
+		snprintf(err, err_size, msgs[MSG_UNAVAILABLE], spec->tag,
+		         etm_protocol_name(spec->protocol));
 		return NULL;
 	}
+	/* an available row names what its flags promise */
+	assert(proto->connect_stream && (!proto->udp || proto->connect_datagram));
+	assert(!proto->proxy_client || proto->request);
 	outbound *o = calloc(1, sizeof *o);
 	if (o)
 		o->tag = strdup(spec->tag);
 	if (!o || !o->tag) {
 		free(o);
-		snprintf(err, err_size, "%s", msgs[1]);
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return NULL;
 	}
-	o->id = atomic_fetch_add(&next_id, 1);
-	o->protocol = spec->protocol;
+	o->id = outbound_next_id();
+	o->proto = proto;
 	o->af = spec->address_family;
-	if (is_proxy(o->protocol) && build_proxy(o, spec, err, err_size)) {
-		outbound_del(o);
-		return NULL;
+	if (proto->proxy_client && !(o->proxy = proxy_transport_new(spec, err, err_size)))
+		goto fail;
+	if (proto->state_size && !(o->state = calloc(1, proto->state_size))) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		goto fail;
 	}
+	if (proto->build && proto->build(o, spec, err, err_size))
+		goto fail;
 	return o;
+fail:
+	outbound_del(o);
+	return NULL;
 }
 
 void outbound_del(outbound *o)
 {
 	if (!o)
 		return;
-	tls_client_ctx_unref(o->tls);
-	free(o->tls_name);
-	free(o->ws_path);
-	free(o->ws_host);
-	free(o->username);
-	free(o->password);
+	if (o->state && o->proto->free_state)
+		o->proto->free_state(o->state);
+	free(o->state);
+	proxy_transport_del(o->proxy);
 	free(o->tag);
 	free(o);
 }
 
-/* One stream's layers, bottom up: TLS, WebSocket, the proxy request. For a
- * datagram link (dest->network UDP) the request is the protocol's UDP one;
- * *top gets the request layer (the SOCKS association reads its relay). */
-static stack *build_stack(const outbound *o, const addr_dest *dest, layer **top, char *err,
-                          size_t err_size)
-{
-	stack *st = stack_new();
-	if (!st) {
-		snprintf(err, err_size, "%s", msgs[1]);
-		return NULL;
-	}
-	layer *l;
-	if (o->tls) {
-		l = tls_client_new(o->tls, o->tls_name, err, err_size);
-		if (!l || stack_push(st, l))
-			goto fail;
-	}
-	if (o->ws) {
-		ws_client_config cfg = {.path = o->ws_path, .host = o->ws_host};
-		if (getentropy(cfg.seed, sizeof cfg.seed)) {
-			snprintf(err, err_size, "%s", msgs[1]);
-			goto fail;
-		}
-		l = ws_client_new(&cfg, err, err_size);
-		if (!l || stack_push(st, l))
-			goto fail;
-	}
-	bool udp = dest->network == ADDR_UDP;
-	switch (o->protocol) {
-	case ETM_PROTO_SOCKS:
-		l = udp ? socks_client_udp_new(o->username, o->password)
-		        : socks_client_new(dest, o->username, o->password);
-		break;
-	case ETM_PROTO_HTTP:
-		l = http_client_new(dest, o->username, o->password);
-		break;
-	case ETM_PROTO_TROJAN:
-		l = trojan_client_new(o->trojan_hash, dest);
-		break;
-	case ETM_PROTO_VLESS:
-		l = vless_client_new(o->vless_uuid, dest, dest->network == ADDR_UDP);
-		break;
-	default:
-		l = NULL;
-		break;
-	}
-	if (!l) {
-		snprintf(err, err_size, msgs[5], etm_protocol_name(o->protocol));
-		goto fail;
-	}
-	if (top)
-		*top = l;
-	if (stack_push(st, l))
-		goto fail;
-	return st;
-fail:
-	stack_free(st);
-	return NULL;
-}
+/* ---- connecting ---- */
 
 connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resolver *dns,
                                          const addr_dest *dest, connect_cb cb, void *data)
 {
-	switch (o->protocol) {
-	case ETM_PROTO_FREEDOM: {
-		connect_pending *d = dial_tcp(w, dns, dest, o->af, true, cb, data);
-		if (!d)
-			cb(&(connect_result){.msg = msgs[1]}, data);
-		return d;
-	}
-	case ETM_PROTO_BLACKHOLE:
-		cb(&(connect_result){.ok = true, .blackhole = true}, data);
-		return NULL;
-	case ETM_PROTO_SOCKS:
-	case ETM_PROTO_HTTP:
-	case ETM_PROTO_TROJAN:
-	case ETM_PROTO_VLESS: {
-		char err[256];
-		stack *st = build_stack(o, dest, NULL, err, sizeof err);
-		if (!st) {
-			cb(&(connect_result){.msg = err}, data);
-			return NULL;
-		}
-		connect_pending *p = dial_stream(w, dns, &o->server, o->af, st, cb, data);
-		if (!p)
-			cb(&(connect_result){.msg = msgs[1]}, data);
-		return p;
-	}
-	default:
-		/* outbound_new refuses what is not built */
-		cb(&(connect_result){.msg = "protocol not available"}, data);
-		return NULL;
-	}
-}
-
-/* A datagram link over a proxy stream, while its stream dials. */
-typedef struct dgram_open {
-	connect_pending base; /* first: the handle callers hold */
-	connect_pending *dial;
-	const outbound *o;
-	worker *w;
-	addr_dest to;
-	const dgram_handlers *h;
-	void *ud;
-	outbound_dgram_cb done;
-	void *oud;
-	layer *control; /* the request layer: the SOCKS association's relay */
-} dgram_open;
-
-static void dgram_cancel(connect_pending *p)
-{
-	dgram_open *d = (dgram_open *)p;
-	d->dial->cancel(d->dial);
-	free(d);
-}
-
-static void on_dgram_stream(const connect_result *r, void *data)
-{
-	dgram_open *d = data;
-	char err[256];
-	dgram_link *l = NULL;
-	if (!r->ok) {
-		snprintf(err, sizeof err, "%s", r->msg ? r->msg : "?");
-	} else if (d->o->protocol == ETM_PROTO_SOCKS) {
-		l = socks_udp_link_open(d->w, r->up, r->st, d->control, d->h, d->ud, err, sizeof err);
-	} else {
-		l = stream_udp_open(d->w, r->up, r->st,
-		                    d->o->protocol == ETM_PROTO_VLESS ? STREAM_UDP_VLESS
-		                                                       : STREAM_UDP_TROJAN,
-		                    &d->to, d->h, d->ud);
-		if (!l)
-			snprintf(err, sizeof err, "%s", msgs[1]);
-	}
-	d->done(d->oud, l, l ? NULL : err);
-	free(d);
+	/* outbound_new refuses a protocol that is not available */
+	return o->proto->connect_stream(o, w, dns, dest, cb, data);
 }
 
 connect_pending *outbound_connect_datagram(const outbound *o, worker *w, dns_resolver *dns,
                                            const addr_dest *to, const dgram_handlers *h,
                                            void *ud, outbound_dgram_cb done, void *oud)
 {
-	char err[256];
-	dgram_link *l = NULL;
-	switch (o->protocol) {
-	case ETM_PROTO_FREEDOM:
-		l = freedom_udp_open(w, dns, o->af, h, ud, err, sizeof err);
-		done(oud, l, l ? NULL : err);
-		return NULL;
-	case ETM_PROTO_BLACKHOLE:
-		done(oud, blackhole_udp_open(), NULL);
-		return NULL;
-	case ETM_PROTO_SOCKS:
-	case ETM_PROTO_TROJAN:
-	case ETM_PROTO_VLESS: {
-		dgram_open *d = calloc(1, sizeof *d);
-		if (!d) {
-			done(oud, NULL, msgs[1]);
-			return NULL;
-		}
-		*d = (dgram_open){.base.cancel = dgram_cancel, .o = o, .w = w, .to = *to, .h = h,
-		                  .ud = ud, .done = done, .oud = oud};
-		d->to.network = ADDR_UDP;
-		stack *st = build_stack(o, &d->to, &d->control, err, sizeof err);
-		if (!st) {
-			free(d);
-			done(oud, NULL, err);
-			return NULL;
-		}
-		d->dial = dial_stream(w, dns, &o->server, o->af, st, on_dgram_stream, d);
-		if (!d->dial) {
-			free(d);
-			done(oud, NULL, msgs[1]);
-			return NULL;
-		}
-		return &d->base;
-	}
-	default:
-		/* seed 000: "http carries no datagrams", and the same with the name */
-		snprintf(err, sizeof err, "%s carries no datagrams", etm_protocol_name(o->protocol));
+	if (!o->proto->udp) {
+		char err[256];
+		snprintf(err, sizeof err, msgs[MSG_NO_DATAGRAMS], o->proto->name);
 		done(oud, NULL, err);
 		return NULL;
 	}
+	addr_dest udp_to = *to;
+	udp_to.network = ADDR_UDP;
+	return o->proto->connect_datagram(o, w, dns, &udp_to, h, ud, done, oud);
 }

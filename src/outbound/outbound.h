@@ -1,32 +1,77 @@
-/* outbound.h - a built outbound and its connect_stream: freedom dials, blackhole swallows. */
+/* outbound.h - a built outbound, the table of what each protocol is and can do, and connect_stream / connect_datagram through it. */
 #ifndef ETM_OUTBOUND_OUTBOUND_H
 #define ETM_OUTBOUND_OUTBOUND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "etemenanki/spec.h"
 #include "runtime/connector.h"
 #include "runtime/dns.h"
 
-typedef struct tls_client_ctx tls_client_ctx;
+typedef struct outbound outbound;
+typedef struct outbound_proto outbound_proto;
+typedef struct proxy_transport proxy_transport;
 
-typedef struct outbound {
+struct outbound {
 	uint64_t id; /* unique for the process's life: tag@vN, never reused */
 	char *tag;   /* owned */
-	etm_protocol protocol;
+	const outbound_proto *proto; /* its protocol's row, never NULL */
 	etm_address_family af;
+	proxy_transport *proxy; /* owned: a proxy client's server and transport; NULL otherwise */
+	void *state; /* owned: proto->state_size bytes of the protocol's own (credentials), or NULL */
+};
 
-	/* The proxy clients (socks, http, trojan, vless): where the server is,
-	 * the transport to it, and the credentials a stream's layers need. */
-	addr_dest server;
-	tls_client_ctx *tls; /* a reference; NULL: no TLS */
-	char *tls_name;      /* owned: the name verified, NULL: the server's */
-	bool ws;
-	char *ws_path, *ws_host; /* owned */
-	char *username, *password; /* owned: socks and http */
-	uint8_t trojan_hash[56];
-	uint8_t vless_uuid[16];
-} outbound;
+/* The end of outbound_connect_datagram: the link, or NULL with why (valid
+ * during the call). */
+typedef void (*outbound_dgram_cb)(void *oud, dgram_link *link, const char *why);
+
+/* What a protocol is and can do as an outbound: one row per protocol in
+ * outbound.c, read by outbound_new, the connects and the spec checks
+ * (etm_spec_check, etm_protocol_available). Adding a protocol is one row
+ * plus the functions it names. Functions are NULL where a flag says the
+ * protocol cannot do it, and all of them are NULL while it is not
+ * available. */
+struct outbound_proto {
+	const char *name; /* etm_protocol_name's */
+	/* Dials a proxy server of its own, named by `server` and `port` (the
+	 * spec check asks for both); outbound_new builds its proxy_transport. */
+	bool proxy_client;
+	bool udp;       /* carries datagrams: connect_datagram is set */
+	bool available; /* this build runs it; the others parse, validate and are
+	                   refused at start ("... is not available yet") */
+
+	/* The protocol's state: o->state gets state_size zeroed bytes (0: no
+	 * state), which build fills from a checked spec after o->proxy is
+	 * built; it returns 0, or -1 with the reason in err. free_state
+	 * releases what the state owns, before the state itself is freed.
+	 * Either function may be NULL: nothing to do. */
+	size_t state_size;
+	int (*build)(outbound *o, const etm_outbound_spec *spec, char *err, size_t err_size);
+	void (*free_state)(void *state);
+
+	/* outbound_connect_stream and outbound_connect_datagram of this
+	 * protocol; contracts as there (to->network is already UDP). */
+	connect_pending *(*connect_stream)(const outbound *o, worker *w, dns_resolver *dns,
+	                                   const addr_dest *dest, connect_cb cb, void *data);
+	connect_pending *(*connect_datagram)(const outbound *o, worker *w, dns_resolver *dns,
+	                                     const addr_dest *to, const dgram_handlers *h, void *ud,
+	                                     outbound_dgram_cb done, void *oud);
+
+	/* Proxy clients (connect_* = proxy_connect_*): the request layer that
+	 * tops a stream's stack, asking the server for dest (dest->network UDP:
+	 * the protocol's UDP request). NULL: out of memory. */
+	layer *(*request)(const outbound *o, const addr_dest *dest);
+	/* Proxy clients that carry UDP: the datagram link over a stream whose
+	 * request is done. tcp and st are taken over, request is st's top
+	 * layer, to the flow's first destination. NULL with err on failure. */
+	dgram_link *(*dgram_over)(const outbound *o, worker *w, uv_tcp_t *tcp, stack *st,
+	                          const layer *request, const addr_dest *to, const dgram_handlers *h,
+	                          void *ud, char *err, size_t err_size);
+};
+
+/* The row of protocol p; NULL for one no outbound speaks (mixed, udp_lb). */
+const outbound_proto *outbound_proto_of(etm_protocol p);
 
 /* Builds the outbound of a checked spec entry. Returns NULL with the reason
  * in err (memory, or a protocol this build cannot run). */
@@ -43,10 +88,6 @@ uint64_t outbound_next_id(void);
  * cancelled, possibly before this returns (then NULL is returned). */
 connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resolver *dns,
                                          const addr_dest *dest, connect_cb cb, void *data);
-
-/* The end of outbound_connect_datagram: the link, or NULL with why (valid
- * during the call). */
-typedef void (*outbound_dgram_cb)(void *oud, dgram_link *link, const char *why);
 
 /* Opens a datagram link through o (seed 000 "connect_datagram"): freedom's
  * per-family sockets, blackhole's swallowing link, a Trojan or VLESS stream

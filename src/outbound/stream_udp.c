@@ -11,13 +11,22 @@
 #include "proto/trojan.h"
 #include "proto/vless.h"
 
-static const char *const msgs[] = {
-	"%s: the stream ended",
-	"%s: a malformed UDP frame",
-	"socks: the control connection closed",
-	"socks: the relay address is a domain",
-	"socks: cannot bind a UDP socket for the relay: %s",
-	"out of memory",
+enum {
+	MSG_STREAM_ENDED,
+	MSG_MALFORMED,
+	MSG_CONTROL_CLOSED,
+	MSG_RELAY_DOMAIN,
+	MSG_RELAY_BIND,
+	MSG_NO_MEMORY,
+	MSG_COUNT_,
+};
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_STREAM_ENDED] = "%s: the stream ended",
+	[MSG_MALFORMED] = "%s: a malformed UDP frame",
+	[MSG_CONTROL_CLOSED] = "socks: the control connection closed",
+	[MSG_RELAY_DOMAIN] = "socks: the relay address is a domain",
+	[MSG_RELAY_BIND] = "socks: cannot bind a UDP socket for the relay: %s",
+	[MSG_NO_MEMORY] = "out of memory",
 };
 
 /* ---- the stream part, shared by both kinds ---- */
@@ -102,7 +111,7 @@ static void sstream_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf)
 		memmove(s->rbuf, s->rbuf + k, s->rlen - (size_t)k);
 		s->rlen -= (size_t)k;
 		if (sstream_flush(s)) {
-			sstream_end(s, msgs[5]);
+			sstream_end(s, msgs[MSG_NO_MEMORY]);
 			return;
 		}
 		s->on_app(s);
@@ -157,7 +166,7 @@ static void sudp_app(sstream *s)
 			return; /* the frame has not fully arrived */
 		if (r < 0) {
 			char why[64];
-			snprintf(why, sizeof why, msgs[1], kind_name(u));
+			snprintf(why, sizeof why, msgs[MSG_MALFORMED], kind_name(u));
 			sstream_end(s, why);
 			return;
 		}
@@ -180,7 +189,7 @@ static void sudp_end(sstream *s, const char *why)
 	sudp *u = (sudp *)((char *)s - offsetof(sudp, s));
 	char text[96];
 	if (!why) {
-		snprintf(text, sizeof text, msgs[0], kind_name(u));
+		snprintf(text, sizeof text, msgs[MSG_STREAM_ENDED], kind_name(u));
 		why = text;
 	}
 	if (u->h->end)
@@ -275,7 +284,7 @@ static void assoc_control_end(sstream *s, const char *why)
 {
 	sassoc *a = (sassoc *)((char *)s - offsetof(sassoc, control));
 	if (a->h->end)
-		a->h->end(a->ud, why ? why : msgs[2]);
+		a->h->end(a->ud, why ? why : msgs[MSG_CONTROL_CLOSED]);
 }
 
 static void assoc_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -356,7 +365,7 @@ dgram_link *socks_udp_link_open(worker *w, uv_tcp_t *tcp, stack *st, const layer
 	const addr_dest *relay = socks_client_relay(control);
 	struct sockaddr_storage rs;
 	if (!relay || relay->kind == ADDR_DOMAIN || !addr_dest_to_sockaddr(relay, &rs)) {
-		snprintf(err, err_size, "%s", msgs[3]);
+		snprintf(err, err_size, "%s", msgs[MSG_RELAY_DOMAIN]);
 		goto fail;
 	}
 	/* A relay of 0.0.0.0 or :: means the server's own address. */
@@ -376,7 +385,7 @@ dgram_link *socks_udp_link_open(worker *w, uv_tcp_t *tcp, stack *st, const layer
 	}
 	sassoc *a = calloc(1, sizeof *a);
 	if (!a) {
-		snprintf(err, err_size, "%s", msgs[5]);
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		goto fail;
 	}
 	a->base.ops = &assoc_ops;
@@ -399,7 +408,7 @@ dgram_link *socks_udp_link_open(worker *w, uv_tcp_t *tcp, stack *st, const layer
 	if (rc == 0)
 		rc = uv_udp_recv_start(&a->udp, assoc_alloc, assoc_recv);
 	if (rc) {
-		snprintf(err, err_size, msgs[4], uv_strerror(rc));
+		snprintf(err, err_size, msgs[MSG_RELAY_BIND], uv_strerror(rc));
 		assoc_close(&a->base);
 		return NULL;
 	}

@@ -5,99 +5,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void bal_free(bal_target *b)
-{
-	if (!b)
-		return;
-	for (size_t i = 0; b->members && i < b->n; i++)
-		outbound_del(b->members[i]);
-	free(b->members);
-	free(b->probe);
-	balancer_del(b->core);
-	free(b->tag);
-	free(b);
-}
-
-/* Builds a balancer slot's target from its (checked) spec. */
-static bal_target *bal_new(const etm_spec *spec, const etm_balancer_spec *bs, char *err,
-                           size_t err_size)
-{
-	bal_target *b = calloc(1, sizeof *b);
-	size_t n = bs->outbounds.len;
-	if (!b || !(b->tag = strdup(bs->tag)) || !(b->members = calloc(n, sizeof *b->members)) ||
-	    !(b->probe = calloc(n, sizeof *b->probe))) {
-		snprintf(err, err_size, "out of memory");
-		bal_free(b);
-		return NULL;
-	}
-	b->id = outbound_next_id();
-	b->n = n;
-	b->probe_interval_ms = bs->probe_interval * 1000;
-	b->probe_timeout_ms = bs->probe_timeout * 1000;
-	/* a tag listed twice is two members on one upstream: a retry after one
-	 * copy failed skips the other */
-	uint32_t *upstream = calloc(n, sizeof *upstream);
-	if (!upstream) {
-		snprintf(err, err_size, "out of memory");
-		bal_free(b);
-		return NULL;
-	}
-	for (size_t m = 0; m < n; m++) {
-		upstream[m] = (uint32_t)m;
-		for (size_t k = 0; k < m; k++)
-			if (strcmp(bs->outbounds.items[k], bs->outbounds.items[m]) == 0) {
-				upstream[m] = upstream[k];
-				break;
-			}
-	}
-	balancer_config cfg = {.strategy = bs->strategy_kind,
-	                       .rise = (uint32_t)bs->rise,
-	                       .fall = (uint32_t)bs->fall,
-	                       .retry = (uint32_t)bs->retry,
-	                       .upstream = upstream};
-	char why[128];
-	b->core = balancer_new(&cfg, n, why, sizeof why);
-	free(upstream);
-	if (!b->core) {
-		snprintf(err, err_size, "balancer %s: %s", bs->tag, why);
-		bal_free(b);
-		return NULL;
-	}
-	for (size_t m = 0; m < n; m++) {
-		const etm_outbound_spec *o = NULL;
-		for (size_t k = 0; k < spec->outbounds_len && !o; k++)
-			if (strcmp(spec->outbounds[k].tag, bs->outbounds.items[m]) == 0)
-				o = &spec->outbounds[k];
-		/* etm_spec_check made sure of both */
-		if (!o || addr_dest_set_domain(&b->probe[m], o->server, strlen(o->server), o->port)) {
-			snprintf(err, err_size, "balancer %s: member %s has no server", bs->tag,
-			         bs->outbounds.items[m]);
-			bal_free(b);
-			return NULL;
-		}
-		addr_dest ip = {0};
-		char text[ADDR_TEXT_MAX];
-		snprintf(text, sizeof text, "%s%s%s:%u", strchr(o->server, ':') ? "[" : "", o->server,
-		         strchr(o->server, ':') ? "]" : "", o->port);
-		if (addr_dest_parse(&ip, text) == 0)
-			b->probe[m] = ip; /* an IP needs no lookup */
-		b->members[m] = outbound_new(o, err, err_size);
-		if (!b->members[m]) {
-			bal_free(b);
-			return NULL;
-		}
-	}
-	return b;
-}
+enum { MSG_NO_MEMORY, MSG_NAMES_NOTHING, MSG_COUNT_ };
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_NO_MEMORY] = "out of memory",
+	[MSG_NAMES_NOTHING] = "route slot %s names nothing",
+};
 
 static void free_plane(plane *p)
 {
 	for (size_t i = 0; i < p->n_unrouted; i++)
-		bal_free(p->unrouted[i]);
+		balanced_unref(p->unrouted[i]);
 	free(p->unrouted);
 	for (size_t i = 0; i < p->n_targets; i++) {
 		outbound_del(p->targets[i].ob);
-		bal_free(p->targets[i].bal);
+		balanced_unref(p->targets[i].bal);
 	}
 	free(p->targets);
 	route_table_free(p->routes);
@@ -108,7 +29,7 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 {
 	plane *p = calloc(1, sizeof *p);
 	if (!p) {
-		snprintf(err, err_size, "out of memory");
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return NULL;
 	}
 	atomic_init(&p->refs, 1);
@@ -121,7 +42,7 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 	size_t n = route_table_slots(p->routes);
 	p->targets = calloc(n, sizeof *p->targets);
 	if (!p->targets) {
-		snprintf(err, err_size, "out of memory");
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		free_plane(p);
 		return NULL;
 	}
@@ -139,9 +60,9 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 		if (o)
 			p->targets[i].ob = outbound_new(o, err, err_size);
 		else if (b)
-			p->targets[i].bal = bal_new(spec, b, err, err_size);
+			p->targets[i].bal = balanced_new(spec, b, err, err_size);
 		else
-			snprintf(err, err_size, "route slot %s names nothing", tag);
+			snprintf(err, err_size, msgs[MSG_NAMES_NOTHING], tag);
 		if (!p->targets[i].ob && !p->targets[i].bal) {
 			free_plane(p);
 			return NULL;
@@ -154,14 +75,14 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 			routed = p->targets[i].bal && strcmp(p->targets[i].bal->tag, bs->tag) == 0;
 		if (routed)
 			continue;
-		bal_target **grown = realloc(p->unrouted, (p->n_unrouted + 1) * sizeof *grown);
+		balanced **grown = realloc(p->unrouted, (p->n_unrouted + 1) * sizeof *grown);
 		if (!grown) {
-			snprintf(err, err_size, "out of memory");
+			snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 			free_plane(p);
 			return NULL;
 		}
 		p->unrouted = grown;
-		p->unrouted[p->n_unrouted] = bal_new(spec, bs, err, err_size);
+		p->unrouted[p->n_unrouted] = balanced_new(spec, bs, err, err_size);
 		if (!p->unrouted[p->n_unrouted]) {
 			free_plane(p);
 			return NULL;

@@ -6,28 +6,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "outbound/balancer.h"
+#include "outbound/balanced.h"
 #include "outbound/outbound.h"
 #include "route/route.h"
 #include "runtime/connector.h"
 
-/* A balancer as a plane runs it (seed 000 "Balancing in depth"): the
- * selection core, its members as outbounds, and where each is probed. */
-typedef struct bal_target {
-	uint64_t id;  /* unique for the process's life, like an outbound's: the
-	                 fan-out's sub-link key, so selection runs once per open */
-	char *tag;    /* owned */
-	balancer *core; /* owned */
-	size_t n;
-	outbound **members; /* owned, n: a tag listed twice is two members */
-	addr_dest *probe;   /* owned, n: each member's server and port (TCP) */
-	uint64_t probe_interval_ms, probe_timeout_ms;
-} bal_target;
-
 /* One route slot's target: an outbound or a balancer. */
 typedef struct target {
 	outbound *ob;    /* owned; NULL for a balancer slot */
-	bal_target *bal; /* owned; NULL for an outbound slot */
+	balanced *bal;   /* a reference; NULL for an outbound slot */
 } target;
 
 typedef struct plane {
@@ -38,7 +25,7 @@ typedef struct plane {
 	size_t n_targets;
 	/* Balancers no route names: built and probed all the same (seed 003:
 	 * the prober runs whether or not anything is routed to the balancer). */
-	bal_target **unrouted; /* owned */
+	balanced **unrouted; /* references */
 	size_t n_unrouted;
 } plane;
 

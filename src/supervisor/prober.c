@@ -8,17 +8,19 @@
 #include "runtime/dial.h"
 #include "runtime/worker.h"
 
-static const char *const msgs[] = {
-	"balancer member %s is now %s",
-	"balancer %s: probe of %s: %s",
-	"out of memory",
+enum { MSG_NOW, MSG_PROBE_FAILED, MSG_NO_MEMORY, MSG_TIMED_OUT, MSG_COUNT_ };
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_NOW] = "balancer member %s is now %s",
+	[MSG_PROBE_FAILED] = "balancer %s: probe of %s: %s",
+	[MSG_NO_MEMORY] = "out of memory",
+	[MSG_TIMED_OUT] = "timed out",
 };
 
 typedef struct prober prober;
 
 typedef struct probe {
 	prober *pr;
-	bal_target *bal;
+	balanced *bal;
 	size_t m;
 	uv_timer_t timer; /* the interval's wait, or the probe's timeout */
 	connect_pending *dial;
@@ -50,10 +52,10 @@ static void finish(probe *pb, bool up, const char *why)
 	uv_timer_stop(&pb->timer);
 	const char *tag = pb->bal->members[pb->m]->tag;
 	if (!up && why)
-		log_debug("balancer", msgs[1], pb->bal->tag, tag, why);
+		log_debug("balancer", msgs[MSG_PROBE_FAILED], pb->bal->tag, tag, why);
 	balancer_probe_result r = balancer_report(pb->bal->core, pb->m, up);
 	if (r != BALANCER_UNCHANGED)
-		log_info("balancer", msgs[0], tag, r == BALANCER_NOW_UP ? "up" : "down");
+		log_info("balancer", msgs[MSG_NOW], tag, r == BALANCER_NOW_UP ? "up" : "down");
 	uv_timer_start(&pb->timer, on_interval, pb->bal->probe_interval_ms, 0);
 }
 
@@ -75,7 +77,7 @@ static void on_timeout(uv_timer_t *t)
 		pb->dial->cancel(pb->dial);
 		pb->dial = NULL;
 	}
-	finish(pb, false, "timed out");
+	finish(pb, false, msgs[MSG_TIMED_OUT]);
 }
 
 static void probe_start(probe *pb)
@@ -87,7 +89,7 @@ static void probe_start(probe *pb)
 	uv_timer_start(&pb->timer, on_timeout, pb->bal->probe_timeout_ms, 0);
 	pb->dial = dial_tcp(w, pr->dns, &pb->bal->probe[pb->m], ETM_AF_AUTO, false, on_dial, pb);
 	if (!pb->dial)
-		finish(pb, false, msgs[2]);
+		finish(pb, false, msgs[MSG_NO_MEMORY]);
 }
 
 /* Early re-probes: a member whose dial failed, or every member of a
@@ -102,7 +104,7 @@ static void on_tick(uv_timer_t *t)
 			probe_start(pb);
 	}
 	for (size_t s = 0; s < pr->p->n_targets; s++) {
-		bal_target *b = pr->p->targets[s].bal;
+		balanced *b = pr->p->targets[s].bal;
 		if (!b || now - pr->last_all[s] < PROBER_ALL_MIN_MS ||
 		    !balancer_take_reprobe_all(b->core))
 			continue;
@@ -164,7 +166,7 @@ prober *prober_start(plane *p, dns_cache *cache, const char *const *dns_servers,
 {
 	prober *pr = calloc(1, sizeof *pr);
 	if (!pr) {
-		snprintf(err, err_size, "%s", msgs[2]);
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return NULL;
 	}
 	pr->p = plane_ref(p);
@@ -181,13 +183,13 @@ prober *prober_start(plane *p, dns_cache *cache, const char *const *dns_servers,
 	pr->probes = calloc(pr->n, sizeof *pr->probes);
 	pr->last_all = calloc(p->n_targets, sizeof *pr->last_all);
 	if (!pr->probes || !pr->last_all) {
-		snprintf(err, err_size, "%s", msgs[2]);
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		free_prober(pr);
 		return NULL;
 	}
 	size_t k = 0;
 	for (size_t s = 0; s < p->n_targets; s++) {
-		bal_target *b = p->targets[s].bal;
+		balanced *b = p->targets[s].bal;
 		for (size_t m = 0; b && m < b->n; m++)
 			pr->probes[k++] = (probe){.pr = pr, .bal = b, .m = m};
 	}

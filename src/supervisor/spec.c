@@ -11,6 +11,7 @@
 
 #include "etemenanki/spec.h"
 #include "outbound/balancer.h"
+#include "outbound/outbound.h"
 #include "route/route.h"
 #include "udplb/conf.h"
 
@@ -96,8 +97,8 @@ bool etm_protocol_available(etm_protocol p, bool inbound)
 	if (inbound)
 		return p == ETM_PROTO_SOCKS || p == ETM_PROTO_HTTP || p == ETM_PROTO_MIXED ||
 		       p == ETM_PROTO_TROJAN || p == ETM_PROTO_VLESS || p == ETM_PROTO_UDP_LB;
-	return p == ETM_PROTO_FREEDOM || p == ETM_PROTO_BLACKHOLE || p == ETM_PROTO_SOCKS ||
-	       p == ETM_PROTO_HTTP || p == ETM_PROTO_TROJAN || p == ETM_PROTO_VLESS;
+	const outbound_proto *op = outbound_proto_of(p);
+	return op && op->available;
 }
 
 int spec_format(char *msg, size_t size, spec_msg_id id, ...)
@@ -256,11 +257,12 @@ static bool has_probe_target(const etm_outbound_spec *o)
 	return o->server && o->has_port && o->protocol != ETM_PROTO_HYSTERIA2;
 }
 
+/* The outbound table says which protocols dial a server of their own,
+ * built or not yet. */
 static bool is_proxy_client(etm_protocol p)
 {
-	return p == ETM_PROTO_SOCKS || p == ETM_PROTO_HTTP || p == ETM_PROTO_TROJAN ||
-	       p == ETM_PROTO_VLESS || p == ETM_PROTO_VMESS || p == ETM_PROTO_SHADOWSOCKS ||
-	       p == ETM_PROTO_HYSTERIA2;
+	const outbound_proto *op = outbound_proto_of(p);
+	return op && op->proxy_client;
 }
 
 /* 8-4-4-4-12 hexadecimal digits. */

@@ -1,4 +1,4 @@
-/* supervisor.c - the engine's actor: builds the plane, runs workers and listeners, implements the connector. */
+/* supervisor.c - the engine's actor: builds the plane, runs workers and listeners. */
 #include "etemenanki/supervisor.h"
 
 #include <stdio.h>
@@ -7,12 +7,11 @@
 
 #include "base/log.h"
 #include "inbound/inbound.h"
-#include "outbound/fanout.h"
-#include "runtime/dial.h"
 #include "runtime/dns_cache.h"
 #include "runtime/guard.h"
 #include "runtime/listener.h"
 #include "runtime/worker.h"
+#include "supervisor/connector.h"
 #include "supervisor/plane.h"
 #include "supervisor/prober.h"
 #include "supervisor/spec_msg.h"
@@ -40,214 +39,16 @@ struct etm_supervisor {
 
 /* The supervisor's state on one worker (worker_slot). Worker thread only. */
 typedef struct sup_worker {
-	plane *plane; /* a reference: flows read it, a publish swaps it */
-	dns_resolver *dns;
+	sup_route route; /* first: what the connector reads */
 	listener **listeners; /* one per inbound; NULL where not open */
 	udplb_listener **lb_listeners; /* one per inbound; NULL where not a udp_lb one */
 } sup_worker;
 
-static const char *const msgs[] = {
-	"listening on %s%s%s:%u (%s, %zu worker%s)",
-	"%s flow to %s from inbound %s takes %s (%s)",
-	"balancer %s: member %s failed (%s); trying %s",
+enum { MSG_LISTENING, MSG_NO_MEMORY, MSG_COUNT_ };
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_LISTENING] = "listening on %s%s%s:%u (%s, %zu worker%s)",
+	[MSG_NO_MEMORY] = "out of memory",
 };
-
-static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, int32_t rule)
-{
-	if (log_get_level() < ETM_LOG_DEBUG)
-		return;
-	char dest[ADDR_TEXT_MAX], why[32];
-	addr_dest_format(&f->dest, dest, sizeof dest);
-	if (rule < 0)
-		snprintf(why, sizeof why, "default route");
-	else
-		snprintf(why, sizeof why, "rule #%d", (int)rule + 1);
-	log_debug("route", msgs[1], f->dest.network == ADDR_UDP ? "udp" : "tcp", dest,
-	          ctx && ctx->inbound_tag ? ctx->inbound_tag : "-", t->ob ? t->ob->tag : t->bal->tag,
-	          why);
-}
-
-/* ---- the connector (seed 000 "AppConnector") ---- */
-
-/* A stream through a balancer: the member the strategy picks, then, when
- * its dial fails before any byte moved, up to `retry` more (issue 6); the
- * client sees only the last failure. Each failure asks for an early probe
- * of its member (passive failure counting). */
-typedef struct bal_dial {
-	connect_pending base; /* first: the handle callers hold */
-	connect_pending *inner;
-	plane *p; /* a reference: the members live in it */
-	bal_target *bal;
-	worker *w;
-	dns_resolver *dns;
-	addr_dest dest;
-	balancer_attempt att;
-	size_t member;
-	connect_cb cb;
-	void *data;
-	bool in_call, done_in_call;
-} bal_dial;
-
-static void bal_dial_free(bal_dial *d)
-{
-	plane_unref(d->p);
-	free(d);
-}
-
-static void bal_try(bal_dial *d);
-
-static void bal_done(const connect_result *r, void *data)
-{
-	bal_dial *d = data;
-	d->inner = NULL;
-	if (d->in_call)
-		d->done_in_call = true;
-	if (!r->ok) {
-		/* the prober polls for the request every PROBER_TICK_MS, so
-		 * whether this raised it needs no wake-up here */
-		bool raised = balancer_dial_failed(d->bal->core, d->member);
-		(void)raised;
-		size_t next = balancer_next(d->bal->core, &d->att, NULL);
-		if (next != SIZE_MAX) {
-			log_debug("balancer", msgs[2], d->bal->tag, d->bal->members[d->member]->tag,
-			          r->msg ? r->msg : "?", d->bal->members[next]->tag);
-			d->member = next;
-			bal_try(d);
-			return;
-		}
-	}
-	connect_cb cb = d->cb;
-	void *cb_data = d->data;
-	bal_dial_free(d);
-	cb(r, cb_data);
-}
-
-static void bal_try(bal_dial *d)
-{
-	d->in_call = true;
-	d->done_in_call = false;
-	connect_pending *p = outbound_connect_stream(d->bal->members[d->member], d->w, d->dns,
-	                                             &d->dest, bal_done, d);
-	/* a member that answered inside the call (blackhole) has moved on */
-	if (!d->done_in_call) {
-		d->in_call = false;
-		d->inner = p;
-	}
-}
-
-static void bal_cancel(connect_pending *p)
-{
-	bal_dial *d = (bal_dial *)p;
-	if (d->inner)
-		d->inner->cancel(d->inner);
-	bal_dial_free(d);
-}
-
-static connect_pending *bal_connect(sup_worker *sw, worker *w, bal_target *b, const flow *f,
-                                    connect_cb cb, void *data)
-{
-	bal_dial *d = calloc(1, sizeof *d);
-	if (!d) {
-		cb(&(connect_result){.msg = "out of memory"}, data);
-		return NULL;
-	}
-	*d = (bal_dial){.base.cancel = bal_cancel, .p = plane_ref(sw->plane), .bal = b, .w = w,
-	                .dns = sw->dns, .dest = f->dest, .cb = cb, .data = data};
-	/* selection once per TCP flow, never at route time (seed 000) */
-	d->member = balancer_next(b->core, &d->att, NULL);
-	bal_try(d);
-	if (d->done_in_call)
-		return NULL; /* finished (and freed) inside */
-	return &d->base;
-}
-
-static connect_pending *sup_connect(void *self, worker *w, const flow *f, const flow_ctx *ctx,
-                                    connect_cb cb, void *data)
-{
-	(void)self;
-	sup_worker *sw = worker_slot(w);
-	int32_t rule;
-	const target *t = plane_route(sw->plane, f, ctx, &rule);
-	log_decision(f, ctx, t, rule);
-	if (t->bal)
-		return bal_connect(sw, w, t->bal, f, cb, data);
-	return outbound_connect_stream(t->ob, w, sw->dns, &f->dest, cb, data);
-}
-
-static connect_pending *sup_connect_direct(void *self, worker *w, const addr_dest *dest,
-                                           connect_cb cb, void *data)
-{
-	(void)self;
-	sup_worker *sw = worker_slot(w);
-	connect_pending *p = dial_tcp(w, sw->dns, dest, ETM_AF_AUTO, false, cb, data);
-	if (!p)
-		cb(&(connect_result){.msg = "out of memory"}, data);
-	return p;
-}
-
-/* One UDP association's view of the plane: every datagram is routed as a
- * flow of its own (seed 000 "UDP fan-out"), against the worker's current
- * plane at the time it is sent. */
-typedef struct assoc_env {
-	worker *w;
-	flow f; /* the association's flow; dest is replaced per datagram */
-	flow_ctx ctx;
-} assoc_env;
-
-static uint64_t assoc_route(void *env, const addr_dest *to, const void **out)
-{
-	assoc_env *e = env;
-	sup_worker *sw = worker_slot(e->w);
-	flow f = e->f;
-	f.dest = *to;
-	f.dest.network = ADDR_UDP;
-	int32_t rule;
-	const target *t = plane_route(sw->plane, &f, &e->ctx, &rule);
-	log_decision(&f, &e->ctx, t, rule);
-	*out = t;
-	/* A balancer's sub-link is keyed by the balancer: its member is
-	 * selected once, when the sub-link opens (seed 000). */
-	return t->ob ? t->ob->id : t->bal->id;
-}
-
-static connect_pending *assoc_open(void *env, const void *tgt, const addr_dest *to,
-                                   const dgram_handlers *h, void *rud, fanout_opened_cb opened,
-                                   void *oud)
-{
-	assoc_env *e = env;
-	sup_worker *sw = worker_slot(e->w);
-	const target *t = tgt;
-	const outbound *ob = t->ob;
-	if (t->bal) {
-		size_t m = balancer_select(t->bal->core, NULL);
-		ob = t->bal->members[m];
-	}
-	return outbound_connect_datagram(ob, e->w, sw->dns, to, h, rud, opened, oud);
-}
-
-static void assoc_release(void *env) { free(env); }
-
-static const fanout_env_ops assoc_ops = {
-	.route = assoc_route,
-	.open = assoc_open,
-	.release = assoc_release,
-};
-
-static dgram_link *sup_connect_datagram(void *self, worker *w, const flow *f, const flow_ctx *ctx,
-                                        const dgram_handlers *h, void *ud, char *err,
-                                        size_t err_size)
-{
-	(void)self;
-	assoc_env *e = malloc(sizeof *e);
-	dgram_link *l = e ? fanout_new(&assoc_ops, e, h, ud) : NULL;
-	if (!l) {
-		free(e);
-		snprintf(err, err_size, "out of memory");
-		return NULL;
-	}
-	*e = (assoc_env){.w = w, .f = *f, .ctx = *ctx};
-	return l;
-}
 
 /* ---- per worker set-up and teardown ---- */
 
@@ -273,17 +74,17 @@ static void worker_setup(worker *w, void *arg)
 			free(sw->lb_listeners);
 		}
 		free(sw);
-		snprintf(st->err, sizeof st->err, "out of memory");
+		snprintf(st->err, sizeof st->err, "%s", msgs[MSG_NO_MEMORY]);
 		st->failed = 1;
 		return;
 	}
 	worker_set_slot(w, sw);
 	worker_set_guard(w, s->guard);
-	sw->plane = plane_ref(s->plane);
+	sw->route.plane = plane_ref(s->plane);
 	const etm_strlist *servers = &s->spec.dns.servers;
-	sw->dns = dns_resolver_new(worker_loop(w), s->cache, (const char *const *)servers->items,
+	sw->route.dns = dns_resolver_new(worker_loop(w), s->cache, (const char *const *)servers->items,
 	                           servers->len, 0, st->err, sizeof st->err);
-	if (!sw->dns) {
+	if (!sw->route.dns) {
 		st->failed = 1;
 		return;
 	}
@@ -322,7 +123,7 @@ static void worker_setup(worker *w, void *arg)
 		s->ports[i] = listener_port(sw->listeners[i]);
 		/* on worker 0, before any other worker serves (they dial too) */
 		if (worker_index(w) == 0 && guard_listen_add(s->guard, ip, s->ports[i])) {
-			snprintf(st->err, sizeof st->err, "out of memory");
+			snprintf(st->err, sizeof st->err, "%s", msgs[MSG_NO_MEMORY]);
 			st->failed = 1;
 			return;
 		}
@@ -359,8 +160,8 @@ static void worker_teardown(worker *w, void *arg)
 	sup_worker *sw = worker_slot(w);
 	if (!sw)
 		return;
-	dns_resolver_del(sw->dns);
-	plane_unref(sw->plane);
+	dns_resolver_del(sw->route.dns);
+	plane_unref(sw->route.plane);
 	free(sw->listeners);
 	free(sw->lb_listeners);
 	free(sw);
@@ -440,20 +241,19 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 	*out = NULL;
 	etm_supervisor *s = calloc(1, sizeof *s);
 	if (!s) {
-		snprintf(err, err_size, "out of memory");
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return -1;
 	}
 	s->spec = *spec;
 	*spec = (etm_spec){0};
-	s->conn = (connector){.connect = sup_connect, .connect_direct = sup_connect_direct,
-	                      .connect_datagram = sup_connect_datagram, .self = s};
+	sup_connector_init(&s->conn, s);
 	size_t n_in = s->spec.inbounds_len;
 	s->inbounds = calloc(n_in ? n_in : 1, sizeof *s->inbounds);
 	s->ports = calloc(n_in ? n_in : 1, sizeof *s->ports);
 	s->cache = dns_cache_new(SUPERVISOR_DNS_CACHE);
 	s->guard = guard_new(s->spec.policy.max_connections_per_source);
 	if (!s->inbounds || !s->ports || !s->cache || !s->guard) {
-		snprintf(err, err_size, "out of memory");
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		free_supervisor(s);
 		return -1;
 	}
@@ -511,8 +311,8 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 		const char *ip = in->listen ? in->listen : "127.0.0.1";
 		bool v6 = strchr(ip, ':') != NULL;
 		size_t nw = workers_count(s->ws);
-		log_info("supervisor", msgs[0], v6 ? "[" : "", ip, v6 ? "]" : "", s->ports[i], in->tag,
-		         nw, nw == 1 ? "" : "s");
+		log_info("supervisor", msgs[MSG_LISTENING], v6 ? "[" : "", ip, v6 ? "]" : "",
+		         s->ports[i], in->tag, nw, nw == 1 ? "" : "s");
 	}
 	*out = s;
 	return 0;

@@ -1,0 +1,235 @@
+/* balanced.c - building a balancer's members, and the dial that retries the next one. */
+#include "outbound/balanced.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+
+enum { MSG_NO_MEMORY, MSG_CORE, MSG_NO_SERVER, MSG_RETRY, MSG_COUNT_ };
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_NO_MEMORY] = "out of memory",
+	[MSG_CORE] = "balancer %s: %s",
+	[MSG_NO_SERVER] = "balancer %s: member %s has no server",
+	[MSG_RETRY] = "balancer %s: member %s failed (%s); trying %s",
+};
+
+/* ---- building ---- */
+
+static void balanced_free(balanced *b)
+{
+	for (size_t i = 0; b->members && i < b->n; i++)
+		outbound_del(b->members[i]);
+	free(b->members);
+	free(b->probe);
+	balancer_del(b->core);
+	free(b->tag);
+	free(b);
+}
+
+balanced *balanced_ref(balanced *b)
+{
+	atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+	return b;
+}
+
+void balanced_unref(balanced *b)
+{
+	if (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1)
+		balanced_free(b);
+}
+
+/* The core: a tag listed twice is two members on one upstream, so a retry
+ * after one copy failed skips the other. */
+static int build_core(balanced *b, const etm_balancer_spec *bs, char *err, size_t err_size)
+{
+	size_t n = b->n;
+	uint32_t *upstream = calloc(n, sizeof *upstream);
+	if (!upstream) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		return -1;
+	}
+	for (size_t m = 0; m < n; m++) {
+		upstream[m] = (uint32_t)m;
+		for (size_t k = 0; k < m; k++)
+			if (strcmp(bs->outbounds.items[k], bs->outbounds.items[m]) == 0) {
+				upstream[m] = upstream[k];
+				break;
+			}
+	}
+	balancer_config cfg = {.strategy = bs->strategy_kind,
+	                       .rise = (uint32_t)bs->rise,
+	                       .fall = (uint32_t)bs->fall,
+	                       .retry = (uint32_t)bs->retry,
+	                       .upstream = upstream};
+	char why[128];
+	b->core = balancer_new(&cfg, n, why, sizeof why);
+	free(upstream);
+	if (!b->core) {
+		snprintf(err, err_size, msgs[MSG_CORE], bs->tag, why);
+		return -1;
+	}
+	return 0;
+}
+
+/* Member m: its outbound, and where its probe connects. */
+static int build_member(balanced *b, size_t m, const etm_spec *spec, const etm_balancer_spec *bs,
+                        char *err, size_t err_size)
+{
+	const etm_outbound_spec *o = NULL;
+	for (size_t k = 0; k < spec->outbounds_len && !o; k++)
+		if (strcmp(spec->outbounds[k].tag, bs->outbounds.items[m]) == 0)
+			o = &spec->outbounds[k];
+	/* etm_spec_check made sure of both */
+	if (!o || addr_dest_set_domain(&b->probe[m], o->server, strlen(o->server), o->port)) {
+		snprintf(err, err_size, msgs[MSG_NO_SERVER], bs->tag, bs->outbounds.items[m]);
+		return -1;
+	}
+	addr_dest ip = {0};
+	char text[ADDR_TEXT_MAX];
+	snprintf(text, sizeof text, "%s%s%s:%u", strchr(o->server, ':') ? "[" : "", o->server,
+	         strchr(o->server, ':') ? "]" : "", o->port);
+	if (addr_dest_parse(&ip, text) == 0)
+		b->probe[m] = ip; /* an IP needs no lookup */
+	b->members[m] = outbound_new(o, err, err_size);
+	return b->members[m] ? 0 : -1;
+}
+
+balanced *balanced_new(const etm_spec *spec, const etm_balancer_spec *bs, char *err,
+                       size_t err_size)
+{
+	balanced *b = calloc(1, sizeof *b);
+	size_t n = bs->outbounds.len;
+	if (!b || !(b->tag = strdup(bs->tag)) || !(b->members = calloc(n, sizeof *b->members)) ||
+	    !(b->probe = calloc(n, sizeof *b->probe))) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		goto fail;
+	}
+	atomic_init(&b->refs, 1);
+	b->id = outbound_next_id();
+	b->n = n;
+	b->probe_interval_ms = bs->probe_interval * 1000;
+	b->probe_timeout_ms = bs->probe_timeout * 1000;
+	if (build_core(b, bs, err, err_size))
+		goto fail;
+	for (size_t m = 0; m < n; m++)
+		if (build_member(b, m, spec, bs, err, err_size))
+			goto fail;
+	return b;
+fail:
+	if (b)
+		balanced_free(b);
+	return NULL;
+}
+
+/* ---- the dial and its retries ---- */
+
+typedef struct bal_dial {
+	connect_pending base; /* first: the handle callers hold */
+	connect_pending *inner;
+	balanced *bal; /* a reference: the members live in it */
+	worker *w;
+	dns_resolver *dns;
+	addr_dest dest;
+	balancer_attempt att;
+	size_t member;
+	connect_cb cb;
+	void *data;
+	/* A member may answer inside outbound_connect_stream (a stack that
+	 * cannot be built, no memory), and a failure there retries the next
+	 * member inside the same call. While such a chain of calls runs, this
+	 * points at its outermost bal_try's flag, which bal_done sets when the
+	 * dial ends and is freed; NULL otherwise. */
+	bool *ended;
+} bal_dial;
+
+static void bal_dial_free(bal_dial *d)
+{
+	balanced_unref(d->bal);
+	free(d);
+}
+
+static bool bal_try(bal_dial *d);
+
+static void bal_done(const connect_result *r, void *data)
+{
+	bal_dial *d = data;
+	d->inner = NULL;
+	if (!r->ok) {
+		/* the prober polls for the request every PROBER_TICK_MS, so
+		 * whether this raised it needs no wake-up here */
+		bool raised = balancer_dial_failed(d->bal->core, d->member);
+		(void)raised;
+		size_t next = balancer_next(d->bal->core, &d->att, NULL);
+		if (next != SIZE_MAX) {
+			log_debug("balancer", msgs[MSG_RETRY], d->bal->tag,
+			          d->bal->members[d->member]->tag, r->msg ? r->msg : "?",
+			          d->bal->members[next]->tag);
+			d->member = next;
+			(void)bal_try(d); /* d may be gone: nothing more here */
+			return;
+		}
+	}
+	if (d->ended)
+		*d->ended = true;
+	connect_cb cb = d->cb;
+	void *cb_data = d->data;
+	bal_dial_free(d);
+	cb(r, cb_data);
+}
+
+/* Connects through the current member. Returns true when the dial ended
+ * inside the call: d is freed then. */
+static bool bal_try(bal_dial *d)
+{
+	bool own = false;
+	bool outermost = d->ended == NULL;
+	bool *ended = outermost ? &own : d->ended; /* read after d may be freed */
+	if (outermost)
+		d->ended = ended;
+	connect_pending *p = outbound_connect_stream(d->bal->members[d->member], d->w, d->dns,
+	                                             &d->dest, bal_done, d);
+	if (*ended)
+		return true;
+	if (outermost)
+		d->ended = NULL;
+	/* NULL: the member answered inside, and a retry it started (if any)
+	 * has set inner already */
+	if (p)
+		d->inner = p;
+	return false;
+}
+
+static void bal_cancel(connect_pending *p)
+{
+	bal_dial *d = (bal_dial *)p;
+	if (d->inner)
+		d->inner->cancel(d->inner);
+	bal_dial_free(d);
+}
+
+connect_pending *balanced_connect_stream(balanced *b, worker *w, dns_resolver *dns,
+                                         const addr_dest *dest, connect_cb cb, void *data)
+{
+	bal_dial *d = calloc(1, sizeof *d);
+	if (!d) {
+		cb(&(connect_result){.msg = msgs[MSG_NO_MEMORY]}, data);
+		return NULL;
+	}
+	*d = (bal_dial){.base.cancel = bal_cancel, .bal = balanced_ref(b), .w = w, .dns = dns,
+	                .dest = *dest, .cb = cb, .data = data};
+	/* selection once per TCP flow, never at route time (seed 000) */
+	d->member = balancer_next(b->core, &d->att, NULL);
+	if (bal_try(d))
+		return NULL; /* finished (and freed) inside */
+	return &d->base;
+}
+
+connect_pending *balanced_connect_datagram(balanced *b, worker *w, dns_resolver *dns,
+                                           const addr_dest *to, const dgram_handlers *h,
+                                           void *ud, outbound_dgram_cb done, void *oud)
+{
+	size_t m = balancer_select(b->core, NULL);
+	return outbound_connect_datagram(b->members[m], w, dns, to, h, ud, done, oud);
+}

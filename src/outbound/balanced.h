@@ -1,0 +1,55 @@
+/* balanced.h - a balancer as the runtime runs it: the selection core, its members as outbounds, and the dial that moves to the next member when one fails. */
+#ifndef ETM_OUTBOUND_BALANCED_H
+#define ETM_OUTBOUND_BALANCED_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "etemenanki/spec.h"
+#include "outbound/balancer.h"
+#include "outbound/outbound.h"
+
+/* Seed 000 "Balancing in depth": the core (balancer.c) picks, this shell
+ * dials; the prober (supervisor/prober.c) is the core's other shell. */
+typedef struct balanced {
+	atomic_uint refs;
+	uint64_t id;  /* unique for the process's life, like an outbound's: the
+	                 fan-out's sub-link key, so selection runs once per open */
+	char *tag;    /* owned */
+	balancer *core; /* owned */
+	size_t n;
+	outbound **members; /* owned, n: a tag listed twice is two members */
+	addr_dest *probe;   /* owned, n: each member's server and port (TCP) */
+	uint64_t probe_interval_ms, probe_timeout_ms;
+} balanced;
+
+/* Builds the balancer bs of a checked spec, its members built from spec's
+ * outbounds. Returns NULL with the reason in err ("out of memory",
+ * "balancer <tag>: ...", or a member's outbound_new error). The new object
+ * holds one reference. */
+balanced *balanced_new(const etm_spec *spec, const etm_balancer_spec *bs, char *err,
+                       size_t err_size);
+
+balanced *balanced_ref(balanced *b);
+/* Drops a reference; the last one frees b and its members. Any thread;
+ * NULL is a no-op. */
+void balanced_unref(balanced *b);
+
+/* Opens a stream to dest through the member the strategy picks, once per
+ * flow (seed 000: never at route time); when that dial fails before any
+ * byte moved, through up to `retry` more (issue 6), each failure reported
+ * to the core (passive failure counting). The client sees only the last
+ * failure. Holds a reference on b while it dials. Callback contract as
+ * outbound_connect_stream. */
+connect_pending *balanced_connect_stream(balanced *b, worker *w, dns_resolver *dns,
+                                         const addr_dest *dest, connect_cb cb, void *data);
+
+/* Opens a datagram link through the member the strategy picks now (a
+ * fan-out sub-link selects once, when it opens). Contract as
+ * outbound_connect_datagram. */
+connect_pending *balanced_connect_datagram(balanced *b, worker *w, dns_resolver *dns,
+                                           const addr_dest *to, const dgram_handlers *h,
+                                           void *ud, outbound_dgram_cb done, void *oud);
+
+#endif

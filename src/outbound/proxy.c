@@ -1,0 +1,245 @@
+/* proxy.c - a proxy client's server and transport, and the streams and datagram links dialled through them. */
+#include "outbound/proxy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+
+#include "runtime/dial_stream.h"
+#include "transport/tls.h"
+#include "transport/ws.h"
+
+enum { MSG_BAD_SETTING, MSG_NO_MEMORY, MSG_NO_LAYERS, MSG_NOT_A_HOST, MSG_COUNT_ };
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_BAD_SETTING] = "outbound %s: %s",
+	[MSG_NO_MEMORY] = "out of memory",
+	[MSG_NO_LAYERS] = "cannot build the layers of %s",
+	[MSG_NOT_A_HOST] = "server is not a host name",
+};
+
+/* ALPN protocols an outbound offers at most; the list handed to the TLS
+ * context ends with NULL after them. */
+#define PROXY_ALPN_MAX 16
+
+struct proxy_transport {
+	addr_dest server;
+	tls_client_ctx *tls; /* a reference; NULL: no TLS */
+	char *tls_name;      /* owned: the name verified, NULL: the server's */
+	bool ws;
+	char *ws_path, *ws_host; /* owned when ws */
+};
+
+void proxy_transport_del(proxy_transport *t)
+{
+	if (!t)
+		return;
+	tls_client_ctx_unref(t->tls);
+	free(t->tls_name);
+	free(t->ws_path);
+	free(t->ws_host);
+	free(t);
+}
+
+static int set_server(proxy_transport *t, const etm_outbound_spec *spec, char *err,
+                      size_t err_size)
+{
+	unsigned char ip[16];
+	if (inet_pton(AF_INET, spec->server, ip) == 1) {
+		t->server = (addr_dest){.kind = ADDR_IPV4, .port = spec->port};
+		memcpy(t->server.u.v4, ip, 4);
+	} else if (inet_pton(AF_INET6, spec->server, ip) == 1) {
+		t->server = (addr_dest){.kind = ADDR_IPV6, .port = spec->port};
+		memcpy(t->server.u.v6, ip, 16);
+	} else if (addr_dest_set_domain(&t->server, spec->server, strlen(spec->server),
+	                                spec->port)) {
+		snprintf(err, err_size, msgs[MSG_BAD_SETTING], spec->tag, msgs[MSG_NOT_A_HOST]);
+		return -1;
+	}
+	return 0;
+}
+
+static int set_tls(proxy_transport *t, const etm_outbound_spec *spec, char *err, size_t err_size)
+{
+	const etm_tls_spec *ts = &spec->stream.tls;
+	/* the ALPN list must end with NULL: copy it */
+	const char *alpn[PROXY_ALPN_MAX + 1] = {0};
+	for (size_t i = 0; i < ts->alpn.len && i < PROXY_ALPN_MAX; i++)
+		alpn[i] = ts->alpn.items[i];
+	tls_client_config cfg = {
+		.server_name = ts->server_name,
+		.alpn = ts->alpn.len ? alpn : NULL,
+		.allow_insecure = ts->allow_insecure,
+		.ca_file = ts->ca,
+	};
+	char why[256];
+	t->tls = tls_client_ctx_new(&cfg, why, sizeof why);
+	if (!t->tls) {
+		snprintf(err, err_size, msgs[MSG_BAD_SETTING], spec->tag, why);
+		return -1;
+	}
+	t->tls_name = strdup(ts->server_name ? ts->server_name : spec->server);
+	if (!t->tls_name) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		return -1;
+	}
+	return 0;
+}
+
+static int set_ws(proxy_transport *t, const etm_outbound_spec *spec, char *err, size_t err_size)
+{
+	const etm_stream_spec *st = &spec->stream;
+	t->ws = true;
+	t->ws_path = strdup(st->ws.path ? st->ws.path : "/");
+	t->ws_host = strdup(st->ws.host          ? st->ws.host
+	                    : st->tls.server_name ? st->tls.server_name
+	                                          : spec->server);
+	if (!t->ws_path || !t->ws_host) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		return -1;
+	}
+	return 0;
+}
+
+proxy_transport *proxy_transport_new(const etm_outbound_spec *spec, char *err, size_t err_size)
+{
+	proxy_transport *t = calloc(1, sizeof *t);
+	if (!t) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		return NULL;
+	}
+	const etm_stream_spec *st = &spec->stream;
+	if (set_server(t, spec, err, err_size))
+		goto fail;
+	if ((st->network == ETM_NET_TLS || st->security == ETM_SEC_TLS) &&
+	    set_tls(t, spec, err, err_size))
+		goto fail;
+	if (st->network == ETM_NET_WS && set_ws(t, spec, err, err_size))
+		goto fail;
+	return t;
+fail:
+	proxy_transport_del(t);
+	return NULL;
+}
+
+/* One stream's layers, bottom up: TLS, WebSocket, the proxy request. For a
+ * datagram link (dest->network UDP) the request is the protocol's UDP one;
+ * *top gets the request layer (the SOCKS association reads its relay). */
+static stack *build_stack(const outbound *o, const addr_dest *dest, layer **top, char *err,
+                          size_t err_size)
+{
+	const proxy_transport *t = o->proxy;
+	stack *st = stack_new();
+	if (!st) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		return NULL;
+	}
+	layer *l;
+	if (t->tls) {
+		l = tls_client_new(t->tls, t->tls_name, err, err_size);
+		if (!l || stack_push(st, l))
+			goto fail;
+	}
+	if (t->ws) {
+		ws_client_config cfg = {.path = t->ws_path, .host = t->ws_host};
+		if (getentropy(cfg.seed, sizeof cfg.seed)) {
+			snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+			goto fail;
+		}
+		l = ws_client_new(&cfg, err, err_size);
+		if (!l || stack_push(st, l))
+			goto fail;
+	}
+	l = o->proto->request(o, dest);
+	if (!l) {
+		snprintf(err, err_size, msgs[MSG_NO_LAYERS], o->proto->name);
+		goto fail;
+	}
+	if (top)
+		*top = l;
+	if (stack_push(st, l))
+		goto fail;
+	return st;
+fail:
+	stack_free(st);
+	return NULL;
+}
+
+connect_pending *proxy_connect_stream(const outbound *o, worker *w, dns_resolver *dns,
+                                      const addr_dest *dest, connect_cb cb, void *data)
+{
+	char err[256];
+	stack *st = build_stack(o, dest, NULL, err, sizeof err);
+	if (!st) {
+		cb(&(connect_result){.msg = err}, data);
+		return NULL;
+	}
+	connect_pending *p = dial_stream(w, dns, &o->proxy->server, o->af, st, cb, data);
+	if (!p)
+		cb(&(connect_result){.msg = msgs[MSG_NO_MEMORY]}, data);
+	return p;
+}
+
+/* A datagram link over a proxy stream, while its stream dials. */
+typedef struct dgram_open {
+	connect_pending base; /* first: the handle callers hold */
+	connect_pending *dial;
+	const outbound *o;
+	worker *w;
+	addr_dest to;
+	const dgram_handlers *h;
+	void *ud;
+	outbound_dgram_cb done;
+	void *oud;
+	layer *request; /* the stack's top: the SOCKS association reads its relay */
+} dgram_open;
+
+static void dgram_cancel(connect_pending *p)
+{
+	dgram_open *d = (dgram_open *)p;
+	d->dial->cancel(d->dial);
+	free(d);
+}
+
+static void on_dgram_stream(const connect_result *r, void *data)
+{
+	dgram_open *d = data;
+	char err[256];
+	dgram_link *l = NULL;
+	if (!r->ok)
+		snprintf(err, sizeof err, "%s", r->msg ? r->msg : "?");
+	else
+		l = d->o->proto->dgram_over(d->o, d->w, r->up, r->st, d->request, &d->to, d->h, d->ud,
+		                            err, sizeof err);
+	d->done(d->oud, l, l ? NULL : err);
+	free(d);
+}
+
+connect_pending *proxy_connect_datagram(const outbound *o, worker *w, dns_resolver *dns,
+                                        const addr_dest *to, const dgram_handlers *h, void *ud,
+                                        outbound_dgram_cb done, void *oud)
+{
+	char err[256];
+	dgram_open *d = calloc(1, sizeof *d);
+	if (!d) {
+		done(oud, NULL, msgs[MSG_NO_MEMORY]);
+		return NULL;
+	}
+	*d = (dgram_open){.base.cancel = dgram_cancel, .o = o, .w = w, .to = *to, .h = h, .ud = ud,
+	                  .done = done, .oud = oud};
+	stack *st = build_stack(o, &d->to, &d->request, err, sizeof err);
+	if (!st) {
+		free(d);
+		done(oud, NULL, err);
+		return NULL;
+	}
+	d->dial = dial_stream(w, dns, &o->proxy->server, o->af, st, on_dgram_stream, d);
+	if (!d->dial) {
+		free(d);
+		done(oud, NULL, msgs[MSG_NO_MEMORY]);
+		return NULL;
+	}
+	return &d->base;
+}

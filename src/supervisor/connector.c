@@ -1,0 +1,125 @@
+/* connector.c - the connector inbounds call: route a flow on the worker's plane, open it through its target; the UDP fan-out's environment. */
+#include "supervisor/connector.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/log.h"
+#include "outbound/fanout.h"
+#include "runtime/dial.h"
+
+enum { MSG_DECISION, MSG_DEFAULT_ROUTE, MSG_RULE, MSG_NO_MEMORY, MSG_COUNT_ };
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_DECISION] = "%s flow to %s from inbound %s takes %s (%s)",
+	[MSG_DEFAULT_ROUTE] = "default route",
+	[MSG_RULE] = "rule #%d",
+	[MSG_NO_MEMORY] = "out of memory",
+};
+
+static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, int32_t rule)
+{
+	if (log_get_level() < ETM_LOG_DEBUG)
+		return;
+	char dest[ADDR_TEXT_MAX], why[32];
+	addr_dest_format(&f->dest, dest, sizeof dest);
+	if (rule < 0)
+		snprintf(why, sizeof why, "%s", msgs[MSG_DEFAULT_ROUTE]);
+	else
+		snprintf(why, sizeof why, msgs[MSG_RULE], (int)rule + 1);
+	log_debug("route", msgs[MSG_DECISION], f->dest.network == ADDR_UDP ? "udp" : "tcp", dest,
+	          ctx && ctx->inbound_tag ? ctx->inbound_tag : "-", t->ob ? t->ob->tag : t->bal->tag,
+	          why);
+}
+
+static connect_pending *sup_connect(void *self, worker *w, const flow *f, const flow_ctx *ctx,
+                                    connect_cb cb, void *data)
+{
+	(void)self;
+	sup_route *rs = worker_slot(w);
+	int32_t rule;
+	const target *t = plane_route(rs->plane, f, ctx, &rule);
+	log_decision(f, ctx, t, rule);
+	if (t->bal)
+		return balanced_connect_stream(t->bal, w, rs->dns, &f->dest, cb, data);
+	return outbound_connect_stream(t->ob, w, rs->dns, &f->dest, cb, data);
+}
+
+static connect_pending *sup_connect_direct(void *self, worker *w, const addr_dest *dest,
+                                           connect_cb cb, void *data)
+{
+	(void)self;
+	sup_route *rs = worker_slot(w);
+	connect_pending *p = dial_tcp(w, rs->dns, dest, ETM_AF_AUTO, false, cb, data);
+	if (!p)
+		cb(&(connect_result){.msg = msgs[MSG_NO_MEMORY]}, data);
+	return p;
+}
+
+/* One UDP association's view of the plane: every datagram is routed as a
+ * flow of its own (seed 000 "UDP fan-out"), against the worker's current
+ * plane at the time it is sent. */
+typedef struct assoc_env {
+	worker *w;
+	flow f; /* the association's flow; dest is replaced per datagram */
+	flow_ctx ctx;
+} assoc_env;
+
+static uint64_t assoc_route(void *env, const addr_dest *to, const void **out)
+{
+	assoc_env *e = env;
+	sup_route *rs = worker_slot(e->w);
+	flow f = e->f;
+	f.dest = *to;
+	f.dest.network = ADDR_UDP;
+	int32_t rule;
+	const target *t = plane_route(rs->plane, &f, &e->ctx, &rule);
+	log_decision(&f, &e->ctx, t, rule);
+	*out = t;
+	/* A balancer's sub-link is keyed by the balancer: its member is
+	 * selected once, when the sub-link opens (seed 000). */
+	return t->ob ? t->ob->id : t->bal->id;
+}
+
+static connect_pending *assoc_open(void *env, const void *tgt, const addr_dest *to,
+                                   const dgram_handlers *h, void *rud, fanout_opened_cb opened,
+                                   void *oud)
+{
+	assoc_env *e = env;
+	sup_route *rs = worker_slot(e->w);
+	const target *t = tgt;
+	if (t->bal)
+		return balanced_connect_datagram(t->bal, e->w, rs->dns, to, h, rud, opened, oud);
+	return outbound_connect_datagram(t->ob, e->w, rs->dns, to, h, rud, opened, oud);
+}
+
+static void assoc_release(void *env) { free(env); }
+
+static const fanout_env_ops assoc_ops = {
+	.route = assoc_route,
+	.open = assoc_open,
+	.release = assoc_release,
+};
+
+static dgram_link *sup_connect_datagram(void *self, worker *w, const flow *f, const flow_ctx *ctx,
+                                        const dgram_handlers *h, void *ud, char *err,
+                                        size_t err_size)
+{
+	(void)self;
+	assoc_env *e = malloc(sizeof *e);
+	dgram_link *l = e ? fanout_new(&assoc_ops, e, h, ud) : NULL;
+	if (!l) {
+		free(e);
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		return NULL;
+	}
+	*e = (assoc_env){.w = w, .f = *f, .ctx = *ctx};
+	return l;
+}
+
+void sup_connector_init(connector *c, void *self)
+{
+	*c = (connector){.connect = sup_connect,
+	                 .connect_direct = sup_connect_direct,
+	                 .connect_datagram = sup_connect_datagram,
+	                 .self = self};
+}

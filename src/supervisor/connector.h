@@ -1,0 +1,23 @@
+/* connector.h - the supervisor's connector (seed 000 "AppConnector"): a flow routed on its worker's plane and opened through the target its route names. */
+#ifndef ETM_SUPERVISOR_CONNECTOR_H
+#define ETM_SUPERVISOR_CONNECTOR_H
+
+#include "runtime/connector.h"
+#include "runtime/dns.h"
+#include "supervisor/plane.h"
+
+/* What the connector reads on a worker: the first member of the
+ * supervisor's worker slot (worker_slot). Worker thread only. */
+typedef struct sup_route {
+	plane *plane;      /* a reference: flows read it, a publish swaps it */
+	dns_resolver *dns; /* owned */
+} sup_route;
+
+/* Fills c with the supervisor's connector: connect routes the flow and
+ * opens a stream through the outbound or balancer it names;
+ * connect_direct dials past the routes; connect_datagram opens a fan-out
+ * that routes every datagram on its own. Every worker it runs on must have
+ * a slot that starts with a sup_route. self is handed back untouched. */
+void sup_connector_init(connector *c, void *self);
+
+#endif
