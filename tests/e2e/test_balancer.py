@@ -555,3 +555,42 @@ def test_the_timing_table_measured(apps, members):
     for tag in servers:
         assert len(state_lines(c, tag, "down")) == ROUNDS
         assert len(state_lines(c, tag, "up")) == ROUNDS
+
+
+# ---------------------------------------------------------------- a member that fails inside its connect
+
+def ws_member_with_a_bad_path(tag, port):
+    """A trojan-over-WebSocket member whose path holds a space: --test and
+    the TCP probe pass it, and every connect fails at once, inside the call
+    (the WebSocket layer refuses the path)."""
+    return (f'[[outbound]]\ntag = "{tag}"\nprotocol = "trojan"\nserver = "127.0.0.1"\n'
+            f'port = {port}\n[outbound.settings]\npassword = "pw"\n'
+            '[outbound.stream]\nnetwork = "ws"\n[outbound.stream.ws]\npath = "/a b"\n\n')
+
+
+@pytest.mark.parametrize("with_good", [False, True], ids=["alone", "then-a-good-one"])
+def test_a_member_failing_inside_its_connect(apps, members, echo, with_good):
+    """Before the fix the balancer's dial was read after it was freed when
+    the last member failed inside the call, and a pending retry's handle was
+    lost, so a cancel at SIGTERM freed a dial still in use (both aborted
+    under ASan). Now the flow fails cleanly, or retries onto the good
+    member, and the process stops with exit 0."""
+    bad = members("bad")
+    good = members("good")
+    text = ('[[inbound]]\ntag = "in"\nprotocol = "socks"\nlisten = "127.0.0.1"\nport = {port0}\n\n'
+            + ws_member_with_a_bad_path("bad", bad.port))
+    names = ["bad"]
+    if with_good:
+        text += socks_member("good", good.port)
+        names.append("good")
+    text += balancer("up", names, probe_interval=30, probe_timeout=1, retry=1)
+    text += '[route]\ndefault = "up"\n\n'
+    c = apps.start(text, log_level="debug")
+    reps = [socks_flow(c.port, "127.0.0.1", echo.port) for _ in range(4)]
+    if with_good:
+        assert reps == [0] * 4, c.log()
+        assert len(good.connects) == 4
+    else:
+        assert all(rep != 0 for rep in reps), reps
+    assert c.proc.poll() is None, c.log()
+    assert 'ws: bad path "/a b"' in c.log(), c.log()
