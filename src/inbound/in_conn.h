@@ -29,7 +29,7 @@ typedef struct http_in http_in;
 
 typedef struct in_conn {
 	const inbound_rt *in;
-	conn *c;
+	conn *c; /* set by on_open, before any other hook */
 	in_kind kind;
 	union {
 		socks_server socks;

@@ -336,10 +336,16 @@ static size_t vless_data(in_conn *ic, const uint8_t *data, size_t len)
 
 /* ---- the driver ---- */
 
-static size_t on_data(conn *c, void *drv, const uint8_t *data, size_t len)
+static void on_open(conn *c, void *drv)
 {
 	in_conn *ic = drv;
 	ic->c = c;
+}
+
+static size_t on_data(conn *c, void *drv, const uint8_t *data, size_t len)
+{
+	(void)c;
+	in_conn *ic = drv;
 	if (ic->sniffing)
 		return sniff_step(ic, data, len);
 	if (ic->kind == IN_UNDECIDED && ic->in->spec->protocol == ETM_PROTO_TROJAN) {
@@ -435,6 +441,7 @@ static void on_written(conn *c, void *drv)
 }
 
 static const conn_driver driver = {
+	.on_open = on_open,
 	.on_data = on_data,
 	.on_client_end = on_client_end,
 	.on_written = on_written,

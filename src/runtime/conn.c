@@ -268,6 +268,8 @@ conn *conn_accept(worker *w, int fd, const conn_driver *driver, void *drv,
 		c->next->prev = c;
 	list->head = c;
 	list->n++;
+	if (driver->on_open)
+		driver->on_open(c, drv);
 
 	int rc = uv_tcp_open(&c->client, fd);
 	if (rc) {
