@@ -9,10 +9,13 @@
  * the backpressure bound of the filtered (absolute-form) path. */
 #define HTTP_IN_QUEUE_MAX (64 * 1024)
 
+enum { MSG_BLOCKED, MSG_PLAIN_VIA_LAYERS, MSG_HEAD_TOO_LARGE, MSG_MALFORMED };
 static const char *const msgs[] = {
-	"blocked by a route",
-	"the upstream response head is larger than %d bytes",
-	"plain http:// requests through a proxy outbound are not supported yet; use CONNECT",
+	[MSG_BLOCKED] = "blocked by a route",
+	[MSG_PLAIN_VIA_LAYERS] =
+		"plain http:// requests through a proxy outbound are not supported yet; use CONNECT",
+	[MSG_HEAD_TOO_LARGE] = "upstream response head too large",
+	[MSG_MALFORMED] = "malformed request",
 };
 
 typedef struct up_write up_write;
@@ -174,7 +177,7 @@ static void process_upstream(http_in *h)
 			break;
 	}
 	if (h->len == POOL_BUF_SIZE) { /* a head that cannot fit */
-		in_conn_log_end(ic, "upstream response head too large");
+		in_conn_log_end(ic, msgs[MSG_HEAD_TOO_LARGE]);
 		close_all(h);
 		return;
 	}
@@ -219,7 +222,7 @@ static void connected(const connect_result *r, void *data)
 	uv_tcp_t *up = r->up;
 	ic->pending = NULL;
 	if (!r->ok || r->blackhole) {
-		const char *why = r->ok ? msgs[0] : r->msg;
+		const char *why = r->ok ? msgs[MSG_BLOCKED] : r->msg;
 		in_conn_log_end(ic, why);
 		if (http_server_failed(&h->core, r->ok ? PROTO_DIAL_NOT_ALLOWED : r->err, why,
 		                       &ic->out) == 0 &&
@@ -234,8 +237,8 @@ static void connected(const connect_result *r, void *data)
 		 * the core still waits for its dial, so the 502 can be written. */
 		stack_free(r->st);
 		uv_close((uv_handle_t *)up, free_handle);
-		in_conn_log_end(ic, msgs[2]);
-		if (http_server_failed(&h->core, PROTO_DIAL_GENERAL, msgs[2], &ic->out) == 0 &&
+		in_conn_log_end(ic, msgs[MSG_PLAIN_VIA_LAYERS]);
+		if (http_server_failed(&h->core, PROTO_DIAL_GENERAL, msgs[MSG_PLAIN_VIA_LAYERS], &ic->out) == 0 &&
 		    in_conn_flush(ic))
 			conn_close_after_write(ic->c);
 		else
@@ -278,7 +281,7 @@ size_t http_in_data(in_conn *ic, const uint8_t *data, size_t len)
 			return 0;
 		}
 		if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
-			in_conn_log_end(ic, ev.reason ? ev.reason : "malformed request");
+			in_conn_log_end(ic, ev.reason ? ev.reason : msgs[MSG_MALFORMED]);
 			close_all(h);
 			return 0;
 		}

@@ -11,10 +11,12 @@
 #include "inbound/in_conn.h"
 #include "inbound/socks_udp.h"
 
+enum { MSG_ENDED, MSG_REFUSED, MSG_UNKNOWN, MSG_BAD_UDP_FRAME };
 static const char *const msgs[] = {
-	[0] = "%s connection from %s to %s ended: %s",
-	[1] = "%s connection from %s refused: %s",
-	[2] = "%s connection from %s: malformed handshake",
+	[MSG_ENDED] = "%s connection from %s to %s ended: %s",
+	[MSG_REFUSED] = "%s connection from %s refused: %s",
+	[MSG_UNKNOWN] = "?",
+	[MSG_BAD_UDP_FRAME] = "a malformed UDP frame",
 };
 
 void in_conn_peer_text(const in_conn *ic, char *out, size_t size)
@@ -23,7 +25,7 @@ void in_conn_peer_text(const in_conn *ic, char *out, size_t size)
 	if (addr_dest_from_sockaddr(&p, (const struct sockaddr *)conn_peer(ic->c)) == 0)
 		addr_dest_format(&p, out, size);
 	else
-		snprintf(out, size, "?");
+		snprintf(out, size, "%s", msgs[MSG_UNKNOWN]);
 }
 
 void in_conn_log_end(const in_conn *ic, const char *why)
@@ -33,7 +35,7 @@ void in_conn_log_end(const in_conn *ic, const char *why)
 	char peer[ADDR_TEXT_MAX], dest[ADDR_TEXT_MAX];
 	in_conn_peer_text(ic, peer, sizeof peer);
 	addr_dest_format(&ic->f.dest, dest, sizeof dest);
-	log_debug("inbound", msgs[0], ic->in->spec->tag, peer, dest, why);
+	log_debug("inbound", msgs[MSG_ENDED], ic->in->spec->tag, peer, dest, why);
 }
 
 static void log_refused(const in_conn *ic, const char *why)
@@ -42,7 +44,8 @@ static void log_refused(const in_conn *ic, const char *why)
 		return;
 	char peer[ADDR_TEXT_MAX];
 	in_conn_peer_text(ic, peer, sizeof peer);
-	log_debug("inbound", msgs[1], ic->in->spec->tag, peer, why ? why : "?");
+	log_debug("inbound", msgs[MSG_REFUSED], ic->in->spec->tag, peer,
+	          why ? why : msgs[MSG_UNKNOWN]);
 }
 
 /* Sends what the core wrote; false when the connection is gone. */
@@ -241,7 +244,7 @@ static size_t stream_udp_data(in_conn *ic, const uint8_t *data, size_t len)
 		if (r == 0)
 			break;
 		if (r < 0) {
-			in_conn_log_end(ic, "a malformed UDP frame");
+			in_conn_log_end(ic, msgs[MSG_BAD_UDP_FRAME]);
 			conn_close(ic->c);
 			return 0;
 		}
@@ -490,12 +493,13 @@ fail:
 
 /* ---- building an inbound ---- */
 
+enum { BUILD_TLS, BUILD_FALLBACK, BUILD_NO_MEMORY, BUILD_PASSWORD, BUILD_UUID };
 static const char *const build_msgs[] = {
-	"inbound %s: %s",
-	"inbound %s: settings.fallback \"%s\" is not host:port",
-	"inbound %s: out of memory",
-	"inbound %s: cannot hash a password",
-	"inbound %s: a settings.users id is not a UUID",
+	[BUILD_TLS] = "inbound %s: %s",
+	[BUILD_FALLBACK] = "inbound %s: settings.fallback \"%s\" is not host:port",
+	[BUILD_NO_MEMORY] = "inbound %s: out of memory",
+	[BUILD_PASSWORD] = "inbound %s: cannot hash a password",
+	[BUILD_UUID] = "inbound %s: a settings.users id is not a UUID",
 };
 
 int inbound_rt_build(inbound_rt *in, char *err, size_t err_size)
@@ -510,7 +514,7 @@ int inbound_rt_build(inbound_rt *in, char *err, size_t err_size)
 		in->tls = tls_server_ctx_new(st->tls.certificate, st->tls.key,
 		                             st->tls.alpn.len ? alpn : NULL, why, sizeof why);
 		if (!in->tls) {
-			snprintf(err, err_size, build_msgs[0], sp->tag, why);
+			snprintf(err, err_size, build_msgs[BUILD_TLS], sp->tag, why);
 			return -1;
 		}
 	}
@@ -520,17 +524,17 @@ int inbound_rt_build(inbound_rt *in, char *err, size_t err_size)
 	if (sp->protocol == ETM_PROTO_TROJAN) {
 		in->trojan_hashes = calloc(n, sizeof *in->trojan_hashes);
 		if (!in->trojan_hashes) {
-			snprintf(err, err_size, build_msgs[2], sp->tag);
+			snprintf(err, err_size, build_msgs[BUILD_NO_MEMORY], sp->tag);
 			return -1;
 		}
 		for (size_t i = 0; i < set->users_len; i++)
 			if (trojan_password_hash(set->users[i].password, (char *)in->trojan_hashes[i])) {
-				snprintf(err, err_size, build_msgs[3], sp->tag);
+				snprintf(err, err_size, build_msgs[BUILD_PASSWORD], sp->tag);
 				return -1;
 			}
 		if (set->fallback) {
 			if (addr_dest_parse(&in->fallback, set->fallback)) {
-				snprintf(err, err_size, build_msgs[1], sp->tag, set->fallback);
+				snprintf(err, err_size, build_msgs[BUILD_FALLBACK], sp->tag, set->fallback);
 				return -1;
 			}
 			in->has_fallback = true;
@@ -539,12 +543,12 @@ int inbound_rt_build(inbound_rt *in, char *err, size_t err_size)
 	if (sp->protocol == ETM_PROTO_VLESS) {
 		in->vless_uuids = calloc(n, sizeof *in->vless_uuids);
 		if (!in->vless_uuids) {
-			snprintf(err, err_size, build_msgs[2], sp->tag);
+			snprintf(err, err_size, build_msgs[BUILD_NO_MEMORY], sp->tag);
 			return -1;
 		}
 		for (size_t i = 0; i < set->users_len; i++)
 			if (vless_uuid_parse(set->users[i].id, in->vless_uuids[i])) {
-				snprintf(err, err_size, build_msgs[4], sp->tag);
+				snprintf(err, err_size, build_msgs[BUILD_UUID], sp->tag);
 				return -1;
 			}
 	}

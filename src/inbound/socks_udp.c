@@ -6,11 +6,13 @@
 
 #include "base/log.h"
 
+enum { MSG_BIND, MSG_LINK, MSG_NOT_CLIENT, MSG_MALFORMED, MSG_NO_MEMORY };
 static const char *const msgs[] = {
-	"socks udp: cannot bind the relay: %s",
-	"socks udp: cannot open the datagram link: %s",
-	"socks udp: dropped a datagram from %s (not the client)",
-	"socks udp: dropped a malformed or fragmented datagram",
+	[MSG_BIND] = "socks udp: cannot bind the relay: %s",
+	[MSG_LINK] = "socks udp: cannot open the datagram link: %s",
+	[MSG_NOT_CLIENT] = "socks udp: dropped a datagram from %s (not the client)",
+	[MSG_MALFORMED] = "socks udp: dropped a malformed or fragmented datagram",
+	[MSG_NO_MEMORY] = "out of memory",
 };
 
 struct socks_udp {
@@ -81,14 +83,14 @@ static void on_client_datagram(uv_udp_t *h, ssize_t n, const uv_buf_t *buf,
 			char text[ADDR_TEXT_MAX] = "?";
 			if (addr_dest_from_sockaddr(&d, from) == 0)
 				addr_dest_format(&d, text, sizeof text);
-			log_debug("inbound", msgs[2], text);
+			log_debug("inbound", msgs[MSG_NOT_CLIENT], text);
 		}
 		return;
 	}
 	addr_dest dest = {.network = ADDR_UDP};
 	ssize_t hl = socks_udp_decode((const uint8_t *)buf->base, (size_t)n, &dest);
 	if (hl < 0) {
-		log_debug("inbound", "%s", msgs[3]);
+		log_debug("inbound", "%s", msgs[MSG_MALFORMED]);
 		return;
 	}
 	if (!u->client_known) {
@@ -121,7 +123,7 @@ void socks_udp_start(in_conn *ic, const proto_event *ev)
 	if (!u || !buf) {
 		free(u);
 		free(buf);
-		fail(ic, PROTO_DIAL_GENERAL, "out of memory");
+		fail(ic, PROTO_DIAL_GENERAL, msgs[MSG_NO_MEMORY]);
 		return;
 	}
 	u->ic = ic;
@@ -139,7 +141,7 @@ void socks_udp_start(in_conn *ic, const proto_event *ev)
 		((struct sockaddr_in6 *)&local)->sin6_port = 0;
 	int rc = uv_udp_bind(&u->relay, (struct sockaddr *)&local, 0);
 	if (rc) {
-		snprintf(err, sizeof err, msgs[0], uv_strerror(rc));
+		snprintf(err, sizeof err, msgs[MSG_BIND], uv_strerror(rc));
 		socks_udp_stop(ic);
 		fail(ic, PROTO_DIAL_GENERAL, err);
 		return;
@@ -150,7 +152,7 @@ void socks_udp_start(in_conn *ic, const proto_event *ev)
 	u->link = cn->connect_datagram(cn->self, conn_worker(ic->c), &ic->f, &ic->ctx, &handlers, u,
 	                               why, sizeof why);
 	if (!u->link) {
-		snprintf(err, sizeof err, msgs[1], why);
+		snprintf(err, sizeof err, msgs[MSG_LINK], why);
 		socks_udp_stop(ic);
 		fail(ic, PROTO_DIAL_GENERAL, err);
 		return;
