@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "inbound/in_conn.h"
+#include "inbound/http_in.h"
 
 /* Bytes queued toward either side before the other side's reads pause:
  * the backpressure bound of the filtered (absolute-form) path. */
@@ -155,6 +155,9 @@ static void alloc_up(uv_handle_t *hd, size_t suggested, uv_buf_t *buf)
 	buf->len = POOL_BUF_SIZE - h->len;
 }
 
+/* The core may take held client bytes again (a response ended). */
+static void kick(in_conn *ic) { conn_feed(ic->c); }
+
 static void process_upstream(http_in *h)
 {
 	in_conn *ic = h->ic;
@@ -187,7 +190,7 @@ static void process_upstream(http_in *h)
 	}
 	/* a finished response lets the held next request through */
 	conn_resume(ic->c);
-	http_in_kick(ic);
+	kick(ic);
 }
 
 static void on_up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
@@ -205,7 +208,7 @@ static void on_up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 		if (rc < 0 || ev.kind == PROTO_EV_CLOSE)
 			conn_close_after_write(h->ic->c);
 		else
-			http_in_kick(h->ic);
+			kick(h->ic);
 		return;
 	}
 	conn_touch(h->ic->c);
@@ -294,7 +297,7 @@ size_t http_in_data(in_conn *ic, const uint8_t *data, size_t len)
 					conn_close(ic->c);
 					return 0;
 				}
-				in_conn_sniff_then_open(ic, &ev.dest, ev.user, in_conn_sniffed_connected);
+				in_conn_sniff_then_open(ic, &ev.dest, ev.user, in_conn_relay_connected);
 				return off;
 			}
 			in_conn_open(ic, &ev.dest, ev.user, connected);
@@ -305,8 +308,6 @@ size_t http_in_data(in_conn *ic, const uint8_t *data, size_t len)
 	}
 	return off;
 }
-
-void http_in_kick(in_conn *ic) { conn_feed(ic->c); }
 
 bool http_in_client_end(in_conn *ic)
 {

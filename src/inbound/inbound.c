@@ -8,59 +8,14 @@
 #include "base/log.h"
 #include "transport/tls.h"
 #include "transport/ws.h"
+#include "inbound/http_in.h"
 #include "inbound/in_conn.h"
 #include "inbound/socks_udp.h"
 
-enum { MSG_ENDED, MSG_REFUSED, MSG_UNKNOWN, MSG_BAD_UDP_FRAME };
+enum { MSG_BAD_UDP_FRAME };
 static const char *const msgs[] = {
-	[MSG_ENDED] = "%s connection from %s to %s ended: %s",
-	[MSG_REFUSED] = "%s connection from %s refused: %s",
-	[MSG_UNKNOWN] = "?",
 	[MSG_BAD_UDP_FRAME] = "a malformed UDP frame",
 };
-
-void in_conn_peer_text(const in_conn *ic, char *out, size_t size)
-{
-	addr_dest p = {0};
-	if (addr_dest_from_sockaddr(&p, (const struct sockaddr *)conn_peer(ic->c)) == 0)
-		addr_dest_format(&p, out, size);
-	else
-		snprintf(out, size, "%s", msgs[MSG_UNKNOWN]);
-}
-
-void in_conn_log_end(const in_conn *ic, const char *why)
-{
-	if (log_get_level() < ETM_LOG_DEBUG)
-		return;
-	char peer[ADDR_TEXT_MAX], dest[ADDR_TEXT_MAX];
-	in_conn_peer_text(ic, peer, sizeof peer);
-	addr_dest_format(&ic->f.dest, dest, sizeof dest);
-	log_debug("inbound", msgs[MSG_ENDED], ic->in->spec->tag, peer, dest, why);
-}
-
-static void log_refused(const in_conn *ic, const char *why)
-{
-	if (log_get_level() < ETM_LOG_DEBUG)
-		return;
-	char peer[ADDR_TEXT_MAX];
-	in_conn_peer_text(ic, peer, sizeof peer);
-	log_debug("inbound", msgs[MSG_REFUSED], ic->in->spec->tag, peer,
-	          why ? why : msgs[MSG_UNKNOWN]);
-}
-
-/* Sends what the core wrote; false when the connection is gone. */
-bool in_conn_flush(in_conn *ic)
-{
-	if (ic->out.len == 0)
-		return true;
-	int rc = conn_write(ic->c, ic->out.buf, ic->out.len);
-	ic->out.len = 0;
-	if (rc) {
-		conn_close(ic->c);
-		return false;
-	}
-	return true;
-}
 
 /* ---- SOCKS ---- */
 
@@ -91,49 +46,6 @@ static void socks_connected(const connect_result *r, void *data)
 	conn_relay(ic->c, r->up, r->st); /* up == NULL is the blackhole: conn_relay swallows */
 }
 
-void in_conn_open(in_conn *ic, const addr_dest *dest, int user, connect_cb cb)
-{
-	addr_dest sniffed = ic->f.sniffed;
-	ic->f = (flow){.dest = *dest, .user = user, .sniffed = sniffed};
-	ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
-	conn_pause(ic->c);
-	conn_request_done(ic->c);
-	const connector *cn = ic->in->connect;
-	ic->pending = cn->connect(cn->self, conn_worker(ic->c), &ic->f, &ic->ctx, cb, ic);
-}
-
-/* ---- sniffing ---- */
-
-static void finish_sniff(in_conn *ic, const char *name)
-{
-	ic->sniffing = false;
-	conn_set_deadline(ic->c, 0);
-	if (name && addr_dest_set_domain(&ic->f.sniffed, name, strlen(name), ic->sniff_dest.port))
-		ic->f.sniffed = (addr_dest){0};
-	in_conn_open(ic, &ic->sniff_dest, ic->sniff_user, ic->sniff_cb);
-}
-
-void in_conn_sniff_then_open(in_conn *ic, const addr_dest *dest, int user, connect_cb cb)
-{
-	ic->sniffing = true;
-	ic->sniff_dest = *dest;
-	ic->sniff_user = user;
-	ic->sniff_cb = cb;
-	conn_set_deadline(ic->c, INBOUND_SNIFF_WAIT_MS);
-}
-
-/* The first bytes so far: wait for more, or decide. Consumes nothing. */
-static size_t sniff_step(in_conn *ic, const uint8_t *data, size_t len)
-{
-	char name[ADDR_DOMAIN_MAX + 1];
-	sniff_proto proto;
-	sniff_result r = sniff_name(data, len, name, sizeof name, &proto);
-	if (r == SNIFF_NEED_MORE && len < SNIFF_MAX_BYTES && len < CONN_HANDSHAKE_MAX)
-		return 0;
-	finish_sniff(ic, r == SNIFF_FOUND ? name : NULL);
-	return 0;
-}
-
 /* A dial whose failure the client is told of by a close: true when it
  * succeeded; otherwise the end is logged and the connection closes. */
 static bool dialled(in_conn *ic, const connect_result *r)
@@ -146,18 +58,6 @@ static bool dialled(in_conn *ic, const connect_result *r)
 	return false;
 }
 
-/* The dial is done and the client wants no answer, or had it already
- * (SOCKS after sniffing, Trojan, a fallback): relay, or close when the
- * dial failed. */
-static void relay_connected(const connect_result *r, void *data)
-{
-	in_conn *ic = data;
-	if (dialled(ic, r))
-		conn_relay(ic->c, r->up, r->st); /* up == NULL: the blackhole */
-}
-
-const connect_cb in_conn_sniffed_connected = relay_connected;
-
 static size_t socks_data(in_conn *ic, const uint8_t *data, size_t len)
 {
 	proto_event ev;
@@ -165,7 +65,7 @@ static size_t socks_data(in_conn *ic, const uint8_t *data, size_t len)
 	if (!in_conn_flush(ic))
 		return 0;
 	if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
-		log_refused(ic, ev.reason);
+		in_conn_log_refused(ic, ev.reason);
 		conn_close_after_write(ic->c);
 		return 0;
 	}
@@ -179,7 +79,7 @@ static size_t socks_data(in_conn *ic, const uint8_t *data, size_t len)
 				conn_close(ic->c);
 				return 0;
 			}
-			in_conn_sniff_then_open(ic, &ev.dest, ev.user, relay_connected);
+			in_conn_sniff_then_open(ic, &ev.dest, ev.user, in_conn_relay_connected);
 		} else {
 			in_conn_open(ic, &ev.dest, ev.user, socks_connected);
 		}
@@ -260,13 +160,11 @@ static size_t stream_udp_data(in_conn *ic, const uint8_t *data, size_t len)
  * on its own) and keep reading the client's frames. */
 static void stream_udp_start(in_conn *ic, const proto_event *ev)
 {
-	ic->f = (flow){.dest = ev->dest, .user = ev->user};
-	ic->f.dest.network = ADDR_UDP;
-	ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
-	const connector *cn = ic->in->connect;
+	addr_dest to = ev->dest;
+	to.network = ADDR_UDP;
+	in_conn_set_flow(ic, &to, ev->user);
 	char why[200];
-	ic->dlink = cn->connect_datagram(cn->self, conn_worker(ic->c), &ic->f, &ic->ctx,
-	                                 &stream_udp_handlers, ic, why, sizeof why);
+	ic->dlink = in_conn_open_datagram(ic, &stream_udp_handlers, ic, why, sizeof why);
 	if (!ic->dlink) {
 		in_conn_log_end(ic, why);
 		conn_close(ic->c);
@@ -285,21 +183,12 @@ static void stream_udp_start(in_conn *ic, const proto_event *ev)
 /* Sends what is not Trojan to the fallback, or closes without one. */
 static void trojan_reject(in_conn *ic, const char *why)
 {
-	log_refused(ic, why);
+	in_conn_log_refused(ic, why);
 	if (!trojan_server_wants_fallback(&ic->core.trojan) || !ic->in->has_fallback) {
 		conn_close(ic->c);
 		return;
 	}
-	/* the fallback is dialled directly, whatever the routes say; the bytes
-	 * are all still unconsumed in the handshake buffer, so the relay sends
-	 * them first, untouched */
-	ic->f = (flow){.dest = ic->in->fallback, .user = -1};
-	ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
-	conn_pause(ic->c);
-	conn_request_done(ic->c);
-	const connector *cn = ic->in->connect;
-	ic->pending = cn->connect_direct(cn->self, conn_worker(ic->c), &ic->f.dest,
-	                                 relay_connected, ic);
+	in_conn_open_fallback(ic);
 }
 
 static size_t trojan_data(in_conn *ic, const uint8_t *data, size_t len)
@@ -314,7 +203,7 @@ static size_t trojan_data(in_conn *ic, const uint8_t *data, size_t len)
 		if (ev.cmd == PROTO_CMD_UDP_ASSOCIATE)
 			stream_udp_start(ic, &ev);
 		else
-			in_conn_open(ic, &ev.dest, ev.user, relay_connected); /* Trojan has no reply */
+			in_conn_open(ic, &ev.dest, ev.user, in_conn_relay_connected); /* Trojan has no reply */
 	}
 	return (size_t)n;
 }
@@ -324,7 +213,7 @@ static size_t vless_data(in_conn *ic, const uint8_t *data, size_t len)
 	proto_event ev;
 	ssize_t n = vless_server_feed(&ic->core.vless, data, len, &ic->out, &ev);
 	if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
-		log_refused(ic, ev.reason);
+		in_conn_log_refused(ic, ev.reason);
 		conn_close(ic->c);
 		return 0;
 	}
@@ -350,7 +239,7 @@ static size_t on_data(conn *c, void *drv, const uint8_t *data, size_t len)
 	(void)c;
 	in_conn *ic = drv;
 	if (ic->sniffing)
-		return sniff_step(ic, data, len);
+		return in_conn_sniff_feed(ic, data, len);
 	if (ic->kind == IN_UNDECIDED && ic->in->spec->protocol == ETM_PROTO_TROJAN) {
 		ic->kind = IN_TROJAN;
 		trojan_server_init(&ic->core.trojan, (const uint8_t(*)[56])ic->in->trojan_hashes,
@@ -407,7 +296,7 @@ static bool on_client_end(conn *c, void *drv)
 	if (ic->sniffing) {
 		/* A FIN ends the sniff with what came: the flow opens and the FIN
 		 * follows its bytes. */
-		finish_sniff(ic, NULL);
+		in_conn_sniff_give_up(ic);
 		return false;
 	}
 	return ic->kind == IN_HTTP && ic->core.http ? http_in_client_end(ic) : true;
@@ -432,7 +321,7 @@ static void on_deadline(conn *c, void *drv)
 	(void)c;
 	in_conn *ic = drv;
 	if (ic->sniffing)
-		finish_sniff(ic, NULL); /* the client sent nothing sniffable in time */
+		in_conn_sniff_give_up(ic); /* the client sent nothing sniffable in time */
 }
 
 static void on_written(conn *c, void *drv)

@@ -114,10 +114,9 @@ static void fail(in_conn *ic, proto_dial_error e, const char *why)
 void socks_udp_start(in_conn *ic, const proto_event *ev)
 {
 	char err[256];
-	ic->f = (flow){.dest = ev->dest, .user = ev->user};
-	ic->f.dest.network = ADDR_UDP;
-	ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
-
+	addr_dest to = ev->dest;
+	to.network = ADDR_UDP;
+	in_conn_set_flow(ic, &to, ev->user);
 	socks_udp *u = calloc(1, sizeof *u);
 	uint8_t *buf = malloc(DGRAM_HEADROOM + DGRAM_MAX);
 	if (!u || !buf) {
@@ -146,11 +145,9 @@ void socks_udp_start(in_conn *ic, const proto_event *ev)
 		fail(ic, PROTO_DIAL_GENERAL, err);
 		return;
 	}
-	const connector *cn = ic->in->connect;
 	char why[200];
 	static const dgram_handlers handlers = {.recv = on_link_recv};
-	u->link = cn->connect_datagram(cn->self, conn_worker(ic->c), &ic->f, &ic->ctx, &handlers, u,
-	                               why, sizeof why);
+	u->link = in_conn_open_datagram(ic, &handlers, u, why, sizeof why);
 	if (!u->link) {
 		snprintf(err, sizeof err, msgs[MSG_LINK], why);
 		socks_udp_stop(ic);
