@@ -1,9 +1,10 @@
-/* http_in.c - the HTTP proxy driver: CONNECT becomes a raw relay; absolute-form requests run through the core both ways. */
+/* http_in.c - the HTTP proxy inbound: CONNECT becomes a raw relay; absolute-form requests run through the core both ways. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
 #include "inbound/http_in.h"
+#include "proto/http_proxy.h"
 
 /* Bytes queued toward either side before the other side's reads pause:
  * the backpressure bound of the filtered (absolute-form) path. */
@@ -20,7 +21,8 @@ static const char *const msgs[] = {
 
 typedef struct up_write up_write;
 
-struct http_in {
+/* The row's state (ic->state). */
+typedef struct http_in {
 	in_conn *ic;
 	up_write *writes; /* upstream writes in flight, newest first; each
 	                   * points back here until detach_writes */
@@ -29,11 +31,11 @@ struct http_in {
 	uint8_t *buf;   /* upstream bytes not yet consumed (a pool buffer) */
 	size_t len;
 	bool up_paused; /* reads stopped for the client's write queue */
-};
+} http_in;
 
 /* One upstream write. libuv runs its callback after the socket is closed
  * (with the write's own status when it had completed, UV_ECANCELED when
- * not), which may be after http_in_free: so the request is on its owner's
+ * not), which may be after free_state: so the request is on its owner's
  * list and drop_upstream clears req.data for every one still there. */
 struct up_write {
 	uv_write_t req; /* req.data: the owning http_in, NULL once it is gone */
@@ -41,7 +43,7 @@ struct up_write {
 	uint8_t data[];
 };
 
-static http_in *get(in_conn *ic) { return ic->core.http; }
+static http_in *get(in_conn *ic) { return ic->state; }
 
 static void free_handle(uv_handle_t *h) { free(h); }
 
@@ -270,46 +272,39 @@ static void connected(const connect_result *r, void *data)
 	conn_resume(ic->c);
 }
 
-size_t http_in_data(in_conn *ic, const uint8_t *data, size_t len)
+/* Each call runs the core once; the upstream gets what it has for it. */
+static ssize_t feed(in_conn *ic, const uint8_t *in, size_t len, proto_event *ev)
 {
 	http_in *h = get(ic);
-	size_t off = 0;
-	while (off < len) {
-		proto_event ev;
-		ssize_t n = http_server_feed(&h->core, data + off, len - off, &ic->out, &ev);
-		if (!in_conn_flush(ic))
-			return 0;
-		if (n >= 0 && !drain_up(h)) {
-			close_all(h);
-			return 0;
-		}
-		if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
-			in_conn_log_end(ic, ev.reason ? ev.reason : msgs[MSG_MALFORMED]);
-			close_all(h);
-			return 0;
-		}
-		off += (size_t)n;
-		if (ev.kind == PROTO_EV_OPEN) {
-			drop_upstream(h); /* a new target: the core asked for a new dial */
-			if (ic->in->spec->sniffing && http_server_dialing_connect(&h->core)) {
-				/* 200 first: the tunnel's first bytes carry the name */
-				if (http_server_opened(&h->core, &ic->out) || !in_conn_flush(ic)) {
-					conn_close(ic->c);
-					return 0;
-				}
-				in_conn_sniff_then_open(ic, &ev.dest, ev.user, in_conn_relay_connected);
-				return off;
-			}
-			in_conn_open(ic, &ev.dest, ev.user, connected);
-			return off;
-		}
-		if (n == 0)
-			break;
+	ssize_t n = http_server_feed(&h->core, in, len, &ic->out, ev);
+	if (!in_conn_flush(ic))
+		return INBOUND_FEED_GONE;
+	if (n >= 0 && !drain_up(h)) {
+		close_all(h);
+		return INBOUND_FEED_GONE;
 	}
-	return off;
+	if (n >= 0 && ev->kind == PROTO_EV_OPEN)
+		drop_upstream(h); /* a new target: the core asked for a new dial */
+	return n;
 }
 
-bool http_in_client_end(in_conn *ic)
+/* The core wrote its error answer, if any: close once it is sent. */
+static void refused(in_conn *ic, const char *why)
+{
+	in_conn_log_end(ic, why ? why : msgs[MSG_MALFORMED]);
+	close_all(get(ic));
+}
+
+/* A CONNECT is answered 200 first: the tunnel's first bytes carry the name. */
+static bool sniffs(in_conn *ic) { return http_server_dialing_connect(&get(ic)->core); }
+
+static int opened(in_conn *ic, const connect_result *r)
+{
+	(void)r;
+	return http_server_opened(&get(ic)->core, &ic->out);
+}
+
+static bool client_end(in_conn *ic)
 {
 	http_in *h = get(ic);
 	proto_event ev = {0};
@@ -318,39 +313,44 @@ bool http_in_client_end(in_conn *ic)
 	return false; /* the response in flight is delivered, its end closes */
 }
 
-void http_in_written(in_conn *ic)
+static void written(in_conn *ic)
 {
 	http_in *h = get(ic);
-	if (h && h->up && h->up_paused && conn_write_queue(ic->c) < HTTP_IN_QUEUE_MAX) {
+	if (h->up && h->up_paused && conn_write_queue(ic->c) < HTTP_IN_QUEUE_MAX) {
 		h->up_paused = false;
 		uv_read_start((uv_stream_t *)h->up, alloc_up, on_up_read);
 	}
 }
 
-void http_in_init(in_conn *ic)
+static int init(in_conn *ic)
 {
-	http_in *h = calloc(1, sizeof *h);
-	if (h)
-		h->buf = pool_get(worker_pool(conn_worker(ic->c)));
-	if (!h || !h->buf) {
-		free(h);
-		ic->core.http = NULL;
-		conn_close(ic->c);
-		return;
-	}
+	http_in *h = get(ic);
+	h->buf = pool_get(worker_pool(conn_worker(ic->c)));
+	if (!h->buf)
+		return -1;
 	h->ic = ic;
 	const etm_settings_spec *st = &ic->in->spec->settings;
 	http_server_init(&h->core, st->users, st->users_len);
-	ic->core.http = h;
+	return 0;
 }
 
-void http_in_free(in_conn *ic)
+static void free_state(in_conn *ic)
 {
 	http_in *h = get(ic);
-	if (!h)
-		return;
 	drop_upstream(h);
 	pool_put(worker_pool(conn_worker(ic->c)), h->buf);
-	free(h);
-	ic->core.http = NULL;
+	h->buf = NULL;
 }
+
+const inbound_proto_ops http_in_ops = {
+	.size = sizeof(http_in),
+	.init = init,
+	.feed = feed,
+	.refused = refused,
+	.sniffs = sniffs,
+	.connected = connected,
+	.opened = opened,
+	.client_end = client_end,
+	.written = written,
+	.free = free_state,
+};

@@ -6,44 +6,25 @@
 #include <stddef.h>
 
 #include "inbound/inbound.h"
-#include "proto/http_proxy.h"
-#include "proto/trojan.h"
-#include "proto/vless.h"
-#include "proto/socks.h"
+#include "proto/proto.h"
 
 /* How long a sniff waits for the client's first bytes: a protocol where the
  * server speaks first (SMTP, SSH banners) must not stall for long. */
 #define INBOUND_SNIFF_WAIT_MS 300
 
-typedef enum in_kind {
-	IN_UNDECIDED, /* mixed before its first byte */
-	IN_SOCKS,
-	IN_HTTP,
-	IN_TROJAN,
-	IN_VLESS,
-} in_kind;
-
-typedef struct socks_udp socks_udp;
-typedef struct http_in http_in;
+struct inbound_proto_ops;
 
 typedef struct in_conn {
-	const inbound_rt *in;
-	conn *c; /* set by on_open, before any other hook */
-	in_kind kind;
-	union {
-		socks_server socks;
-		http_in *http; /* owned; see http_in.c */
-		trojan_server trojan;
-		vless_server vless;
-	} core;
-	proto_out out; /* what the core writes for the client */
+	const inbound_rt *in; /* borrowed: the inbound outlives its connections */
+	conn *c;              /* set by on_open, before any other hook */
+	const struct inbound_proto_ops *ops; /* the protocol's row; NULL before the first byte */
+	void *state;          /* owned: the row's ops->size bytes (server_ops.h) */
+	proto_out out;        /* what the core writes for the client */
 	connect_pending *pending; /* a connect in flight */
 	bool sniffing;            /* reading the first bytes before the dial */
 	addr_dest sniff_dest;     /* the open waiting for the sniff */
 	int sniff_user;
 	connect_cb sniff_cb;
-	socks_udp *udp; /* a SOCKS5 UDP association, owned */
-	dgram_link *dlink; /* Trojan / VLESS UDP over the client's stream, owned */
 	flow f;
 	flow_ctx ctx;
 } in_conn;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "proto/socks.h"
 
 enum { MSG_BIND, MSG_LINK, MSG_NOT_CLIENT, MSG_MALFORMED, MSG_NO_MEMORY };
 static const char *const msgs[] = {
@@ -14,6 +15,9 @@ static const char *const msgs[] = {
 	[MSG_MALFORMED] = "socks udp: dropped a malformed or fragmented datagram",
 	[MSG_NO_MEMORY] = "out of memory",
 };
+
+/* Room for the reason a datagram link could not open. */
+#define LINK_WHY_MAX 200
 
 struct socks_udp {
 	in_conn *ic;
@@ -31,10 +35,8 @@ static void on_relay_closed(uv_handle_t *h)
 	free(u);
 }
 
-void socks_udp_stop(in_conn *ic)
+void socks_udp_stop(socks_udp *u)
 {
-	socks_udp *u = ic->udp;
-	ic->udp = NULL;
 	if (u->link)
 		u->link->ops->close(u->link);
 	u->link = NULL;
@@ -104,32 +106,25 @@ static void on_client_datagram(uv_udp_t *h, ssize_t n, const uv_buf_t *buf,
 	                            (size_t)n - (size_t)hl);
 }
 
-static void fail(in_conn *ic, proto_dial_error e, const char *why)
+socks_udp *socks_udp_start(in_conn *ic, const proto_event *ev, addr_dest *bound, char *why,
+                           size_t why_size)
 {
-	in_conn_log_end(ic, why);
-	if (socks_server_failed(&ic->core.socks, e, &ic->out) == 0 && in_conn_flush(ic))
-		conn_close_after_write(ic->c);
-}
-
-void socks_udp_start(in_conn *ic, const proto_event *ev)
-{
-	char err[256];
 	addr_dest to = ev->dest;
 	to.network = ADDR_UDP;
 	in_conn_set_flow(ic, &to, ev->user);
+
 	socks_udp *u = calloc(1, sizeof *u);
 	uint8_t *buf = malloc(DGRAM_HEADROOM + DGRAM_MAX);
 	if (!u || !buf) {
 		free(u);
 		free(buf);
-		fail(ic, PROTO_DIAL_GENERAL, msgs[MSG_NO_MEMORY]);
-		return;
+		snprintf(why, why_size, "%s", msgs[MSG_NO_MEMORY]);
+		return NULL;
 	}
 	u->ic = ic;
 	u->buf = buf;
 	uv_udp_init(worker_loop(conn_worker(ic->c)), &u->relay);
 	u->relay.data = u;
-	ic->udp = u;
 
 	/* The relay binds the address the client reached, port 0: the control
 	 * connection's family (an IPv4 client gets an IPv4 relay). */
@@ -140,30 +135,24 @@ void socks_udp_start(in_conn *ic, const proto_event *ev)
 		((struct sockaddr_in6 *)&local)->sin6_port = 0;
 	int rc = uv_udp_bind(&u->relay, (struct sockaddr *)&local, 0);
 	if (rc) {
-		snprintf(err, sizeof err, msgs[MSG_BIND], uv_strerror(rc));
-		socks_udp_stop(ic);
-		fail(ic, PROTO_DIAL_GENERAL, err);
-		return;
+		snprintf(why, why_size, msgs[MSG_BIND], uv_strerror(rc));
+		socks_udp_stop(u);
+		return NULL;
 	}
-	char why[200];
+	char err[LINK_WHY_MAX];
 	static const dgram_handlers handlers = {.recv = on_link_recv};
-	u->link = in_conn_open_datagram(ic, &handlers, u, why, sizeof why);
+	u->link = in_conn_open_datagram(ic, &handlers, u, err, sizeof err);
 	if (!u->link) {
-		snprintf(err, sizeof err, msgs[MSG_LINK], why);
-		socks_udp_stop(ic);
-		fail(ic, PROTO_DIAL_GENERAL, err);
-		return;
+		snprintf(why, why_size, msgs[MSG_LINK], err);
+		socks_udp_stop(u);
+		return NULL;
 	}
-	struct sockaddr_storage bound;
-	int blen = sizeof bound;
-	addr_dest bdest = {0};
-	if (uv_udp_getsockname(&u->relay, (struct sockaddr *)&bound, &blen) == 0)
-		if (addr_dest_from_sockaddr(&bdest, (struct sockaddr *)&bound))
-			bdest = (addr_dest){0};
-	if (socks_server_opened(&ic->core.socks, &bdest, &ic->out) || !in_conn_flush(ic)) {
-		conn_close(ic->c);
-		return;
-	}
+	struct sockaddr_storage ss;
+	int len = sizeof ss;
+	*bound = (addr_dest){0};
+	if (uv_udp_getsockname(&u->relay, (struct sockaddr *)&ss, &len) == 0)
+		if (addr_dest_from_sockaddr(bound, (struct sockaddr *)&ss))
+			*bound = (addr_dest){0};
 	uv_udp_recv_start(&u->relay, alloc_cb, on_client_datagram);
-	conn_hold(ic->c);
+	return u;
 }

@@ -4,14 +4,22 @@
 
 #include "inbound/in_conn.h"
 
-/* Answers a UDP ASSOCIATE (ev from the SOCKS core): binds the relay in the
- * control connection's family on the address the client reached, opens the
- * datagram link, replies with the relay's address and holds the control
- * connection; the association ends when it closes. On failure the client
- * gets the SOCKS failure reply. */
-void socks_udp_start(in_conn *ic, const proto_event *ev);
+/* Room for socks_udp_start's reason: its own words and the link's. */
+#define SOCKS_UDP_WHY_MAX 256
 
-/* Ends the association (the control connection closed). */
-void socks_udp_stop(in_conn *ic);
+typedef struct socks_udp socks_udp;
+
+/* Serves a UDP ASSOCIATE for ev (from the SOCKS core) on ic: sets the
+ * flow, binds the relay in the control connection's family on the address
+ * the client reached, opens the datagram link and starts reading the
+ * relay. Returns the association (owned by the caller: end it with
+ * socks_udp_stop), with the relay's address in *bound for the reply; or
+ * NULL with the reason in why. Answers nothing: the caller replies, then
+ * holds the control connection, as the association ends when it closes. */
+socks_udp *socks_udp_start(in_conn *ic, const proto_event *ev, addr_dest *bound, char *why,
+                           size_t why_size);
+
+/* Ends the association. */
+void socks_udp_stop(socks_udp *u);
 
 #endif
