@@ -1,12 +1,12 @@
 /* socks_in.c - the SOCKS4, 4a and 5 inbound: the core answers every step, UDP ASSOCIATE opens a relay socket. */
 #include "inbound/socks_in.h"
 
-#include "inbound/socks_udp.h"
+#include "inbound/socks_udp_in.h"
 #include "proto/socks.h"
 
 typedef struct socks_in {
 	socks_server core;
-	socks_udp *udp; /* the UDP association, owned; NULL: none */
+	socks_udp_in *udp; /* the UDP association, owned; NULL: none */
 } socks_in;
 
 static int init(in_conn *ic)
@@ -65,9 +65,9 @@ static int failed(in_conn *ic, proto_dial_error e, const char *why)
 static void udp_open(in_conn *ic, const proto_event *ev)
 {
 	socks_in *s = ic->state;
-	char why[SOCKS_UDP_WHY_MAX];
+	char why[SOCKS_UDP_IN_WHY_MAX];
 	addr_dest bound;
-	s->udp = socks_udp_start(ic, ev, &bound, why, sizeof why);
+	s->udp = socks_udp_in_start(ic, ev, &bound, why, sizeof why);
 	if (!s->udp) {
 		in_conn_log_end(ic, why);
 		if (failed(ic, PROTO_DIAL_GENERAL, why) == 0 && in_conn_flush(ic))
@@ -85,7 +85,7 @@ static void free_state(in_conn *ic)
 {
 	socks_in *s = ic->state;
 	if (s->udp)
-		socks_udp_stop(s->udp);
+		socks_udp_in_stop(s->udp);
 	s->udp = NULL;
 }
 

@@ -1,5 +1,5 @@
-/* socks_udp.c - SOCKS5 UDP ASSOCIATE (RFC 1928 section 7) over a datagram link. */
-#include "inbound/socks_udp.h"
+/* socks_udp_in.c - SOCKS5 UDP ASSOCIATE (RFC 1928 section 7) over a datagram link. */
+#include "inbound/socks_udp_in.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +19,7 @@ static const char *const msgs[] = {
 /* Room for the reason a datagram link could not open. */
 #define LINK_WHY_MAX 200
 
-struct socks_udp {
+struct socks_udp_in {
 	in_conn *ic;
 	uv_udp_t relay;
 	dgram_link *link;
@@ -30,12 +30,12 @@ struct socks_udp {
 
 static void on_relay_closed(uv_handle_t *h)
 {
-	socks_udp *u = h->data;
+	socks_udp_in *u = h->data;
 	free(u->buf);
 	free(u);
 }
 
-void socks_udp_stop(socks_udp *u)
+void socks_udp_in_stop(socks_udp_in *u)
 {
 	if (u->link)
 		u->link->ops->close(u->link);
@@ -46,7 +46,7 @@ void socks_udp_stop(socks_udp *u)
 /* A reply from `from` on the link: prepend the header in the headroom. */
 static void on_link_recv(const addr_dest *from, uint8_t *data, size_t len, void *ud)
 {
-	socks_udp *u = ud;
+	socks_udp_in *u = ud;
 	if (!u->client_known)
 		return;
 	uint8_t hdr[SOCKS_UDP_HEADER_MAX];
@@ -63,7 +63,7 @@ static void on_link_recv(const addr_dest *from, uint8_t *data, size_t len, void 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
 	(void)suggested;
-	socks_udp *u = h->data;
+	socks_udp_in *u = h->data;
 	buf->base = (char *)u->buf;
 	buf->len = DGRAM_HEADROOM + DGRAM_MAX;
 }
@@ -71,7 +71,7 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void on_client_datagram(uv_udp_t *h, ssize_t n, const uv_buf_t *buf,
                                const struct sockaddr *from, unsigned flags)
 {
-	socks_udp *u = h->data;
+	socks_udp_in *u = h->data;
 	if (n <= 0 || !from || (flags & UV_UDP_PARTIAL) || !u->link)
 		return;
 	/* Only the control connection's IP may use the relay; after its first
@@ -106,14 +106,14 @@ static void on_client_datagram(uv_udp_t *h, ssize_t n, const uv_buf_t *buf,
 	                            (size_t)n - (size_t)hl);
 }
 
-socks_udp *socks_udp_start(in_conn *ic, const proto_event *ev, addr_dest *bound, char *why,
-                           size_t why_size)
+socks_udp_in *socks_udp_in_start(in_conn *ic, const proto_event *ev, addr_dest *bound,
+                                 char *why, size_t why_size)
 {
 	addr_dest to = ev->dest;
 	to.network = ADDR_UDP;
 	in_conn_set_flow(ic, &to, ev->user);
 
-	socks_udp *u = calloc(1, sizeof *u);
+	socks_udp_in *u = calloc(1, sizeof *u);
 	uint8_t *buf = malloc(DGRAM_HEADROOM + DGRAM_MAX);
 	if (!u || !buf) {
 		free(u);
@@ -136,7 +136,7 @@ socks_udp *socks_udp_start(in_conn *ic, const proto_event *ev, addr_dest *bound,
 	int rc = uv_udp_bind(&u->relay, (struct sockaddr *)&local, 0);
 	if (rc) {
 		snprintf(why, why_size, msgs[MSG_BIND], uv_strerror(rc));
-		socks_udp_stop(u);
+		socks_udp_in_stop(u);
 		return NULL;
 	}
 	char err[LINK_WHY_MAX];
@@ -144,7 +144,7 @@ socks_udp *socks_udp_start(in_conn *ic, const proto_event *ev, addr_dest *bound,
 	u->link = in_conn_open_datagram(ic, &handlers, u, err, sizeof err);
 	if (!u->link) {
 		snprintf(why, why_size, msgs[MSG_LINK], err);
-		socks_udp_stop(u);
+		socks_udp_in_stop(u);
 		return NULL;
 	}
 	struct sockaddr_storage ss;
