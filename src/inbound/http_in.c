@@ -1,23 +1,28 @@
-/* http_in.c - the HTTP proxy driver: CONNECT becomes a raw relay; absolute-form requests run through the core both ways. */
+/* http_in.c - the HTTP proxy inbound: CONNECT becomes a raw relay; absolute-form requests run through the core both ways. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
-#include "inbound/in_conn.h"
+#include "inbound/http_in.h"
+#include "proto/http_proxy.h"
 
 /* Bytes queued toward either side before the other side's reads pause:
  * the backpressure bound of the filtered (absolute-form) path. */
 #define HTTP_IN_QUEUE_MAX (64 * 1024)
 
+enum { MSG_BLOCKED, MSG_PLAIN_VIA_LAYERS, MSG_HEAD_TOO_LARGE, MSG_MALFORMED };
 static const char *const msgs[] = {
-	"blocked by a route",
-	"the upstream response head is larger than %d bytes",
-	"plain http:// requests through a proxy outbound are not supported yet; use CONNECT",
+	[MSG_BLOCKED] = "blocked by a route",
+	[MSG_PLAIN_VIA_LAYERS] =
+		"plain http:// requests through a proxy outbound are not supported yet; use CONNECT",
+	[MSG_HEAD_TOO_LARGE] = "upstream response head too large",
+	[MSG_MALFORMED] = "malformed request",
 };
 
 typedef struct up_write up_write;
 
-struct http_in {
+/* The row's state (ic->state). */
+typedef struct http_in {
 	in_conn *ic;
 	up_write *writes; /* upstream writes in flight, newest first; each
 	                   * points back here until detach_writes */
@@ -28,11 +33,11 @@ struct http_in {
 	bool up_paused; /* reads stopped for the client's write queue */
 	bool eof;       /* the client's EOF came */
 	bool eof_told;  /* ... and the core heard it */
-};
+} http_in;
 
 /* One upstream write. libuv runs its callback after the socket is closed
  * (with the write's own status when it had completed, UV_ECANCELED when
- * not), which may be after http_in_free: so the request is on its owner's
+ * not), which may be after free_state: so the request is on its owner's
  * list and drop_upstream clears req.data for every one still there. */
 struct up_write {
 	uv_write_t req; /* req.data: the owning http_in, NULL once it is gone */
@@ -40,7 +45,7 @@ struct up_write {
 	uint8_t data[];
 };
 
-static http_in *get(in_conn *ic) { return ic->core.http; }
+static http_in *get(in_conn *ic) { return ic->state; }
 
 static void free_handle(uv_handle_t *h) { free(h); }
 
@@ -154,6 +159,9 @@ static void alloc_up(uv_handle_t *hd, size_t suggested, uv_buf_t *buf)
 	buf->len = POOL_BUF_SIZE - h->len;
 }
 
+/* The core may take held client bytes again (a response ended). */
+static void kick(in_conn *ic);
+
 static void process_upstream(http_in *h)
 {
 	in_conn *ic = h->ic;
@@ -176,7 +184,7 @@ static void process_upstream(http_in *h)
 			break;
 	}
 	if (h->len == POOL_BUF_SIZE) { /* a head that cannot fit */
-		in_conn_log_end(ic, "upstream response head too large");
+		in_conn_log_end(ic, msgs[MSG_HEAD_TOO_LARGE]);
 		close_all(h);
 		return;
 	}
@@ -186,7 +194,7 @@ static void process_upstream(http_in *h)
 	}
 	/* a finished response lets the held next request through */
 	conn_resume(ic->c);
-	http_in_kick(ic);
+	kick(ic);
 }
 
 static void on_up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
@@ -204,7 +212,7 @@ static void on_up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 		if (rc < 0 || ev.kind == PROTO_EV_CLOSE)
 			conn_close_after_write(h->ic->c);
 		else
-			http_in_kick(h->ic);
+			kick(h->ic);
 		return;
 	}
 	conn_touch(h->ic->c);
@@ -221,7 +229,7 @@ static void connected(const connect_result *r, void *data)
 	uv_tcp_t *up = r->up;
 	ic->pending = NULL;
 	if (!r->ok || r->blackhole) {
-		const char *why = r->ok ? msgs[0] : r->msg;
+		const char *why = r->ok ? msgs[MSG_BLOCKED] : r->msg;
 		in_conn_log_end(ic, why);
 		if (http_server_failed(&h->core, r->ok ? PROTO_DIAL_NOT_ALLOWED : r->err, why,
 		                       &ic->out) == 0 &&
@@ -236,8 +244,8 @@ static void connected(const connect_result *r, void *data)
 		 * the core still waits for its dial, so the 502 can be written. */
 		stack_free(r->st);
 		uv_close((uv_handle_t *)up, free_handle);
-		in_conn_log_end(ic, msgs[2]);
-		if (http_server_failed(&h->core, PROTO_DIAL_GENERAL, msgs[2], &ic->out) == 0 &&
+		in_conn_log_end(ic, msgs[MSG_PLAIN_VIA_LAYERS]);
+		if (http_server_failed(&h->core, PROTO_DIAL_GENERAL, msgs[MSG_PLAIN_VIA_LAYERS], &ic->out) == 0 &&
 		    in_conn_flush(ic))
 			conn_close_after_write(ic->c);
 		else
@@ -266,43 +274,20 @@ static void connected(const connect_result *r, void *data)
 	conn_resume(ic->c);
 }
 
-size_t http_in_data(in_conn *ic, const uint8_t *data, size_t len)
+/* Each call runs the core once; the upstream gets what it has for it. */
+static ssize_t feed(in_conn *ic, const uint8_t *in, size_t len, proto_event *ev)
 {
 	http_in *h = get(ic);
-	size_t off = 0;
-	while (off < len) {
-		proto_event ev;
-		ssize_t n = http_server_feed(&h->core, data + off, len - off, &ic->out, &ev);
-		if (!in_conn_flush(ic))
-			return 0;
-		if (n >= 0 && !drain_up(h)) {
-			close_all(h);
-			return 0;
-		}
-		if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
-			in_conn_log_end(ic, ev.reason ? ev.reason : "malformed request");
-			close_all(h);
-			return 0;
-		}
-		off += (size_t)n;
-		if (ev.kind == PROTO_EV_OPEN) {
-			drop_upstream(h); /* a new target: the core asked for a new dial */
-			if (ic->in->spec->sniffing && http_server_dialing_connect(&h->core)) {
-				/* 200 first: the tunnel's first bytes carry the name */
-				if (http_server_opened(&h->core, &ic->out) || !in_conn_flush(ic)) {
-					conn_close(ic->c);
-					return 0;
-				}
-				in_conn_sniff_then_open(ic, &ev.dest, ev.user, in_conn_sniffed_connected);
-				return off;
-			}
-			in_conn_open(ic, &ev.dest, ev.user, connected);
-			return off;
-		}
-		if (n == 0)
-			break;
+	ssize_t n = http_server_feed(&h->core, in, len, &ic->out, ev);
+	if (!in_conn_flush(ic))
+		return INBOUND_FEED_GONE;
+	if (n >= 0 && !drain_up(h)) {
+		close_all(h);
+		return INBOUND_FEED_GONE;
 	}
-	return off;
+	if (n >= 0 && ev->kind == PROTO_EV_OPEN)
+		drop_upstream(h); /* a new target: the core asked for a new dial */
+	return n;
 }
 
 /* The client's EOF reaches the core once the requests before it have been
@@ -320,54 +305,77 @@ static bool tell_eof(http_in *h)
 	return http_server_client_eof(&h->core, &ev) < 0 || ev.kind == PROTO_EV_CLOSE;
 }
 
-void http_in_kick(in_conn *ic)
+/* The core may take held client bytes again (a response ended); an EOF
+ * that waited behind them is told now. */
+static void kick(in_conn *ic)
 {
 	conn_feed(ic->c);
 	http_in *h = get(ic);
-	if (h && tell_eof(h))
+	if (tell_eof(h))
 		close_all(h);
 }
 
-bool http_in_client_end(in_conn *ic)
+/* The core wrote its error answer, if any: close once it is sent. */
+static void refused(in_conn *ic, const char *why)
+{
+	in_conn_log_end(ic, why ? why : msgs[MSG_MALFORMED]);
+	close_all(get(ic));
+}
+
+/* A CONNECT is answered 200 first: the tunnel's first bytes carry the name. */
+static bool sniffs(in_conn *ic) { return http_server_dialing_connect(&get(ic)->core); }
+
+static int opened(in_conn *ic, const connect_result *r)
+{
+	(void)r;
+	return http_server_opened(&get(ic)->core, &ic->out);
+}
+
+static bool client_end(in_conn *ic)
 {
 	http_in *h = get(ic);
 	h->eof = true;
 	return tell_eof(h); /* false: a response in flight is delivered, its end closes */
 }
 
-void http_in_written(in_conn *ic)
+static void written(in_conn *ic)
 {
 	http_in *h = get(ic);
-	if (h && h->up && h->up_paused && conn_write_queue(ic->c) < HTTP_IN_QUEUE_MAX) {
+	if (h->up && h->up_paused && conn_write_queue(ic->c) < HTTP_IN_QUEUE_MAX) {
 		h->up_paused = false;
 		uv_read_start((uv_stream_t *)h->up, alloc_up, on_up_read);
 	}
 }
 
-void http_in_init(in_conn *ic)
+static int init(in_conn *ic)
 {
-	http_in *h = calloc(1, sizeof *h);
-	if (h)
-		h->buf = pool_get(worker_pool(conn_worker(ic->c)));
-	if (!h || !h->buf) {
-		free(h);
-		ic->core.http = NULL;
-		conn_close(ic->c);
-		return;
-	}
+	http_in *h = get(ic);
+	h->buf = pool_get(worker_pool(conn_worker(ic->c)));
+	if (!h->buf)
+		return -1;
 	h->ic = ic;
 	const etm_settings_spec *st = &ic->in->spec->settings;
 	http_server_init(&h->core, st->users, st->users_len);
-	ic->core.http = h;
+	return 0;
 }
 
-void http_in_free(in_conn *ic)
+static void free_state(in_conn *ic)
 {
 	http_in *h = get(ic);
-	if (!h)
-		return;
 	drop_upstream(h);
 	pool_put(worker_pool(conn_worker(ic->c)), h->buf);
-	free(h);
-	ic->core.http = NULL;
+	h->buf = NULL;
 }
+
+const inbound_proto_ops http_in_ops = {
+	.size = sizeof(http_in),
+	.init = init,
+	.feed = feed,
+	.refused = refused,
+	.sniffs = sniffs,
+	.connected = connected,
+	.opened = opened,
+	.client_end = client_end,
+	.written = written,
+	.free = free_state,
+};

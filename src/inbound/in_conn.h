@@ -1,4 +1,4 @@
-/* in_conn.h - the state an inbound keeps per client connection, shared by its protocol drivers. */
+/* in_conn.h - one client connection of an inbound: its state and the steps every protocol shares. */
 #ifndef ETM_INBOUND_IN_CONN_H
 #define ETM_INBOUND_IN_CONN_H
 
@@ -6,79 +6,72 @@
 #include <stddef.h>
 
 #include "inbound/inbound.h"
-#include "proto/http_proxy.h"
-#include "proto/sniff.h"
-#include "proto/trojan.h"
-#include "proto/vless.h"
-#include "proto/socks.h"
+#include "proto/proto.h"
 
 /* How long a sniff waits for the client's first bytes: a protocol where the
  * server speaks first (SMTP, SSH banners) must not stall for long. */
 #define INBOUND_SNIFF_WAIT_MS 300
 
-typedef enum in_kind {
-	IN_UNDECIDED, /* mixed before its first byte */
-	IN_SOCKS,
-	IN_HTTP,
-	IN_TROJAN,
-	IN_VLESS,
-} in_kind;
-
-typedef struct socks_udp socks_udp;
-typedef struct http_in http_in;
+struct inbound_proto_ops;
 
 typedef struct in_conn {
-	const inbound_rt *in;
-	conn *c;
-	in_kind kind;
-	union {
-		socks_server socks;
-		http_in *http; /* owned; see http_in.c */
-		trojan_server trojan;
-		vless_server vless;
-	} core;
-	proto_out out; /* what the core writes for the client */
+	const inbound_rt *in; /* borrowed: the inbound outlives its connections */
+	conn *c;              /* set by on_open, before any other hook */
+	const struct inbound_proto_ops *ops; /* the protocol's row; NULL before the first byte */
+	void *state;          /* owned: the row's ops->size bytes (server_ops.h) */
+	proto_out out;        /* what the core writes for the client */
 	connect_pending *pending; /* a connect in flight */
 	bool sniffing;            /* reading the first bytes before the dial */
 	addr_dest sniff_dest;     /* the open waiting for the sniff */
 	int sniff_user;
 	connect_cb sniff_cb;
-	socks_udp *udp; /* a SOCKS5 UDP association, owned */
-	dgram_link *dlink; /* Trojan / VLESS UDP over the client's stream, owned */
 	flow f;
 	flow_ctx ctx;
 } in_conn;
 
-/* Sends ic->out to the client; false (and the connection closing) on failure. */
-bool in_conn_flush(in_conn *ic);
+/* Sends ic->out to the client and empties it. Returns true, or false with
+ * the connection closing (the write failed). */
+__attribute__((warn_unused_result)) bool in_conn_flush(in_conn *ic);
 
-/* Fills ic->f (keeping a sniffed name) and ic->ctx, pauses the client and
- * asks the connector; cb gets ic. */
+/* Sets the flow to dest for account user (keeping a sniffed name) and its
+ * context: this inbound, the client's address. */
+void in_conn_set_flow(in_conn *ic, const addr_dest *dest, int user);
+
+/* Sets the flow, pauses the client and asks the connector; cb gets ic, and
+ * ic->pending holds the connect until it runs. */
 void in_conn_open(in_conn *ic, const addr_dest *dest, int user, connect_cb cb);
+
+/* Opens the datagram link of the flow in_conn_set_flow set (a dest of
+ * network UDP); what comes back goes to h with ud. Returns the link (the
+ * caller's to close), or NULL with the reason in why. */
+dgram_link *in_conn_open_datagram(in_conn *ic, const dgram_handlers *h, void *ud, char *why,
+                                  size_t why_size);
+
+/* Dials the inbound's fallback (in->fallback, past the routes) and relays
+ * every byte the client sent to it, the unconsumed handshake first. */
+void in_conn_open_fallback(in_conn *ic);
+
+/* A connect_cb for a client that wants no answer, or had it already: relay
+ * on success; otherwise log the end and close. */
+void in_conn_relay_connected(const connect_result *r, void *data);
 
 /* The client was told its flow is open; read its first bytes for a name
  * (bounded by SNIFF_MAX_BYTES and INBOUND_SNIFF_WAIT_MS), then open with
  * the name as f.sniffed. The bytes stay unconsumed: they go to the target. */
 void in_conn_sniff_then_open(in_conn *ic, const addr_dest *dest, int user, connect_cb cb);
 
-/* The connect callback for a flow whose client was already answered:
- * relay on success, close on failure. */
-extern const connect_cb in_conn_sniffed_connected;
+/* While ic->sniffing: the client's bytes so far. Waits for more or opens
+ * the flow; consumes nothing (returns 0). */
+size_t in_conn_sniff_feed(in_conn *ic, const uint8_t *data, size_t len);
+
+/* Ends the sniff without a name (the client's FIN, or the wait ran out):
+ * the flow opens. */
+void in_conn_sniff_give_up(in_conn *ic);
 
 /* Debug line "<tag> connection from <peer> to <dest> ended: <why>". */
 void in_conn_log_end(const in_conn *ic, const char *why);
 
-void in_conn_peer_text(const in_conn *ic, char *out, size_t size);
-
-/* The HTTP proxy driver (http_in.c): the conn_driver hooks for IN_HTTP. */
-void http_in_init(in_conn *ic);
-size_t http_in_data(in_conn *ic, const uint8_t *data, size_t len);
-/* The client's EOF: true to close now. */
-bool http_in_client_end(in_conn *ic);
-/* A client write finished: resume upstream reads paused for backpressure. */
-void http_in_written(in_conn *ic);
-/* The core may take held client bytes again (a response ended). */
-void http_in_kick(in_conn *ic);
-void http_in_free(in_conn *ic);
+/* Debug line "<tag> connection from <peer> refused: <why>" (why may be NULL). */
+void in_conn_log_refused(const in_conn *ic, const char *why);
 
 #endif

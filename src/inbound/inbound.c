@@ -1,85 +1,87 @@
-/* inbound.c - per-connection driver: picks the protocol core, opens the flow, answers, relays. */
+/* inbound.c - the driver of every inbound connection: runs its protocol's row (server_ops.h) and acts on what the core decides. */
 #include "inbound/inbound.h"
 
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
-#include "base/log.h"
 #include "transport/tls.h"
 #include "transport/ws.h"
-#include "inbound/in_conn.h"
-#include "inbound/socks_udp.h"
+#include "inbound/http_in.h"
+#include "inbound/server_ops.h"
+#include "inbound/socks_in.h"
+#include "inbound/trojan_in.h"
+#include "inbound/vless_in.h"
 
-static const char *const msgs[] = {
-	[0] = "%s connection from %s to %s ended: %s",
-	[1] = "%s connection from %s refused: %s",
-	[2] = "%s connection from %s: malformed handshake",
+/* The rows, by the inbound's protocol. A new protocol is a module
+ * <name>_in.{c,h}: the .c defines a `const inbound_proto_ops` with its
+ * per-connection state's size, init and feed, and whichever optional steps
+ * it needs (server_ops.h says what each must do and what NULL means;
+ * stream_udp_in.h carries UDP framed in the stream); the .h declares it.
+ * Then one #include and one row here; etm_protocol_available
+ * (supervisor/spec.c) must also admit it as an inbound. Mixed has no row of
+ * its own: it is SOCKS or HTTP by the first byte (row_of), and neither
+ * keeps accounts or a fallback. */
+static const inbound_proto_ops *const rows[ETM_PROTO_COUNT_] = {
+	[ETM_PROTO_SOCKS] = &socks_in_ops,
+	[ETM_PROTO_HTTP] = &http_in_ops,
+	[ETM_PROTO_TROJAN] = &trojan_in_ops,
+	[ETM_PROTO_VLESS] = &vless_in_ops,
 };
 
-void in_conn_peer_text(const in_conn *ic, char *out, size_t size)
+/* The protocol's own row; NULL for mixed and for a protocol with none. */
+static const inbound_proto_ops *row(etm_protocol p)
 {
-	addr_dest p = {0};
-	if (addr_dest_from_sockaddr(&p, (const struct sockaddr *)conn_peer(ic->c)) == 0)
-		addr_dest_format(&p, out, size);
-	else
-		snprintf(out, size, "?");
+	return (unsigned)p < ETM_PROTO_COUNT_ ? rows[p] : NULL;
 }
 
-void in_conn_log_end(const in_conn *ic, const char *why)
+/* The row serving a connection whose first byte is `first`. */
+static const inbound_proto_ops *row_of(etm_protocol p, uint8_t first)
 {
-	if (log_get_level() < ETM_LOG_DEBUG)
-		return;
-	char peer[ADDR_TEXT_MAX], dest[ADDR_TEXT_MAX];
-	in_conn_peer_text(ic, peer, sizeof peer);
-	addr_dest_format(&ic->f.dest, dest, sizeof dest);
-	log_debug("inbound", msgs[0], ic->in->spec->tag, peer, dest, why);
+	if (p == ETM_PROTO_MIXED) /* SOCKS4 and SOCKS5 open with their version */
+		return first == 4 || first == 5 ? &socks_in_ops : &http_in_ops;
+	return row(p);
 }
 
-static void log_refused(const in_conn *ic, const char *why)
+/* The client's first byte: its row, the row's state and core. Returns 0,
+ * or -1 with the connection closing. */
+static int start(in_conn *ic, uint8_t first)
 {
-	if (log_get_level() < ETM_LOG_DEBUG)
-		return;
-	char peer[ADDR_TEXT_MAX];
-	in_conn_peer_text(ic, peer, sizeof peer);
-	log_debug("inbound", msgs[1], ic->in->spec->tag, peer, why ? why : "?");
-}
-
-/* Sends what the core wrote; false when the connection is gone. */
-bool in_conn_flush(in_conn *ic)
-{
-	if (ic->out.len == 0)
-		return true;
-	int rc = conn_write(ic->c, ic->out.buf, ic->out.len);
-	ic->out.len = 0;
-	if (rc) {
+	const inbound_proto_ops *p = row_of(ic->in->spec->protocol, first);
+	void *state = p ? calloc(1, p->size) : NULL;
+	if (!state) {
 		conn_close(ic->c);
-		return false;
+		return -1;
 	}
-	return true;
+	ic->ops = p;
+	ic->state = state;
+	if (p->init(ic)) {
+		ic->ops = NULL;
+		ic->state = NULL;
+		free(state);
+		conn_close(ic->c);
+		return -1;
+	}
+	return 0;
 }
 
-/* ---- SOCKS ---- */
+/* ---- what the core decided ---- */
 
-static void socks_connected(const connect_result *r, void *data)
+/* The dial is done and the client not yet answered: answer with the row's
+ * failed or opened, then relay. */
+static void connected(const connect_result *r, void *data)
 {
 	in_conn *ic = data;
+	const inbound_proto_ops *p = ic->ops;
 	ic->pending = NULL;
 	if (!r->ok) {
 		in_conn_log_end(ic, r->msg);
-		if (socks_server_failed(&ic->core.socks, r->err, &ic->out) == 0 && in_conn_flush(ic))
+		if (!p->failed)
+			conn_close(ic->c);
+		else if (p->failed(ic, r->err, r->msg) == 0 && in_conn_flush(ic))
 			conn_close_after_write(ic->c);
 		return;
 	}
-	addr_dest bound = {0};
-	if (r->up) {
-		struct sockaddr_storage ss;
-		int len = sizeof ss;
-		if (uv_tcp_getsockname(r->up, (struct sockaddr *)&ss, &len) == 0)
-			if (addr_dest_from_sockaddr(&bound, (struct sockaddr *)&ss))
-				bound = (addr_dest){0};
-	}
-	if (socks_server_opened(&ic->core.socks, &bound, &ic->out) || !in_conn_flush(ic)) {
+	if (p->opened && (p->opened(ic, r) || !in_conn_flush(ic))) {
 		/* hand up over so it is closed with the conn */
 		conn_relay(ic->c, r->up, r->st);
 		conn_close(ic->c);
@@ -88,292 +90,80 @@ static void socks_connected(const connect_result *r, void *data)
 	conn_relay(ic->c, r->up, r->st); /* up == NULL is the blackhole: conn_relay swallows */
 }
 
-void in_conn_open(in_conn *ic, const addr_dest *dest, int user, connect_cb cb)
+/* The request is complete: a UDP association, or a stream opened now or
+ * after a sniff of its first bytes. */
+static void open_flow(in_conn *ic, const proto_event *ev)
 {
-	addr_dest sniffed = ic->f.sniffed;
-	ic->f = (flow){.dest = *dest, .user = user, .sniffed = sniffed};
-	ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
-	conn_pause(ic->c);
-	conn_request_done(ic->c);
-	const connector *cn = ic->in->connect;
-	ic->pending = cn->connect(cn->self, conn_worker(ic->c), &ic->f, &ic->ctx, cb, ic);
-}
-
-/* ---- sniffing ---- */
-
-static void finish_sniff(in_conn *ic, const char *name)
-{
-	ic->sniffing = false;
-	conn_set_deadline(ic->c, 0);
-	if (name && addr_dest_set_domain(&ic->f.sniffed, name, strlen(name), ic->sniff_dest.port))
-		ic->f.sniffed = (addr_dest){0};
-	in_conn_open(ic, &ic->sniff_dest, ic->sniff_user, ic->sniff_cb);
-}
-
-void in_conn_sniff_then_open(in_conn *ic, const addr_dest *dest, int user, connect_cb cb)
-{
-	ic->sniffing = true;
-	ic->sniff_dest = *dest;
-	ic->sniff_user = user;
-	ic->sniff_cb = cb;
-	conn_set_deadline(ic->c, INBOUND_SNIFF_WAIT_MS);
-}
-
-/* The first bytes so far: wait for more, or decide. Consumes nothing. */
-static size_t sniff_step(in_conn *ic, const uint8_t *data, size_t len)
-{
-	char name[ADDR_DOMAIN_MAX + 1];
-	sniff_proto proto;
-	sniff_result r = sniff_name(data, len, name, sizeof name, &proto);
-	if (r == SNIFF_NEED_MORE && len < SNIFF_MAX_BYTES && len < CONN_HANDSHAKE_MAX)
-		return 0;
-	finish_sniff(ic, r == SNIFF_FOUND ? name : NULL);
-	return 0;
-}
-
-/* A dial whose failure the client is told of by a close: true when it
- * succeeded; otherwise the end is logged and the connection closes. */
-static bool dialled(in_conn *ic, const connect_result *r)
-{
-	ic->pending = NULL;
-	if (r->ok)
-		return true;
-	in_conn_log_end(ic, r->msg);
-	conn_close(ic->c);
-	return false;
-}
-
-/* The dial is done and the client wants no answer, or had it already
- * (SOCKS after sniffing, Trojan, a fallback): relay, or close when the
- * dial failed. */
-static void relay_connected(const connect_result *r, void *data)
-{
-	in_conn *ic = data;
-	if (dialled(ic, r))
-		conn_relay(ic->c, r->up, r->st); /* up == NULL: the blackhole */
-}
-
-const connect_cb in_conn_sniffed_connected = relay_connected;
-
-static size_t socks_data(in_conn *ic, const uint8_t *data, size_t len)
-{
-	proto_event ev;
-	ssize_t n = socks_server_feed(&ic->core.socks, data, len, &ic->out, &ev);
-	if (!in_conn_flush(ic))
-		return 0;
-	if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
-		log_refused(ic, ev.reason);
-		conn_close_after_write(ic->c);
-		return 0;
-	}
-	if (ev.kind == PROTO_EV_OPEN) {
-		if (ev.cmd == PROTO_CMD_UDP_ASSOCIATE) {
-			socks_udp_start(ic, &ev);
-		} else if (ic->in->spec->sniffing) {
-			/* Answer first, as the client sends nothing before the
-			 * reply; the flow's own failure then ends in a close. */
-			if (socks_server_opened(&ic->core.socks, NULL, &ic->out) || !in_conn_flush(ic)) {
-				conn_close(ic->c);
-				return 0;
-			}
-			in_conn_sniff_then_open(ic, &ev.dest, ev.user, relay_connected);
-		} else {
-			in_conn_open(ic, &ev.dest, ev.user, socks_connected);
-		}
-	}
-	return (size_t)n;
-}
-
-/* ---- Trojan and VLESS ---- */
-
-static void vless_connected(const connect_result *r, void *data)
-{
-	in_conn *ic = data;
-	if (!dialled(ic, r))
-		return;
-	if (vless_server_opened(&ic->core.vless, &ic->out) || !in_conn_flush(ic)) {
-		conn_relay(ic->c, r->up, r->st);
-		conn_close(ic->c);
+	const inbound_proto_ops *p = ic->ops;
+	if (ev->cmd == PROTO_CMD_UDP_ASSOCIATE && p->udp_open) {
+		p->udp_open(ic, ev);
 		return;
 	}
-	conn_relay(ic->c, r->up, r->st);
-}
-
-/* ---- Trojan and VLESS UDP: datagrams framed in the client's stream ---- */
-
-/* Replies queued to the client beyond this are dropped (UDP). */
-#define INBOUND_UDP_QUEUE_MAX (256 * 1024)
-
-static void stream_udp_reply(const addr_dest *from, uint8_t *data, size_t len, void *ud)
-{
-	in_conn *ic = ud;
-	if (conn_write_queue(ic->c) > INBOUND_UDP_QUEUE_MAX)
-		return;
-	uint8_t hdr[TROJAN_UDP_HEADER_MAX];
-	ssize_t h = ic->kind == IN_TROJAN ? trojan_udp_encode(from, len, hdr, sizeof hdr)
-	                                  : vless_udp_encode(len, hdr, sizeof hdr);
-	if (h < 0 || (size_t)h > DGRAM_HEADROOM)
-		return;
-	/* the link leaves DGRAM_HEADROOM writable bytes before data */
-	memcpy(data - h, hdr, (size_t)h);
-	if (conn_write(ic->c, data - h, (size_t)h + len))
-		conn_close(ic->c);
-	conn_touch(ic->c);
-}
-
-static const dgram_handlers stream_udp_handlers = {.recv = stream_udp_reply};
-
-/* Frames from the client: every Trojan packet names its destination; every
- * VLESS packet goes to the request's one target. */
-static size_t stream_udp_data(in_conn *ic, const uint8_t *data, size_t len)
-{
-	size_t used = 0;
-	while (used < len) {
-		addr_dest to = ic->f.dest;
-		size_t off, plen;
-		ssize_t r;
-		if (ic->kind == IN_TROJAN) {
-			r = trojan_udp_decode(data + used, len - used, &to, &off, &plen);
-		} else {
-			r = vless_udp_decode(data + used, len - used, &plen);
-			off = VLESS_UDP_HEADER_LEN;
-		}
-		if (r == 0)
-			break;
-		if (r < 0) {
-			in_conn_log_end(ic, "a malformed UDP frame");
-			conn_close(ic->c);
-			return 0;
-		}
-		to.network = ADDR_UDP;
-		(void)ic->dlink->ops->send_to(ic->dlink, &to, data + used + off, plen);
-		conn_touch(ic->c);
-		used += (size_t)r;
-	}
-	return used;
-}
-
-/* The request was UDP: open the association's link (every datagram routed
- * on its own) and keep reading the client's frames. */
-static void stream_udp_start(in_conn *ic, const proto_event *ev)
-{
-	ic->f = (flow){.dest = ev->dest, .user = ev->user};
-	ic->f.dest.network = ADDR_UDP;
-	ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
-	const connector *cn = ic->in->connect;
-	char why[200];
-	ic->dlink = cn->connect_datagram(cn->self, conn_worker(ic->c), &ic->f, &ic->ctx,
-	                                 &stream_udp_handlers, ic, why, sizeof why);
-	if (!ic->dlink) {
-		in_conn_log_end(ic, why);
-		conn_close(ic->c);
-		return;
-	}
-	if (ic->kind == IN_VLESS) {
-		if (vless_server_opened(&ic->core.vless, &ic->out) || !in_conn_flush(ic)) {
+	if (ic->in->spec->sniffing && p->sniffs && p->sniffs(ic)) {
+		/* answered first; the flow's own failure then ends in a close */
+		if (p->opened(ic, NULL) || !in_conn_flush(ic)) {
 			conn_close(ic->c);
 			return;
 		}
-	}
-	conn_request_done(ic->c);
-	conn_drive(ic->c);
-}
-
-/* Sends what is not Trojan to the fallback, or closes without one. */
-static void trojan_reject(in_conn *ic, const char *why)
-{
-	log_refused(ic, why);
-	if (!trojan_server_wants_fallback(&ic->core.trojan) || !ic->in->has_fallback) {
-		conn_close(ic->c);
+		in_conn_sniff_then_open(ic, &ev->dest, ev->user, in_conn_relay_connected);
 		return;
 	}
-	/* the fallback is dialled directly, whatever the routes say; the bytes
-	 * are all still unconsumed in the handshake buffer, so the relay sends
-	 * them first, untouched */
-	ic->f = (flow){.dest = ic->in->fallback, .user = -1};
-	ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
-	conn_pause(ic->c);
-	conn_request_done(ic->c);
-	const connector *cn = ic->in->connect;
-	ic->pending = cn->connect_direct(cn->self, conn_worker(ic->c), &ic->f.dest,
-	                                 relay_connected, ic);
+	in_conn_open(ic, &ev->dest, ev->user, p->connected ? p->connected : connected);
 }
 
-static size_t trojan_data(in_conn *ic, const uint8_t *data, size_t len)
+/* The core refused the client: its bytes go to the fallback if the row
+ * wants that and the inbound has one; otherwise the row's refused ends it,
+ * or, without one, a close. */
+static void refuse(in_conn *ic, const char *why)
 {
-	proto_event ev;
-	ssize_t n = trojan_server_feed(&ic->core.trojan, data, len, &ic->out, &ev);
-	if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
-		trojan_reject(ic, ev.reason);
-		return 0;
+	const inbound_proto_ops *p = ic->ops;
+	bool fallback = ic->in->has_fallback && p->wants_fallback && p->wants_fallback(ic);
+	if (!fallback && p->refused) {
+		p->refused(ic, why);
+		return;
 	}
-	if (ev.kind == PROTO_EV_OPEN) {
-		if (ev.cmd == PROTO_CMD_UDP_ASSOCIATE)
-			stream_udp_start(ic, &ev);
-		else
-			in_conn_open(ic, &ev.dest, ev.user, relay_connected); /* Trojan has no reply */
-	}
-	return (size_t)n;
-}
-
-static size_t vless_data(in_conn *ic, const uint8_t *data, size_t len)
-{
-	proto_event ev;
-	ssize_t n = vless_server_feed(&ic->core.vless, data, len, &ic->out, &ev);
-	if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
-		log_refused(ic, ev.reason);
+	in_conn_log_refused(ic, why);
+	if (fallback)
+		in_conn_open_fallback(ic);
+	else
 		conn_close(ic->c);
-		return 0;
-	}
-	if (ev.kind == PROTO_EV_OPEN) {
-		if (ev.cmd == PROTO_CMD_UDP_ASSOCIATE)
-			stream_udp_start(ic, &ev);
-		else
-			in_conn_open(ic, &ev.dest, ev.user, vless_connected);
-	}
-	return (size_t)n;
 }
 
 /* ---- the driver ---- */
 
-static size_t on_data(conn *c, void *drv, const uint8_t *data, size_t len)
+static void on_open(conn *c, void *drv)
 {
 	in_conn *ic = drv;
 	ic->c = c;
+}
+
+static size_t on_data(conn *c, void *drv, const uint8_t *data, size_t len)
+{
+	(void)c;
+	in_conn *ic = drv;
 	if (ic->sniffing)
-		return sniff_step(ic, data, len);
-	if (ic->kind == IN_UNDECIDED && ic->in->spec->protocol == ETM_PROTO_TROJAN) {
-		ic->kind = IN_TROJAN;
-		trojan_server_init(&ic->core.trojan, (const uint8_t(*)[56])ic->in->trojan_hashes,
-		                   ic->in->spec->settings.users_len);
-	} else if (ic->kind == IN_UNDECIDED && ic->in->spec->protocol == ETM_PROTO_VLESS) {
-		ic->kind = IN_VLESS;
-		vless_server_init(&ic->core.vless, (const uint8_t(*)[16])ic->in->vless_uuids,
-		                  ic->in->spec->settings.users_len);
-	}
-	if (ic->dlink)
-		return stream_udp_data(ic, data, len);
-	if (ic->kind == IN_TROJAN)
-		return trojan_data(ic, data, len);
-	if (ic->kind == IN_VLESS)
-		return vless_data(ic, data, len);
-	if (ic->kind == IN_UNDECIDED) {
-		etm_protocol p = ic->in->spec->protocol;
-		bool socks = p == ETM_PROTO_SOCKS || (p == ETM_PROTO_MIXED && (data[0] == 4 || data[0] == 5));
-		const etm_settings_spec *st = &ic->in->spec->settings;
-		if (socks) {
-			ic->kind = IN_SOCKS;
-			socks_server_init(&ic->core.socks, st->users, st->users_len, true);
-		} else {
-			ic->kind = IN_HTTP;
-			http_in_init(ic);
-			if (!ic->core.http)
-				return 0;
+		return in_conn_sniff_feed(ic, data, len);
+	if (!ic->ops && start(ic, data[0]))
+		return 0;
+	size_t off = 0;
+	while (off < len) {
+		proto_event ev = {0};
+		ssize_t n = ic->ops->feed(ic, data + off, len - off, &ev);
+		if (n == INBOUND_FEED_GONE || !in_conn_flush(ic))
+			return 0;
+		if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
+			refuse(ic, ev.reason);
+			return 0;
 		}
+		off += (size_t)n;
+		if (ev.kind == PROTO_EV_OPEN) {
+			open_flow(ic, &ev);
+			return off;
+		}
+		if (n == 0)
+			break;
 	}
-	if (ic->kind == IN_SOCKS)
-		return socks_data(ic, data, len);
-	return http_in_data(ic, data, len);
+	return off;
 }
 
 static void on_close(conn *c, void *drv)
@@ -382,12 +172,9 @@ static void on_close(conn *c, void *drv)
 	in_conn *ic = drv;
 	if (ic->pending)
 		ic->pending->cancel(ic->pending);
-	if (ic->udp)
-		socks_udp_stop(ic);
-	if (ic->dlink)
-		ic->dlink->ops->close(ic->dlink);
-	if (ic->kind == IN_HTTP)
-		http_in_free(ic);
+	if (ic->ops && ic->ops->free)
+		ic->ops->free(ic);
+	free(ic->state);
 	free(ic);
 }
 
@@ -398,23 +185,21 @@ static bool on_client_end(conn *c, void *drv)
 	if (ic->sniffing) {
 		/* A FIN ends the sniff with what came: the flow opens and the FIN
 		 * follows its bytes. */
-		finish_sniff(ic, NULL);
+		in_conn_sniff_give_up(ic);
 		return false;
 	}
-	return ic->kind == IN_HTTP && ic->core.http ? http_in_client_end(ic) : true;
+	return ic->ops && ic->ops->client_end ? ic->ops->client_end(ic) : true;
 }
 
-/* A Trojan peer that stalls before a decision is a prober too: it goes to
- * the fallback, like any other bytes that are not Trojan. */
 static bool on_handshake_timeout(conn *c, void *drv)
 {
 	(void)c;
 	in_conn *ic = drv;
-	proto_event ev;
-	if (ic->kind != IN_TROJAN || ic->pending || !ic->in->has_fallback ||
-	    trojan_server_timeout(&ic->core.trojan, &ev))
+	proto_event ev = {0};
+	if (!ic->ops || !ic->ops->timeout || ic->pending || !ic->in->has_fallback ||
+	    ic->ops->timeout(ic, &ev))
 		return false;
-	trojan_reject(ic, ev.reason);
+	refuse(ic, ev.reason);
 	return true;
 }
 
@@ -423,18 +208,19 @@ static void on_deadline(conn *c, void *drv)
 	(void)c;
 	in_conn *ic = drv;
 	if (ic->sniffing)
-		finish_sniff(ic, NULL); /* the client sent nothing sniffable in time */
+		in_conn_sniff_give_up(ic); /* the client sent nothing sniffable in time */
 }
 
 static void on_written(conn *c, void *drv)
 {
 	(void)c;
 	in_conn *ic = drv;
-	if (ic->kind == IN_HTTP && ic->core.http)
-		http_in_written(ic);
+	if (ic->ops && ic->ops->written)
+		ic->ops->written(ic);
 }
 
 static const conn_driver driver = {
+	.on_open = on_open,
 	.on_data = on_data,
 	.on_client_end = on_client_end,
 	.on_written = on_written,
@@ -483,13 +269,34 @@ fail:
 
 /* ---- building an inbound ---- */
 
+enum { BUILD_REASON, BUILD_NO_MEMORY, BUILD_FALLBACK };
 static const char *const build_msgs[] = {
-	"inbound %s: %s",
-	"inbound %s: settings.fallback \"%s\" is not host:port",
-	"inbound %s: out of memory",
-	"inbound %s: cannot hash a password",
-	"inbound %s: a settings.users id is not a UUID",
+	[BUILD_REASON] = "inbound %s: %s",
+	[BUILD_NO_MEMORY] = "inbound %s: out of memory",
+	[BUILD_FALLBACK] = "inbound %s: settings.fallback \"%s\" is not host:port",
 };
+
+/* in->accounts: one credential per user, made by the row. */
+static int build_accounts(inbound_rt *in, const inbound_proto_ops *p, char *err,
+                          size_t err_size)
+{
+	const etm_inbound_spec *sp = in->spec;
+	const etm_settings_spec *set = &sp->settings;
+	uint8_t *a = calloc(set->users_len ? set->users_len : 1, p->account_size);
+	if (!a) {
+		snprintf(err, err_size, build_msgs[BUILD_NO_MEMORY], sp->tag);
+		return -1;
+	}
+	in->accounts = a;
+	for (size_t i = 0; i < set->users_len; i++) {
+		const char *why = p->account(&set->users[i], a + i * p->account_size);
+		if (why) {
+			snprintf(err, err_size, build_msgs[BUILD_REASON], sp->tag, why);
+			return -1;
+		}
+	}
+	return 0;
+}
 
 int inbound_rt_build(inbound_rt *in, char *err, size_t err_size)
 {
@@ -503,43 +310,23 @@ int inbound_rt_build(inbound_rt *in, char *err, size_t err_size)
 		in->tls = tls_server_ctx_new(st->tls.certificate, st->tls.key,
 		                             st->tls.alpn.len ? alpn : NULL, why, sizeof why);
 		if (!in->tls) {
-			snprintf(err, err_size, build_msgs[0], sp->tag, why);
+			snprintf(err, err_size, build_msgs[BUILD_REASON], sp->tag, why);
 			return -1;
 		}
 	}
 	in->ws = st->network == ETM_NET_WS;
-	const etm_settings_spec *set = &sp->settings;
-	size_t n = set->users_len ? set->users_len : 1;
-	if (sp->protocol == ETM_PROTO_TROJAN) {
-		in->trojan_hashes = calloc(n, sizeof *in->trojan_hashes);
-		if (!in->trojan_hashes) {
-			snprintf(err, err_size, build_msgs[2], sp->tag);
+	const inbound_proto_ops *p = row(sp->protocol);
+	if (!p)
+		return 0;
+	if (p->account_size && build_accounts(in, p, err, err_size))
+		return -1;
+	const char *fallback = sp->settings.fallback;
+	if (p->wants_fallback && fallback) {
+		if (addr_dest_parse(&in->fallback, fallback)) {
+			snprintf(err, err_size, build_msgs[BUILD_FALLBACK], sp->tag, fallback);
 			return -1;
 		}
-		for (size_t i = 0; i < set->users_len; i++)
-			if (trojan_password_hash(set->users[i].password, (char *)in->trojan_hashes[i])) {
-				snprintf(err, err_size, build_msgs[3], sp->tag);
-				return -1;
-			}
-		if (set->fallback) {
-			if (addr_dest_parse(&in->fallback, set->fallback)) {
-				snprintf(err, err_size, build_msgs[1], sp->tag, set->fallback);
-				return -1;
-			}
-			in->has_fallback = true;
-		}
-	}
-	if (sp->protocol == ETM_PROTO_VLESS) {
-		in->vless_uuids = calloc(n, sizeof *in->vless_uuids);
-		if (!in->vless_uuids) {
-			snprintf(err, err_size, build_msgs[2], sp->tag);
-			return -1;
-		}
-		for (size_t i = 0; i < set->users_len; i++)
-			if (vless_uuid_parse(set->users[i].id, in->vless_uuids[i])) {
-				snprintf(err, err_size, build_msgs[4], sp->tag);
-				return -1;
-			}
+		in->has_fallback = true;
 	}
 	return 0;
 }
@@ -548,8 +335,6 @@ void inbound_rt_free(inbound_rt *in)
 {
 	tls_server_ctx_unref(in->tls);
 	in->tls = NULL;
-	free(in->trojan_hashes);
-	in->trojan_hashes = NULL;
-	free(in->vless_uuids);
-	in->vless_uuids = NULL;
+	free(in->accounts);
+	in->accounts = NULL;
 }

@@ -1,4 +1,4 @@
-/* inbound.h - the server drivers of socks, http and mixed inbounds over the connection shell. */
+/* inbound.h - an inbound's listener side: its run-time parts and the driver of every connection it accepts. */
 #ifndef ETM_INBOUND_INBOUND_H
 #define ETM_INBOUND_INBOUND_H
 
@@ -21,10 +21,11 @@ typedef struct inbound_rt {
 	/* Built by inbound_rt_build from the spec, released by inbound_rt_free. */
 	tls_server_ctx *tls;  /* a reference; NULL: no TLS */
 	bool ws;              /* a WebSocket transport on spec->stream.ws.path */
-	uint8_t (*trojan_hashes)[56]; /* owned, one per user */
-	uint8_t (*vless_uuids)[16];   /* owned, one per user */
+	uint8_t *accounts;    /* owned: one credential per user, made by the
+	                       * protocol's row (Trojan password hashes, VLESS
+	                       * UUIDs); NULL: none */
 	bool has_fallback;
-	addr_dest fallback;   /* trojan: where what is not Trojan goes */
+	addr_dest fallback;   /* where what the protocol refuses goes (Trojan) */
 } inbound_rt;
 
 /* Builds the run-time parts of an inbound (TLS context, credentials). On

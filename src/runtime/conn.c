@@ -342,6 +342,8 @@ conn *conn_accept(worker *w, int fd, const conn_driver *driver, void *drv,
 	worker_conns *all = worker_conn_list(w);
 	list_push_front(&all->conns, &c->node);
 	all->n++;
+	if (driver->on_open)
+		driver->on_open(c, drv);
 
 	uv_tcp_init(loop, tcp);
 	int rc = uv_tcp_open(tcp, fd);

@@ -19,6 +19,10 @@ typedef struct conn conn;
 /* The protocol driver of a connection (an inbound's server core). All calls
  * are on the connection's worker thread. */
 typedef struct conn_driver {
+	/* The connection exists: c is what every later hook gets, valid until
+	 * on_close returns. Runs once, before any other hook; it must not
+	 * close c. May be NULL. */
+	void (*on_open)(conn *c, void *drv);
 	/* Handshake bytes from the client: data[0, len) is everything not yet
 	 * consumed. Returns how many bytes the driver consumed (it may call
 	 * conn_* functions, including conn_close, before returning; after
@@ -55,8 +59,8 @@ typedef struct conn_limits {
  * fd is closed and NULL returned. cst is the client side's layer stack (an
  * inbound's TLS or WebSocket; NULL for plain TCP), which the connection
  * takes over in every case, as it takes fd. The driver state drv is
- * borrowed until on_close, which runs exactly once when a connection was
- * returned (also when opening the socket failed). Returns NULL when the
+ * borrowed until on_close. When a connection is returned, on_open has run
+ * and on_close runs exactly once (also when opening the socket failed). Returns NULL when the
  * source is over its limit or memory runs out; drv stays the caller's then
  * (cst is freed, fd closed). */
 conn *conn_accept(worker *w, int fd, const conn_driver *driver, void *drv,

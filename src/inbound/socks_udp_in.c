@@ -1,19 +1,25 @@
-/* socks_udp.c - SOCKS5 UDP ASSOCIATE (RFC 1928 section 7) over a datagram link. */
-#include "inbound/socks_udp.h"
+/* socks_udp_in.c - SOCKS5 UDP ASSOCIATE (RFC 1928 section 7) over a datagram link. */
+#include "inbound/socks_udp_in.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
+#include "proto/socks.h"
 
+enum { MSG_BIND, MSG_LINK, MSG_NOT_CLIENT, MSG_MALFORMED, MSG_NO_MEMORY };
 static const char *const msgs[] = {
-	"socks udp: cannot bind the relay: %s",
-	"socks udp: cannot open the datagram link: %s",
-	"socks udp: dropped a datagram from %s (not the client)",
-	"socks udp: dropped a malformed or fragmented datagram",
+	[MSG_BIND] = "socks udp: cannot bind the relay: %s",
+	[MSG_LINK] = "socks udp: cannot open the datagram link: %s",
+	[MSG_NOT_CLIENT] = "socks udp: dropped a datagram from %s (not the client)",
+	[MSG_MALFORMED] = "socks udp: dropped a malformed or fragmented datagram",
+	[MSG_NO_MEMORY] = "out of memory",
 };
 
-struct socks_udp {
+/* Room for the reason a datagram link could not open. */
+#define LINK_WHY_MAX 200
+
+struct socks_udp_in {
 	in_conn *ic;
 	uv_udp_t relay;
 	dgram_link *link;
@@ -24,15 +30,13 @@ struct socks_udp {
 
 static void on_relay_closed(uv_handle_t *h)
 {
-	socks_udp *u = h->data;
+	socks_udp_in *u = h->data;
 	free(u->buf);
 	free(u);
 }
 
-void socks_udp_stop(in_conn *ic)
+void socks_udp_in_stop(socks_udp_in *u)
 {
-	socks_udp *u = ic->udp;
-	ic->udp = NULL;
 	if (u->link)
 		u->link->ops->close(u->link);
 	u->link = NULL;
@@ -42,7 +46,7 @@ void socks_udp_stop(in_conn *ic)
 /* A reply from `from` on the link: prepend the header in the headroom. */
 static void on_link_recv(const addr_dest *from, uint8_t *data, size_t len, void *ud)
 {
-	socks_udp *u = ud;
+	socks_udp_in *u = ud;
 	if (!u->client_known)
 		return;
 	uint8_t hdr[SOCKS_UDP_HEADER_MAX];
@@ -59,7 +63,7 @@ static void on_link_recv(const addr_dest *from, uint8_t *data, size_t len, void 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
 	(void)suggested;
-	socks_udp *u = h->data;
+	socks_udp_in *u = h->data;
 	buf->base = (char *)u->buf;
 	buf->len = DGRAM_HEADROOM + DGRAM_MAX;
 }
@@ -67,7 +71,7 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void on_client_datagram(uv_udp_t *h, ssize_t n, const uv_buf_t *buf,
                                const struct sockaddr *from, unsigned flags)
 {
-	socks_udp *u = h->data;
+	socks_udp_in *u = h->data;
 	if (n <= 0 || !from || (flags & UV_UDP_PARTIAL) || !u->link)
 		return;
 	/* Only the control connection's IP may use the relay; after its first
@@ -81,14 +85,14 @@ static void on_client_datagram(uv_udp_t *h, ssize_t n, const uv_buf_t *buf,
 			char text[ADDR_TEXT_MAX] = "?";
 			if (addr_dest_from_sockaddr(&d, from) == 0)
 				addr_dest_format(&d, text, sizeof text);
-			log_debug("inbound", msgs[2], text);
+			log_debug("inbound", msgs[MSG_NOT_CLIENT], text);
 		}
 		return;
 	}
 	addr_dest dest = {.network = ADDR_UDP};
 	ssize_t hl = socks_udp_decode((const uint8_t *)buf->base, (size_t)n, &dest);
 	if (hl < 0) {
-		log_debug("inbound", "%s", msgs[3]);
+		log_debug("inbound", "%s", msgs[MSG_MALFORMED]);
 		return;
 	}
 	if (!u->client_known) {
@@ -102,33 +106,25 @@ static void on_client_datagram(uv_udp_t *h, ssize_t n, const uv_buf_t *buf,
 	                            (size_t)n - (size_t)hl);
 }
 
-static void fail(in_conn *ic, proto_dial_error e, const char *why)
+socks_udp_in *socks_udp_in_start(in_conn *ic, const proto_event *ev, addr_dest *bound,
+                                 char *why, size_t why_size)
 {
-	in_conn_log_end(ic, why);
-	if (socks_server_failed(&ic->core.socks, e, &ic->out) == 0 && in_conn_flush(ic))
-		conn_close_after_write(ic->c);
-}
+	addr_dest to = ev->dest;
+	to.network = ADDR_UDP;
+	in_conn_set_flow(ic, &to, ev->user);
 
-void socks_udp_start(in_conn *ic, const proto_event *ev)
-{
-	char err[256];
-	ic->f = (flow){.dest = ev->dest, .user = ev->user};
-	ic->f.dest.network = ADDR_UDP;
-	ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
-
-	socks_udp *u = calloc(1, sizeof *u);
+	socks_udp_in *u = calloc(1, sizeof *u);
 	uint8_t *buf = malloc(DGRAM_HEADROOM + DGRAM_MAX);
 	if (!u || !buf) {
 		free(u);
 		free(buf);
-		fail(ic, PROTO_DIAL_GENERAL, "out of memory");
-		return;
+		snprintf(why, why_size, "%s", msgs[MSG_NO_MEMORY]);
+		return NULL;
 	}
 	u->ic = ic;
 	u->buf = buf;
 	uv_udp_init(worker_loop(conn_worker(ic->c)), &u->relay);
 	u->relay.data = u;
-	ic->udp = u;
 
 	/* The relay binds the address the client reached, port 0: the control
 	 * connection's family (an IPv4 client gets an IPv4 relay). */
@@ -139,32 +135,24 @@ void socks_udp_start(in_conn *ic, const proto_event *ev)
 		((struct sockaddr_in6 *)&local)->sin6_port = 0;
 	int rc = uv_udp_bind(&u->relay, (struct sockaddr *)&local, 0);
 	if (rc) {
-		snprintf(err, sizeof err, msgs[0], uv_strerror(rc));
-		socks_udp_stop(ic);
-		fail(ic, PROTO_DIAL_GENERAL, err);
-		return;
+		snprintf(why, why_size, msgs[MSG_BIND], uv_strerror(rc));
+		socks_udp_in_stop(u);
+		return NULL;
 	}
-	const connector *cn = ic->in->connect;
-	char why[200];
+	char err[LINK_WHY_MAX];
 	static const dgram_handlers handlers = {.recv = on_link_recv};
-	u->link = cn->connect_datagram(cn->self, conn_worker(ic->c), &ic->f, &ic->ctx, &handlers, u,
-	                               why, sizeof why);
+	u->link = in_conn_open_datagram(ic, &handlers, u, err, sizeof err);
 	if (!u->link) {
-		snprintf(err, sizeof err, msgs[1], why);
-		socks_udp_stop(ic);
-		fail(ic, PROTO_DIAL_GENERAL, err);
-		return;
+		snprintf(why, why_size, msgs[MSG_LINK], err);
+		socks_udp_in_stop(u);
+		return NULL;
 	}
-	struct sockaddr_storage bound;
-	int blen = sizeof bound;
-	addr_dest bdest = {0};
-	if (uv_udp_getsockname(&u->relay, (struct sockaddr *)&bound, &blen) == 0)
-		if (addr_dest_from_sockaddr(&bdest, (struct sockaddr *)&bound))
-			bdest = (addr_dest){0};
-	if (socks_server_opened(&ic->core.socks, &bdest, &ic->out) || !in_conn_flush(ic)) {
-		conn_close(ic->c);
-		return;
-	}
+	struct sockaddr_storage ss;
+	int len = sizeof ss;
+	*bound = (addr_dest){0};
+	if (uv_udp_getsockname(&u->relay, (struct sockaddr *)&ss, &len) == 0)
+		if (addr_dest_from_sockaddr(bound, (struct sockaddr *)&ss))
+			*bound = (addr_dest){0};
 	uv_udp_recv_start(&u->relay, alloc_cb, on_client_datagram);
-	conn_hold(ic->c);
+	return u;
 }
