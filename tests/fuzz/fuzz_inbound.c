@@ -547,13 +547,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* what a client that knows the credential sends first */
 	size_t len = 0;
 	const inbound_rt *rt = &g_rt[cfg];
-	if ((how & 8) && rt->trojan_hashes) {
-		memcpy(buf, rt->trojan_hashes[0], 56);
+	/* the first account's credential (inbound.h: a Trojan hash, a VLESS UUID) */
+	bool trojan = rt->spec->protocol == ETM_PROTO_TROJAN;
+	if ((how & 8) && rt->accounts && trojan) {
+		memcpy(buf, rt->accounts, 56);
 		memcpy(buf + 56, "\r\n", 2);
 		len = 58;
-	} else if ((how & 8) && rt->vless_uuids) {
+	} else if ((how & 8) && rt->accounts && rt->spec->protocol == ETM_PROTO_VLESS) {
 		buf[0] = 0;
-		memcpy(buf + 1, rt->vless_uuids[0], 16);
+		memcpy(buf + 1, rt->accounts, 16);
 		buf[17] = 0;
 		len = 18;
 	}
