@@ -58,7 +58,9 @@ static int build_core(balanced *b, const etm_balancer_spec *bs, char *err, size_
 				break;
 			}
 	}
-	balancer_config cfg = {.strategy = bs->strategy_kind,
+	balancer_config cfg = {.strategy = bs->strategy_kind == ETM_STRATEGY_ROUND_ROBIN
+	                                       ? BALANCER_ROUND_ROBIN
+	                                       : BALANCER_FAILOVER,
 	                       .rise = (uint32_t)bs->rise,
 	                       .fall = (uint32_t)bs->fall,
 	                       .retry = (uint32_t)bs->retry,
