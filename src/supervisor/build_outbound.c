@@ -137,7 +137,7 @@ outbound *build_outbound(const etm_outbound_spec *spec, char *err, size_t err_si
  * no lookup. 0, or -1 when it has none. */
 static int probe_dest(addr_dest *probe, const etm_outbound_spec *o)
 {
-	if (!o || addr_dest_set_domain(probe, o->server, strlen(o->server), o->port))
+	if (!o || !o->server || addr_dest_set_domain(probe, o->server, strlen(o->server), o->port))
 		return -1;
 	addr_dest ip = {0};
 	char text[ADDR_TEXT_MAX];
