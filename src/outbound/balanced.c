@@ -7,11 +7,10 @@
 
 #include "base/log.h"
 
-enum { MSG_NO_MEMORY, MSG_CORE, MSG_NO_SERVER, MSG_RETRY, MSG_COUNT_ };
+enum { MSG_NO_MEMORY, MSG_CORE, MSG_RETRY, MSG_COUNT_ };
 static const char *const msgs[MSG_COUNT_] = {
 	[MSG_NO_MEMORY] = "out of memory",
 	[MSG_CORE] = "balancer %s: %s",
-	[MSG_NO_SERVER] = "balancer %s: member %s has no server",
 	[MSG_RETRY] = "balancer %s: member %s failed (%s); trying %s",
 };
 
@@ -42,10 +41,10 @@ void balanced_unref(balanced *b)
 
 /* The core: a tag listed twice is two members on one upstream, so a retry
  * after one copy failed skips the other. */
-static int build_core(balanced *b, const etm_balancer_spec *bs, char *err, size_t err_size)
+static int build_core(balanced *b, const balanced_config *cfg, char *err, size_t err_size)
 {
 	size_t n = b->n;
-	uint32_t *upstream = calloc(n, sizeof *upstream);
+	uint32_t *upstream = calloc(n ? n : 1, sizeof *upstream);
 	if (!upstream) {
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return -1;
@@ -53,69 +52,47 @@ static int build_core(balanced *b, const etm_balancer_spec *bs, char *err, size_
 	for (size_t m = 0; m < n; m++) {
 		upstream[m] = (uint32_t)m;
 		for (size_t k = 0; k < m; k++)
-			if (strcmp(bs->outbounds.items[k], bs->outbounds.items[m]) == 0) {
+			if (strcmp(cfg->members[k]->tag, cfg->members[m]->tag) == 0) {
 				upstream[m] = upstream[k];
 				break;
 			}
 	}
-	balancer_config cfg = {.strategy = bs->strategy_kind,
-	                       .rise = (uint32_t)bs->rise,
-	                       .fall = (uint32_t)bs->fall,
-	                       .retry = (uint32_t)bs->retry,
-	                       .upstream = upstream};
+	balancer_config core = cfg->core;
+	core.upstream = upstream;
 	char why[128];
-	b->core = balancer_new(&cfg, n, why, sizeof why);
+	b->core = balancer_new(&core, n, why, sizeof why);
 	free(upstream);
 	if (!b->core) {
-		snprintf(err, err_size, msgs[MSG_CORE], bs->tag, why);
+		snprintf(err, err_size, msgs[MSG_CORE], cfg->tag, why);
 		return -1;
 	}
 	return 0;
 }
 
-/* Member m: its outbound, and where its probe connects. */
-static int build_member(balanced *b, size_t m, const etm_spec *spec, const etm_balancer_spec *bs,
-                        char *err, size_t err_size)
-{
-	const etm_outbound_spec *o = NULL;
-	for (size_t k = 0; k < spec->outbounds_len && !o; k++)
-		if (strcmp(spec->outbounds[k].tag, bs->outbounds.items[m]) == 0)
-			o = &spec->outbounds[k];
-	/* etm_spec_check made sure of both */
-	if (!o || addr_dest_set_domain(&b->probe[m], o->server, strlen(o->server), o->port)) {
-		snprintf(err, err_size, msgs[MSG_NO_SERVER], bs->tag, bs->outbounds.items[m]);
-		return -1;
-	}
-	addr_dest ip = {0};
-	char text[ADDR_TEXT_MAX];
-	snprintf(text, sizeof text, "%s%s%s:%u", strchr(o->server, ':') ? "[" : "", o->server,
-	         strchr(o->server, ':') ? "]" : "", o->port);
-	if (addr_dest_parse(&ip, text) == 0)
-		b->probe[m] = ip; /* an IP needs no lookup */
-	b->members[m] = outbound_new(o, err, err_size);
-	return b->members[m] ? 0 : -1;
-}
-
-balanced *balanced_new(const etm_spec *spec, const etm_balancer_spec *bs, char *err,
-                       size_t err_size)
+balanced *balanced_new(const balanced_config *cfg, char *err, size_t err_size)
 {
 	balanced *b = calloc(1, sizeof *b);
-	size_t n = bs->outbounds.len;
-	if (!b || !(b->tag = strdup(bs->tag)) || !(b->members = calloc(n, sizeof *b->members)) ||
-	    !(b->probe = calloc(n, sizeof *b->probe))) {
+	size_t n = cfg->n;
+	if (b && (b->members = calloc(n ? n : 1, sizeof *b->members))) {
+		/* taken over from here on: balanced_free frees them */
+		b->n = n;
+		memcpy(b->members, cfg->members, n * sizeof *b->members);
+	} else {
+		for (size_t m = 0; m < n; m++)
+			outbound_del(cfg->members[m]);
+	}
+	if (!b || !b->members || !(b->tag = strdup(cfg->tag)) ||
+	    !(b->probe = calloc(n ? n : 1, sizeof *b->probe))) {
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		goto fail;
 	}
+	memcpy(b->probe, cfg->probe, n * sizeof *b->probe);
 	atomic_init(&b->refs, 1);
 	b->id = outbound_next_id();
-	b->n = n;
-	b->probe_interval_ms = bs->probe_interval * 1000;
-	b->probe_timeout_ms = bs->probe_timeout * 1000;
-	if (build_core(b, bs, err, err_size))
+	b->probe_interval_ms = cfg->probe_interval_ms;
+	b->probe_timeout_ms = cfg->probe_timeout_ms;
+	if (build_core(b, cfg, err, err_size))
 		goto fail;
-	for (size_t m = 0; m < n; m++)
-		if (build_member(b, m, spec, bs, err, err_size))
-			goto fail;
 	return b;
 fail:
 	if (b)

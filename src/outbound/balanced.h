@@ -6,7 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "etemenanki/spec.h"
 #include "outbound/balancer.h"
 #include "outbound/outbound.h"
 
@@ -24,12 +23,26 @@ typedef struct balanced {
 	uint64_t probe_interval_ms, probe_timeout_ms;
 } balanced;
 
-/* Builds the balancer bs of a checked spec, its members built from spec's
- * outbounds. Returns NULL with the reason in err ("out of memory",
- * "balancer <tag>: ...", or a member's outbound_new error). The new object
- * holds one reference. */
-balanced *balanced_new(const etm_spec *spec, const etm_balancer_spec *bs, char *err,
-                       size_t err_size);
+/* What balanced_new builds from, filled by supervisor/build_outbound.c from
+ * a checked spec. Borrowed for the call, but for the members it takes
+ * over: nothing in it points into the spec. */
+typedef struct balanced_config {
+	const char *tag;
+	/* strategy, rise, fall and retry for the core; upstream is ignored
+	 * (balanced_new derives it: members with equal tags share one) */
+	balancer_config core;
+	uint64_t probe_interval_ms, probe_timeout_ms;
+	size_t n;
+	/* n, in priority order, each taken over (freed on failure too); a tag
+	 * listed twice is two members. */
+	outbound **members;
+	const addr_dest *probe; /* n: where each member's probe connects */
+} balanced_config;
+
+/* Builds a balancer over cfg's members. Returns NULL with the reason in err
+ * ("out of memory", "balancer <tag>: ..."). The new object holds one
+ * reference. */
+balanced *balanced_new(const balanced_config *cfg, char *err, size_t err_size);
 
 balanced *balanced_ref(balanced *b);
 /* Drops a reference; the last one frees b and its members. Any thread;

@@ -26,7 +26,7 @@ typedef struct member {
 
 struct balancer {
 	/* Fixed by balancer_new. */
-	etm_strategy strategy;
+	balancer_strategy_kind strategy;
 	uint32_t rise;
 	uint32_t fall;
 	uint32_t retry;
@@ -83,7 +83,7 @@ balancer *balancer_new(const balancer_config *cfg, size_t n_members, char *err, 
 		set_err(err, err_size, BALANCER_ERR_RETRY);
 		return NULL;
 	}
-	assert(cfg->strategy == ETM_STRATEGY_FAILOVER || cfg->strategy == ETM_STRATEGY_ROUND_ROBIN);
+	assert(cfg->strategy == BALANCER_FAILOVER || cfg->strategy == BALANCER_ROUND_ROBIN);
 
 	/* sizeof is a multiple of the struct's alignment, as aligned_alloc
 	 * requires. */
@@ -174,7 +174,7 @@ static size_t nth_member(const uint64_t *set, size_t n_words, size_t k)
  * rotation under round_robin. */
 static size_t pick(balancer *b, _Atomic uint64_t *rotation, const uint64_t *cand, size_t c)
 {
-	if (b->strategy == ETM_STRATEGY_ROUND_ROBIN) {
+	if (b->strategy == BALANCER_ROUND_ROBIN) {
 		uint64_t t = atomic_fetch_add_explicit(rotation, 1, memory_order_relaxed);
 		return nth_member(cand, b->n_words, (size_t)(t % c));
 	}
@@ -336,7 +336,7 @@ size_t balancer_size(const balancer *b)
 	return b->n;
 }
 
-etm_strategy balancer_strategy(const balancer *b)
+balancer_strategy_kind balancer_strategy(const balancer *b)
 {
 	return b->strategy;
 }

@@ -6,8 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "etemenanki/spec.h"
-
 /* What a balancer is (seed 000 "Balancing in depth", seed 003 "Failover
  * between upstreams", issue 6):
  *
@@ -77,10 +75,16 @@
 
 typedef struct balancer balancer;
 
+/* How a pick chooses among the healthy members (seed 000 "Selection"). */
+typedef enum balancer_strategy_kind {
+	BALANCER_FAILOVER,    /* the first healthy member in configured order */
+	BALANCER_ROUND_ROBIN, /* a shared rotation over the healthy members */
+} balancer_strategy_kind;
+
 /* A zeroed balancer_config is the seeds' balancer: failover, rise 1, fall 1,
  * no retry, every member its own upstream. */
 typedef struct balancer_config {
-	etm_strategy strategy; /* ETM_STRATEGY_FAILOVER (0) or ETM_STRATEGY_ROUND_ROBIN */
+	balancer_strategy_kind strategy; /* BALANCER_FAILOVER (0) or BALANCER_ROUND_ROBIN */
 	/* Consecutive probe results needed to mark a down member up (rise) or
 	 * an up member down (fall); 0 means 1. Only an unbroken run counts:
 	 * a result that agrees with the member's current state resets it, so
@@ -193,7 +197,7 @@ __attribute__((warn_unused_result)) bool balancer_take_reprobe_all(balancer *b);
 
 /* Members, strategy and retry as built. Any thread. */
 size_t balancer_size(const balancer *b);
-etm_strategy balancer_strategy(const balancer *b);
+balancer_strategy_kind balancer_strategy(const balancer *b);
 uint32_t balancer_retry(const balancer *b);
 
 /* Whether member is healthy now (false out of range). Any thread; a relaxed

@@ -4,8 +4,8 @@
 
 #include <stddef.h>
 
-#include "etemenanki/spec.h"
 #include "runtime/connector.h"
+#include "runtime/dial.h"
 #include "runtime/dns.h"
 
 /* Names a link remembers (resolved, or being resolved with one datagram

@@ -1,4 +1,4 @@
-/* outbound.c - the protocol table, building an outbound from its spec, and connects dispatched through its row. */
+/* outbound.c - the protocol table, building an outbound from its config, and connects dispatched through its row. */
 #include "outbound/outbound.h"
 
 #include <assert.h>
@@ -93,12 +93,11 @@ static void userpass_free(void *state)
 	free(u->password);
 }
 
-static int userpass_build(outbound *o, const etm_outbound_spec *spec, char *err, size_t err_size)
+static int userpass_build(outbound *o, const outbound_config *cfg, char *err, size_t err_size)
 {
-	const etm_settings_spec *set = &spec->settings;
 	userpass *u = o->state;
-	if ((set->username && !(u->username = strdup(set->username))) ||
-	    (set->password && !(u->password = strdup(set->password)))) {
+	if ((cfg->username && !(u->username = strdup(cfg->username))) ||
+	    (cfg->password && !(u->password = strdup(cfg->password)))) {
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return -1;
 	}
@@ -145,11 +144,11 @@ typedef struct trojan_cred {
 	uint8_t hash[TROJAN_HASH_LEN]; /* hex(SHA-224(password)) */
 } trojan_cred;
 
-static int trojan_build(outbound *o, const etm_outbound_spec *spec, char *err, size_t err_size)
+static int trojan_build(outbound *o, const outbound_config *cfg, char *err, size_t err_size)
 {
 	trojan_cred *t = o->state;
-	if (trojan_password_hash(spec->settings.password, (char *)t->hash)) {
-		snprintf(err, err_size, msgs[MSG_BAD_PASSWORD], spec->tag);
+	if (trojan_password_hash(cfg->password, (char *)t->hash)) {
+		snprintf(err, err_size, msgs[MSG_BAD_PASSWORD], cfg->tag);
 		return -1;
 	}
 	return 0;
@@ -175,11 +174,11 @@ typedef struct vless_cred {
 	uint8_t uuid[VLESS_UUID_LEN];
 } vless_cred;
 
-static int vless_build(outbound *o, const etm_outbound_spec *spec, char *err, size_t err_size)
+static int vless_build(outbound *o, const outbound_config *cfg, char *err, size_t err_size)
 {
 	vless_cred *v = o->state;
-	if (vless_uuid_parse(spec->settings.id, v->uuid)) {
-		snprintf(err, err_size, msgs[MSG_BAD_UUID], spec->tag);
+	if (vless_uuid_parse(cfg->id, v->uuid)) {
+		snprintf(err, err_size, msgs[MSG_BAD_UUID], cfg->tag);
 		return -1;
 	}
 	return 0;
@@ -206,52 +205,52 @@ static dgram_link *vless_dgram_over(const outbound *o, worker *w, uv_tcp_t *tcp,
 /* Every protocol an outbound may name. vmess, shadowsocks, hysteria2 and
  * wireguard parse and validate (the spec check reads proxy_client) but
  * this build cannot run them yet. */
-static const outbound_proto protos[ETM_PROTO_COUNT_] = {
-	[ETM_PROTO_FREEDOM] = {
+static const outbound_proto protos[] = {
+	{
 		.name = "freedom", .udp = true, .available = true,
 		.connect_stream = freedom_stream, .connect_datagram = freedom_datagram,
 	},
-	[ETM_PROTO_BLACKHOLE] = {
+	{
 		.name = "blackhole", .udp = true, .available = true,
 		.connect_stream = blackhole_stream, .connect_datagram = blackhole_datagram,
 	},
-	[ETM_PROTO_SOCKS] = {
+	{
 		.name = "socks", .proxy_client = true, .udp = true, .available = true,
 		.state_size = sizeof(userpass), .build = userpass_build, .free_state = userpass_free,
 		.connect_stream = proxy_connect_stream, .connect_datagram = proxy_connect_datagram,
 		.request = socks_request, .dgram_over = socks_dgram_over,
 	},
-	[ETM_PROTO_HTTP] = {
+	{
 		.name = "http", .proxy_client = true, .available = true,
 		.state_size = sizeof(userpass), .build = userpass_build, .free_state = userpass_free,
 		.connect_stream = proxy_connect_stream,
 		.request = http_request,
 	},
-	[ETM_PROTO_TROJAN] = {
+	{
 		.name = "trojan", .proxy_client = true, .udp = true, .available = true,
 		.state_size = sizeof(trojan_cred), .build = trojan_build,
 		.connect_stream = proxy_connect_stream, .connect_datagram = proxy_connect_datagram,
 		.request = trojan_request, .dgram_over = trojan_dgram_over,
 	},
-	[ETM_PROTO_VLESS] = {
+	{
 		.name = "vless", .proxy_client = true, .udp = true, .available = true,
 		.state_size = sizeof(vless_cred), .build = vless_build,
 		.connect_stream = proxy_connect_stream, .connect_datagram = proxy_connect_datagram,
 		.request = vless_request, .dgram_over = vless_dgram_over,
 	},
-	[ETM_PROTO_VMESS] = {.name = "vmess", .proxy_client = true, .udp = true},
-	[ETM_PROTO_SHADOWSOCKS] = {.name = "shadowsocks", .proxy_client = true, .udp = true},
-	[ETM_PROTO_HYSTERIA2] = {.name = "hysteria2", .proxy_client = true, .udp = true},
-	[ETM_PROTO_WIREGUARD] = {.name = "wireguard", .udp = true},
+	{.name = "vmess", .proxy_client = true, .udp = true},
+	{.name = "shadowsocks", .proxy_client = true, .udp = true},
+	{.name = "hysteria2", .proxy_client = true, .udp = true},
+	{.name = "wireguard", .udp = true},
 };
 
-const outbound_proto *outbound_proto_of(etm_protocol p)
+const outbound_proto *outbound_proto_named(const char *name)
 {
-	if ((unsigned)p >= ETM_PROTO_COUNT_ || !protos[p].name)
-		return NULL;
-	/* one name per protocol: the spec's catalogue is the public one */
-	assert(strcmp(protos[p].name, etm_protocol_name(p)) == 0);
-	return &protos[p];
+	/* a handful of rows, read while building and checking a spec */
+	for (size_t i = 0; name && i < sizeof protos / sizeof protos[0]; i++)
+		if (strcmp(protos[i].name, name) == 0)
+			return &protos[i];
+	return NULL;
 }
 
 /* ---- building ---- */
@@ -261,12 +260,11 @@ static atomic_uint_fast64_t next_id = 1;
 
 uint64_t outbound_next_id(void) { return atomic_fetch_add(&next_id, 1); }
 
-outbound *outbound_new(const etm_outbound_spec *spec, char *err, size_t err_size)
+outbound *outbound_new(const outbound_config *cfg, char *err, size_t err_size)
 {
-	const outbound_proto *proto = outbound_proto_of(spec->protocol);
+	const outbound_proto *proto = outbound_proto_named(cfg->protocol);
 	if (!proto || !proto->available) {
-		snprintf(err, err_size, msgs[MSG_UNAVAILABLE], spec->tag,
-		         etm_protocol_name(spec->protocol));
+		snprintf(err, err_size, msgs[MSG_UNAVAILABLE], cfg->tag, cfg->protocol);
 		return NULL;
 	}
 	/* an available row names what its flags promise */
@@ -274,7 +272,7 @@ outbound *outbound_new(const etm_outbound_spec *spec, char *err, size_t err_size
 	assert(!proto->proxy_client || proto->request);
 	outbound *o = calloc(1, sizeof *o);
 	if (o)
-		o->tag = strdup(spec->tag);
+		o->tag = strdup(cfg->tag);
 	if (!o || !o->tag) {
 		free(o);
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
@@ -282,14 +280,14 @@ outbound *outbound_new(const etm_outbound_spec *spec, char *err, size_t err_size
 	}
 	o->id = outbound_next_id();
 	o->proto = proto;
-	o->af = spec->address_family;
-	if (proto->proxy_client && !(o->proxy = proxy_transport_new(spec, err, err_size)))
+	o->af = cfg->af;
+	if (proto->proxy_client && !(o->proxy = proxy_transport_new(cfg, err, err_size)))
 		goto fail;
 	if (proto->state_size && !(o->state = calloc(1, proto->state_size))) {
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		goto fail;
 	}
-	if (proto->build && proto->build(o, spec, err, err_size))
+	if (proto->build && proto->build(o, cfg, err, err_size))
 		goto fail;
 	return o;
 fail:

@@ -5,9 +5,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "etemenanki/spec.h"
+#include "base/addr.h"
 #include "runtime/connector.h"
+#include "runtime/dial.h"
 #include "runtime/dns.h"
+#include "transport/tls.h"
 
 typedef struct outbound outbound;
 typedef struct outbound_proto outbound_proto;
@@ -17,7 +19,7 @@ struct outbound {
 	uint64_t id; /* unique for the process's life: tag@vN, never reused */
 	char *tag;   /* owned */
 	const outbound_proto *proto; /* its protocol's row, never NULL */
-	etm_address_family af;
+	etm_address_family af; /* the family dial_tcp takes, copied */
 	proxy_transport *proxy; /* owned: a proxy client's server and transport; NULL otherwise */
 	void *state; /* owned: proto->state_size bytes of the protocol's own (credentials), or NULL */
 };
@@ -26,28 +28,48 @@ struct outbound {
  * during the call). */
 typedef void (*outbound_dgram_cb)(void *oud, dgram_link *link, const char *why);
 
+/* What outbound_new builds from, filled by supervisor/build_outbound.c
+ * from a checked spec entry. Everything is borrowed for the call:
+ * outbound_new copies the strings and takes its own reference on tls, so
+ * the spec it came from may be freed while the outbound lives on. */
+typedef struct outbound_config {
+	const char *tag;
+	const char *protocol; /* its name, as outbound_proto_named takes it */
+	etm_address_family af;
+	/* Proxy clients (the row's proxy_client) only: */
+	addr_dest server;
+	tls_client_ctx *tls;  /* NULL: no TLS */
+	const char *tls_name; /* the name TLS verifies and sends; with tls */
+	bool ws;
+	const char *ws_path, *ws_host; /* with ws */
+	/* Credentials, each NULL when not set: socks and http a user name and
+	 * password, trojan the password, vless the id (a UUID as text). */
+	const char *username, *password, *id;
+} outbound_config;
+
 /* What a protocol is and can do as an outbound: one row per protocol in
  * outbound.c, read by outbound_new, the connects and the spec checks
- * (etm_spec_check, etm_protocol_available). Adding a protocol is one row
- * plus the functions it names. Functions are NULL where a flag says the
+ * (etm_spec_check, etm_protocol_available, through build_outbound_proto).
+ * Adding a protocol is one row plus the functions it names. Functions are NULL where a flag says the
  * protocol cannot do it, and all of them are NULL while it is not
  * available. */
 struct outbound_proto {
 	const char *name; /* etm_protocol_name's */
 	/* Dials a proxy server of its own, named by `server` and `port` (the
-	 * spec check asks for both); outbound_new builds its proxy_transport. */
+	 * spec check asks for both); outbound_new builds its proxy_transport
+	 * from the config's server, TLS and WebSocket fields. */
 	bool proxy_client;
 	bool udp;       /* carries datagrams: connect_datagram is set */
 	bool available; /* this build runs it; the others parse, validate and are
 	                   refused at start ("... is not available yet") */
 
 	/* The protocol's state: o->state gets state_size zeroed bytes (0: no
-	 * state), which build fills from a checked spec after o->proxy is
-	 * built; it returns 0, or -1 with the reason in err. free_state
+	 * state), which build fills from the config after o->proxy is built;
+	 * it returns 0, or -1 with the reason in err. free_state
 	 * releases what the state owns, before the state itself is freed.
 	 * Either function may be NULL: nothing to do. */
 	size_t state_size;
-	int (*build)(outbound *o, const etm_outbound_spec *spec, char *err, size_t err_size);
+	int (*build)(outbound *o, const outbound_config *cfg, char *err, size_t err_size);
 	void (*free_state)(void *state);
 
 	/* outbound_connect_stream and outbound_connect_datagram of this
@@ -70,12 +92,14 @@ struct outbound_proto {
 	                          void *ud, char *err, size_t err_size);
 };
 
-/* The row of protocol p; NULL for one no outbound speaks (mixed, udp_lb). */
-const outbound_proto *outbound_proto_of(etm_protocol p);
+/* The row of the protocol called name; NULL for one no outbound speaks
+ * (mixed, udp_lb). */
+const outbound_proto *outbound_proto_named(const char *name);
 
-/* Builds the outbound of a checked spec entry. Returns NULL with the reason
- * in err (memory, or a protocol this build cannot run). */
-outbound *outbound_new(const etm_outbound_spec *spec, char *err, size_t err_size);
+/* Builds an outbound from cfg (borrowed for the call, see outbound_config).
+ * Returns NULL with the reason in err (memory, credentials that do not
+ * convert, or a protocol this build cannot run). */
+outbound *outbound_new(const outbound_config *cfg, char *err, size_t err_size);
 void outbound_del(outbound *o);
 
 /* A fresh id from the sequence outbounds use (balancer targets take theirs

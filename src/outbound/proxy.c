@@ -6,28 +6,20 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <arpa/inet.h>
-
 #include "runtime/dial_stream.h"
 #include "transport/tls.h"
 #include "transport/ws.h"
 
-enum { MSG_BAD_SETTING, MSG_NO_MEMORY, MSG_NO_LAYERS, MSG_NOT_A_HOST, MSG_COUNT_ };
+enum { MSG_NO_MEMORY, MSG_NO_LAYERS, MSG_COUNT_ };
 static const char *const msgs[MSG_COUNT_] = {
-	[MSG_BAD_SETTING] = "outbound %s: %s",
 	[MSG_NO_MEMORY] = "out of memory",
 	[MSG_NO_LAYERS] = "cannot build the layers of %s",
-	[MSG_NOT_A_HOST] = "server is not a host name",
 };
-
-/* ALPN protocols an outbound offers at most; the list handed to the TLS
- * context ends with NULL after them. */
-#define PROXY_ALPN_MAX 16
 
 struct proxy_transport {
 	addr_dest server;
 	tls_client_ctx *tls; /* a reference; NULL: no TLS */
-	char *tls_name;      /* owned: the name verified, NULL: the server's */
+	char *tls_name;      /* owned when tls: the name verified */
 	bool ws;
 	char *ws_path, *ws_host; /* owned when ws */
 };
@@ -43,83 +35,26 @@ void proxy_transport_del(proxy_transport *t)
 	free(t);
 }
 
-static int set_server(proxy_transport *t, const etm_outbound_spec *spec, char *err,
-                      size_t err_size)
-{
-	unsigned char ip[16];
-	if (inet_pton(AF_INET, spec->server, ip) == 1) {
-		t->server = (addr_dest){.kind = ADDR_IPV4, .port = spec->port};
-		memcpy(t->server.u.v4, ip, 4);
-	} else if (inet_pton(AF_INET6, spec->server, ip) == 1) {
-		t->server = (addr_dest){.kind = ADDR_IPV6, .port = spec->port};
-		memcpy(t->server.u.v6, ip, 16);
-	} else if (addr_dest_set_domain(&t->server, spec->server, strlen(spec->server),
-	                                spec->port)) {
-		snprintf(err, err_size, msgs[MSG_BAD_SETTING], spec->tag, msgs[MSG_NOT_A_HOST]);
-		return -1;
-	}
-	return 0;
-}
-
-static int set_tls(proxy_transport *t, const etm_outbound_spec *spec, char *err, size_t err_size)
-{
-	const etm_tls_spec *ts = &spec->stream.tls;
-	/* the ALPN list must end with NULL: copy it */
-	const char *alpn[PROXY_ALPN_MAX + 1] = {0};
-	for (size_t i = 0; i < ts->alpn.len && i < PROXY_ALPN_MAX; i++)
-		alpn[i] = ts->alpn.items[i];
-	tls_client_config cfg = {
-		.server_name = ts->server_name,
-		.alpn = ts->alpn.len ? alpn : NULL,
-		.allow_insecure = ts->allow_insecure,
-		.ca_file = ts->ca,
-	};
-	char why[256];
-	t->tls = tls_client_ctx_new(&cfg, why, sizeof why);
-	if (!t->tls) {
-		snprintf(err, err_size, msgs[MSG_BAD_SETTING], spec->tag, why);
-		return -1;
-	}
-	t->tls_name = strdup(ts->server_name ? ts->server_name : spec->server);
-	if (!t->tls_name) {
-		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
-		return -1;
-	}
-	return 0;
-}
-
-static int set_ws(proxy_transport *t, const etm_outbound_spec *spec, char *err, size_t err_size)
-{
-	const etm_stream_spec *st = &spec->stream;
-	t->ws = true;
-	t->ws_path = strdup(st->ws.path ? st->ws.path : "/");
-	t->ws_host = strdup(st->ws.host          ? st->ws.host
-	                    : st->tls.server_name ? st->tls.server_name
-	                                          : spec->server);
-	if (!t->ws_path || !t->ws_host) {
-		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
-		return -1;
-	}
-	return 0;
-}
-
-proxy_transport *proxy_transport_new(const etm_outbound_spec *spec, char *err, size_t err_size)
+proxy_transport *proxy_transport_new(const outbound_config *cfg, char *err, size_t err_size)
 {
 	proxy_transport *t = calloc(1, sizeof *t);
-	if (!t) {
-		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
-		return NULL;
+	if (!t)
+		goto nomem;
+	t->server = cfg->server;
+	if (cfg->tls) {
+		tls_client_ctx_ref(cfg->tls);
+		t->tls = cfg->tls;
+		if (!(t->tls_name = strdup(cfg->tls_name)))
+			goto nomem;
 	}
-	const etm_stream_spec *st = &spec->stream;
-	if (set_server(t, spec, err, err_size))
-		goto fail;
-	if ((st->network == ETM_NET_TLS || st->security == ETM_SEC_TLS) &&
-	    set_tls(t, spec, err, err_size))
-		goto fail;
-	if (st->network == ETM_NET_WS && set_ws(t, spec, err, err_size))
-		goto fail;
+	if (cfg->ws) {
+		t->ws = true;
+		if (!(t->ws_path = strdup(cfg->ws_path)) || !(t->ws_host = strdup(cfg->ws_host)))
+			goto nomem;
+	}
 	return t;
-fail:
+nomem:
+	snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 	proxy_transport_del(t);
 	return NULL;
 }

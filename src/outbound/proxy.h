@@ -6,10 +6,10 @@
 
 #include "outbound/outbound.h"
 
-/* Builds the server address and transport of a proxy client's checked spec,
- * once per outbound on the control thread. Returns NULL with the reason in
- * err ("outbound <tag>: <why>", or "out of memory"). */
-proxy_transport *proxy_transport_new(const etm_outbound_spec *spec, char *err, size_t err_size);
+/* Copies the server address and transport of a proxy client's config, once
+ * per outbound on the control thread (a reference on cfg->tls). Returns
+ * NULL with "out of memory" in err. */
+proxy_transport *proxy_transport_new(const outbound_config *cfg, char *err, size_t err_size);
 void proxy_transport_del(proxy_transport *t);
 
 /* connect_stream of a proxy client: dials o's server through its transport

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "supervisor/build_outbound.h"
+
 enum { MSG_NO_MEMORY, MSG_NAMES_NOTHING, MSG_COUNT_ };
 static const char *const msgs[MSG_COUNT_] = {
 	[MSG_NO_MEMORY] = "out of memory",
@@ -58,9 +60,9 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 				b = &spec->balancers[k];
 		p->n_targets = i + 1;
 		if (o)
-			p->targets[i].ob = outbound_new(o, err, err_size);
+			p->targets[i].ob = build_outbound(o, err, err_size);
 		else if (b)
-			p->targets[i].bal = balanced_new(spec, b, err, err_size);
+			p->targets[i].bal = build_balanced(spec, b, err, err_size);
 		else
 			snprintf(err, err_size, msgs[MSG_NAMES_NOTHING], tag);
 		if (!p->targets[i].ob && !p->targets[i].bal) {
@@ -82,7 +84,7 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 			return NULL;
 		}
 		p->unrouted = grown;
-		p->unrouted[p->n_unrouted] = balanced_new(spec, bs, err, err_size);
+		p->unrouted[p->n_unrouted] = build_balanced(spec, bs, err, err_size);
 		if (!p->unrouted[p->n_unrouted]) {
 			free_plane(p);
 			return NULL;

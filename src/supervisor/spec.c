@@ -13,6 +13,7 @@
 #include "outbound/balancer.h"
 #include "outbound/outbound.h"
 #include "route/route.h"
+#include "supervisor/build_outbound.h"
 #include "udplb/conf.h"
 
 /* The catalogue: every message etm_spec_check can produce. The first seven are
@@ -97,7 +98,7 @@ bool etm_protocol_available(etm_protocol p, bool inbound)
 	if (inbound)
 		return p == ETM_PROTO_SOCKS || p == ETM_PROTO_HTTP || p == ETM_PROTO_MIXED ||
 		       p == ETM_PROTO_TROJAN || p == ETM_PROTO_VLESS || p == ETM_PROTO_UDP_LB;
-	const outbound_proto *op = outbound_proto_of(p);
+	const outbound_proto *op = build_outbound_proto(p);
 	return op && op->available;
 }
 
@@ -261,7 +262,7 @@ static bool has_probe_target(const etm_outbound_spec *o)
  * built or not yet. */
 static bool is_proxy_client(etm_protocol p)
 {
-	const outbound_proto *op = outbound_proto_of(p);
+	const outbound_proto *op = build_outbound_proto(p);
 	return op && op->proxy_client;
 }
 

@@ -14,7 +14,7 @@
 
 enum { A, B, C, D };
 
-static balancer *make(etm_strategy s, size_t n, uint32_t retry)
+static balancer *make(balancer_strategy_kind s, size_t n, uint32_t retry)
 {
 	balancer_config cfg = {.strategy = s, .retry = retry};
 	char err[128] = "";
@@ -45,7 +45,7 @@ static size_t sel(balancer *b)
 static void failover_takes_the_first_healthy_member_in_order(void **state)
 {
 	(void)state;
-	balancer *b = make(ETM_STRATEGY_FAILOVER, 3, 0);
+	balancer *b = make(BALANCER_FAILOVER, 3, 0);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(sel(b), A); /* all healthy at start: the first */
 	set_down(b, A);
@@ -63,7 +63,7 @@ static void failover_takes_the_first_healthy_member_in_order(void **state)
 static void round_robin_cycles_only_through_healthy_members(void **state)
 {
 	(void)state;
-	balancer *b = make(ETM_STRATEGY_ROUND_ROBIN, 3, 0);
+	balancer *b = make(BALANCER_ROUND_ROBIN, 3, 0);
 	set_down(b, B);
 	size_t want[] = {A, C, A, C};
 	for (size_t i = 0; i < 4; i++)
@@ -72,7 +72,7 @@ static void round_robin_cycles_only_through_healthy_members(void **state)
 
 	/* Property: over k rounds every healthy member is picked k times,
 	 * whatever the counter's start. */
-	b = make(ETM_STRATEGY_ROUND_ROBIN, 5, 0);
+	b = make(BALANCER_ROUND_ROBIN, 5, 0);
 	set_down(b, 1);
 	set_down(b, 3);
 	(void)sel(b);
@@ -88,7 +88,7 @@ static void round_robin_cycles_only_through_healthy_members(void **state)
 static void every_member_down_still_selects_the_first(void **state)
 {
 	(void)state;
-	etm_strategy strategies[] = {ETM_STRATEGY_FAILOVER, ETM_STRATEGY_ROUND_ROBIN};
+	balancer_strategy_kind strategies[] = {BALANCER_FAILOVER, BALANCER_ROUND_ROBIN};
 	for (size_t s = 0; s < 2; s++) {
 		balancer *b = make(strategies[s], 3, 0);
 		for (size_t m = 0; m < 3; m++)
@@ -149,7 +149,7 @@ static void a_zeroed_config_is_the_seeds_balancer(void **state)
 	balancer *b = balancer_new(NULL, 2, NULL, 0);
 	assert_non_null(b);
 	assert_int_equal(balancer_size(b), 2);
-	assert_int_equal(balancer_strategy(b), ETM_STRATEGY_FAILOVER);
+	assert_int_equal(balancer_strategy(b), BALANCER_FAILOVER);
 	assert_int_equal(balancer_retry(b), 0);
 	assert_true(balancer_is_up(b, 0));
 	assert_true(balancer_is_up(b, 1));
@@ -239,7 +239,7 @@ static void retry_order_under_failover(void **state)
 {
 	(void)state;
 	size_t got[16];
-	balancer *b = make(ETM_STRATEGY_FAILOVER, 4, 2);
+	balancer *b = make(BALANCER_FAILOVER, 4, 2);
 	/* The first healthy untried member each time, retry (2) more at most. */
 	assert_int_equal(attempts(b, got, 16), 3);
 	assert_int_equal(got[0], A);
@@ -268,7 +268,7 @@ static void retry_order_under_failover(void **state)
 	balancer_del(b);
 
 	/* Health read at each retry: a member that came up meanwhile is next. */
-	b = make(ETM_STRATEGY_FAILOVER, 4, 3);
+	b = make(BALANCER_FAILOVER, 4, 3);
 	balancer_attempt a = {0};
 	assert_int_equal(balancer_next(b, &a, NULL), A);
 	set_down(b, A);
@@ -283,7 +283,7 @@ static void retry_order_under_failover(void **state)
 	balancer_del(b);
 
 	/* The largest retry over more members: 1 + BALANCER_MAX_RETRY tries. */
-	b = make(ETM_STRATEGY_FAILOVER, 12, BALANCER_MAX_RETRY);
+	b = make(BALANCER_FAILOVER, 12, BALANCER_MAX_RETRY);
 	assert_int_equal(attempts(b, got, 16), BALANCER_MAX_TRIES);
 	for (size_t i = 0; i < BALANCER_MAX_TRIES; i++)
 		assert_int_equal(got[i], i);
@@ -294,7 +294,7 @@ static void retry_order_under_round_robin(void **state)
 {
 	(void)state;
 	size_t got[16];
-	balancer *b = make(ETM_STRATEGY_ROUND_ROBIN, 4, 2);
+	balancer *b = make(BALANCER_ROUND_ROBIN, 4, 2);
 	/* First picks step the rotation, retries the retry rotation, each
 	 * over the healthy untried members: rotation 0 over {a,b,c,d} = a;
 	 * retry 0 over {b,c,d} = b; retry 1 over {c,d} = d. */
@@ -315,7 +315,7 @@ static void retry_order_under_round_robin(void **state)
 	 * picks stay an even rotation over the four healthy members, the
 	 * retries from member 0 spread evenly over the other three, a flow
 	 * never gets a member twice and never the down one. */
-	b = make(ETM_STRATEGY_ROUND_ROBIN, 5, 1);
+	b = make(BALANCER_ROUND_ROBIN, 5, 1);
 	set_down(b, 2);
 	size_t first[5] = {0}, retried[5] = {0};
 	for (int f = 0; f < 1200; f++) {
@@ -338,7 +338,7 @@ static void retry_order_under_round_robin(void **state)
 	balancer_del(b);
 
 	/* Every member down: configured order, as under failover. */
-	b = make(ETM_STRATEGY_ROUND_ROBIN, 3, 5);
+	b = make(BALANCER_ROUND_ROBIN, 3, 5);
 	for (size_t m = 0; m < 3; m++)
 		set_down(b, m);
 	assert_int_equal(attempts(b, got, 16), 3);
@@ -353,7 +353,7 @@ static void retry_skips_members_on_the_same_upstream(void **state)
 	(void)state;
 	/* outbounds = ["primary", "primary", "secondary"] (seed 003 weights). */
 	const uint32_t same[] = {7, 7, 9};
-	etm_strategy strategies[] = {ETM_STRATEGY_FAILOVER, ETM_STRATEGY_ROUND_ROBIN};
+	balancer_strategy_kind strategies[] = {BALANCER_FAILOVER, BALANCER_ROUND_ROBIN};
 	for (size_t s = 0; s < 2; s++) {
 		balancer_config cfg = {.strategy = strategies[s], .retry = 2, .upstream = same};
 		balancer *b = balancer_new(&cfg, 3, NULL, 0);
@@ -380,7 +380,7 @@ static void retry_skips_members_on_the_same_upstream(void **state)
 static void a_failed_dial_asks_for_a_reprobe_once(void **state)
 {
 	(void)state;
-	balancer *b = make(ETM_STRATEGY_FAILOVER, 70, 0);
+	balancer *b = make(BALANCER_FAILOVER, 70, 0);
 	assert_false(balancer_take_reprobe(b, 1)); /* nothing pending */
 	assert_true(balancer_dial_failed(b, 1));   /* raised: wake the shell */
 	assert_false(balancer_dial_failed(b, 1));  /* pending: no second wake */
@@ -401,7 +401,7 @@ static void a_failed_dial_asks_for_a_reprobe_once(void **state)
 	balancer_del(b);
 
 	/* A retry that falls back because every member is down says wake once. */
-	b = make(ETM_STRATEGY_FAILOVER, 3, 2);
+	b = make(BALANCER_FAILOVER, 3, 2);
 	for (size_t m = 0; m < 3; m++)
 		set_down(b, m);
 	balancer_attempt a = {0};
@@ -421,7 +421,7 @@ static void a_failed_dial_asks_for_a_reprobe_once(void **state)
 static void members_beyond_one_health_word(void **state)
 {
 	(void)state;
-	balancer *b = make(ETM_STRATEGY_FAILOVER, 130, 2);
+	balancer *b = make(BALANCER_FAILOVER, 130, 2);
 	for (size_t m = 0; m < 130; m++)
 		if (m != 70 && m != 129 && m != 64)
 			set_down(b, m);
@@ -434,7 +434,7 @@ static void members_beyond_one_health_word(void **state)
 	set_down(b, 64);
 	balancer_del(b);
 
-	b = make(ETM_STRATEGY_ROUND_ROBIN, 130, 0);
+	b = make(BALANCER_ROUND_ROBIN, 130, 0);
 	for (size_t m = 0; m < 130; m++)
 		if (m != 3 && m != 70 && m != 129)
 			set_down(b, m);
@@ -556,12 +556,12 @@ static void race_flipper(race *r)
 	}
 }
 
-static void run_race(etm_strategy s)
+static void run_race(balancer_strategy_kind s)
 {
 	static race r; /* large: keep it off the stack */
 	memset(&r, 0, sizeof(r));
 	r.b = make(s, RACE_MEMBERS, 0);
-	r.failover = s == ETM_STRATEGY_FAILOVER;
+	r.failover = s == BALANCER_FAILOVER;
 	for (size_t m = 0; m < RACE_MEMBERS; m++) {
 		atomic_init(&r.seq[m], 0);
 		atomic_init(&r.state[m], true);
@@ -603,8 +603,8 @@ static void run_race(etm_strategy s)
 static void picks_race_health_changes(void **state)
 {
 	(void)state;
-	run_race(ETM_STRATEGY_FAILOVER);
-	run_race(ETM_STRATEGY_ROUND_ROBIN);
+	run_race(BALANCER_FAILOVER);
+	run_race(BALANCER_ROUND_ROBIN);
 }
 
 int main(void)
