@@ -11,6 +11,7 @@
 #include "runtime/guard.h"
 #include "runtime/listener.h"
 #include "runtime/worker.h"
+#include "supervisor/build_route.h"
 #include "supervisor/build_udplb.h"
 #include "supervisor/connector.h"
 #include "supervisor/plane.h"
@@ -326,7 +327,7 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 int etm_supervisor_check(const etm_spec *spec, char *err, size_t err_size)
 {
 	route_table *t;
-	if (route_table_build(&spec->route, etm_spec_default_tag(spec), &t, err, err_size))
+	if (build_route_table(spec, &t, err, err_size))
 		return -1;
 	route_table_free(t);
 	return 0;
