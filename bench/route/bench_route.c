@@ -258,26 +258,26 @@ int main(int argc, char **argv)
 	/* The rules a typical config has: a geosite code to the proxy, a geoip
 	 * code direct, a small inline rule; the default is the proxy. Every
 	 * miss walks all three rules. */
-	char *site_codes[] = {"bench"};
-	char *ip_codes[] = {"bench"};
-	char *suffixes[] = {"corp.internal"};
-	etm_port_range ports[] = {{22, 22}};
-	etm_rule_spec rules[3];
+	const char *site_codes[] = {"bench"};
+	const char *ip_codes[] = {"bench"};
+	const char *suffixes[] = {"corp.internal"};
+	route_port_range ports[] = {{22, 22}};
+	route_rule_config rules[3];
 	memset(rules, 0, sizeof rules);
-	rules[0].outbound = "proxy";
-	rules[0].geosite = (etm_strlist){site_codes, 1};
-	rules[1].outbound = "direct";
-	rules[1].geoip = (etm_strlist){ip_codes, 1};
-	rules[2].outbound = "block";
-	rules[2].domain_suffix = (etm_strlist){suffixes, 1};
-	rules[2].port = (etm_port_list){ports, 1};
-	etm_route_spec spec = {.geoip = ip_path, .geosite = site_path, .rules = rules,
-	                       .rules_len = 3};
+	rules[0].target = "proxy";
+	rules[0].geosite = (route_strs){site_codes, 1};
+	rules[1].target = "direct";
+	rules[1].geoip = (route_strs){ip_codes, 1};
+	rules[2].target = "block";
+	rules[2].domain_suffix = (route_strs){suffixes, 1};
+	rules[2].port = (route_ports){ports, 1};
+	route_config spec = {.default_tag = "proxy", .geoip = ip_path, .geosite = site_path,
+	                     .rules = rules, .nrules = 3};
 
 	route_table *t;
 	char err[512];
 	double b0 = now_ns();
-	if (route_table_build(&spec, "proxy", &t, err, sizeof err) < 0)
+	if (route_table_build(&spec, &t, err, sizeof err) < 0)
 		die(err);
 	double build_ms = (now_ns() - b0) / 1e6;
 	unlink(site_path);

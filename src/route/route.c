@@ -1,4 +1,4 @@
-/* route.c - compiling the route spec into slots and rules, and the first-match decision. */
+/* route.c - compiling a route config into slots and rules, and the first-match decision. */
 #include "route/route.h"
 
 #include <stdbool.h>
@@ -18,8 +18,8 @@ typedef struct geoip_ref {
  * the rule matches when any matcher it has matches (seed 002, RouteRuleSpec). */
 typedef struct rule {
 	uint32_t slot;
-	unsigned nets;         /* ETM_RULE_NET_* bits */
-	etm_port_range *ports; /* owned, sorted, merged */
+	unsigned nets;         /* ROUTE_NET_* bits */
+	route_port_range *ports; /* owned, sorted, merged */
 	size_t nports;
 	char **inbound; /* owned */
 	size_t ninbound;
@@ -36,7 +36,7 @@ struct route_table {
 	char **tags; /* owned; slot i names tags[i] */
 	size_t ntags;
 	uint32_t default_slot;
-	rule *rules; /* owned, in spec order */
+	rule *rules; /* owned, in config order */
 	size_t nrules;
 	domset **sites; /* owned; one per distinct geosite code string */
 	size_t nsites;
@@ -143,18 +143,18 @@ void route_table_free(route_table *t)
 
 /* Slots in first-appearance order over the rules, the default's last unless a
  * rule named it (seed 002, slot_of). */
-static int build_slots(route_table *t, const etm_route_spec *spec, const char *default_tag,
+static int build_slots(route_table *t, const route_config *cfg, const char *default_tag,
                        char *err, size_t err_size)
 {
 	strmap m = {0};
 	int rc = 0;
-	t->tags = calloc(spec->rules_len + 1, sizeof *t->tags);
-	if (!t->tags || strmap_init(&m, spec->rules_len + 1) < 0) {
+	t->tags = calloc(cfg->nrules + 1, sizeof *t->tags);
+	if (!t->tags || strmap_init(&m, cfg->nrules + 1) < 0) {
 		rc = NOMEM(err, err_size);
 		goto out;
 	}
-	for (size_t i = 0; i <= spec->rules_len; i++) {
-		const char *tag = i < spec->rules_len ? spec->rules[i].outbound : default_tag;
+	for (size_t i = 0; i <= cfg->nrules; i++) {
+		const char *tag = i < cfg->nrules ? cfg->rules[i].target : default_tag;
 		if (!tag) {
 			rc = route_fail(err, err_size, ROUTE_ERR_NO_OUTBOUND, i + 1);
 			goto out;
@@ -169,7 +169,7 @@ static int build_slots(route_table *t, const etm_route_spec *spec, const char *d
 			}
 			t->ntags++;
 		}
-		if (i < spec->rules_len)
+		if (i < cfg->nrules)
 			t->rules[i].slot = slot;
 		else
 			t->default_slot = slot;
@@ -182,7 +182,7 @@ out:
 /* Distinct code strings of one kind in rule order (seed 002: "每个不同的
  * 匹配字符串只加载一次"), and for each rule's entry its index among them. */
 typedef struct codes {
-	const char **list; /* borrowed from the spec */
+	const char **list; /* borrowed from the config */
 	size_t n;
 	uint32_t **index; /* per rule, per entry of its list */
 } codes;
@@ -197,18 +197,18 @@ static void codes_free(codes *c, size_t nrules)
 	*c = (codes){0};
 }
 
-static int collect(codes *c, const etm_route_spec *spec, bool geoip)
+static int collect(codes *c, const route_config *cfg, bool geoip)
 {
 	size_t total = 0;
-	for (size_t i = 0; i < spec->rules_len; i++)
-		total += geoip ? spec->rules[i].geoip.len : spec->rules[i].geosite.len;
+	for (size_t i = 0; i < cfg->nrules; i++)
+		total += geoip ? cfg->rules[i].geoip.len : cfg->rules[i].geosite.len;
 	strmap m = {0};
 	c->list = calloc(total ? total : 1, sizeof *c->list);
-	c->index = calloc(spec->rules_len ? spec->rules_len : 1, sizeof *c->index);
+	c->index = calloc(cfg->nrules ? cfg->nrules : 1, sizeof *c->index);
 	if (!c->list || !c->index || strmap_init(&m, total) < 0)
 		goto fail;
-	for (size_t i = 0; i < spec->rules_len; i++) {
-		const etm_strlist *l = geoip ? &spec->rules[i].geoip : &spec->rules[i].geosite;
+	for (size_t i = 0; i < cfg->nrules; i++) {
+		const route_strs *l = geoip ? &cfg->rules[i].geoip : &cfg->rules[i].geosite;
 		if (l->len == 0)
 			continue;
 		c->index[i] = calloc(l->len, sizeof(uint32_t));
@@ -228,16 +228,16 @@ fail:
 	return -1;
 }
 
-static int load_sites(route_table *t, const etm_route_spec *spec, const codes *c, char *err,
+static int load_sites(route_table *t, const route_config *cfg, const codes *c, char *err,
                       size_t err_size)
 {
 	if (c->n == 0)
 		return 0;
-	if (!spec->geosite)
+	if (!cfg->geosite)
 		return route_fail(err, err_size, ROUTE_ERR_NO_GEOSITE_FILE);
 	uint8_t *buf;
 	size_t len;
-	int rc = geodata_read_file(spec->geosite, "geosite", &buf, &len, err, err_size);
+	int rc = geodata_read_file(cfg->geosite, "geosite", &buf, &len, err, err_size);
 	if (rc < 0)
 		return rc;
 	t->sites = calloc(c->n, sizeof *t->sites);
@@ -252,16 +252,16 @@ static int load_sites(route_table *t, const etm_route_spec *spec, const codes *c
 	return rc;
 }
 
-static int load_ips(route_table *t, const etm_route_spec *spec, const codes *c, char *err,
+static int load_ips(route_table *t, const route_config *cfg, const codes *c, char *err,
                     size_t err_size)
 {
 	if (c->n == 0)
 		return 0;
-	if (!spec->geoip)
+	if (!cfg->geoip)
 		return route_fail(err, err_size, ROUTE_ERR_NO_GEOIP_FILE);
 	uint8_t *buf;
 	size_t len;
-	int rc = geodata_read_file(spec->geoip, "geoip", &buf, &len, err, err_size);
+	int rc = geodata_read_file(cfg->geoip, "geoip", &buf, &len, err, err_size);
 	if (rc < 0)
 		return rc;
 	t->ips = calloc(c->n, sizeof *t->ips);
@@ -279,11 +279,11 @@ static int load_ips(route_table *t, const etm_route_spec *spec, const codes *c, 
 
 static int port_cmp(const void *a, const void *b)
 {
-	const etm_port_range *x = a, *y = b;
+	const route_port_range *x = a, *y = b;
 	return (x->first > y->first) - (x->first < y->first);
 }
 
-static int compile_ports(rule *r, const etm_port_list *l)
+static int compile_ports(rule *r, const route_ports *l)
 {
 	if (l->len == 0)
 		return 0;
@@ -294,7 +294,7 @@ static int compile_ports(rule *r, const etm_port_list *l)
 	qsort(r->ports, l->len, sizeof *r->ports, port_cmp);
 	size_t out = 0;
 	for (size_t i = 0; i < l->len; i++) {
-		etm_port_range p = r->ports[i];
+		route_port_range p = r->ports[i];
 		if (p.first > p.last)
 			continue; /* an empty range; the lowering never makes one */
 		if (out > 0 && p.first <= (uint32_t)r->ports[out - 1].last + 1) {
@@ -308,7 +308,7 @@ static int compile_ports(rule *r, const etm_port_list *l)
 	return 0;
 }
 
-static int compile_cidrs(ipset **out, const etm_strlist *l, char *err, size_t err_size)
+static int compile_cidrs(ipset **out, const route_strs *l, char *err, size_t err_size)
 {
 	if (l->len == 0)
 		return 0;
@@ -328,7 +328,7 @@ static int compile_cidrs(ipset **out, const etm_strlist *l, char *err, size_t er
 	return 0;
 }
 
-static int compile_domains(rule *r, const etm_rule_spec *rs, char *err, size_t err_size)
+static int compile_domains(rule *r, const route_rule_config *rs, char *err, size_t err_size)
 {
 	if (rs->domain.len + rs->domain_suffix.len + rs->domain_keyword.len +
 	        rs->domain_regex.len ==
@@ -362,11 +362,11 @@ static int compile_domains(rule *r, const etm_rule_spec *rs, char *err, size_t e
 	return domset_seal(s) < 0 ? NOMEM(err, err_size) : 0;
 }
 
-static int compile_rule(route_table *t, size_t i, const etm_rule_spec *rs, const codes *sites,
+static int compile_rule(route_table *t, size_t i, const route_rule_config *rs, const codes *sites,
                         const codes *ips, char *err, size_t err_size)
 {
 	rule *r = &t->rules[i];
-	r->nets = rs->networks & (ETM_RULE_NET_TCP | ETM_RULE_NET_UDP);
+	r->nets = rs->networks & (ROUTE_NET_TCP | ROUTE_NET_UDP);
 	if (compile_ports(r, &rs->port) < 0)
 		return NOMEM(err, err_size);
 
@@ -408,49 +408,49 @@ static int compile_rule(route_table *t, size_t i, const etm_rule_spec *rs, const
 	return 0;
 }
 
-int route_table_build(const etm_route_spec *spec, const char *default_tag, route_table **out,
-                      char *err, size_t err_size)
+int route_table_build(const route_config *cfg, route_table **out, char *err, size_t err_size)
 {
+	const char *default_tag = cfg->default_tag;
 	*out = NULL;
 	if (!default_tag)
 		return route_fail(err, err_size, ROUTE_ERR_NO_DEFAULT);
 	/* Rule ids are int32_t with -1 for the default (seed 002: RuleId). */
-	if (spec->rules_len > INT32_MAX)
+	if (cfg->nrules > INT32_MAX)
 		return route_fail(err, err_size, ROUTE_ERR_TOO_MANY_RULES, (long)INT32_MAX);
 
 	codes sites = {0}, ips = {0};
 	int rc;
 	route_table *t = calloc(1, sizeof *t);
-	if (!t || !(t->rules = calloc(spec->rules_len ? spec->rules_len : 1, sizeof(rule)))) {
+	if (!t || !(t->rules = calloc(cfg->nrules ? cfg->nrules : 1, sizeof(rule)))) {
 		rc = NOMEM(err, err_size);
 		goto fail;
 	}
-	t->nrules = spec->rules_len;
-	rc = build_slots(t, spec, default_tag, err, err_size);
+	t->nrules = cfg->nrules;
+	rc = build_slots(t, cfg, default_tag, err, err_size);
 	if (rc < 0)
 		goto fail;
 
-	/* Geosite before geoip, so a spec failing both reports geosite (seed 002,
+	/* Geosite before geoip, so a config failing both reports geosite (seed 002,
 	 * build_geo_data). */
-	if (collect(&sites, spec, false) < 0 || collect(&ips, spec, true) < 0) {
+	if (collect(&sites, cfg, false) < 0 || collect(&ips, cfg, true) < 0) {
 		rc = NOMEM(err, err_size);
 		goto fail;
 	}
-	rc = load_sites(t, spec, &sites, err, err_size);
+	rc = load_sites(t, cfg, &sites, err, err_size);
 	if (rc == 0)
-		rc = load_ips(t, spec, &ips, err, err_size);
-	for (size_t i = 0; i < spec->rules_len && rc == 0; i++)
-		rc = compile_rule(t, i, &spec->rules[i], &sites, &ips, err, err_size);
+		rc = load_ips(t, cfg, &ips, err, err_size);
+	for (size_t i = 0; i < cfg->nrules && rc == 0; i++)
+		rc = compile_rule(t, i, &cfg->rules[i], &sites, &ips, err, err_size);
 	if (rc < 0)
 		goto fail;
 
-	codes_free(&sites, spec->rules_len);
-	codes_free(&ips, spec->rules_len);
+	codes_free(&sites, cfg->nrules);
+	codes_free(&ips, cfg->nrules);
 	*out = t;
 	return 0;
 fail:
-	codes_free(&sites, spec->rules_len);
-	codes_free(&ips, spec->rules_len);
+	codes_free(&sites, cfg->nrules);
+	codes_free(&ips, cfg->nrules);
 	route_table_free(t);
 	return rc;
 }
@@ -526,7 +526,7 @@ static bool domains_match(const rule *r, view *v)
 static bool rule_matches(const rule *r, view *v)
 {
 	const addr_dest *d = v->dest;
-	unsigned net = d->network == ADDR_UDP ? ETM_RULE_NET_UDP : ETM_RULE_NET_TCP;
+	unsigned net = d->network == ADDR_UDP ? ROUTE_NET_UDP : ROUTE_NET_TCP;
 	if (r->nets & net)
 		return true;
 	for (size_t i = 0; i < r->nports && r->ports[i].first <= d->port; i++)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "supervisor/build_outbound.h"
+#include "supervisor/build_route.h"
 
 enum { MSG_NO_MEMORY, MSG_NAMES_NOTHING, MSG_COUNT_ };
 static const char *const msgs[MSG_COUNT_] = {
@@ -36,8 +37,7 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 	}
 	atomic_init(&p->refs, 1);
 	p->epoch = epoch;
-	if (route_table_build(&spec->route, etm_spec_default_tag(spec), &p->routes, err,
-	                      err_size)) {
+	if (build_route_table(spec, &p->routes, err, err_size)) {
 		free(p);
 		return NULL;
 	}

@@ -14,6 +14,7 @@
 #include "outbound/outbound.h"
 #include "route/route.h"
 #include "supervisor/build_outbound.h"
+#include "supervisor/build_udplb.h"
 #include "udplb/conf.h"
 
 /* The catalogue: every message etm_spec_check can produce. The first seven are
@@ -585,7 +586,7 @@ static int check_cluster(const etm_cluster_spec *c, char *msg, size_t size)
 		return spec_format(msg, size, SPEC_CLUSTER_NO_CHECK, c->tag);
 	udplb_conf conf;
 	size_t bad;
-	int err = udplb_conf_from_spec(c, &conf, &bad);
+	int err = build_udplb_conf(c, &conf, &bad);
 	if (err && bad < c->backends.len)
 		return spec_format(msg, size, SPEC_CLUSTER_BACKEND, c->tag, c->backends.items[bad],
 		                   udplb_strerror(err));

@@ -11,6 +11,8 @@
 #include "runtime/guard.h"
 #include "runtime/listener.h"
 #include "runtime/worker.h"
+#include "supervisor/build_route.h"
+#include "supervisor/build_udplb.h"
 #include "supervisor/connector.h"
 #include "supervisor/plane.h"
 #include "supervisor/prober.h"
@@ -228,8 +230,12 @@ static int start_lb_groups(etm_supervisor *s, char *err, size_t err_size)
 			return spec_format(err, err_size, SPEC_UNKNOWN_CLUSTER, in->tag,
 			                   in->settings.cluster ? in->settings.cluster : "");
 		}
-		s->lb[i] = udplb_group_new(in, cl, workers_count(s->ws), udplb_auto_flows(n_lb), err,
+		udplb_group_config cfg;
+		if (build_udplb(in, cl, &cfg, err, err_size))
+			return -1;
+		s->lb[i] = udplb_group_new(&cfg, workers_count(s->ws), udplb_auto_flows(n_lb), err,
 		                           err_size);
+		build_udplb_free(&cfg);
 		if (!s->lb[i])
 			return -1;
 	}
@@ -321,7 +327,7 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 int etm_supervisor_check(const etm_spec *spec, char *err, size_t err_size)
 {
 	route_table *t;
-	if (route_table_build(&spec->route, etm_spec_default_tag(spec), &t, err, err_size))
+	if (build_route_table(spec, &t, err, err_size))
 		return -1;
 	route_table_free(t);
 	return 0;

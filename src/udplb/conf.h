@@ -1,11 +1,10 @@
-/* conf.h - a [[cluster]] of the spec turned into what the core takes: the cluster contract and the backend list. */
+/* conf.h - a cluster as the core and the shell take it: the cluster contract, the backend list, the health checks. */
 #ifndef ETM_UDPLB_CONF_H
 #define ETM_UDPLB_CONF_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "etemenanki/spec.h"
 #include "udplb/backends.h"
 #include "udplb/manager.h"
 
@@ -17,15 +16,33 @@ typedef struct udplb_conf {
 	bool reuse_sockets; /* reuse_upstream_sockets: the shell's, not the core's */
 } udplb_conf;
 
-/* Fills *out from c, checking what the core checks: each backend's text,
- * the whole set (duplicates, count, Maglev size) and the cluster. Returns 0,
- * or a UDPLB_E_* code with *bad set to the index of the backend at fault, or
- * to c->backends.len when the fault is not one backend's. The range checks
- * of the spec (etm_spec_check) come first; this assumes them. */
-__attribute__((warn_unused_result)) int udplb_conf_from_spec(const etm_cluster_spec *c,
-                                                             udplb_conf *out, size_t *bad);
+/* With conf->cluster, maglev_size and reuse_sockets set and no backends
+ * yet, checks what the core checks: the cluster, then each of the n backend
+ * texts ("ip:port" or "ip:port weight=N"), parsed into conf->backends, then
+ * the whole set (duplicates, count, Maglev size). Returns 0, or a UDPLB_E_*
+ * code with *bad set to the index of the backend at fault, or to n when the
+ * fault is not one backend's; on error conf holds no backends. */
+__attribute__((warn_unused_result)) int udplb_conf_load(udplb_conf *conf,
+                                                        const char *const *backends, size_t n,
+                                                        size_t *bad);
+
+/* A deep copy of src into *dst. Returns 0 or UDPLB_E_NOMEM (then *dst is
+ * empty). */
+__attribute__((warn_unused_result)) int udplb_conf_copy(udplb_conf *dst, const udplb_conf *src);
 
 void udplb_conf_free(udplb_conf *conf);
+
+/* A cluster's health checks ([cluster.health], docs/udp-lb.md). */
+typedef struct udplb_health_config {
+	bool enabled;            /* probes run at all */
+	bool tcp;                /* a TCP connect per probe */
+	uint16_t tcp_port;       /* its port; 0: each backend's own */
+	bool udp;                /* a UDP datagram per probe, of payload */
+	const uint8_t *payload;  /* borrowed: whoever fills the struct says for how long */
+	size_t payload_len;
+	uint64_t interval_ms, timeout_ms;
+	uint32_t rise, fall;
+} udplb_health_config;
 
 /* Decodes hexadecimal bytes ("0a1B", "0a 1b": spaces between bytes only)
  * into out[0..cap); with out NULL only checks and counts. Returns the byte

@@ -8,10 +8,9 @@
 
 #include "udplb/shell_int.h"
 
-enum { MSG_NOMEM, MSG_CLUSTER, MSG_NO_SEED };
+enum { MSG_NOMEM, MSG_NO_SEED };
 static const char *const msgs[] = {
 	[MSG_NOMEM] = "out of memory",
-	[MSG_CLUSTER] = "cluster %s: %s",
 	[MSG_NO_SEED] = "udp_lb %s: no random hash key: %s",
 };
 
@@ -47,31 +46,37 @@ uint32_t udplb_auto_flows(size_t n_lb)
 	return budget ? (uint32_t)budget : 1;
 }
 
-udplb_group *udplb_group_new(const etm_inbound_spec *in, const etm_cluster_spec *cl,
-                             size_t n_workers, uint32_t flows_budget, char *err, size_t err_size)
+static char *dup_text(const char *s) { return strdup(s ? s : ""); }
+
+udplb_group *udplb_group_new(const udplb_group_config *cfg, size_t n_workers,
+                             uint32_t flows_budget, char *err, size_t err_size)
 {
 	udplb_group *g = calloc(1, sizeof *g);
 	if (!g) {
 		snprintf(err, err_size, "%s", msgs[MSG_NOMEM]);
 		return NULL;
 	}
-	g->in = in;
-	g->cl = cl;
 	g->n_workers = n_workers ? n_workers : 1;
-	size_t bad;
-	int rc = udplb_conf_from_spec(cl, &g->conf, &bad);
-	if (rc) {
-		snprintf(err, err_size, msgs[MSG_CLUSTER], cl->tag, udplb_strerror(rc));
-		free(g);
+	g->tag = dup_text(cfg->tag);
+	g->cluster_tag = dup_text(cfg->cluster_tag);
+	g->health = cfg->health;
+	g->health.payload = NULL;
+	uint8_t *payload = malloc(cfg->health.payload_len ? cfg->health.payload_len : 1);
+	if (payload && cfg->health.payload_len)
+		memcpy(payload, cfg->health.payload, cfg->health.payload_len);
+	g->health.payload = payload;
+	if (!g->tag || !g->cluster_tag || !payload || udplb_conf_copy(&g->conf, &cfg->conf)) {
+		snprintf(err, err_size, "%s", msgs[MSG_NOMEM]);
+		udplb_group_del(g);
 		return NULL;
 	}
-	uint64_t max = in->settings.max_flows ? in->settings.max_flows : flows_budget;
+	uint64_t max = cfg->max_flows ? cfg->max_flows : flows_budget;
 	g->max_flows = (uint32_t)((max + g->n_workers - 1) / g->n_workers); /* max >= 1 */
-	uint64_t rx = in->settings.max_rx_datagram_size;
+	uint64_t rx = cfg->max_rx;
 	g->max_rx = rx > UDPLB_DATAGRAM_MAX ? UDPLB_DATAGRAM_MAX : (uint32_t)rx;
 	/* One key for every worker, so they agree on each client's backend. */
 	if (getrandom(&g->seed, sizeof g->seed, 0) != (ssize_t)sizeof g->seed) {
-		snprintf(err, err_size, msgs[MSG_NO_SEED], in->tag, strerror(errno));
+		snprintf(err, err_size, msgs[MSG_NO_SEED], g->tag, strerror(errno));
 		udplb_group_del(g);
 		return NULL;
 	}
@@ -112,6 +117,9 @@ void udplb_group_del(udplb_group *g)
 	free(g->ctr);
 	free((void *)g->up);
 	udplb_conf_free(&g->conf);
+	free((void *)g->health.payload);
+	free(g->tag);
+	free(g->cluster_tag);
 	free(g);
 }
 
@@ -158,7 +166,7 @@ void udplb_group_write(const udplb_group *g, FILE *out)
 {
 	udplb_totals t;
 	udplb_group_totals(g, &t);
-	const char *tag = g->in->tag;
+	const char *tag = g->tag;
 	fprintf(out,
 	        "udp_lb %s: active_flows=%" PRIu64 " flows_created=%" PRIu64
 	        " flows_evicted=%" PRIu64 " flows_shed=%" PRIu64 " datagrams_to_backends=%" PRIu64

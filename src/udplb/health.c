@@ -33,7 +33,7 @@ struct udplb_health {
 	uint64_t interval_ms, timeout_ms;
 	uint32_t rise, fall;
 	uv_buf_t payload;
-	uint8_t *payload_bytes; /* owned: udp_payload_hex decoded */
+	uint8_t *payload_bytes; /* owned: the UDP probe's bytes */
 	size_t n;
 	size_t open_handles; /* every handle still open: freed when the last closes after a stop */
 	bool stopping;
@@ -45,7 +45,7 @@ static void publish(probe *p)
 	udplb_group *g = p->h->g;
 	atomic_store(&g->up[p->i], p->up ? 1 : 0);
 	atomic_fetch_add_explicit(&g->health_gen, 1, memory_order_release);
-	log_info("udplb", msgs[0], g->cl->tag, p->addr, p->up ? "up" : "down");
+	log_info("udplb", msgs[0], g->cluster_tag, p->addr, p->up ? "up" : "down");
 }
 
 /* Rise/fall hysteresis (seed 001 section 10): a backend flips after rise
@@ -183,35 +183,31 @@ static void on_tick(uv_timer_t *t)
 
 udplb_health *udplb_health_start(udplb_group *g, uv_loop_t *loop)
 {
-	const etm_cluster_spec *cl = g->cl;
-	if (!cl->has_health || g->conf.n_backends == 0)
+	const udplb_health_config *hc = &g->health;
+	if (!hc->enabled || g->conf.n_backends == 0)
 		return NULL;
 	size_t n = g->conf.n_backends;
 	udplb_health *h = calloc(1, sizeof *h + n * sizeof(probe));
 	if (!h)
 		return NULL;
-	const etm_lb_health_spec *hs = &cl->health;
 	h->g = g;
 	h->loop = loop;
-	h->tcp = !(hs->has_tcp_port && hs->tcp_port == 0);
-	h->udp = hs->udp_payload || hs->udp_payload_hex;
-	h->interval_ms = hs->interval * 1000;
-	h->timeout_ms = hs->timeout * 1000;
-	h->rise = (uint32_t)hs->rise;
-	h->fall = (uint32_t)hs->fall;
-	if (hs->udp_payload) {
-		h->payload = uv_buf_init(hs->udp_payload, (unsigned)strlen(hs->udp_payload));
-	} else if (hs->udp_payload_hex) {
-		/* checked by etm_spec_check; the bytes live as long as h */
-		long len = udplb_hex_decode(hs->udp_payload_hex, NULL, 0);
-		h->payload_bytes = malloc(len > 0 ? (size_t)len : 1);
-		if (len < 0 || !h->payload_bytes ||
-		    udplb_hex_decode(hs->udp_payload_hex, h->payload_bytes, (size_t)len) != len) {
-			free(h->payload_bytes);
+	h->tcp = hc->tcp;
+	h->udp = hc->udp;
+	h->interval_ms = hc->interval_ms;
+	h->timeout_ms = hc->timeout_ms;
+	h->rise = hc->rise;
+	h->fall = hc->fall;
+	if (hc->udp) {
+		/* a copy of its own: h outlives a stop, which may outlive the group */
+		h->payload_bytes = malloc(hc->payload_len ? hc->payload_len : 1);
+		if (!h->payload_bytes) {
 			free(h);
 			return NULL;
 		}
-		h->payload = uv_buf_init((char *)h->payload_bytes, (unsigned)len);
+		if (hc->payload_len)
+			memcpy(h->payload_bytes, hc->payload, hc->payload_len);
+		h->payload = uv_buf_init((char *)h->payload_bytes, (unsigned)hc->payload_len);
 	}
 	h->n = n;
 	for (size_t i = 0; i < n; i++) {
@@ -222,8 +218,8 @@ udplb_health *udplb_health_start(udplb_group *g, uv_loop_t *loop)
 		p->up = true; /* backends start up: a fresh start serves at once */
 		udplb_addr_format(a, p->addr, sizeof p->addr);
 		udplb_addr tcp = *a;
-		if (hs->has_tcp_port && hs->tcp_port)
-			tcp.port = hs->tcp_port;
+		if (hc->tcp_port)
+			tcp.port = hc->tcp_port;
 		(void)udplb_addr_to_sockaddr(&tcp, &p->tcp_to);
 		(void)udplb_addr_to_sockaddr(a, &p->udp_to);
 		uv_timer_init(loop, &p->tick);

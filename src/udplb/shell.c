@@ -87,7 +87,7 @@ void udplb_listener_feed(udplb_listener *l, const udplb_input *in)
 {
 	int rc = udplb_manager_input(l->m, in, uv_now(l->loop));
 	if (rc) {
-		log_warn("udplb", msgs[MSG_REFUSED], l->g->in->tag, udplb_strerror(rc));
+		log_warn("udplb", msgs[MSG_REFUSED], l->g->tag, udplb_strerror(rc));
 		return;
 	}
 	drain(l);
@@ -220,7 +220,7 @@ static int setup_socket(udplb_listener *l, const struct sockaddr_storage *ss, si
 	if (l->g->n_workers > 1 && worker_index == 0 &&
 	    udplb_steer_by_source(l->fd, l->g->n_workers, by_subnet ? c->subnet_prefix_v4 : 32,
 	                          by_subnet ? c->subnet_prefix_v6 : 128))
-		log_warn("udplb", msgs[MSG_NO_STEER], l->g->in->tag, strerror(errno));
+		log_warn("udplb", msgs[MSG_NO_STEER], l->g->tag, strerror(errno));
 	struct sockaddr_storage bound;
 	socklen_t blen = sizeof bound;
 	if (getsockname(l->fd, (struct sockaddr *)&bound, &blen) ||

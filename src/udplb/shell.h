@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <uv.h>
 
-#include "etemenanki/spec.h"
 #include "udplb/conf.h"
 
 /* The shell is everything the core (manager.h) leaves out: sockets, the
@@ -67,12 +66,24 @@ typedef struct udplb_group udplb_group;
 typedef struct udplb_listener udplb_listener;
 typedef struct udplb_health udplb_health;
 
-/* Builds the group of inbound in balancing over cluster cl, for n_workers
- * workers. flows_budget is the automatic max_flows (used when the inbound
- * says 0). The random hash key is drawn here, once, for every worker.
- * Returns NULL with the reason in err. Borrows in and cl for its life. */
-udplb_group *udplb_group_new(const etm_inbound_spec *in, const etm_cluster_spec *cl,
-                             size_t n_workers, uint32_t flows_budget, char *err, size_t err_size);
+/* What one udp_lb inbound's group is built from (supervisor/build_udplb.c
+ * fills it from the spec). Every pointer is borrowed until udplb_group_new
+ * returns: the group copies what it keeps, so the config may go after. */
+typedef struct udplb_group_config {
+	const char *tag;         /* the inbound's: metric and log lines */
+	const char *cluster_tag; /* the cluster's: health log lines */
+	udplb_conf conf;         /* checked (udplb_conf_load) */
+	uint64_t max_flows;      /* over all workers; 0: the automatic budget */
+	uint64_t max_rx;         /* longer datagrams drop; clamped to UDPLB_DATAGRAM_MAX */
+	udplb_health_config health;
+} udplb_group_config;
+
+/* Builds the group of cfg for n_workers workers. flows_budget is the
+ * automatic max_flows (used when cfg says 0). The random hash key is drawn
+ * here, once, for every worker. Returns NULL with the reason in err. Keeps
+ * no pointer into cfg. */
+udplb_group *udplb_group_new(const udplb_group_config *cfg, size_t n_workers,
+                             uint32_t flows_budget, char *err, size_t err_size);
 void udplb_group_del(udplb_group *g);
 
 /* The automatic max_flows budget of one inbound out of n_lb udp_lb

@@ -23,9 +23,10 @@ typedef struct udplb_counters {
 } udplb_counters;
 
 struct udplb_group {
-	const etm_inbound_spec *in;
-	const etm_cluster_spec *cl;
-	udplb_conf conf;
+	char *tag;         /* owned: the inbound's */
+	char *cluster_tag; /* owned: the cluster's */
+	udplb_conf conf;   /* owned */
+	udplb_health_config health; /* payload owned */
 	udplb_seed seed;
 	size_t n_workers;
 	uint32_t max_flows; /* per worker */

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "app/config.h"
+#include "supervisor/build_udplb.h"
 #include "udplb/conf.h"
 #include "app/schema.h"
 #include "toml/toml.h"
@@ -456,7 +457,7 @@ static void udp_lb_lowers(void **state)
 	assert_true(s.clusters[0].reuse_upstream_sockets);
 	udplb_conf conf;
 	size_t bad;
-	assert_int_equal(udplb_conf_from_spec(&s.clusters[0], &conf, &bad), 0);
+	assert_int_equal(build_udplb_conf(&s.clusters[0], &conf, &bad), 0);
 	assert_true(conf.reuse_sockets);
 	udplb_conf_free(&conf);
 	etm_spec_free(&s);

@@ -16,20 +16,20 @@
 
 #include "route/route.h"
 
-/* An etm_strlist / etm_port_list from literals. */
+/* A route_strs / route_ports from literals. */
 #define SL(...)                                                                     \
-	((etm_strlist){(char *[]){__VA_ARGS__},                                     \
-	               sizeof((char *[]){__VA_ARGS__}) / sizeof(char *)})
+	((route_strs){(const char *[]){__VA_ARGS__},                                     \
+	               sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *)})
 #define PL(...)                                                                     \
-	((etm_port_list){(etm_port_range[]){__VA_ARGS__},                           \
-	                 sizeof((etm_port_range[]){__VA_ARGS__}) / sizeof(etm_port_range)})
+	((route_ports){(route_port_range[]){__VA_ARGS__},                           \
+	                 sizeof((route_port_range[]){__VA_ARGS__}) / sizeof(route_port_range)})
 
-static route_table *build(etm_rule_spec *rules, size_t n, const char *def)
+static route_table *build(route_rule_config *rules, size_t n, const char *def)
 {
-	etm_route_spec spec = {.rules = rules, .rules_len = n};
+	route_config spec = {.default_tag = def, .rules = rules, .nrules = n};
 	route_table *t = NULL;
 	char err[256] = "";
-	int rc = route_table_build(&spec, def, &t, err, sizeof err);
+	int rc = route_table_build(&spec, &t, err, sizeof err);
 	if (rc != 0)
 		fail_msg("build failed: %s", err);
 	assert_non_null(t);
@@ -103,10 +103,10 @@ static bool ip_hits(const route_table *t, const char *addr)
 static void test_seed_four_flows(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[3] = {
-		{.outbound = "proxy", .port = PL({80, 80})},
-		{.outbound = "direct", .networks = ETM_RULE_NET_UDP},
-		{.outbound = "proxy", .port = PL({443, 443})},
+	route_rule_config rules[3] = {
+		{.target = "proxy", .port = PL({80, 80})},
+		{.target = "direct", .networks = ROUTE_NET_UDP},
+		{.target = "proxy", .port = PL({443, 443})},
 	};
 	route_table *t = build(rules, 3, "direct");
 	assert_int_equal(route_table_slots(t), 2);
@@ -138,10 +138,10 @@ static void test_seed_four_flows(void **state)
 static void test_default_slot_comes_last_unless_named(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[3] = {
-		{.outbound = "a", .port = PL({1, 1})},
-		{.outbound = "b", .port = PL({2, 2})},
-		{.outbound = "a", .port = PL({3, 3})},
+	route_rule_config rules[3] = {
+		{.target = "a", .port = PL({1, 1})},
+		{.target = "b", .port = PL({2, 2})},
+		{.target = "a", .port = PL({3, 3})},
 	};
 	route_table *t = build(rules, 3, "c");
 	assert_int_equal(route_table_slots(t), 3);
@@ -180,9 +180,9 @@ static void test_no_rules_is_one_slot(void **state)
 static void test_any_matcher_of_a_rule_matches(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[2] = {
-		{.outbound = "x", .domain = SL("example.com"), .port = PL({22, 22})},
-		{.outbound = "y", .domain = SL("example.com")},
+	route_rule_config rules[2] = {
+		{.target = "x", .domain = SL("example.com"), .port = PL({22, 22})},
+		{.target = "y", .domain = SL("example.com")},
 	};
 	route_table *t = build(rules, 2, "z");
 	assert_int_equal(rule_of(t, dom("example.com", 443, ADDR_TCP)), 0);
@@ -197,7 +197,7 @@ static void test_any_matcher_of_a_rule_matches(void **state)
 static void test_domain_is_the_full_name_case_insensitive(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[1] = {{.outbound = "x", .domain = SL("Example.COM", "trailing.org.")}};
+	route_rule_config rules[1] = {{.target = "x", .domain = SL("Example.COM", "trailing.org.")}};
 	route_table *t = build(rules, 1, "d");
 	assert_true(name_hits(t, "example.com"));
 	assert_true(name_hits(t, "EXAMPLE.com"));
@@ -213,7 +213,7 @@ static void test_domain_is_the_full_name_case_insensitive(void **state)
 static void test_domain_suffix_on_label_boundaries(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[1] = {{.outbound = "x", .domain_suffix = SL("example.com", "CDN.Net")}};
+	route_rule_config rules[1] = {{.target = "x", .domain_suffix = SL("example.com", "CDN.Net")}};
 	route_table *t = build(rules, 1, "d");
 	static const struct {
 		const char *name;
@@ -235,7 +235,7 @@ static void test_domain_suffix_on_label_boundaries(void **state)
 static void test_domain_suffix_leading_dot_means_subdomains(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[1] = {{.outbound = "x", .domain_suffix = SL(".example.com")}};
+	route_rule_config rules[1] = {{.target = "x", .domain_suffix = SL(".example.com")}};
 	route_table *t = build(rules, 1, "d");
 	assert_true(name_hits(t, "a.example.com"));
 	assert_true(name_hits(t, "b.a.example.com"));
@@ -244,7 +244,7 @@ static void test_domain_suffix_leading_dot_means_subdomains(void **state)
 	route_table_free(t);
 
 	/* Both forms together: the plain one still covers the name itself. */
-	etm_rule_spec both[1] = {{.outbound = "x", .domain_suffix = SL(".example.com", "example.com")}};
+	route_rule_config both[1] = {{.target = "x", .domain_suffix = SL(".example.com", "example.com")}};
 	t = build(both, 1, "d");
 	assert_true(name_hits(t, "example.com"));
 	route_table_free(t);
@@ -254,11 +254,11 @@ static void test_domain_keyword_substring_case_insensitive(void **state)
 {
 	(void)state;
 	/* Few keywords (tested one memmem each) and many (the two-byte index). */
-	etm_rule_spec few[1] = {{.outbound = "x", .domain_keyword = SL("GooGle", "ads")}};
-	etm_rule_spec many[1] = {{.outbound = "x",
+	route_rule_config few[1] = {{.target = "x", .domain_keyword = SL("GooGle", "ads")}};
+	route_rule_config many[1] = {{.target = "x",
 	                          .domain_keyword = SL("GooGle", "ads", "tracker", "q", "zz9",
 	                                               "beacon", "metrics.", "-cdn-")}};
-	etm_rule_spec *sets[] = {few, many};
+	route_rule_config *sets[] = {few, many};
 	for (size_t s = 0; s < 2; s++) {
 		route_table *t = build(sets[s], 1, "d");
 		assert_true(name_hits(t, "www.google.com"));
@@ -284,7 +284,7 @@ static void test_domain_keyword_substring_case_insensitive(void **state)
 static void test_domain_keyword_empty_matches_every_name(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[1] = {{.outbound = "x", .domain_keyword = SL("")}};
+	route_rule_config rules[1] = {{.target = "x", .domain_keyword = SL("")}};
 	route_table *t = build(rules, 1, "d");
 	assert_true(name_hits(t, "anything.example"));
 	assert_false(ip_hits(t, "192.0.2.1")); /* no name at all */
@@ -294,7 +294,7 @@ static void test_domain_keyword_empty_matches_every_name(void **state)
 static void test_domain_regex(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[1] = {{.outbound = "x",
+	route_rule_config rules[1] = {{.target = "x",
 	                           .domain_regex = SL("^ad[0-9]+\\.", "\\.ads\\.[a-z]+$",
 	                                              "(?i)^UPPER\\.", "^(a)\\1x$")}};
 	route_table *t = build(rules, 1, "d");
@@ -317,7 +317,7 @@ static void test_domain_regex(void **state)
 static void test_domain_regex_joined_patterns_stay_exact(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[1] = {{.outbound = "x",
+	route_rule_config rules[1] = {{.target = "x",
 	                           .domain_regex = SL("^x(*COMMIT)y", "^xz", "^(?<n>q)r$",
 	                                              "^(?<n>s)t$", "^(b)\\1$", "^(c)(?1)$",
 	                                              "^(?x) e f # comment", "^g|^h$",
@@ -361,7 +361,7 @@ static void test_route_regex_check(void **state)
 static void test_sniffed_name_is_an_extra_candidate(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[1] = {{.outbound = "x", .domain_suffix = SL("sniffed.example")}};
+	route_rule_config rules[1] = {{.target = "x", .domain_suffix = SL("sniffed.example")}};
 	route_table *t = build(rules, 1, "d");
 	addr_dest byip = ip("127.0.0.1", 443, ADDR_TCP);
 	addr_dest byname = dom("other.org", 443, ADDR_TCP);
@@ -401,8 +401,8 @@ static void test_sniffed_name_is_an_extra_candidate(void **state)
 static void test_cidr_v4_and_v6(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[1] = {
-		{.outbound = "x",
+	route_rule_config rules[1] = {
+		{.target = "x",
 		 .cidr = SL("10.0.0.0/8", "192.168.1.7", "172.16.5.9/12", "2001:db8::/32",
 		            "fe80::1/128")},
 	};
@@ -429,7 +429,7 @@ static void test_cidr_v4_and_v6(void **state)
 static void test_cidr_mapped_ranges_meet_ipv4(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[1] = {{.outbound = "x", .cidr = SL("::ffff:10.0.0.0/104")}};
+	route_rule_config rules[1] = {{.target = "x", .cidr = SL("::ffff:10.0.0.0/104")}};
 	route_table *t = build(rules, 1, "d");
 	assert_true(ip_hits(t, "10.1.2.3"));
 	assert_true(ip_hits(t, "::ffff:10.1.2.3"));
@@ -437,13 +437,13 @@ static void test_cidr_mapped_ranges_meet_ipv4(void **state)
 	route_table_free(t);
 
 	/* ::/0 covers the mapped block, so every IPv4 address too. */
-	etm_rule_spec all[1] = {{.outbound = "x", .cidr = SL("::/0")}};
+	route_rule_config all[1] = {{.target = "x", .cidr = SL("::/0")}};
 	t = build(all, 1, "d");
 	assert_true(ip_hits(t, "1.2.3.4"));
 	assert_true(ip_hits(t, "2001:db8::1"));
 	route_table_free(t);
 
-	etm_rule_spec v4all[1] = {{.outbound = "x", .cidr = SL("0.0.0.0/0")}};
+	route_rule_config v4all[1] = {{.target = "x", .cidr = SL("0.0.0.0/0")}};
 	t = build(v4all, 1, "d");
 	assert_true(ip_hits(t, "255.255.255.255"));
 	assert_false(ip_hits(t, "2001:db8::1"));
@@ -453,8 +453,8 @@ static void test_cidr_mapped_ranges_meet_ipv4(void **state)
 static void test_port_ranges(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[1] = {
-		{.outbound = "x", .port = PL({1000, 2000}, {0, 0}, {1500, 2500}, {65535, 65535}, {443, 443})},
+	route_rule_config rules[1] = {
+		{.target = "x", .port = PL({1000, 2000}, {0, 0}, {1500, 2500}, {65535, 65535}, {443, 443})},
 	};
 	route_table *t = build(rules, 1, "d");
 	static const struct {
@@ -475,16 +475,16 @@ static void test_port_ranges(void **state)
 static void test_network(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[2] = {
-		{.outbound = "tcp", .networks = ETM_RULE_NET_TCP},
-		{.outbound = "udp", .networks = ETM_RULE_NET_UDP},
+	route_rule_config rules[2] = {
+		{.target = "tcp", .networks = ROUTE_NET_TCP},
+		{.target = "udp", .networks = ROUTE_NET_UDP},
 	};
 	route_table *t = build(rules, 2, "d");
 	assert_int_equal(rule_of(t, ip("192.0.2.1", 53, ADDR_TCP)), 0);
 	assert_int_equal(rule_of(t, ip("192.0.2.1", 53, ADDR_UDP)), 1);
 	route_table_free(t);
 
-	etm_rule_spec both[1] = {{.outbound = "x", .networks = ETM_RULE_NET_TCP | ETM_RULE_NET_UDP}};
+	route_rule_config both[1] = {{.target = "x", .networks = ROUTE_NET_TCP | ROUTE_NET_UDP}};
 	t = build(both, 1, "d");
 	assert_true(hits(t, dom("example.com", 1, ADDR_TCP)));
 	assert_true(hits(t, dom("example.com", 1, ADDR_UDP)));
@@ -494,7 +494,7 @@ static void test_network(void **state)
 static void test_inbound_tag_exact(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[1] = {{.outbound = "x", .inbound_tag = SL("socks-in", "dns")}};
+	route_rule_config rules[1] = {{.target = "x", .inbound_tag = SL("socks-in", "dns")}};
 	route_table *t = build(rules, 1, "d");
 	addr_dest d = ip("192.0.2.1", 80, ADDR_TCP);
 	static const struct {
@@ -514,7 +514,7 @@ static void test_inbound_tag_exact(void **state)
 static void test_source_cidr(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[1] = {{.outbound = "x", .source_cidr = SL("10.0.0.0/8", "2001:db8::/32")}};
+	route_rule_config rules[1] = {{.target = "x", .source_cidr = SL("10.0.0.0/8", "2001:db8::/32")}};
 	route_table *t = build(rules, 1, "d");
 	addr_dest d = dom("example.com", 80, ADDR_TCP);
 	static const struct {
@@ -568,9 +568,9 @@ static void *worker(void *p)
 static void test_concurrent_decisions(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[2] = {
-		{.outbound = "block", .domain_regex = SL("^ad[0-9]+\\.", "[0-9]x$")},
-		{.outbound = "proxy", .domain_suffix = SL("example.com")},
+	route_rule_config rules[2] = {
+		{.target = "block", .domain_regex = SL("^ad[0-9]+\\.", "[0-9]x$")},
+		{.target = "proxy", .domain_suffix = SL("example.com")},
 	};
 	route_table *t = build(rules, 2, "direct");
 	pthread_t th[4];
@@ -588,13 +588,13 @@ static void test_concurrent_decisions(void **state)
 
 /* ---- build errors (no geodata) ---- */
 
-static void expect_error(etm_rule_spec *rules, size_t n, const char *def, int code,
+static void expect_error(route_rule_config *rules, size_t n, const char *def, int code,
                          const char *text)
 {
-	etm_route_spec spec = {.rules = rules, .rules_len = n};
+	route_config spec = {.default_tag = def, .rules = rules, .nrules = n};
 	route_table *t = (route_table *)&t; /* must be reset to NULL */
 	char err[256] = "";
-	assert_int_equal(route_table_build(&spec, def, &t, err, sizeof err), code);
+	assert_int_equal(route_table_build(&spec, &t, err, sizeof err), code);
 	assert_null(t);
 	assert_string_equal(err, text);
 }
@@ -602,30 +602,30 @@ static void expect_error(etm_rule_spec *rules, size_t n, const char *def, int co
 static void test_build_errors(void **state)
 {
 	(void)state;
-	etm_rule_spec bad_regex[2] = {
-		{.outbound = "x", .domain_regex = SL("^ok$")},
-		{.outbound = "y", .domain_regex = SL("^fine", "(abc")},
+	route_rule_config bad_regex[2] = {
+		{.target = "x", .domain_regex = SL("^ok$")},
+		{.target = "y", .domain_regex = SL("^fine", "(abc")},
 	};
 	expect_error(bad_regex, 2, "d", -ROUTE_ERR_REGEX,
 	             "building route failed: (abc: missing closing parenthesis at offset 4");
-	etm_rule_spec bad_cidr[1] = {{.outbound = "x", .cidr = SL("10.0.0.0/33")}};
+	route_rule_config bad_cidr[1] = {{.target = "x", .cidr = SL("10.0.0.0/33")}};
 	expect_error(bad_cidr, 1, "d", -ROUTE_ERR_BAD_CIDR,
 	             "building route failed: invalid CIDR \"10.0.0.0/33\"");
-	etm_rule_spec bad_src[1] = {{.outbound = "x", .source_cidr = SL("example.com")}};
+	route_rule_config bad_src[1] = {{.target = "x", .source_cidr = SL("example.com")}};
 	expect_error(bad_src, 1, "d", -ROUTE_ERR_BAD_CIDR,
 	             "building route failed: invalid CIDR \"example.com\"");
-	etm_rule_spec ok[1] = {{.outbound = "x", .port = PL({1, 1})}};
+	route_rule_config ok[1] = {{.target = "x", .port = PL({1, 1})}};
 	expect_error(ok, 1, NULL, -ROUTE_ERR_NO_DEFAULT,
 	             "building route failed: no default route tag");
-	etm_rule_spec no_out[2] = {{.outbound = "x", .port = PL({1, 1})}, {.port = PL({2, 2})}};
+	route_rule_config no_out[2] = {{.target = "x", .port = PL({1, 1})}, {.port = PL({2, 2})}};
 	expect_error(no_out, 2, "d", -ROUTE_ERR_NO_OUTBOUND,
 	             "building route failed: route rule #2 names no outbound");
 
 	/* A short buffer gets the start of the text, terminated. */
-	etm_route_spec spec = {.rules = ok, .rules_len = 1};
+	route_config spec = {.rules = ok, .nrules = 1}; /* no default_tag */
 	route_table *t;
 	char small[10];
-	assert_int_equal(route_table_build(&spec, NULL, &t, small, sizeof small),
+	assert_int_equal(route_table_build(&spec, &t, small, sizeof small),
 	                 -ROUTE_ERR_NO_DEFAULT);
 	assert_string_equal(small, "building ");
 }

@@ -20,11 +20,11 @@
 #include "route/route.h"
 
 #define SL(...)                                                                     \
-	((etm_strlist){(char *[]){__VA_ARGS__},                                     \
-	               sizeof((char *[]){__VA_ARGS__}) / sizeof(char *)})
+	((route_strs){(const char *[]){__VA_ARGS__},                                     \
+	               sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *)})
 #define PL(...)                                                                     \
-	((etm_port_list){(etm_port_range[]){__VA_ARGS__},                           \
-	                 sizeof((etm_port_range[]){__VA_ARGS__}) / sizeof(etm_port_range)})
+	((route_ports){(route_port_range[]){__VA_ARGS__},                           \
+	                 sizeof((route_port_range[]){__VA_ARGS__}) / sizeof(route_port_range)})
 
 enum { PLAIN = 0, REGEX = 1, ROOT = 2, FULL = 3 };
 
@@ -224,15 +224,15 @@ static void write_ips(const ip_spec *ips, size_t n) { write_ips_raw(ips, n, NULL
 
 /* ---- building and deciding ---- */
 
-static int try_build(etm_rule_spec *rules, size_t n, const char *site, const char *ip,
+static int try_build(route_rule_config *rules, size_t n, const char *site, const char *ip,
                      route_table **t, char *err, size_t err_size)
 {
-	etm_route_spec spec = {.rules = rules, .rules_len = n, .geosite = (char *)site,
-	                       .geoip = (char *)ip};
-	return route_table_build(&spec, "default", t, err, err_size);
+	route_config spec = {.default_tag = "default", .rules = rules, .nrules = n,
+	                     .geosite = site, .geoip = ip};
+	return route_table_build(&spec, t, err, err_size);
 }
 
-static route_table *build(etm_rule_spec *rules, size_t n)
+static route_table *build(route_rule_config *rules, size_t n)
 {
 	route_table *t = NULL;
 	char err[512] = "";
@@ -241,7 +241,7 @@ static route_table *build(etm_rule_spec *rules, size_t n)
 	return t;
 }
 
-static void expect_error(etm_rule_spec *rules, size_t n, const char *site, const char *ip,
+static void expect_error(route_rule_config *rules, size_t n, const char *site, const char *ip,
                          int code, const char *text)
 {
 	route_table *t = NULL;
@@ -307,7 +307,7 @@ static void test_geosite_domain_types(void **state)
 		     {PLAIN, "KeyWord", {0}}, {REGEX, "^re[0-9]+\\.", {0}}),
 	};
 	write_sites(sites, 2);
-	etm_rule_spec rules[1] = {{.outbound = "x", .geosite = SL("test")}}; /* code case ignored */
+	route_rule_config rules[1] = {{.target = "x", .geosite = SL("test")}}; /* code case ignored */
 	route_table *t = build(rules, 1);
 	static const struct {
 		const char *name;
@@ -337,12 +337,12 @@ static void test_geosite_attributes(void **state)
 		     {PLAIN, "adword", {"Ads"}}),
 	};
 	write_sites(sites, 1);
-	etm_rule_spec rules[5] = {
-		{.outbound = "a", .geosite = SL("g@ads")},
-		{.outbound = "b", .geosite = SL("G@cn@ADS")},
-		{.outbound = "c", .geosite = SL("g@cn")},
-		{.outbound = "d", .geosite = SL("g@")},
-		{.outbound = "e", .geosite = SL("g")},
+	route_rule_config rules[5] = {
+		{.target = "a", .geosite = SL("g@ads")},
+		{.target = "b", .geosite = SL("G@cn@ADS")},
+		{.target = "c", .geosite = SL("g@cn")},
+		{.target = "d", .geosite = SL("g@")},
+		{.target = "e", .geosite = SL("g")},
 	};
 	static const struct {
 		size_t rule;
@@ -375,10 +375,10 @@ static void test_geosite_warnings_and_loading_once(void **state)
 	};
 	write_sites(sites, 1);
 	FILE *f = capture();
-	etm_rule_spec rules[3] = {
-		{.outbound = "a", .geosite = SL("w", "w")},
-		{.outbound = "b", .geosite = SL("w")},
-		{.outbound = "c", .geosite = SL("W")}, /* another string: loaded again */
+	route_rule_config rules[3] = {
+		{.target = "a", .geosite = SL("w", "w")},
+		{.target = "b", .geosite = SL("w")},
+		{.target = "c", .geosite = SL("W")}, /* another string: loaded again */
 	};
 	route_table *t = build(rules, 3);
 	char *log = captured(f);
@@ -423,13 +423,13 @@ static void test_geosite_first_entry_and_unwanted_entries(void **state)
 	memcpy(buf + n, bad, sizeof bad);
 	write_bytes(fx.site, buf, n + sizeof bad);
 
-	etm_rule_spec rules[1] = {{.outbound = "a", .geosite = SL("dup")}};
+	route_rule_config rules[1] = {{.target = "a", .geosite = SL("dup")}};
 	route_table *t = build(rules, 1);
 	assert_int_equal(decide(t, "first.example", NULL), 0);
 	assert_int_equal(decide(t, "second.example", NULL), -1);
 	route_table_free(t);
 
-	etm_rule_spec bad_rule[1] = {{.outbound = "a", .geosite = SL("BAD")}};
+	route_rule_config bad_rule[1] = {{.target = "a", .geosite = SL("BAD")}};
 	char at[128];
 	snprintf(at, sizeof at,
 	         "building route failed: geosite decode: entry \"BAD\" at byte %zu is not a valid "
@@ -448,7 +448,7 @@ static void test_geoip_and_inversion(void **state)
 		IPS("inv", true, "172.16.0.0/12"),
 	};
 	write_ips(ips, 2);
-	etm_rule_spec rules[1] = {{.outbound = "a", .geoip = SL("cn")}};
+	route_rule_config rules[1] = {{.target = "a", .geoip = SL("cn")}};
 	route_table *t = build(rules, 1);
 	static const struct {
 		const char *dest;
@@ -463,7 +463,7 @@ static void test_geoip_and_inversion(void **state)
 			fail_msg("cn: %s: expected rule %d", in[i].dest, in[i].rule);
 	route_table_free(t);
 
-	etm_rule_spec not_cn[1] = {{.outbound = "a", .geoip = SL("!cn")}};
+	route_rule_config not_cn[1] = {{.target = "a", .geoip = SL("!cn")}};
 	t = build(not_cn, 1);
 	static const struct {
 		const char *dest, *sniffed;
@@ -480,9 +480,9 @@ static void test_geoip_and_inversion(void **state)
 	route_table_free(t);
 
 	/* inverse_match set in the file flips the sense, and "!" flips it back. */
-	etm_rule_spec inv[2] = {
-		{.outbound = "a", .geoip = SL("inv")},
-		{.outbound = "b", .geoip = SL("!inv")},
+	route_rule_config inv[2] = {
+		{.target = "a", .geoip = SL("inv")},
+		{.target = "b", .geoip = SL("!inv")},
 	};
 	t = build(inv, 2);
 	assert_int_equal(decide(t, "8.8.8.8", NULL), 0);
@@ -495,7 +495,7 @@ static void test_geoip_and_inversion(void **state)
 static void test_files_read_only_when_used(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[1] = {{.outbound = "a", .port = PL({80, 80})}};
+	route_rule_config rules[1] = {{.target = "a", .port = PL({80, 80})}};
 	route_table *t = NULL;
 	char err[256] = "";
 	assert_int_equal(try_build(rules, 1, "/nonexistent/geosite.dat", "/nonexistent/geoip.dat",
@@ -506,14 +506,14 @@ static void test_files_read_only_when_used(void **state)
 	/* A geoip rule alone never opens the geosite file, and the reverse. */
 	const ip_spec ips[] = {IPS("cn", false, "10.0.0.0/8")};
 	write_ips(ips, 1);
-	etm_rule_spec geoip_only[1] = {{.outbound = "a", .geoip = SL("cn")}};
+	route_rule_config geoip_only[1] = {{.target = "a", .geoip = SL("cn")}};
 	assert_int_equal(try_build(geoip_only, 1, "/nonexistent/geosite.dat", fx.ip, &t, err,
 	                           sizeof err),
 	                 0);
 	route_table_free(t);
 	const site_spec sites[] = {SITE("s", {FULL, "s.example", {0}})};
 	write_sites(sites, 1);
-	etm_rule_spec site_only[1] = {{.outbound = "a", .geosite = SL("s")}};
+	route_rule_config site_only[1] = {{.target = "a", .geosite = SL("s")}};
 	assert_int_equal(
 		try_build(site_only, 1, fx.site, "/nonexistent/geoip.dat", &t, err, sizeof err), 0);
 	route_table_free(t);
@@ -522,9 +522,9 @@ static void test_files_read_only_when_used(void **state)
 static void test_geosite_is_checked_before_geoip(void **state)
 {
 	(void)state;
-	etm_rule_spec rules[2] = {
-		{.outbound = "a", .geoip = SL("cn")},     /* the geoip rule comes first... */
-		{.outbound = "b", .geosite = SL("cn")},
+	route_rule_config rules[2] = {
+		{.target = "a", .geoip = SL("cn")},     /* the geoip rule comes first... */
+		{.target = "b", .geosite = SL("cn")},
 	};
 	expect_error(rules, 2, NULL, NULL, -ROUTE_ERR_NO_GEOSITE_FILE,
 	             "building route failed: a geosite matcher is used but no geosite file is "
@@ -547,15 +547,15 @@ static void test_code_not_found(void **state)
 	write_sites(sites, 1);
 	const ip_spec ips[] = {IPS("cn", false, "10.0.0.0/8")};
 	write_ips(ips, 1);
-	etm_rule_spec s1[1] = {{.outbound = "a", .geosite = SL("cn", "nosuchcode@ads", "zz")}};
+	route_rule_config s1[1] = {{.target = "a", .geosite = SL("cn", "nosuchcode@ads", "zz")}};
 	expect_error(s1, 1, fx.site, fx.ip, -ROUTE_ERR_GEOSITE_NOT_FOUND,
 	             "building route failed: geosite code not found: nosuchcode");
-	etm_rule_spec s2[1] = {{.outbound = "a", .geoip = SL("cn", "!nosuchcode")}};
+	route_rule_config s2[1] = {{.target = "a", .geoip = SL("cn", "!nosuchcode")}};
 	expect_error(s2, 1, fx.site, fx.ip, -ROUTE_ERR_GEOIP_NOT_FOUND,
 	             "building route failed: geoip code not found: nosuchcode");
 	/* An empty file is an empty list. */
 	write_bytes(fx.ip, "", 0);
-	etm_rule_spec s3[1] = {{.outbound = "a", .geoip = SL("cn")}};
+	route_rule_config s3[1] = {{.target = "a", .geoip = SL("cn")}};
 	expect_error(s3, 1, fx.site, fx.ip, -ROUTE_ERR_GEOIP_NOT_FOUND,
 	             "building route failed: geoip code not found: cn");
 }
@@ -581,8 +581,8 @@ static void test_decode_errors(void **state)
 		{{0x0a, 0x02, 0x0a, 0x05}, 4, "field at byte 2 runs past the end of the data"},
 		{{0x15, 1, 2, 3}, 4, "field at byte 0 runs past the end of the data"},
 	};
-	etm_rule_spec site_rule[1] = {{.outbound = "a", .geosite = SL("cn")}};
-	etm_rule_spec ip_rule[1] = {{.outbound = "a", .geoip = SL("cn")}};
+	route_rule_config site_rule[1] = {{.target = "a", .geosite = SL("cn")}};
+	route_rule_config ip_rule[1] = {{.target = "a", .geoip = SL("cn")}};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char want[256];
 		write_bytes(fx.site, cases[i].bytes, cases[i].len);
@@ -604,7 +604,7 @@ static void test_decode_errors(void **state)
 static void test_file_errors(void **state)
 {
 	(void)state;
-	etm_rule_spec rule[1] = {{.outbound = "a", .geosite = SL("cn")}};
+	route_rule_config rule[1] = {{.target = "a", .geosite = SL("cn")}};
 	expect_error(rule, 1, "/nonexistent/geosite.dat", NULL, -ROUTE_ERR_OS,
 	             "building route failed: No such file or directory (os error 2)");
 	char sub[128];
@@ -618,7 +618,7 @@ static void test_file_errors(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(ftruncate(fd, (off_t)GEODATA_FILE_MAX + 1), 0);
 	close(fd);
-	etm_rule_spec ip_rule[1] = {{.outbound = "a", .geoip = SL("cn")}};
+	route_rule_config ip_rule[1] = {{.target = "a", .geoip = SL("cn")}};
 	expect_error(ip_rule, 1, NULL, fx.ip, -ROUTE_ERR_FILE_TOO_LARGE,
 	             "building route failed: geoip file is larger than 256 MiB");
 }
@@ -637,13 +637,13 @@ static void test_too_many_regex_entries(void **state)
 	doms[n] = (dom_spec){REGEX, "(bad", {0}}; /* skipped: does not count */
 	site_spec site = {"many", doms, n};
 	write_sites(&site, 1);
-	etm_rule_spec rule[1] = {{.outbound = "a", .geosite = SL("Many@")}};
+	route_rule_config rule[1] = {{.target = "a", .geosite = SL("Many@")}};
 	route_table *t = NULL;
 	char err[256];
 	/* "Many@" keeps no entry (an empty attribute), so it builds. */
 	assert_int_equal(try_build(rule, 1, fx.site, NULL, &t, err, sizeof err), 0);
 	route_table_free(t);
-	etm_rule_spec many[1] = {{.outbound = "a", .geosite = SL("Many")}};
+	route_rule_config many[1] = {{.target = "a", .geosite = SL("Many")}};
 	expect_error(many, 1, fx.site, NULL, -ROUTE_ERR_GEOSITE_REGEX,
 	             "building route failed: geosite Many: regex entries: more than 4096 patterns");
 
@@ -683,7 +683,7 @@ static void test_geoip_cidr_errors(void **state)
 		 "building route failed: geoip cidr: prefix length 129 is longer than the 128 "
 		 "bits of an IPv6 address"},
 	};
-	etm_rule_spec rule[1] = {{.outbound = "a", .geoip = SL("ok", "bad")}};
+	route_rule_config rule[1] = {{.target = "a", .geoip = SL("ok", "bad")}};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		const ip_spec ips[] = {IPS("ok", false, "10.0.0.0/8"),
 		                       IPS("bad", false, "11.0.0.0/8")};
