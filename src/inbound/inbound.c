@@ -2,6 +2,7 @@
 #include "inbound/inbound.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "transport/tls.h"
@@ -315,6 +316,24 @@ int inbound_rt_build(inbound_rt *in, char *err, size_t err_size)
 		}
 	}
 	in->ws = st->network == ETM_NET_WS;
+	const etm_settings_spec *set = &sp->settings;
+	if (set->users_len) {
+		in->logins = calloc(set->users_len, sizeof *in->logins);
+		if (!in->logins) {
+			snprintf(err, err_size, build_msgs[BUILD_NO_MEMORY], sp->tag);
+			return -1;
+		}
+		for (size_t i = 0; i < set->users_len; i++) {
+			const etm_user_spec *u = &set->users[i];
+			in->logins[i] = (proto_account){
+				.user = u->username,
+				.pass = u->password,
+				.user_len = u->username ? strlen(u->username) : 0,
+				.pass_len = u->password ? strlen(u->password) : 0,
+			};
+		}
+		in->n_logins = set->users_len;
+	}
 	const inbound_proto_ops *p = row(sp->protocol);
 	if (!p)
 		return 0;
@@ -337,4 +356,7 @@ void inbound_rt_free(inbound_rt *in)
 	in->tls = NULL;
 	free(in->accounts);
 	in->accounts = NULL;
+	free(in->logins);
+	in->logins = NULL;
+	in->n_logins = 0;
 }

@@ -5,6 +5,7 @@
 #include <uv.h>
 
 #include "etemenanki/spec.h"
+#include "proto/proto.h"
 #include "runtime/conn.h"
 #include "runtime/connector.h"
 #include "runtime/listener.h"
@@ -24,6 +25,8 @@ typedef struct inbound_rt {
 	uint8_t *accounts;    /* owned: one credential per user, made by the
 	                       * protocol's row (Trojan password hashes, VLESS
 	                       * UUIDs); NULL: none */
+	proto_account *logins; /* owned array: SOCKS/HTTP accounts, n_logins of them */
+	size_t n_logins;
 	bool has_fallback;
 	addr_dest fallback;   /* where what the protocol refuses goes (Trojan) */
 } inbound_rt;
