@@ -26,7 +26,7 @@ static void peer_text(const in_conn *ic, char *out, size_t size)
 
 void in_conn_log_end(const in_conn *ic, const char *why)
 {
-	if (log_get_level() < ETM_LOG_DEBUG)
+	if (log_get_level() < LOG_LEVEL_DEBUG)
 		return;
 	char peer[ADDR_TEXT_MAX], dest[ADDR_TEXT_MAX];
 	peer_text(ic, peer, sizeof peer);
@@ -36,7 +36,7 @@ void in_conn_log_end(const in_conn *ic, const char *why)
 
 void in_conn_log_refused(const in_conn *ic, const char *why)
 {
-	if (log_get_level() < ETM_LOG_DEBUG)
+	if (log_get_level() < LOG_LEVEL_DEBUG)
 		return;
 	char peer[ADDR_TEXT_MAX];
 	peer_text(ic, peer, sizeof peer);

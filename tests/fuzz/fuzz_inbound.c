@@ -382,7 +382,7 @@ static void init(void)
 	FILE *null = fopen("/dev/null", "w");
 	CHECK(null);
 	log_set_stream(null);
-	log_set_level(ETM_LOG_DEBUG); /* the debug lines' formatting runs too */
+	log_set_level(LOG_LEVEL_DEBUG); /* the debug lines' formatting runs too */
 	g_conn = (connector){.connect = fake_connect, .connect_direct = fake_connect_direct,
 	                     .connect_datagram = fake_connect_datagram};
 	for (size_t i = 0; i < N_SPECS; i++) {
