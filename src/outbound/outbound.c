@@ -261,6 +261,24 @@ static atomic_uint_fast64_t next_id = 1;
 
 uint64_t outbound_next_id(void) { return atomic_fetch_add(&next_id, 1); }
 
+/* The config's address_family as dial.h's. */
+static dial_family dial_family_of(etm_address_family af)
+{
+	switch (af) {
+	case ETM_AF_AUTO:
+		return DIAL_FAMILY_AUTO;
+	case ETM_AF_PREFER_IPV4:
+		return DIAL_FAMILY_PREFER_IPV4;
+	case ETM_AF_PREFER_IPV6:
+		return DIAL_FAMILY_PREFER_IPV6;
+	case ETM_AF_IPV4_ONLY:
+		return DIAL_FAMILY_IPV4_ONLY;
+	case ETM_AF_IPV6_ONLY:
+		return DIAL_FAMILY_IPV6_ONLY;
+	}
+	return DIAL_FAMILY_AUTO;
+}
+
 outbound *outbound_new(const etm_outbound_spec *spec, char *err, size_t err_size)
 {
 	const outbound_proto *proto = outbound_proto_of(spec->protocol);
@@ -282,7 +300,7 @@ outbound *outbound_new(const etm_outbound_spec *spec, char *err, size_t err_size
 	}
 	o->id = outbound_next_id();
 	o->proto = proto;
-	o->af = spec->address_family;
+	o->af = dial_family_of(spec->address_family);
 	if (proto->proxy_client && !(o->proxy = proxy_transport_new(spec, err, err_size)))
 		goto fail;
 	if (proto->state_size && !(o->state = calloc(1, proto->state_size))) {

@@ -7,6 +7,7 @@
 
 #include "etemenanki/spec.h"
 #include "runtime/connector.h"
+#include "runtime/dial.h"
 #include "runtime/dns.h"
 
 typedef struct outbound outbound;
@@ -17,7 +18,7 @@ struct outbound {
 	uint64_t id; /* unique for the process's life: tag@vN, never reused */
 	char *tag;   /* owned */
 	const outbound_proto *proto; /* its protocol's row, never NULL */
-	etm_address_family af;
+	dial_family af;
 	proxy_transport *proxy; /* owned: a proxy client's server and transport; NULL otherwise */
 	void *state; /* owned: proto->state_size bytes of the protocol's own (credentials), or NULL */
 };
