@@ -67,17 +67,42 @@ typedef struct cli_opts {
 	const char *config; /* borrowed from argv */
 	bool test;
 	bool level_set;
-	etm_log_level level;
+	int level; /* a LOG_LEVEL_* */
 } cli_opts;
 
-static bool parse_level(const char *s, etm_log_level *out)
+static bool parse_level(const char *s, int *out)
 {
-	for (int l = ETM_LOG_ERROR; l <= ETM_LOG_TRACE; l++)
-		if (strcmp(s, log_level_name((etm_log_level)l)) == 0) {
-			*out = (etm_log_level)l;
+	for (int l = LOG_LEVEL_ERROR; l <= LOG_LEVEL_TRACE; l++)
+		if (strcmp(s, log_level_name(l)) == 0) {
+			*out = l;
 			return true;
 		}
 	return false;
+}
+
+/* Files below src/app not yet moved off the config's levels still compare
+ * log_get_level() with ETM_LOG_*: keep the two in step until they are. */
+_Static_assert((int)ETM_LOG_ERROR == LOG_LEVEL_ERROR && (int)ETM_LOG_WARN == LOG_LEVEL_WARN &&
+                   (int)ETM_LOG_INFO == LOG_LEVEL_INFO && (int)ETM_LOG_DEBUG == LOG_LEVEL_DEBUG &&
+                   (int)ETM_LOG_TRACE == LOG_LEVEL_TRACE,
+               "log.h levels follow etm_log_level");
+
+/* The config's [log] level as log.h's. */
+static int log_level_of(etm_log_level l)
+{
+	switch (l) {
+	case ETM_LOG_ERROR:
+		return LOG_LEVEL_ERROR;
+	case ETM_LOG_WARN:
+		return LOG_LEVEL_WARN;
+	case ETM_LOG_INFO:
+		return LOG_LEVEL_INFO;
+	case ETM_LOG_DEBUG:
+		return LOG_LEVEL_DEBUG;
+	case ETM_LOG_TRACE:
+		return LOG_LEVEL_TRACE;
+	}
+	return LOG_LEVEL_INFO;
 }
 
 /* Returns -1 to go on, else the exit code. */
@@ -217,7 +242,7 @@ int cli_main(int argc, char **argv, FILE *out, FILE *err)
 		return 0;
 	}
 
-	log_set_level(o.level_set ? o.level : spec.log_level);
+	log_set_level(o.level_set ? o.level : log_level_of(spec.log_level));
 	log_info("app", msgs[CLI_LOADED], o.config, spec.inbounds_len, spec.outbounds_len,
 	         spec.balancers_len, spec.route.rules_len);
 	if (etm_spec_check_available(&spec, msg, sizeof msg)) {

@@ -8,38 +8,38 @@
 /* A line longer than this is cut; log lines are one event, not data dumps. */
 #define LOG_LINE_MAX 2048
 
-static _Atomic int level = ETM_LOG_INFO;
+static _Atomic int level = LOG_LEVEL_INFO;
 static FILE *_Atomic out;
 
 static const char *const names[] = {
-	[ETM_LOG_ERROR] = "error",
-	[ETM_LOG_WARN] = "warn",
-	[ETM_LOG_INFO] = "info",
-	[ETM_LOG_DEBUG] = "debug",
-	[ETM_LOG_TRACE] = "trace",
+	[LOG_LEVEL_ERROR] = "error",
+	[LOG_LEVEL_WARN] = "warn",
+	[LOG_LEVEL_INFO] = "info",
+	[LOG_LEVEL_DEBUG] = "debug",
+	[LOG_LEVEL_TRACE] = "trace",
 };
 
 static const char *const labels[] = {
-	[ETM_LOG_ERROR] = "ERROR", [ETM_LOG_WARN] = "WARN ", [ETM_LOG_INFO] = "INFO ",
-	[ETM_LOG_DEBUG] = "DEBUG", [ETM_LOG_TRACE] = "TRACE",
+	[LOG_LEVEL_ERROR] = "ERROR", [LOG_LEVEL_WARN] = "WARN ", [LOG_LEVEL_INFO] = "INFO ",
+	[LOG_LEVEL_DEBUG] = "DEBUG", [LOG_LEVEL_TRACE] = "TRACE",
 };
 
-void log_set_level(etm_log_level l) { atomic_store(&level, (int)l); }
+void log_set_level(int l) { atomic_store(&level, l); }
 
-etm_log_level log_get_level(void) { return (etm_log_level)atomic_load(&level); }
+int log_get_level(void) { return atomic_load(&level); }
 
 void log_set_stream(FILE *stream) { atomic_store(&out, stream); }
 
-const char *log_level_name(etm_log_level l)
+const char *log_level_name(int l)
 {
-	if ((unsigned)l > ETM_LOG_TRACE)
+	if ((unsigned)l > LOG_LEVEL_TRACE)
 		return "?";
 	return names[l];
 }
 
-void log_write(etm_log_level l, const char *target, const char *fmt, ...)
+void log_write(int l, const char *target, const char *fmt, ...)
 {
-	if ((int)l > atomic_load(&level) || (unsigned)l > ETM_LOG_TRACE)
+	if (l > atomic_load(&level) || (unsigned)l > LOG_LEVEL_TRACE)
 		return;
 
 	char line[LOG_LINE_MAX];

@@ -354,8 +354,7 @@ static int init(in_conn *ic)
 	if (!h->buf)
 		return -1;
 	h->ic = ic;
-	const etm_settings_spec *st = &ic->in->spec->settings;
-	http_server_init(&h->core, st->users, st->users_len);
+	http_server_init(&h->core, ic->in->logins, ic->in->n_logins);
 	return 0;
 }
 

@@ -26,21 +26,21 @@ static void peer_text(const in_conn *ic, char *out, size_t size)
 
 void in_conn_log_end(const in_conn *ic, const char *why)
 {
-	if (log_get_level() < ETM_LOG_DEBUG)
+	if (log_get_level() < LOG_LEVEL_DEBUG)
 		return;
 	char peer[ADDR_TEXT_MAX], dest[ADDR_TEXT_MAX];
 	peer_text(ic, peer, sizeof peer);
 	addr_dest_format(&ic->f.dest, dest, sizeof dest);
-	log_debug("inbound", msgs[MSG_ENDED], ic->in->spec->tag, peer, dest, why);
+	log_debug("inbound", msgs[MSG_ENDED], ic->in->tag, peer, dest, why);
 }
 
 void in_conn_log_refused(const in_conn *ic, const char *why)
 {
-	if (log_get_level() < ETM_LOG_DEBUG)
+	if (log_get_level() < LOG_LEVEL_DEBUG)
 		return;
 	char peer[ADDR_TEXT_MAX];
 	peer_text(ic, peer, sizeof peer);
-	log_debug("inbound", msgs[MSG_REFUSED], ic->in->spec->tag, peer,
+	log_debug("inbound", msgs[MSG_REFUSED], ic->in->tag, peer,
 	          why ? why : msgs[MSG_UNKNOWN]);
 }
 
@@ -65,7 +65,7 @@ void in_conn_set_flow(in_conn *ic, const addr_dest *dest, int user)
 {
 	addr_dest sniffed = ic->f.sniffed;
 	ic->f = (flow){.dest = *dest, .user = user, .sniffed = sniffed};
-	ic->ctx = (flow_ctx){.inbound_tag = ic->in->spec->tag, .peer = *conn_peer(ic->c)};
+	ic->ctx = (flow_ctx){.inbound_tag = ic->in->tag, .peer = *conn_peer(ic->c)};
 }
 
 void in_conn_open(in_conn *ic, const addr_dest *dest, int user, connect_cb cb)

@@ -2,6 +2,7 @@
 #include "inbound/inbound.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "transport/tls.h"
@@ -17,27 +18,28 @@
  * per-connection state's size, init and feed, and whichever optional steps
  * it needs (server_ops.h says what each must do and what NULL means;
  * stream_udp_in.h carries UDP framed in the stream); the .h declares it.
- * Then one #include and one row here; etm_protocol_available
- * (supervisor/spec.c) must also admit it as an inbound. Mixed has no row of
- * its own: it is SOCKS or HTTP by the first byte (row_of), and neither
- * keeps accounts or a fallback. */
-static const inbound_proto_ops *const rows[ETM_PROTO_COUNT_] = {
-	[ETM_PROTO_SOCKS] = &socks_in_ops,
-	[ETM_PROTO_HTTP] = &http_in_ops,
-	[ETM_PROTO_TROJAN] = &trojan_in_ops,
-	[ETM_PROTO_VLESS] = &vless_in_ops,
+ * Then one #include, one inbound_protocol (inbound.h) and one row here;
+ * etm_protocol_available (supervisor/spec.c) must also admit it as an
+ * inbound, and supervisor/build_inbound.c map it. Mixed has no row of its
+ * own: it is SOCKS or HTTP by the first byte (row_of), and neither keeps
+ * accounts or a fallback. */
+static const inbound_proto_ops *const rows[INBOUND_PROTO_COUNT_] = {
+	[INBOUND_PROTO_SOCKS] = &socks_in_ops,
+	[INBOUND_PROTO_HTTP] = &http_in_ops,
+	[INBOUND_PROTO_TROJAN] = &trojan_in_ops,
+	[INBOUND_PROTO_VLESS] = &vless_in_ops,
 };
 
 /* The protocol's own row; NULL for mixed and for a protocol with none. */
-static const inbound_proto_ops *row(etm_protocol p)
+static const inbound_proto_ops *row(inbound_protocol p)
 {
-	return (unsigned)p < ETM_PROTO_COUNT_ ? rows[p] : NULL;
+	return (unsigned)p < INBOUND_PROTO_COUNT_ ? rows[p] : NULL;
 }
 
 /* The row serving a connection whose first byte is `first`. */
-static const inbound_proto_ops *row_of(etm_protocol p, uint8_t first)
+static const inbound_proto_ops *row_of(inbound_protocol p, uint8_t first)
 {
-	if (p == ETM_PROTO_MIXED) /* SOCKS4 and SOCKS5 open with their version */
+	if (p == INBOUND_PROTO_MIXED) /* SOCKS4 and SOCKS5 open with their version */
 		return first == 4 || first == 5 ? &socks_in_ops : &http_in_ops;
 	return row(p);
 }
@@ -46,7 +48,7 @@ static const inbound_proto_ops *row_of(etm_protocol p, uint8_t first)
  * or -1 with the connection closing. */
 static int start(in_conn *ic, uint8_t first)
 {
-	const inbound_proto_ops *p = row_of(ic->in->spec->protocol, first);
+	const inbound_proto_ops *p = row_of(ic->in->protocol, first);
 	void *state = p ? calloc(1, p->size) : NULL;
 	if (!state) {
 		conn_close(ic->c);
@@ -99,7 +101,7 @@ static void open_flow(in_conn *ic, const proto_event *ev)
 		p->udp_open(ic, ev);
 		return;
 	}
-	if (ic->in->spec->sniffing && p->sniffs && p->sniffs(ic)) {
+	if (ic->in->sniffing && p->sniffs && p->sniffs(ic)) {
 		/* answered first; the flow's own failure then ends in a close */
 		if (p->opened(ic, NULL) || !in_conn_flush(ic)) {
 			conn_close(ic->c);
@@ -240,7 +242,7 @@ void inbound_accept(listener *l, int fd, void *data)
 	}
 	ic->in = in;
 	stack *cst = NULL;
-	if (in->tls || in->ws) {
+	if (in->tls || in->ws_path) {
 		char err[200];
 		layer *ly;
 		cst = stack_new();
@@ -251,9 +253,8 @@ void inbound_accept(listener *l, int fd, void *data)
 			if (!ly || stack_push(cst, ly))
 				goto fail;
 		}
-		if (in->ws) {
-			const char *path = in->spec->stream.ws.path ? in->spec->stream.ws.path : "/";
-			ly = ws_server_new(path, err, sizeof err);
+		if (in->ws_path) {
+			ly = ws_server_new(in->ws_path, err, sizeof err);
 			if (!ly || stack_push(cst, ly))
 				goto fail;
 		}
@@ -276,54 +277,72 @@ static const char *const build_msgs[] = {
 	[BUILD_FALLBACK] = "inbound %s: settings.fallback \"%s\" is not host:port",
 };
 
-/* in->accounts: one credential per user, made by the row. */
-static int build_accounts(inbound_rt *in, const inbound_proto_ops *p, char *err,
-                          size_t err_size)
+/* in->logins: users' usernames and passwords, copied into one block
+ * after the array. */
+static int build_logins(inbound_rt *in, const inbound_user *users, size_t n)
 {
-	const etm_inbound_spec *sp = in->spec;
-	const etm_settings_spec *set = &sp->settings;
-	uint8_t *a = calloc(set->users_len ? set->users_len : 1, p->account_size);
+	size_t text = 0;
+	for (size_t i = 0; i < n; i++)
+		text += (users[i].username ? strlen(users[i].username) + 1 : 0) +
+		        (users[i].password ? strlen(users[i].password) + 1 : 0);
+	proto_account *a = malloc(n * sizeof *a + text);
+	if (!a)
+		return -1;
+	char *p = (char *)(a + n);
+	for (size_t i = 0; i < n; i++) {
+		a[i] = (proto_account){0};
+		if (users[i].username) {
+			a[i].user_len = strlen(users[i].username);
+			a[i].user = memcpy(p, users[i].username, a[i].user_len + 1);
+			p += a[i].user_len + 1;
+		}
+		if (users[i].password) {
+			a[i].pass_len = strlen(users[i].password);
+			a[i].pass = memcpy(p, users[i].password, a[i].pass_len + 1);
+			p += a[i].pass_len + 1;
+		}
+	}
+	in->logins = a;
+	in->n_logins = n;
+	return 0;
+}
+
+/* in->accounts: one credential per user, made by the row. */
+static int build_accounts(inbound_rt *in, const inbound_proto_ops *p, const inbound_user *users,
+                          size_t n, char *err, size_t err_size)
+{
+	uint8_t *a = calloc(n ? n : 1, p->account_size);
 	if (!a) {
-		snprintf(err, err_size, build_msgs[BUILD_NO_MEMORY], sp->tag);
+		snprintf(err, err_size, build_msgs[BUILD_NO_MEMORY], in->tag);
 		return -1;
 	}
 	in->accounts = a;
-	for (size_t i = 0; i < set->users_len; i++) {
-		const char *why = p->account(&set->users[i], a + i * p->account_size);
+	in->n_accounts = n;
+	for (size_t i = 0; i < n; i++) {
+		const char *why = p->account(&users[i], a + i * p->account_size);
 		if (why) {
-			snprintf(err, err_size, build_msgs[BUILD_REASON], sp->tag, why);
+			snprintf(err, err_size, build_msgs[BUILD_REASON], in->tag, why);
 			return -1;
 		}
 	}
 	return 0;
 }
 
-int inbound_rt_build(inbound_rt *in, char *err, size_t err_size)
+int inbound_rt_build(inbound_rt *in, const inbound_user *users, size_t n_users,
+                     const char *fallback, char *err, size_t err_size)
 {
-	const etm_inbound_spec *sp = in->spec;
-	const etm_stream_spec *st = &sp->stream;
-	if (st->network == ETM_NET_TLS || st->security == ETM_SEC_TLS) {
-		const char *alpn[17] = {0};
-		for (size_t i = 0; i < st->tls.alpn.len && i < 16; i++)
-			alpn[i] = st->tls.alpn.items[i];
-		char why[256];
-		in->tls = tls_server_ctx_new(st->tls.certificate, st->tls.key,
-		                             st->tls.alpn.len ? alpn : NULL, why, sizeof why);
-		if (!in->tls) {
-			snprintf(err, err_size, build_msgs[BUILD_REASON], sp->tag, why);
-			return -1;
-		}
+	if (n_users && build_logins(in, users, n_users)) {
+		snprintf(err, err_size, build_msgs[BUILD_NO_MEMORY], in->tag);
+		return -1;
 	}
-	in->ws = st->network == ETM_NET_WS;
-	const inbound_proto_ops *p = row(sp->protocol);
+	const inbound_proto_ops *p = row(in->protocol);
 	if (!p)
 		return 0;
-	if (p->account_size && build_accounts(in, p, err, err_size))
+	if (p->account_size && build_accounts(in, p, users, n_users, err, err_size))
 		return -1;
-	const char *fallback = sp->settings.fallback;
 	if (p->wants_fallback && fallback) {
 		if (addr_dest_parse(&in->fallback, fallback)) {
-			snprintf(err, err_size, build_msgs[BUILD_FALLBACK], sp->tag, fallback);
+			snprintf(err, err_size, build_msgs[BUILD_FALLBACK], in->tag, fallback);
 			return -1;
 		}
 		in->has_fallback = true;
@@ -334,7 +353,9 @@ int inbound_rt_build(inbound_rt *in, char *err, size_t err_size)
 void inbound_rt_free(inbound_rt *in)
 {
 	tls_server_ctx_unref(in->tls);
-	in->tls = NULL;
+	free(in->tag);
+	free(in->ws_path);
+	free(in->logins);
 	free(in->accounts);
-	in->accounts = NULL;
+	*in = (inbound_rt){0};
 }

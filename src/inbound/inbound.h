@@ -2,37 +2,74 @@
 #ifndef ETM_INBOUND_INBOUND_H
 #define ETM_INBOUND_INBOUND_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
-#include "etemenanki/spec.h"
+#include "base/addr.h"
+#include "proto/proto.h"
 #include "runtime/conn.h"
 #include "runtime/connector.h"
 #include "runtime/listener.h"
 
-/* One inbound as the workers run it. Immutable once the listeners are
- * open; shared by every worker. */
+/* The server protocol an inbound speaks. NONE: one without a connection
+ * driver here (udp_lb has its own listener). */
+typedef enum inbound_protocol {
+	INBOUND_PROTO_NONE,
+	INBOUND_PROTO_SOCKS,
+	INBOUND_PROTO_HTTP,
+	INBOUND_PROTO_MIXED, /* SOCKS or HTTP by the first byte */
+	INBOUND_PROTO_TROJAN,
+	INBOUND_PROTO_VLESS,
+	INBOUND_PROTO_COUNT_,
+} inbound_protocol;
+
+/* One configured user as inbound_rt_build reads it: username/password for
+ * SOCKS and HTTP, password for Trojan, id (a UUID) for VLESS; unused fields
+ * NULL. Borrowed for the call only. */
+typedef struct inbound_user {
+	const char *username;
+	const char *password;
+	const char *id;
+} inbound_user;
+
 typedef struct tls_server_ctx tls_server_ctx;
 
+/* One inbound as the workers run it. Immutable once the listeners are
+ * open; shared by every worker. It owns everything it points to but
+ * connect, so the config it came from may be freed while its connections
+ * drain (supervisor/build_inbound.c fills it from the config). */
 typedef struct inbound_rt {
-	const etm_inbound_spec *spec; /* borrowed for the inbound's life */
-	const connector *connect;     /* borrowed */
+	char *tag;                  /* owned; NULL: the inbound has none */
+	inbound_protocol protocol;
+	bool sniffing;              /* sniff the first bytes of a stream for its host */
+	const connector *connect;   /* borrowed */
 	conn_limits limits;
+	tls_server_ctx *tls;        /* a reference; NULL: no TLS */
+	char *ws_path;              /* owned; NULL: no WebSocket transport */
 
-	/* Built by inbound_rt_build from the spec, released by inbound_rt_free. */
-	tls_server_ctx *tls;  /* a reference; NULL: no TLS */
-	bool ws;              /* a WebSocket transport on spec->stream.ws.path */
-	uint8_t *accounts;    /* owned: one credential per user, made by the
-	                       * protocol's row (Trojan password hashes, VLESS
-	                       * UUIDs); NULL: none */
+	/* Made by inbound_rt_build, released by inbound_rt_free. */
+	proto_account *logins;      /* owned, strings too: SOCKS/HTTP accounts */
+	size_t n_logins;
+	uint8_t *accounts;          /* owned: one credential per user, made by the
+	                             * protocol's row (Trojan password hashes, VLESS
+	                             * UUIDs); NULL: none */
+	size_t n_accounts;
 	bool has_fallback;
-	addr_dest fallback;   /* where what the protocol refuses goes (Trojan) */
+	addr_dest fallback;         /* where what the protocol refuses goes (Trojan) */
 } inbound_rt;
 
-/* Builds the run-time parts of an inbound (TLS context, credentials). On
+/* The protocol's part of building an inbound whose tag and protocol are
+ * set: copies users[0, n_users) as logins, makes the row's credentials,
+ * and parses fallback (host:port; NULL for none) when the row has one. On
  * the control thread, before the listeners open. Returns 0 or -1 with
- * "inbound <tag>: <reason>" in err. */
-__attribute__((warn_unused_result)) int inbound_rt_build(inbound_rt *in, char *err,
-                                                         size_t err_size);
+ * "inbound <tag>: <reason>" in err; inbound_rt_free undoes either. */
+__attribute__((warn_unused_result)) int inbound_rt_build(inbound_rt *in, const inbound_user *users,
+                                                         size_t n_users, const char *fallback,
+                                                         char *err, size_t err_size);
+
+/* Releases what in owns (a zeroed or half-built in too) and zeroes it. */
 void inbound_rt_free(inbound_rt *in);
 
 /* A listener_fn: accepts the waiting connection and drives its handshake

@@ -35,13 +35,13 @@ typedef struct inbound_proto_ops {
 	 * by the driver after free. */
 	size_t size;
 	/* Bytes of one user's credential: inbound_rt_build makes in->accounts,
-	 * one per settings.users entry in order, with account. 0: none (the
-	 * core reads the spec's users itself). */
+	 * one per user in order, with account. 0: none (the core reads
+	 * in->logins instead). */
 	size_t account_size;
 	/* On the control thread, before the listeners open: writes user u's
 	 * credential into out[0, account_size). Returns NULL, or why it cannot
 	 * (static text, reported as "inbound <tag>: <why>"). */
-	const char *(*account)(const etm_user_spec *u, uint8_t *out);
+	const char *(*account)(const inbound_user *u, uint8_t *out);
 	/* The client's first byte came: starts the core in ic->state. Returns
 	 * 0, or -1 when it cannot (the connection closes; free is not called). */
 	int (*init)(in_conn *ic);

@@ -12,8 +12,7 @@ typedef struct socks_in {
 static int init(in_conn *ic)
 {
 	socks_in *s = ic->state;
-	const etm_settings_spec *st = &ic->in->spec->settings;
-	socks_server_init(&s->core, st->users, st->users_len, true);
+	socks_server_init(&s->core, ic->in->logins, ic->in->n_logins, true);
 	return 0;
 }
 

@@ -80,7 +80,7 @@ static void on_client_datagram(uv_udp_t *h, ssize_t n, const uv_buf_t *buf,
 	bool ok = u->client_known ? addr_same_endpoint(from, (const struct sockaddr *)&u->client)
 	                          : addr_same_ip(from, peer);
 	if (!ok) {
-		if (log_get_level() >= ETM_LOG_DEBUG) {
+		if (log_get_level() >= LOG_LEVEL_DEBUG) {
 			addr_dest d = {0};
 			char text[ADDR_TEXT_MAX] = "?";
 			if (addr_dest_from_sockaddr(&d, from) == 0)

@@ -15,7 +15,7 @@ typedef struct trojan_in {
 } trojan_in;
 
 /* An account is hex(SHA-224(password)), as the core compares it. */
-static const char *account(const etm_user_spec *u, uint8_t *out)
+static const char *account(const inbound_user *u, uint8_t *out)
 {
 	return trojan_password_hash(u->password, (char *)out) ? msgs[MSG_PASSWORD] : NULL;
 }
@@ -24,7 +24,7 @@ static int init(in_conn *ic)
 {
 	trojan_in *t = ic->state;
 	trojan_server_init(&t->core, (const uint8_t(*)[TROJAN_HASH_LEN])ic->in->accounts,
-	                   ic->in->spec->settings.users_len);
+	                   ic->in->n_accounts);
 	return 0;
 }
 

@@ -15,7 +15,7 @@ typedef struct vless_in {
 } vless_in;
 
 /* An account is the user's UUID, 16 bytes. */
-static const char *account(const etm_user_spec *u, uint8_t *out)
+static const char *account(const inbound_user *u, uint8_t *out)
 {
 	return vless_uuid_parse(u->id, out) ? msgs[MSG_UUID] : NULL;
 }
@@ -24,7 +24,7 @@ static int init(in_conn *ic)
 {
 	vless_in *v = ic->state;
 	vless_server_init(&v->core, (const uint8_t(*)[VLESS_UUID_LEN])ic->in->accounts,
-	                  ic->in->spec->settings.users_len);
+	                  ic->in->n_accounts);
 	return 0;
 }
 

@@ -32,7 +32,7 @@ typedef struct freedom_udp {
 	dgram_link base;
 	worker *w;
 	dns_resolver *dns;
-	etm_address_family af;
+	dial_family af;
 	dgram_recv_cb cb;
 	void *ud;
 	uv_udp_t sock[2]; /* [0] v4, [1] v6 */
@@ -51,7 +51,7 @@ static int send_addr(freedom_udp *f, const struct sockaddr_storage *ss, const ui
 {
 	int i = fam_index(ss->ss_family);
 	if (!f->has[i]) {
-		if (log_get_level() >= ETM_LOG_DEBUG) {
+		if (log_get_level() >= LOG_LEVEL_DEBUG) {
 			addr_dest d = {0};
 			char text[ADDR_TEXT_MAX] = "?";
 			if (addr_dest_from_sockaddr(&d, (const struct sockaddr *)ss) == 0)
@@ -84,8 +84,8 @@ static void on_resolved(int st, const struct sockaddr_storage *addrs, size_t n, 
 	for (size_t i = 0; st == DNS_OK && i < n && k < 16; i++)
 		if (f->has[fam_index(addrs[i].ss_family)])
 			c[k++] = addrs[i];
-	if (k > 1 && (f->af == ETM_AF_PREFER_IPV6 || f->af == ETM_AF_PREFER_IPV4)) {
-		int want = f->af == ETM_AF_PREFER_IPV6 ? AF_INET6 : AF_INET;
+	if (k > 1 && (f->af == DIAL_FAMILY_PREFER_IPV6 || f->af == DIAL_FAMILY_PREFER_IPV4)) {
+		int want = f->af == DIAL_FAMILY_PREFER_IPV6 ? AF_INET6 : AF_INET;
 		for (size_t i = 0; i < k; i++)
 			if (c[i].ss_family == want) {
 				c[0] = c[i];
@@ -219,7 +219,7 @@ static void recv_cb(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct so
 
 static const dgram_link_ops freedom_ops = {.send_to = fu_send_to, .close = fu_close};
 
-dgram_link *freedom_udp_open(worker *w, dns_resolver *dns, etm_address_family af,
+dgram_link *freedom_udp_open(worker *w, dns_resolver *dns, dial_family af,
                              const dgram_handlers *h, void *ud, char *err, size_t err_size)
 {
 	freedom_udp *f = calloc(1, sizeof *f);
@@ -232,7 +232,7 @@ dgram_link *freedom_udp_open(worker *w, dns_resolver *dns, etm_address_family af
 	}
 	*f = (freedom_udp){.base.ops = &freedom_ops, .w = w, .dns = dns, .af = af, .cb = h->recv,
 	                   .ud = ud, .buf = buf};
-	bool want[2] = {af != ETM_AF_IPV6_ONLY, af != ETM_AF_IPV4_ONLY};
+	bool want[2] = {af != DIAL_FAMILY_IPV6_ONLY, af != DIAL_FAMILY_IPV4_ONLY};
 	for (int i = 0; i < 2; i++) {
 		if (!want[i])
 			continue;

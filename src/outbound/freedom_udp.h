@@ -16,7 +16,7 @@
  * ([V4] for ipv4_only, [V6] for ipv6_only, both otherwise); a family whose
  * bind fails is left out. Returns NULL with "udp: no usable local socket in
  * any requested family" in err when none binds. */
-dgram_link *freedom_udp_open(worker *w, dns_resolver *dns, etm_address_family af,
+dgram_link *freedom_udp_open(worker *w, dns_resolver *dns, dial_family af,
                              const dgram_handlers *h, void *ud, char *err, size_t err_size);
 
 /* A link that swallows every datagram and never receives (BlackholeLink). */

@@ -19,7 +19,7 @@ struct outbound {
 	uint64_t id; /* unique for the process's life: tag@vN, never reused */
 	char *tag;   /* owned */
 	const outbound_proto *proto; /* its protocol's row, never NULL */
-	etm_address_family af; /* the family dial_tcp takes, copied */
+	dial_family af; /* the family dial_tcp takes */
 	proxy_transport *proxy; /* owned: a proxy client's server and transport; NULL otherwise */
 	void *state; /* owned: proto->state_size bytes of the protocol's own (credentials), or NULL */
 };
@@ -35,7 +35,7 @@ typedef void (*outbound_dgram_cb)(void *oud, dgram_link *link, const char *why);
 typedef struct outbound_config {
 	const char *tag;
 	const char *protocol; /* its name, as outbound_proto_named takes it */
-	etm_address_family af;
+	dial_family af;
 	/* Proxy clients (the row's proxy_client) only: */
 	addr_dest server;
 	tls_client_ctx *tls;  /* NULL: no TLS */

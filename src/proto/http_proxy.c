@@ -184,12 +184,11 @@ static ssize_t refuse(http_server *s, proto_out *out, proto_event *ev, enum text
 
 /* Compares without an early exit, so the time does not tell how much of a
  * guess was right. */
-static bool same_secret(const char *want, const uint8_t *got, size_t n)
+static bool same_secret(const char *want, size_t wn, const uint8_t *got, size_t n)
 {
-	size_t wn = strlen(want);
 	uint8_t diff = wn != n;
 	for (size_t i = 0; i < n; i++)
-		diff |= (uint8_t)(got[i] ^ (uint8_t)want[i < wn ? i : 0]);
+		diff |= (uint8_t)(got[i] ^ (uint8_t)(wn ? want[i < wn ? i : 0] : 0));
 	return diff == 0;
 }
 
@@ -204,11 +203,11 @@ static int check_basic(const http_server *s, const uint8_t *v, size_t n)
 		return -1;
 	int found = -1;
 	for (size_t k = 0; k < s->n_users; k++) {
-		const etm_user_spec *u = &s->users[k];
-		if (!u->username)
+		const proto_account *u = &s->users[k];
+		if (!u->user)
 			continue;
-		bool ok = same_secret(u->username, cred, un);
-		ok &= same_secret(u->password ? u->password : "", cred + un + 1, (size_t)cn - un - 1);
+		bool ok = same_secret(u->user, u->user_len, cred, un);
+		ok &= same_secret(u->pass, u->pass ? u->pass_len : 0, cred + un + 1, (size_t)cn - un - 1);
 		if (ok && found < 0)
 			found = (int)k;
 	}
@@ -426,7 +425,7 @@ static void finish(http_server *s, proto_event *ev)
 	s->scan = 0;
 }
 
-void http_server_init(http_server *s, const etm_user_spec *users, size_t n_users)
+void http_server_init(http_server *s, const proto_account *users, size_t n_users)
 {
 	memset(s, 0, sizeof *s);
 	s->users = users;

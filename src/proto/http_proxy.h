@@ -7,7 +7,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "etemenanki/spec.h"
 #include "proto/http_parse.h"
 #include "proto/proto.h"
 
@@ -93,7 +92,7 @@
 /* The state of one client connection. Treat the fields as private; a
  * zeroed struct is a core with no accounts waiting for a request. */
 typedef struct http_server {
-	const etm_user_spec *users; /* borrowed for the core's life; NULL = no auth */
+	const proto_account *users; /* borrowed for the core's life; NULL = no auth */
 	size_t n_users;
 	uint8_t state;
 	size_t scan;        /* head bytes already checked (parser restart point) */
@@ -120,9 +119,9 @@ typedef struct http_server {
 	uint8_t head[HTTP_OUT_HEAD_MAX]; /* a request head waits here while dialling */
 } http_server;
 
-/* Starts a core. users[0, n_users) are the accounts (username/password;
- * borrowed, must outlive s); with none, requests need no credentials. */
-void http_server_init(http_server *s, const etm_user_spec *users, size_t n_users);
+/* Starts a core. users[0, n_users) are the accounts (proto.h; borrowed, must
+ * outlive s); with none, requests need no credentials. */
+void http_server_init(http_server *s, const proto_account *users, size_t n_users);
 
 /* Feeds client bytes. Returns how many of in[0, len) were consumed (0 =
  * need more, or the bytes wait for the current response to end), or a

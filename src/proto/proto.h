@@ -62,6 +62,19 @@ typedef enum proto_dial_error {
 	PROTO_DIAL_TIMED_OUT,
 } proto_dial_error;
 
+/* One account a core checks credentials against (SOCKS5 RFC 1929, HTTP
+ * Basic). The strings are not NUL-terminated for the core: it reads
+ * user[0, user_len) and pass[0, pass_len). A NULL user never matches; a NULL
+ * pass never matches in SOCKS and is the empty password in HTTP. The core
+ * borrows the array and its strings; whoever builds the inbound owns them
+ * (supervisor/build_inbound.c copies them out of the config). */
+typedef struct proto_account {
+	const char *user;
+	const char *pass;
+	size_t user_len;
+	size_t pass_len;
+} proto_account;
+
 /* Errors the cores return. */
 enum {
 	PROTO_ERR_MALFORMED = -1, /* bytes that are not this protocol */

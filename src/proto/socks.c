@@ -206,12 +206,12 @@ static int greeting(socks_server *s, proto_out *out, proto_event *ev)
 }
 
 /* Compares in time that depends on the client's length only, so the reply
- * time does not tell how much of a password matched. want is NUL-terminated. */
+ * time does not tell how much of a password matched. */
 static bool secret_equal(const char *want, size_t want_len, const uint8_t *got, size_t got_len)
 {
 	unsigned diff = want_len != got_len;
 	for (size_t i = 0; i < got_len; i++)
-		diff |= (uint8_t)want[i < want_len ? i : 0] ^ got[i];
+		diff |= (uint8_t)(want_len ? want[i < want_len ? i : 0] : 0) ^ got[i];
 	return diff == 0;
 }
 
@@ -222,11 +222,11 @@ static int find_account(const socks_server *s, const uint8_t *uname, size_t ulen
 {
 	int found = -1;
 	for (size_t i = 0; i < s->n_users; i++) {
-		const etm_user_spec *u = &s->users[i];
-		if (!u->username || !u->password)
+		const proto_account *u = &s->users[i];
+		if (!u->user || !u->pass)
 			continue;
-		bool same_name = strlen(u->username) == ulen && memcmp(u->username, uname, ulen) == 0;
-		bool same_pass = secret_equal(u->password, strlen(u->password), passwd, plen);
+		bool same_name = u->user_len == ulen && memcmp(u->user, uname, ulen) == 0;
+		bool same_pass = secret_equal(u->pass, u->pass_len, passwd, plen);
 		if (same_name && same_pass && found < 0)
 			found = (int)i;
 	}
@@ -374,7 +374,7 @@ static int step(socks_server *s, proto_out *out, proto_event *ev)
 	}
 }
 
-void socks_server_init(socks_server *s, const etm_user_spec *users, size_t n_users, bool allow_udp)
+void socks_server_init(socks_server *s, const proto_account *users, size_t n_users, bool allow_udp)
 {
 	*s = (socks_server){
 		.users = users,

@@ -8,7 +8,6 @@
 #include <sys/types.h>
 
 #include "base/addr.h"
-#include "etemenanki/spec.h"
 #include "proto/proto.h"
 
 /* One core serves one client connection and follows proto.h: the shell feeds
@@ -61,7 +60,7 @@ typedef enum socks_state {
 
 /* Visible so the shell can embed it; read it through the functions below. */
 typedef struct socks_server {
-	const etm_user_spec *users; /* borrowed for the core's life */
+	const proto_account *users; /* borrowed for the core's life */
 	size_t n_users;             /* 0: no authentication (method 0x00) */
 	bool allow_udp;
 	socks_state state;
@@ -75,9 +74,9 @@ typedef struct socks_server {
 
 /* Resets s to the start state. users[0, n_users) are borrowed for the core's
  * life; with any account, only method 0x02 (RFC 1929) is offered and SOCKS4 is
- * refused, since it carries no password. Accounts whose username or password
- * is NULL never match. UDP ASSOCIATE is refused with 0x07 unless allow_udp. */
-void socks_server_init(socks_server *s, const etm_user_spec *users, size_t n_users,
+ * refused, since it carries no password. Accounts whose user or pass is NULL
+ * never match. UDP ASSOCIATE is refused with 0x07 unless allow_udp. */
+void socks_server_init(socks_server *s, const proto_account *users, size_t n_users,
                        bool allow_udp);
 
 /* Consumes client bytes per proto.h; never past the end of the request, so

@@ -83,7 +83,7 @@ void route_msg_format(char *buf, size_t size, route_msg_id id, ...)
 
 void route_warn(route_msg_id id, ...)
 {
-	if (log_get_level() < ETM_LOG_WARN)
+	if (log_get_level() < LOG_LEVEL_WARN)
 		return;
 	char line[1024];
 	va_list ap;

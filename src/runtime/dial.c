@@ -23,7 +23,7 @@ typedef struct dial {
 	dns_resolver *dns;
 	dns_query *q;
 	addr_dest dest;
-	etm_address_family af;
+	dial_family af;
 	bool refuse_own; /* our own listening addresses fail as refused */
 	connect_cb cb;
 	void *data;
@@ -213,7 +213,7 @@ static void on_connect(uv_connect_t *req, int status)
 	next_attempt(d);
 }
 
-static const char *af_name(etm_address_family af)
+static const char *af_name(dial_family af)
 {
 	static const char *const names[] = {"auto", "prefer_ipv4", "prefer_ipv6", "ipv4_only",
 	                                    "ipv6_only"};
@@ -271,7 +271,7 @@ static void dial_cancel(connect_pending *p)
 }
 
 connect_pending *dial_tcp(worker *w, dns_resolver *dns, const addr_dest *dest,
-                          etm_address_family af, bool refuse_own, connect_cb cb, void *data)
+                          dial_family af, bool refuse_own, connect_cb cb, void *data)
 {
 	dial *d = calloc(1, sizeof *d);
 	if (!d)
@@ -294,12 +294,12 @@ connect_pending *dial_tcp(worker *w, dns_resolver *dns, const addr_dest *dest,
 	return &d->base;
 }
 
-size_t dial_order(struct sockaddr_storage *addrs, size_t n, etm_address_family af)
+size_t dial_order(struct sockaddr_storage *addrs, size_t n, dial_family af)
 {
-	if (af == ETM_AF_AUTO)
+	if (af == DIAL_FAMILY_AUTO)
 		return n;
-	int first = af == ETM_AF_PREFER_IPV4 || af == ETM_AF_IPV4_ONLY ? AF_INET : AF_INET6;
-	bool only = af == ETM_AF_IPV4_ONLY || af == ETM_AF_IPV6_ONLY;
+	int first = af == DIAL_FAMILY_PREFER_IPV4 || af == DIAL_FAMILY_IPV4_ONLY ? AF_INET : AF_INET6;
+	bool only = af == DIAL_FAMILY_IPV4_ONLY || af == DIAL_FAMILY_IPV6_ONLY;
 	struct sockaddr_storage tmp[DIAL_MAX_CANDIDATES];
 	size_t k = 0;
 	if (n > DIAL_MAX_CANDIDATES)

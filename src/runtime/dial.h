@@ -7,7 +7,6 @@
 #include <uv.h>
 
 #include "base/addr.h"
-#include "etemenanki/spec.h"
 #include "proto/proto.h"
 #include "runtime/connector.h"
 #include "runtime/dns.h"
@@ -23,6 +22,16 @@
 /* Longest failure text kept: one "addr: error" per candidate. */
 #define DIAL_ERR_MAX 1024
 
+/* Which address families a dial uses and in which order. The config's
+ * address_family is converted to this where an outbound is built. */
+typedef enum dial_family {
+	DIAL_FAMILY_AUTO, /* both families, in the resolver's order */
+	DIAL_FAMILY_PREFER_IPV4,
+	DIAL_FAMILY_PREFER_IPV6,
+	DIAL_FAMILY_IPV4_ONLY,
+	DIAL_FAMILY_IPV6_ONLY,
+} dial_family;
+
 
 /* Starts dialing dest on w's loop. A domain is resolved with dns. The
  * callback (connector.h) runs exactly once, later (never inside this call),
@@ -33,10 +42,10 @@
  * one of our own listening addresses": a client-chosen destination must not
  * chain the proxy to itself. Returns NULL when memory runs out. */
 connect_pending *dial_tcp(worker *w, dns_resolver *dns, const addr_dest *dest,
-                          etm_address_family af, bool refuse_own, connect_cb cb, void *data);
+                          dial_family af, bool refuse_own, connect_cb cb, void *data);
 
 /* Orders resolved addresses by the strategy in place and drops the ones it
  * excludes; returns the count kept. Pure: exposed for tests. */
-size_t dial_order(struct sockaddr_storage *addrs, size_t n, etm_address_family af);
+size_t dial_order(struct sockaddr_storage *addrs, size_t n, dial_family af);
 
 #endif

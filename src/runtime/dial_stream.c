@@ -217,7 +217,7 @@ static void on_tcp(const connect_result *r, void *data)
 }
 
 connect_pending *dial_stream(worker *w, dns_resolver *dns, const addr_dest *server,
-                             etm_address_family af, stack *st, connect_cb cb, void *data)
+                             dial_family af, stack *st, connect_cb cb, void *data)
 {
 	dstream *ds = calloc(1, sizeof *ds);
 	if (!ds) {

@@ -22,6 +22,6 @@
  * during the handshake" or "<layer>: handshake timed out". Callback contract
  * as dial_tcp. */
 connect_pending *dial_stream(worker *w, dns_resolver *dns, const addr_dest *server,
-                             etm_address_family af, stack *st, connect_cb cb, void *data);
+                             dial_family af, stack *st, connect_cb cb, void *data);
 
 #endif

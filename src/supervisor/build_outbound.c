@@ -11,6 +11,24 @@
 #include "transport/tls.h"
 
 enum { MSG_BAD_SETTING, MSG_NO_MEMORY, MSG_NOT_A_HOST, MSG_NO_SERVER, MSG_COUNT_ };
+/* The config's address_family as dial.h's. */
+static dial_family dial_family_of(etm_address_family af)
+{
+	switch (af) {
+	case ETM_AF_AUTO:
+		return DIAL_FAMILY_AUTO;
+	case ETM_AF_PREFER_IPV4:
+		return DIAL_FAMILY_PREFER_IPV4;
+	case ETM_AF_PREFER_IPV6:
+		return DIAL_FAMILY_PREFER_IPV6;
+	case ETM_AF_IPV4_ONLY:
+		return DIAL_FAMILY_IPV4_ONLY;
+	case ETM_AF_IPV6_ONLY:
+		return DIAL_FAMILY_IPV6_ONLY;
+	}
+	return DIAL_FAMILY_AUTO;
+}
+
 static const char *const msgs[MSG_COUNT_] = {
 	[MSG_BAD_SETTING] = "outbound %s: %s",
 	[MSG_NO_MEMORY] = "out of memory",
@@ -94,7 +112,7 @@ static int config_fill(outbound_config *c, const etm_outbound_spec *spec, char *
 	*c = (outbound_config){
 		.tag = spec->tag,
 		.protocol = etm_protocol_name(spec->protocol),
-		.af = spec->address_family,
+		.af = dial_family_of(spec->address_family),
 		.username = set->username,
 		.password = set->password,
 		.id = set->id,

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "etemenanki/spec.h"
 #include "outbound/balanced.h"
 #include "outbound/outbound.h"
 #include "route/route.h"

@@ -11,6 +11,7 @@
 #include "runtime/guard.h"
 #include "runtime/listener.h"
 #include "runtime/worker.h"
+#include "supervisor/build_inbound.h"
 #include "supervisor/build_route.h"
 #include "supervisor/build_udplb.h"
 #include "supervisor/connector.h"
@@ -263,16 +264,12 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 		free_supervisor(s);
 		return -1;
 	}
+	conn_limits limits = {.handshake_ms = s->spec.policy.handshake_timeout * 1000,
+	                      .idle_ms = s->spec.policy.idle_timeout * 1000,
+	                      .splice = s->spec.runtime.splice};
 	for (size_t i = 0; i < n_in; i++)
-		s->inbounds[i] = (inbound_rt){
-			.spec = &s->spec.inbounds[i],
-			.connect = &s->conn,
-			.limits = {.handshake_ms = s->spec.policy.handshake_timeout * 1000,
-		                   .idle_ms = s->spec.policy.idle_timeout * 1000,
-		                   .splice = s->spec.runtime.splice},
-		};
-	for (size_t i = 0; i < n_in; i++)
-		if (inbound_rt_build(&s->inbounds[i], err, err_size)) {
+		if (build_inbound(&s->inbounds[i], &s->spec.inbounds[i], &s->conn, &limits, err,
+		                  err_size)) {
 			free_supervisor(s);
 			return -1;
 		}

@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static bool quiet;
 	if (!quiet) {
-		log_set_level(ETM_LOG_ERROR); /* skipped entries warn; not worth printing here */
+		log_set_level(LOG_LEVEL_ERROR); /* skipped entries warn; not worth printing here */
 		quiet = true;
 	}
 	char err[512];

@@ -32,9 +32,9 @@ static const char *const RESPONSES[] = {
 	"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
 };
 
-static etm_user_spec USERS[] = {
-	{.username = (char *)"alice", .password = (char *)"secret"},
-	{.username = (char *)"bob", .password = (char *)"pw"},
+static const proto_account USERS[] = {
+	{.user = "alice", .pass = "secret", .user_len = 5, .pass_len = 6},
+	{.user = "bob", .pass = "pw", .user_len = 3, .pass_len = 2},
 };
 
 struct shell {

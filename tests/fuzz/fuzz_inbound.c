@@ -20,9 +20,10 @@
 #include "runtime/connector.h"
 #include "runtime/listener.h"
 #include "runtime/worker.h"
+#include "supervisor/build_inbound.h"
 
 /* The whole inbound path as the app runs it: a worker thread with its
- * loop, a listener per inbound built from a spec (inbound_rt_build), and
+ * loop, a listener per inbound built from a spec (build_inbound), and
  * inbound_accept with the conn shell behind it. The connector is this
  * file's: each dial fails at once, is refused by a closed loopback port,
  * is a blackhole, is refused by a rule or times out, or reaches a loopback
@@ -382,13 +383,12 @@ static void init(void)
 	FILE *null = fopen("/dev/null", "w");
 	CHECK(null);
 	log_set_stream(null);
-	log_set_level(ETM_LOG_DEBUG); /* the debug lines' formatting runs too */
+	log_set_level(LOG_LEVEL_DEBUG); /* the debug lines' formatting runs too */
 	g_conn = (connector){.connect = fake_connect, .connect_direct = fake_connect_direct,
 	                     .connect_datagram = fake_connect_datagram};
 	for (size_t i = 0; i < N_SPECS; i++) {
-		g_rt[i] = (inbound_rt){.spec = &SPECS[i], .connect = &g_conn,
-		                       .limits = {.handshake_ms = TIMEOUT_MS, .idle_ms = TIMEOUT_MS}};
-		if (inbound_rt_build(&g_rt[i], err, sizeof err)) {
+		conn_limits limits = {.handshake_ms = TIMEOUT_MS, .idle_ms = TIMEOUT_MS};
+		if (build_inbound(&g_rt[i], &SPECS[i], &g_conn, &limits, err, sizeof err)) {
 			fprintf(stderr, "fuzz_inbound: %s\n", err);
 			abort();
 		}
@@ -547,23 +547,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* what a client that knows the credential sends first */
 	size_t len = 0;
 	const inbound_rt *rt = &g_rt[cfg];
-	/* the first account's credential (inbound.h: a Trojan hash, a VLESS UUID) */
-	bool trojan = rt->spec->protocol == ETM_PROTO_TROJAN;
-	if ((how & 8) && rt->accounts && trojan) {
-		memcpy(buf, rt->accounts, 56);
+	if ((how & 8) && rt->n_accounts && rt->protocol == INBOUND_PROTO_TROJAN) {
+		memcpy(buf, rt->accounts, 56); /* the first account's hex(SHA-224) */
 		memcpy(buf + 56, "\r\n", 2);
 		len = 58;
-	} else if ((how & 8) && rt->accounts && rt->spec->protocol == ETM_PROTO_VLESS) {
+	} else if ((how & 8) && rt->n_accounts && rt->protocol == INBOUND_PROTO_VLESS) {
 		buf[0] = 0;
-		memcpy(buf + 1, rt->accounts, 16);
+		memcpy(buf + 1, rt->accounts, 16); /* the first account's UUID */
 		buf[17] = 0;
 		len = 18;
 	}
 	memcpy(buf + len, body, n);
 	len += n;
 	const uint8_t *out = buf;
-	if ((how & 0x10) && rt->ws) {
-		len = ws_wrap(SPECS[cfg].stream.ws.path, buf, len, 1 + (size_t)(how & 7) * 37, wrapped,
+	if ((how & 0x10) && rt->ws_path) {
+		len = ws_wrap(rt->ws_path, buf, len, 1 + (size_t)(how & 7) * 37, wrapped,
 		              sizeof wrapped);
 		out = wrapped;
 	}

@@ -18,10 +18,10 @@
 			abort();                                                                   \
 	} while (0)
 
-static const etm_user_spec USERS[] = {
-	{.username = "u", .password = "p"},
-	{.username = "bob", .password = "hunter2"},
-	{.username = "nopass"},
+static const proto_account USERS[] = {
+	{.user = "u", .pass = "p", .user_len = 1, .pass_len = 1},
+	{.user = "bob", .pass = "hunter2", .user_len = 3, .pass_len = 7},
+	{.user = "nopass", .user_len = 6},
 };
 
 /* A handshake writes at most a greeting reply, an auth reply and a refusal. */

@@ -47,14 +47,14 @@ static void orders_by_strategy(void **state)
 {
 	(void)state;
 	static const struct {
-		etm_address_family af;
+		dial_family af;
 		const char *want;
 	} cases[] = {
-		{ETM_AF_AUTO, "6:0 4:1 6:2 4:3"},
-		{ETM_AF_PREFER_IPV4, "4:1 4:3 6:0 6:2"},
-		{ETM_AF_PREFER_IPV6, "6:0 6:2 4:1 4:3"},
-		{ETM_AF_IPV4_ONLY, "4:1 4:3"},
-		{ETM_AF_IPV6_ONLY, "6:0 6:2"},
+		{DIAL_FAMILY_AUTO, "6:0 4:1 6:2 4:3"},
+		{DIAL_FAMILY_PREFER_IPV4, "4:1 4:3 6:0 6:2"},
+		{DIAL_FAMILY_PREFER_IPV6, "6:0 6:2 4:1 4:3"},
+		{DIAL_FAMILY_IPV4_ONLY, "4:1 4:3"},
+		{DIAL_FAMILY_IPV6_ONLY, "6:0 6:2"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		struct sockaddr_storage a[DIAL_MAX_CANDIDATES];
@@ -71,7 +71,7 @@ static void only_can_leave_nothing(void **state)
 	(void)state;
 	struct sockaddr_storage a[DIAL_MAX_CANDIDATES];
 	size_t n = make(a, "44");
-	assert_int_equal(dial_order(a, n, ETM_AF_IPV6_ONLY), 0);
+	assert_int_equal(dial_order(a, n, DIAL_FAMILY_IPV6_ONLY), 0);
 }
 
 int main(void)

@@ -294,7 +294,7 @@ static void eof_and_small_buffer(void **state)
 
 /* ---- against the HTTP proxy core ---- */
 
-static const etm_user_spec ACCOUNTS[] = {{.username = "alice", .password = "secret"}};
+static const proto_account ACCOUNTS[] = {{.user = "alice", .pass = "secret", .user_len = 5, .pass_len = 6}};
 
 static http_server core;
 

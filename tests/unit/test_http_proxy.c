@@ -33,7 +33,7 @@ struct sim {
 	const char *reason;
 };
 
-static struct sim *sim_new(size_t chunk, const etm_user_spec *users, size_t n_users)
+static struct sim *sim_new(size_t chunk, const proto_account *users, size_t n_users)
 {
 	struct sim *m = test_calloc(1, sizeof *m);
 	assert_non_null(m);
@@ -199,9 +199,9 @@ static void assert_domain(const addr_dest *d, const char *name, uint16_t port)
 		fn(SIM_BUF);                                                                     \
 	}
 
-static etm_user_spec USERS[] = {
-	{.username = (char *)"alice", .password = (char *)"secret"},
-	{.username = (char *)"bob", .password = (char *)"pa:ss"},
+static const proto_account USERS[] = {
+	{.user = "alice", .pass = "secret", .user_len = 5, .pass_len = 6},
+	{.user = "bob", .pass = "pa:ss", .user_len = 3, .pass_len = 5},
 };
 
 /* ---- CONNECT ---- */

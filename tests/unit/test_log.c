@@ -17,11 +17,11 @@ static void line_shape_and_filter(void **state)
 	size_t len = 0;
 	FILE *mem = open_memstream(&buf, &len);
 	log_set_stream(mem);
-	log_set_level(ETM_LOG_INFO);
+	log_set_level(LOG_LEVEL_INFO);
 	log_info("balancer", "balancer member %s is now %s", "primary", "down");
 	log_debug("balancer", "hidden");
-	log_set_level(ETM_LOG_TRACE);
-	log_write(ETM_LOG_TRACE, "x", "shown");
+	log_set_level(LOG_LEVEL_TRACE);
+	log_write(LOG_LEVEL_TRACE, "x", "shown");
 	log_set_stream(NULL);
 	fclose(mem);
 
@@ -46,7 +46,7 @@ static void long_lines_are_cut_not_overflowed(void **state)
 	size_t len = 0;
 	FILE *mem = open_memstream(&buf, &len);
 	log_set_stream(mem);
-	log_set_level(ETM_LOG_INFO);
+	log_set_level(LOG_LEVEL_INFO);
 	char big[5000];
 	memset(big, 'a', sizeof big - 1);
 	big[sizeof big - 1] = '\0';
@@ -62,10 +62,10 @@ static void level_names(void **state)
 {
 	(void)state;
 	const char *want[] = {"error", "warn", "info", "debug", "trace"};
-	for (int l = ETM_LOG_ERROR; l <= ETM_LOG_TRACE; l++)
-		assert_string_equal(log_level_name((etm_log_level)l), want[l]);
-	log_set_level(ETM_LOG_WARN);
-	assert_int_equal(log_get_level(), ETM_LOG_WARN);
+	for (int l = LOG_LEVEL_ERROR; l <= LOG_LEVEL_TRACE; l++)
+		assert_string_equal(log_level_name(l), want[l]);
+	log_set_level(LOG_LEVEL_WARN);
+	assert_int_equal(log_get_level(), LOG_LEVEL_WARN);
 }
 
 int main(void)

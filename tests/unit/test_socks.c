@@ -14,14 +14,14 @@
 #define B(...) (const uint8_t[]){__VA_ARGS__}, sizeof((const uint8_t[]){__VA_ARGS__})
 #define EMPTY (const uint8_t *)"", 0
 
-static const etm_user_spec ACCOUNTS[] = {
-	{.username = "alice", .password = "secret"},
-	{.username = "bob", .password = "hunter2"},
+static const proto_account ACCOUNTS[] = {
+	{.user = "alice", .pass = "secret", .user_len = 5, .pass_len = 6},
+	{.user = "bob", .pass = "hunter2", .user_len = 3, .pass_len = 7},
 };
 
 /* An account without a password never matches, not even an empty one. */
-static const etm_user_spec NO_PASSWORD[] = {
-	{.username = "carol"},
+static const proto_account NO_PASSWORD[] = {
+	{.user = "carol", .user_len = 5},
 };
 
 enum { USERS_NONE, USERS_TWO, USERS_NO_PASSWORD };

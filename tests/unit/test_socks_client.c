@@ -293,8 +293,8 @@ static void replies_ahead_of_messages(void **state)
 
 /* ---- against the SOCKS server core ---- */
 
-static const etm_user_spec ACCOUNTS[] = {
-	{.username = "alice", .password = "secret"},
+static const proto_account ACCOUNTS[] = {
+	{.user = "alice", .pass = "secret", .user_len = 5, .pass_len = 6},
 };
 
 /* Runs client l against a server core until both are done. Returns the
