@@ -230,21 +230,33 @@ static void report_error(endpoint *e)
 		e->ev->on_error(e->ud, e->why);
 }
 
+/* What the layers have for the wire goes out, then the FIN if it is due.
+ * False (the failure reported) when that failed. */
+static bool push(endpoint *e)
+{
+	if (flush(e)) {
+		report_error(e);
+		return false;
+	}
+	maybe_fin(e);
+	return true;
+}
+
+static void fail_report(endpoint *e, const char *why)
+{
+	fail(e, why);
+	report_error(e);
+}
+
 static void on_deadline(uv_timer_t *t)
 {
 	endpoint *e = t->data;
 	if (e->closing || e->failed)
 		return;
-	if (stack_on_time(e->st, uv_now(t->loop)) < 0) {
-		fail_stack(e);
-		report_error(e);
-		return;
-	}
-	if (flush(e)) {
-		report_error(e);
-		return;
-	}
-	maybe_fin(e);
+	if (stack_on_time(e->st, uv_now(t->loop)) < 0)
+		fail_report(e, stack_error(e->st));
+	else
+		(void)push(e);
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
@@ -255,8 +267,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 		if (n == 0)
 			return;
 		if (n != UV_EOF) {
-			fail(e, uv_strerror((int)n));
-			report_error(e);
+			fail_report(e, uv_strerror((int)n));
 			return;
 		}
 		e->eof = true;
@@ -285,17 +296,10 @@ static void written(endpoint *e, int status)
 			close_now(e);
 		return;
 	}
-	if (status < 0) {
-		fail(e, uv_strerror(status));
-		report_error(e);
-		return;
-	}
-	if (flush(e)) {
-		report_error(e);
-		return;
-	}
-	maybe_fin(e);
-	e->ev->on_writable(e->ud);
+	if (status < 0)
+		fail_report(e, uv_strerror(status));
+	else if (push(e))
+		e->ev->on_writable(e->ud);
 }
 
 static void on_written(uv_write_t *req, int status)
