@@ -283,9 +283,14 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 		report_error(e);
 		return;
 	}
-	update_reading(e);
+	/* The owner takes the bytes first (a relay hands the buffer on at
+	 * once); only bytes left over stop the reads. Stopping before it and
+	 * starting again after cost two epoll_ctl calls a read. libuv reads
+	 * again in this round only while the handle is still reading. */
 	if (!e->closing)
 		e->ev->on_readable(e->ud);
+	if (!e->closing)
+		update_reading(e);
 }
 
 /* A write finished (its request is freed already): what comes next. */
