@@ -5,6 +5,8 @@ import subprocess
 
 import pytest
 
+from proxykit import Proxy, stop_cleanly
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -29,3 +31,18 @@ def example():
     def _example(name):
         return (ROOT / "examples" / name).read_text()
     return _example
+
+
+@pytest.fixture
+def start_proxy(app, tmp_path):
+    """Starts etemenanki-app processes; every one is stopped at teardown
+    (SIGTERM, then SIGKILL), and only those, and must exit 0."""
+    started = []
+
+    def _start(text, n_ports=1, **kw):
+        p = Proxy(app, tmp_path, text, n_ports, **kw)
+        started.append(p)
+        return p.start()
+
+    yield _start
+    stop_cleanly(started, "proxy")

@@ -11,7 +11,6 @@ drives it with raw sockets; nothing leaves the loopback interface.
 import base64
 import os
 import re
-import resource
 import signal
 import socket
 import struct
@@ -20,9 +19,9 @@ import time
 
 import pytest
 
-from proxykit import (LOOPBACK, EchoServer, HttpReader, HttpTarget, Proxy, RawOrigin, connect, make_cert,
+from proxykit import (LOOPBACK, EchoServer, HttpReader, HttpTarget, RawOrigin, connect,
                       recv_exact, recv_until_closed, socks5_connect, socks5_greet,
-                      socks5_request, stop_cleanly, wait_closed)
+                      socks5_request, wait_closed)
 
 REP_OK, REP_REFUSED = 0, 5
 DIRECT = '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n'
@@ -35,19 +34,6 @@ def inbound(tag, protocol, port_key="port0", listen="127.0.0.1", extra=""):
 
 def policy(**kv):
     return "[policy]\n" + "".join(f"{k} = {v}\n" for k, v in kv.items()) + "\n"
-
-
-@pytest.fixture
-def start_proxy(app, tmp_path):
-    started = []
-
-    def _start(text, n_ports=1, **kw):
-        p = Proxy(app, tmp_path, text, n_ports, **kw)
-        started.append(p)
-        return p.start()
-
-    yield _start
-    stop_cleanly(started, "proxy")
 
 
 @pytest.fixture(scope="module")

@@ -20,11 +20,11 @@ import time
 
 import pytest
 
-from proxykit import (LOOPBACK, DnsServer, EchoServer, HttpReader, HttpTarget, Proxy,
+from proxykit import (LOOPBACK, DnsServer, EchoServer, HttpReader, HttpTarget,
                       RawOrigin, Sha256Sink, Spout, UdpEcho, big_chunks, big_sha256, connect,
                       free_port, header_lines, make_cert, parse_udp_header, read_socks_addr,
                       recv_all, recv_exact, recv_until_closed, socks5_connect, socks5_echo_async,
-                      socks5_greet, socks5_request, socks_addr, stop_cleanly, tls_server_context,
+                      socks5_greet, socks5_request, socks_addr, tls_server_context,
                       wait_closed)
 
 CURL = "/usr/bin/curl"
@@ -63,21 +63,6 @@ def config(*parts, policy=None, dns=None, default=None):
 
 
 # ---------------------------------------------------------------- fixtures
-
-@pytest.fixture
-def start_proxy(app, tmp_path):
-    """Starts etemenanki-app processes; every one is stopped at teardown
-    (SIGTERM, then SIGKILL), and only those."""
-    started = []
-
-    def _start(text, n_ports=1, **kw):
-        p = Proxy(app, tmp_path, text, n_ports, **kw)
-        started.append(p)
-        return p.start()
-
-    yield _start
-    stop_cleanly(started, "proxy")
-
 
 @pytest.fixture(scope="module")
 def origin():
