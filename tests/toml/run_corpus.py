@@ -161,6 +161,12 @@ def main(argv):
         return 2
     decoder = os.path.abspath(argv[1])
     corpus = os.path.abspath(argv[2] if len(argv) == 3 else DEFAULT_CORPUS)
+    if not os.path.isdir(corpus):
+        # The corpus is shared data beside the project (../shared), not part
+        # of it: a user's clone has none. 77 is meson's "skipped", counted
+        # as such, never as a pass.
+        print(f'SKIP: no toml-test corpus at {corpus} (it is an extra beside the checkout)')
+        return 77
     cases = [('valid', p) for p in collect(corpus, 'valid')]
     cases += [('invalid', p) for p in collect(corpus, 'invalid')]
     if not cases:
