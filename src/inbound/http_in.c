@@ -19,15 +19,11 @@ static const char *const msgs[] = {
 	[MSG_MALFORMED] = "malformed request",
 };
 
-typedef struct up_write up_write;
-
 /* The row's state (ic->state). */
 typedef struct http_in {
 	in_conn *ic;
-	up_write *writes; /* upstream writes in flight, newest first; each
-	                   * points back here until detach_writes */
 	http_server core;
-	uv_tcp_t *up;   /* the current upstream, owned; NULL when none */
+	endpoint *up;   /* the current upstream, owned; NULL when none */
 	uint8_t *buf;   /* upstream bytes not yet consumed (a pool buffer) */
 	size_t len;
 	bool up_paused; /* reads stopped for the client's write queue */
@@ -35,45 +31,14 @@ typedef struct http_in {
 	bool eof_told;  /* ... and the core heard it */
 } http_in;
 
-/* One upstream write. libuv runs its callback after the socket is closed
- * (with the write's own status when it had completed, UV_ECANCELED when
- * not), which may be after free_state: so the request is on its owner's
- * list and drop_upstream clears req.data for every one still there. */
-struct up_write {
-	uv_write_t req; /* req.data: the owning http_in, NULL once it is gone */
-	up_write *prev, *next;
-	uint8_t data[];
-};
-
 static http_in *get(in_conn *ic) { return ic->state; }
 
-static void free_handle(uv_handle_t *h) { free(h); }
-
-static void unlink_write(http_in *h, up_write *w)
-{
-	if (w->prev)
-		w->prev->next = w->next;
-	else
-		h->writes = w->next;
-	if (w->next)
-		w->next->prev = w->prev;
-}
-
-/* The upstream is closed (and the state may be freed) before its writes'
- * callbacks run: they find no owner. */
-static void detach_writes(http_in *h)
-{
-	for (up_write *w = h->writes; w; w = w->next)
-		w->req.data = NULL;
-	h->writes = NULL;
-}
-
+/* The endpoint's writes go with it: no event of it runs after this. */
 static void drop_upstream(http_in *h)
 {
 	if (!h->up)
 		return;
-	detach_writes(h); /* they belong to this upstream, not the next */
-	uv_close((uv_handle_t *)h->up, free_handle);
+	endpoint_close(h->up, false);
 	h->up = NULL;
 	h->len = 0;
 	h->up_paused = false;
@@ -85,43 +50,11 @@ static void close_all(http_in *h)
 	conn_close_after_write(h->ic->c);
 }
 
-static void on_up_written(uv_write_t *req, int status)
-{
-	up_write *w = (up_write *)req;
-	http_in *h = req->data;
-	if (h)
-		unlink_write(h, w);
-	free(w);
-	if (!h || status == UV_ECANCELED)
-		return;
-	if (status < 0) {
-		close_all(h);
-		return;
-	}
-	if (h->up && h->up->write_queue_size < HTTP_IN_QUEUE_MAX)
-		conn_resume(h->ic->c);
-}
-
 static int write_up(http_in *h, const uint8_t *data, size_t len)
 {
-	if (!h->up)
+	if (!h->up || endpoint_send_all(h->up, data, len))
 		return -1;
-	up_write *w = malloc(sizeof *w + len);
-	if (!w)
-		return -1;
-	memcpy(w->data, data, len);
-	w->req.data = h;
-	uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)len);
-	if (uv_write(&w->req, (uv_stream_t *)h->up, &b, 1, on_up_written)) {
-		free(w);
-		return -1;
-	}
-	w->prev = NULL;
-	w->next = h->writes;
-	if (w->next)
-		w->next->prev = w;
-	h->writes = w;
-	if (h->up->write_queue_size >= HTTP_IN_QUEUE_MAX)
+	if (endpoint_queued(h->up) >= HTTP_IN_QUEUE_MAX)
 		conn_pause(h->ic->c);
 	return 0;
 }
@@ -149,34 +82,26 @@ static bool drain_client(http_in *h)
 
 /* ---- upstream side ---- */
 
-static void on_up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
-
-static void alloc_up(uv_handle_t *hd, size_t suggested, uv_buf_t *buf)
-{
-	(void)suggested;
-	http_in *h = hd->data;
-	buf->base = (char *)h->buf + h->len;
-	buf->len = POOL_BUF_SIZE - h->len;
-}
-
 /* The core may take held client bytes again (a response ended). */
 static void kick(in_conn *ic);
 
-static void process_upstream(http_in *h)
+/* Runs the core over the upstream bytes held. Returns false when the
+ * upstream or the connection was closed meanwhile. */
+static bool process_upstream(http_in *h)
 {
 	in_conn *ic = h->ic;
 	for (;;) {
 		proto_event ev;
 		ssize_t n = http_server_feed_upstream(&h->core, h->buf, h->len, &ic->out, &ev);
 		if (!in_conn_flush(ic))
-			return;
+			return false;
 		if (!drain_client(h)) {
 			conn_close(ic->c);
-			return;
+			return false;
 		}
 		if (n < 0 || ev.kind == PROTO_EV_CLOSE) {
 			close_all(h);
-			return;
+			return false;
 		}
 		memmove(h->buf, h->buf + n, h->len - (size_t)n);
 		h->len -= (size_t)n;
@@ -186,39 +111,72 @@ static void process_upstream(http_in *h)
 	if (h->len == POOL_BUF_SIZE) { /* a head that cannot fit */
 		in_conn_log_end(ic, msgs[MSG_HEAD_TOO_LARGE]);
 		close_all(h);
-		return;
+		return false;
 	}
 	if (conn_write_queue(ic->c) >= HTTP_IN_QUEUE_MAX && h->up && !h->up_paused) {
-		uv_read_stop((uv_stream_t *)h->up);
+		endpoint_want_read(h->up, false);
 		h->up_paused = true;
 	}
 	/* a finished response lets the held next request through */
 	conn_resume(ic->c);
 	kick(ic);
+	return h->up != NULL;
 }
 
-static void on_up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+/* The upstream ended (its EOF, or a failure): the core decides whether the
+ * client's connection goes on (keep-alive) or ends with it. */
+static void up_ended(http_in *h)
 {
-	(void)buf;
-	http_in *h = s->data;
-	if (n == 0)
+	proto_event ev = {0};
+	int rc = http_server_upstream_eof(&h->core, &h->ic->out, &ev);
+	drop_upstream(h);
+	if (!in_conn_flush(h->ic))
 		return;
-	if (n < 0) {
-		proto_event ev = {0};
-		int rc = http_server_upstream_eof(&h->core, &h->ic->out, &ev);
-		drop_upstream(h);
-		if (!in_conn_flush(h->ic))
-			return;
-		if (rc < 0 || ev.kind == PROTO_EV_CLOSE)
-			conn_close_after_write(h->ic->c);
-		else
-			kick(h->ic);
-		return;
-	}
-	conn_touch(h->ic->c);
-	h->len += (size_t)n;
-	process_upstream(h);
+	if (rc < 0 || ev.kind == PROTO_EV_CLOSE)
+		conn_close_after_write(h->ic->c);
+	else
+		kick(h->ic);
 }
+
+static void up_readable(void *ud)
+{
+	http_in *h = ud;
+	const uint8_t *d;
+	size_t n;
+	while (!h->up_paused && (n = endpoint_app_in(h->up, &d)) > 0) {
+		size_t m = POOL_BUF_SIZE - h->len < n ? POOL_BUF_SIZE - h->len : n;
+		memcpy(h->buf + h->len, d, m);
+		h->len += m;
+		if (endpoint_app_done(h->up, m)) {
+			up_ended(h);
+			return;
+		}
+		conn_touch(h->ic->c);
+		if (!process_upstream(h))
+			return;
+	}
+	if (!h->up_paused && endpoint_at_eof(h->up))
+		up_ended(h);
+}
+
+static void up_writable(void *ud)
+{
+	http_in *h = ud;
+	if (endpoint_queued(h->up) < HTTP_IN_QUEUE_MAX)
+		conn_resume(h->ic->c);
+}
+
+static void up_error(void *ud, const char *why)
+{
+	(void)why; /* the core answers the client as for the upstream's end */
+	up_ended(ud);
+}
+
+static const endpoint_events up_events = {
+	.on_readable = up_readable,
+	.on_writable = up_writable,
+	.on_error = up_error,
+};
 
 /* ---- client side ---- */
 
@@ -226,7 +184,7 @@ static void connected(const connect_result *r, void *data)
 {
 	in_conn *ic = data;
 	http_in *h = get(ic);
-	uv_tcp_t *up = r->up;
+	endpoint *up = r->ep;
 	ic->pending = NULL;
 	if (!r->ok || r->blackhole) {
 		const char *why = r->ok ? msgs[MSG_BLOCKED] : r->msg;
@@ -237,13 +195,12 @@ static void connected(const connect_result *r, void *data)
 			conn_close_after_write(ic->c);
 		return;
 	}
-	if (r->st && !http_server_dialing_connect(&h->core)) {
+	if (!endpoint_plain(up) && !http_server_dialing_connect(&h->core)) {
 		/* Plain http:// requests through a layered upstream (a proxy
-		 * outbound) are not carried yet: the request filter drives a plain
-		 * socket. CONNECT through the same outbound works. Answered while
-		 * the core still waits for its dial, so the 502 can be written. */
-		stack_free(r->st);
-		uv_close((uv_handle_t *)up, free_handle);
+		 * outbound) are not carried yet. CONNECT through the same outbound
+		 * works. Answered while the core still waits for its dial, so the
+		 * 502 can be written. */
+		endpoint_close(up, false);
 		in_conn_log_end(ic, msgs[MSG_PLAIN_VIA_LAYERS]);
 		if (http_server_failed(&h->core, PROTO_DIAL_GENERAL, msgs[MSG_PLAIN_VIA_LAYERS], &ic->out) == 0 &&
 		    in_conn_flush(ic))
@@ -253,23 +210,21 @@ static void connected(const connect_result *r, void *data)
 		return;
 	}
 	if (http_server_opened(&h->core, &ic->out) || !in_conn_flush(ic)) {
-		uv_close((uv_handle_t *)up, free_handle);
-		stack_free(r->st);
+		endpoint_close(up, false);
 		conn_close(ic->c);
 		return;
 	}
 	if (http_server_is_tunnel(&h->core)) {
-		conn_relay(ic->c, up, r->st);
+		conn_relay(ic->c, up);
 		return;
 	}
 	h->up = up;
-	up->data = h;
-	uv_tcp_nodelay(up, 1);
+	endpoint_set_events(up, &up_events, h);
 	if (!drain_up(h)) {
 		close_all(h);
 		return;
 	}
-	uv_read_start((uv_stream_t *)up, alloc_up, on_up_read);
+	endpoint_want_read(up, true);
 	conn_drive(ic->c);
 	conn_resume(ic->c);
 }
@@ -343,7 +298,8 @@ static void written(in_conn *ic)
 	http_in *h = get(ic);
 	if (h->up && h->up_paused && conn_write_queue(ic->c) < HTTP_IN_QUEUE_MAX) {
 		h->up_paused = false;
-		uv_read_start((uv_stream_t *)h->up, alloc_up, on_up_read);
+		endpoint_want_read(h->up, true);
+		up_readable(h); /* what waited in the endpoint goes first */
 	}
 }
 

@@ -107,7 +107,7 @@ void in_conn_relay_connected(const connect_result *r, void *data)
 		conn_close(ic->c);
 		return;
 	}
-	conn_relay(ic->c, r->up, r->st); /* up == NULL: the blackhole */
+	conn_relay(ic->c, r->ep); /* NULL: the blackhole */
 }
 
 /* ---- sniffing ---- */

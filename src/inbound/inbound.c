@@ -84,12 +84,12 @@ static void connected(const connect_result *r, void *data)
 		return;
 	}
 	if (p->opened && (p->opened(ic, r) || !in_conn_flush(ic))) {
-		/* hand up over so it is closed with the conn */
-		conn_relay(ic->c, r->up, r->st);
+		/* hand the endpoint over so it is closed with the conn */
+		conn_relay(ic->c, r->ep);
 		conn_close(ic->c);
 		return;
 	}
-	conn_relay(ic->c, r->up, r->st); /* up == NULL is the blackhole: conn_relay swallows */
+	conn_relay(ic->c, r->ep); /* NULL is the blackhole: conn_relay swallows */
 }
 
 /* The request is complete: a UDP association, or a stream opened now or

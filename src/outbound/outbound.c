@@ -112,14 +112,14 @@ static layer *socks_request(const outbound *o, const addr_dest *dest)
 	return socks_client_new(dest, u->username, u->password);
 }
 
-static dgram_link *socks_dgram_over(const outbound *o, worker *w, uv_tcp_t *tcp, stack *st,
+static dgram_link *socks_dgram_over(const outbound *o, worker *w, endpoint *ep,
                                     const layer *request, const addr_dest *to,
                                     const dgram_handlers *h, void *ud, char *err,
                                     size_t err_size)
 {
 	(void)o;
 	(void)to;
-	return socks_udp_link_open(w, tcp, st, request, h, ud, err, err_size);
+	return socks_udp_link_open(w, ep, request, h, ud, err, err_size);
 }
 
 static layer *http_request(const outbound *o, const addr_dest *dest)
@@ -130,11 +130,10 @@ static layer *http_request(const outbound *o, const addr_dest *dest)
 
 /* ---- trojan and vless: a stream that frames datagrams ---- */
 
-static dgram_link *framed_dgram(worker *w, uv_tcp_t *tcp, stack *st, stream_udp_framing framing,
-                                const addr_dest *to, const dgram_handlers *h, void *ud,
-                                char *err, size_t err_size)
+static dgram_link *framed_dgram(endpoint *ep, stream_udp_framing framing, const addr_dest *to,
+                                const dgram_handlers *h, void *ud, char *err, size_t err_size)
 {
-	dgram_link *l = stream_udp_open(w, tcp, st, framing, to, h, ud);
+	dgram_link *l = stream_udp_open(ep, framing, to, h, ud);
 	if (!l)
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 	return l;
@@ -160,14 +159,15 @@ static layer *trojan_request(const outbound *o, const addr_dest *dest)
 	return trojan_client_new(t->hash, dest);
 }
 
-static dgram_link *trojan_dgram_over(const outbound *o, worker *w, uv_tcp_t *tcp, stack *st,
+static dgram_link *trojan_dgram_over(const outbound *o, worker *w, endpoint *ep,
                                      const layer *request, const addr_dest *to,
                                      const dgram_handlers *h, void *ud, char *err,
                                      size_t err_size)
 {
 	(void)o;
+	(void)w;
 	(void)request;
-	return framed_dgram(w, tcp, st, STREAM_UDP_TROJAN, to, h, ud, err, err_size);
+	return framed_dgram(ep, STREAM_UDP_TROJAN, to, h, ud, err, err_size);
 }
 
 typedef struct vless_cred {
@@ -190,14 +190,15 @@ static layer *vless_request(const outbound *o, const addr_dest *dest)
 	return vless_client_new(v->uuid, dest, dest->network == ADDR_UDP);
 }
 
-static dgram_link *vless_dgram_over(const outbound *o, worker *w, uv_tcp_t *tcp, stack *st,
+static dgram_link *vless_dgram_over(const outbound *o, worker *w, endpoint *ep,
                                     const layer *request, const addr_dest *to,
                                     const dgram_handlers *h, void *ud, char *err,
                                     size_t err_size)
 {
 	(void)o;
+	(void)w;
 	(void)request;
-	return framed_dgram(w, tcp, st, STREAM_UDP_VLESS, to, h, ud, err, err_size);
+	return framed_dgram(ep, STREAM_UDP_VLESS, to, h, ud, err, err_size);
 }
 
 /* ---- the table ---- */

@@ -85,9 +85,9 @@ struct outbound_proto {
 	 * the protocol's UDP request). NULL: out of memory. */
 	layer *(*request)(const outbound *o, const addr_dest *dest);
 	/* Proxy clients that carry UDP: the datagram link over a stream whose
-	 * request is done. tcp and st are taken over, request is st's top
+	 * request is done. ep is taken over, request is its stack's top
 	 * layer, to the flow's first destination. NULL with err on failure. */
-	dgram_link *(*dgram_over)(const outbound *o, worker *w, uv_tcp_t *tcp, stack *st,
+	dgram_link *(*dgram_over)(const outbound *o, worker *w, endpoint *ep,
 	                          const layer *request, const addr_dest *to, const dgram_handlers *h,
 	                          void *ud, char *err, size_t err_size);
 };

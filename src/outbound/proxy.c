@@ -146,7 +146,7 @@ static void on_dgram_stream(const connect_result *r, void *data)
 	if (!r->ok)
 		snprintf(err, sizeof err, "%s", r->msg ? r->msg : "?");
 	else
-		l = d->o->proto->dgram_over(d->o, d->w, r->up, r->st, d->request, &d->to, d->h, d->ud,
+		l = d->o->proto->dgram_over(d->o, d->w, r->ep, d->request, &d->to, d->h, d->ud,
 		                            err, sizeof err);
 	d->done(d->oud, l, l ? NULL : err);
 	free(d);

@@ -29,130 +29,53 @@ static const char *const msgs[MSG_COUNT_] = {
 	[MSG_NO_MEMORY] = "out of memory",
 };
 
-/* ---- the stream part, shared by both kinds ---- */
-
-typedef struct wreq {
-	uv_write_t req;
-	uint8_t data[];
-} wreq;
-
-/* A stream the link reads and writes: for framed datagrams, and as the
- * SOCKS association's control connection. */
-typedef struct sstream {
-	uv_tcp_t *tcp;
-	stack *st;
-	uint8_t rbuf[16384];
-	size_t rlen;
-	bool ended;
-	void (*on_app)(struct sstream *s); /* app bytes are waiting in st */
-	void (*on_end)(struct sstream *s, const char *why);
-} sstream;
-
-static void wdone(uv_write_t *req, int status)
-{
-	(void)status; /* a failed write shows up as the read side ending */
-	free(req);
-}
-
-static int sstream_flush(sstream *s)
-{
-	const uint8_t *d;
-	size_t n;
-	while ((n = stack_wire_out(s->st, &d)) > 0) {
-		wreq *w = malloc(sizeof *w + n);
-		if (!w)
-			return -1;
-		memcpy(w->data, d, n);
-		uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)n);
-		if (uv_write(&w->req, (uv_stream_t *)s->tcp, &b, 1, wdone)) {
-			free(w);
-			return -1;
-		}
-		if (stack_wire_done(s->st, n) < 0)
-			return -1;
-	}
-	return 0;
-}
-
-static void sstream_end(sstream *s, const char *why)
-{
-	if (s->ended)
-		return;
-	s->ended = true;
-	uv_read_stop((uv_stream_t *)s->tcp);
-	s->on_end(s, why);
-}
-
-static void sstream_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-	(void)suggested;
-	sstream *s = h->data;
-	buf->base = (char *)s->rbuf + s->rlen;
-	buf->len = sizeof s->rbuf - s->rlen;
-}
-
-static void sstream_read(uv_stream_t *h, ssize_t n, const uv_buf_t *buf)
-{
-	(void)buf;
-	sstream *s = h->data;
-	if (n == 0 || s->ended)
-		return;
-	if (n < 0) {
-		sstream_end(s, NULL);
-		return;
-	}
-	s->rlen += (size_t)n;
-	while (s->rlen && !s->ended) {
-		ssize_t k = stack_from_wire(s->st, s->rbuf, s->rlen);
-		if (k < 0) {
-			sstream_end(s, stack_error(s->st));
-			return;
-		}
-		memmove(s->rbuf, s->rbuf + k, s->rlen - (size_t)k);
-		s->rlen -= (size_t)k;
-		if (sstream_flush(s)) {
-			sstream_end(s, msgs[MSG_NO_MEMORY]);
-			return;
-		}
-		s->on_app(s);
-		if (k == 0)
-			break; /* the app side must drain first; it does in on_app */
-	}
-}
-
-static void free_handle(uv_handle_t *h) { free(h); }
-
-/* Closes the stream; on_closed(tcp handle) frees what owns it, later: a
- * link closed from inside its own callback stays valid until then. */
-static void sstream_close(sstream *s, uv_close_cb on_closed)
-{
-	s->ended = true;
-	uv_close((uv_handle_t *)s->tcp, on_closed);
-	stack_free(s->st);
-	s->st = NULL;
-}
-
 /* ---- framed datagrams: Trojan and VLESS ---- */
 
 typedef struct sudp {
 	dgram_link base;
-	sstream s; /* its data points back here */
+	endpoint *ep; /* owned; NULL once closed */
 	stream_udp_framing framing;
 	addr_dest target;
 	const dgram_handlers *h;
 	void *ud;
-	bool closed;
+	bool ended;  /* the stream ended: the owner was told */
+	bool closed; /* the owner closed the link */
+	unsigned busy; /* inside a call to the owner: the free waits */
 	uint8_t out[DGRAM_HEADROOM + TROJAN_UDP_FRAME_MAX]; /* one datagram being delivered or sent */
 } sudp;
 
 static const char *kind_name(const sudp *u) { return u->framing == STREAM_UDP_VLESS ? "vless" : "trojan"; }
 
-static void sudp_app(sstream *s)
+/* The link is freed once it is closed and no call to its owner is under way
+ * (the owner may close it from inside one). */
+static void sudp_release(sudp *u)
 {
-	sudp *u = (sudp *)((char *)s - offsetof(sudp, s));
+	if (u->closed && u->busy == 0)
+		free(u);
+}
+
+/* The stream ended (why NULL: in order); the owner hears it once. */
+static void sudp_end(sudp *u, const char *why)
+{
+	if (u->ended || u->closed)
+		return;
+	u->ended = true;
+	endpoint_want_read(u->ep, false);
+	char text[96];
+	if (!why) {
+		snprintf(text, sizeof text, msgs[MSG_STREAM_ENDED], kind_name(u));
+		why = text;
+	}
+	if (u->h->end)
+		u->h->end(u->ud, why);
+}
+
+/* Delivers every whole frame waiting; true while the link is open. */
+static bool sudp_deliver(sudp *u)
+{
 	const uint8_t *d;
 	size_t n;
-	while (!s->ended && (n = stack_app_in(s->st, &d)) > 0) {
+	while (!u->ended && !u->closed && (n = endpoint_app_in(u->ep, &d)) > 0) {
 		addr_dest from = u->target;
 		size_t off, plen;
 		ssize_t r;
@@ -163,98 +86,105 @@ static void sudp_app(sstream *s)
 			off = VLESS_UDP_HEADER_LEN;
 		}
 		if (r == 0)
-			return; /* the frame has not fully arrived */
+			break; /* the frame has not fully arrived */
 		if (r < 0) {
 			char why[64];
 			snprintf(why, sizeof why, msgs[MSG_MALFORMED], kind_name(u));
-			sstream_end(s, why);
-			return;
+			sudp_end(u, why);
+			break;
 		}
 		if (plen <= TROJAN_UDP_PAYLOAD_MAX) {
 			memcpy(u->out + DGRAM_HEADROOM, d + off, plen);
 			from.network = ADDR_UDP;
 			u->h->recv(&from, u->out + DGRAM_HEADROOM, plen, u->ud);
 			if (u->closed)
-				return;
+				break;
 		}
-		if (stack_app_done(s->st, (size_t)r) < 0) {
-			sstream_end(s, stack_error(s->st));
-			return;
-		}
+		if (endpoint_app_done(u->ep, (size_t)r) < 0)
+			sudp_end(u, endpoint_error(u->ep));
 	}
+	return !u->closed;
 }
 
-static void sudp_end(sstream *s, const char *why)
+static void sudp_readable(void *ud)
 {
-	sudp *u = (sudp *)((char *)s - offsetof(sudp, s));
-	char text[96];
-	if (!why) {
-		snprintf(text, sizeof text, msgs[MSG_STREAM_ENDED], kind_name(u));
-		why = text;
-	}
-	if (u->h->end)
-		u->h->end(u->ud, why);
+	sudp *u = ud;
+	u->busy++;
+	if (sudp_deliver(u) && endpoint_at_eof(u->ep))
+		sudp_end(u, NULL);
+	u->busy--;
+	sudp_release(u);
 }
+
+static void sudp_writable(void *ud) { (void)ud; /* a datagram that found no room was dropped */ }
+
+static void sudp_error(void *ud, const char *why)
+{
+	sudp *u = ud;
+	u->busy++;
+	sudp_end(u, why);
+	u->busy--;
+	sudp_release(u);
+}
+
+static const endpoint_events sudp_events = {
+	.on_readable = sudp_readable,
+	.on_writable = sudp_writable,
+	.on_error = sudp_error,
+};
 
 static int sudp_send(dgram_link *l, const addr_dest *to, const uint8_t *data, size_t len)
 {
 	sudp *u = (sudp *)l;
-	sstream *s = &u->s;
-	if (u->closed || s->ended || s->tcp->write_queue_size > STREAM_UDP_QUEUE_MAX)
+	if (u->closed || u->ended || endpoint_queued(u->ep) > STREAM_UDP_QUEUE_MAX)
 		return -1;
 	ssize_t h;
 	if (u->framing == STREAM_UDP_TROJAN)
 		h = trojan_udp_encode(to, len, u->out, sizeof u->out);
 	else
 		h = vless_udp_encode(len, u->out, sizeof u->out);
-	if (h < 0 || (size_t)h + len > sizeof u->out || stack_app_room(s->st) < (size_t)h + len)
-		return -1;
+	if (h < 0 || (size_t)h + len > sizeof u->out || endpoint_send_room(u->ep) < (size_t)h + len)
+		return -1; /* no room now: dropped, as UDP is */
 	memcpy(u->out + h, data, len);
-	ssize_t k = stack_from_app(s->st, u->out, (size_t)h + len);
-	if (k < 0 || sstream_flush(s)) {
-		sstream_end(s, stack_error(s->st));
+	if (endpoint_send_all(u->ep, u->out, (size_t)h + len) < 0) {
+		u->busy++;
+		sudp_end(u, endpoint_error(u->ep));
+		u->busy--;
+		sudp_release(u);
 		return -1;
 	}
 	return 0;
-}
-
-static void sudp_closed(uv_handle_t *h)
-{
-	sstream *s = h->data;
-	sudp *u = (sudp *)((char *)s - offsetof(sudp, s));
-	free(h);
-	free(u);
 }
 
 static void sudp_close(dgram_link *l)
 {
 	sudp *u = (sudp *)l;
 	u->closed = true;
-	sstream_close(&u->s, sudp_closed);
+	endpoint_close(u->ep, false);
+	u->ep = NULL;
+	sudp_release(u);
 }
 
 static const dgram_link_ops sudp_ops = {.send_to = sudp_send, .close = sudp_close};
 
-dgram_link *stream_udp_open(worker *w, uv_tcp_t *tcp, stack *st, stream_udp_framing framing,
-                            const addr_dest *target, const dgram_handlers *h, void *ud)
+dgram_link *stream_udp_open(endpoint *ep, stream_udp_framing framing, const addr_dest *target,
+                            const dgram_handlers *h, void *ud)
 {
-	(void)w;
 	sudp *u = calloc(1, sizeof *u);
 	if (!u) {
-		uv_close((uv_handle_t *)tcp, free_handle);
-		stack_free(st);
+		endpoint_close(ep, false);
 		return NULL;
 	}
 	u->base.ops = &sudp_ops;
+	u->ep = ep;
 	u->framing = framing;
 	if (target)
 		u->target = *target;
 	u->h = h;
 	u->ud = ud;
-	u->s = (sstream){.tcp = tcp, .st = st, .on_app = sudp_app, .on_end = sudp_end};
-	tcp->data = &u->s;
-	uv_read_start((uv_stream_t *)tcp, sstream_alloc, sstream_read);
-	sudp_app(&u->s); /* anything that came with the handshake */
+	endpoint_set_events(ep, &sudp_events, u);
+	endpoint_want_read(ep, true);
+	sudp_readable(u); /* anything that came with the handshake */
 	return &u->base;
 }
 
@@ -262,30 +192,48 @@ dgram_link *stream_udp_open(worker *w, uv_tcp_t *tcp, stack *st, stream_udp_fram
 
 typedef struct sassoc {
 	dgram_link base;
-	sstream control;
-	uv_udp_t udp;
+	endpoint *control; /* owned; NULL once closed */
+	uv_udp_t udp;      /* its close frees the association */
 	struct sockaddr_storage relay;
 	const dgram_handlers *h;
 	void *ud;
+	bool ended;
 	bool closed;
-	int handles; /* open: the control socket, the UDP socket */
 	uint8_t buf[DGRAM_HEADROOM + DGRAM_MAX];
 } sassoc;
 
-static void assoc_control_app(sstream *s)
+static void assoc_end(sassoc *a, const char *why)
 {
-	const uint8_t *d;
-	size_t n = stack_app_in(s->st, &d);
-	if (n && stack_app_done(s->st, n) < 0) /* the control stream carries nothing: drain */
-		sstream_end(s, stack_error(s->st));
+	if (a->ended || a->closed)
+		return;
+	a->ended = true;
+	endpoint_want_read(a->control, false);
+	if (a->h->end)
+		a->h->end(a->ud, why);
 }
 
-static void assoc_control_end(sstream *s, const char *why)
+/* The control stream carries nothing after the reply: what comes is
+ * drained; its end ends the association. */
+static void assoc_control_readable(void *ud)
 {
-	sassoc *a = (sassoc *)((char *)s - offsetof(sassoc, control));
-	if (a->h->end)
-		a->h->end(a->ud, why ? why : msgs[MSG_CONTROL_CLOSED]);
+	sassoc *a = ud;
+	const uint8_t *d;
+	size_t n = endpoint_app_in(a->control, &d);
+	if (n && endpoint_app_done(a->control, n) < 0)
+		assoc_end(a, endpoint_error(a->control));
+	else if (endpoint_at_eof(a->control))
+		assoc_end(a, msgs[MSG_CONTROL_CLOSED]);
 }
+
+static void assoc_control_writable(void *ud) { (void)ud; }
+
+static void assoc_control_error(void *ud, const char *why) { assoc_end(ud, why); }
+
+static const endpoint_events control_events = {
+	.on_readable = assoc_control_readable,
+	.on_writable = assoc_control_writable,
+	.on_error = assoc_control_error,
+};
 
 static void assoc_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
@@ -321,7 +269,7 @@ static void assoc_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct
 static int assoc_send(dgram_link *l, const addr_dest *to, const uint8_t *data, size_t len)
 {
 	sassoc *a = (sassoc *)l;
-	if (a->closed || a->control.ended)
+	if (a->closed || a->ended)
 		return -1;
 	uint8_t hdr[SOCKS_UDP_HEADER_MAX];
 	ssize_t h = socks_udp_encode(to, hdr, sizeof hdr);
@@ -333,33 +281,20 @@ static int assoc_send(dgram_link *l, const addr_dest *to, const uint8_t *data, s
 	return rc == (int)((size_t)h + len) ? 0 : -1;
 }
 
-static void assoc_release(sassoc *a)
-{
-	if (--a->handles == 0)
-		free(a);
-}
-
-static void assoc_udp_closed(uv_handle_t *h) { assoc_release(h->data); }
-
-static void assoc_tcp_closed(uv_handle_t *h)
-{
-	sstream *s = h->data;
-	sassoc *a = (sassoc *)((char *)s - offsetof(sassoc, control));
-	free(h);
-	assoc_release(a);
-}
+static void assoc_udp_closed(uv_handle_t *h) { free(h->data); }
 
 static void assoc_close(dgram_link *l)
 {
 	sassoc *a = (sassoc *)l;
 	a->closed = true;
-	sstream_close(&a->control, assoc_tcp_closed);
+	endpoint_close(a->control, false);
+	a->control = NULL;
 	uv_close((uv_handle_t *)&a->udp, assoc_udp_closed);
 }
 
 static const dgram_link_ops assoc_ops = {.send_to = assoc_send, .close = assoc_close};
 
-dgram_link *socks_udp_link_open(worker *w, uv_tcp_t *tcp, stack *st, const layer *control,
+dgram_link *socks_udp_link_open(worker *w, endpoint *ep, const layer *control,
                                 const dgram_handlers *h, void *ud, char *err, size_t err_size)
 {
 	const addr_dest *relay = socks_client_relay(control);
@@ -374,7 +309,7 @@ dgram_link *socks_udp_link_open(worker *w, uv_tcp_t *tcp, stack *st, const layer
 	    (relay->kind == ADDR_IPV6 && memcmp(relay->u.v6, zero, 16) == 0)) {
 		struct sockaddr_storage peer;
 		int plen = sizeof peer;
-		if (uv_tcp_getpeername(tcp, (struct sockaddr *)&peer, &plen) == 0) {
+		if (uv_tcp_getpeername(endpoint_tcp(ep), (struct sockaddr *)&peer, &plen) == 0) {
 			uint16_t port = relay->port;
 			rs = peer;
 			if (rs.ss_family == AF_INET)
@@ -389,13 +324,11 @@ dgram_link *socks_udp_link_open(worker *w, uv_tcp_t *tcp, stack *st, const layer
 		goto fail;
 	}
 	a->base.ops = &assoc_ops;
-	a->handles = 2;
 	a->h = h;
 	a->ud = ud;
 	a->relay = rs;
-	a->control = (sstream){.tcp = tcp, .st = st, .on_app = assoc_control_app,
-	                       .on_end = assoc_control_end};
-	tcp->data = &a->control;
+	a->control = ep;
+	endpoint_set_events(ep, &control_events, a);
 	uv_udp_init(worker_loop(w), &a->udp);
 	a->udp.data = a;
 	/* bound only now, in the relay's family (seed 000) */
@@ -412,10 +345,9 @@ dgram_link *socks_udp_link_open(worker *w, uv_tcp_t *tcp, stack *st, const layer
 		assoc_close(&a->base);
 		return NULL;
 	}
-	uv_read_start((uv_stream_t *)tcp, sstream_alloc, sstream_read);
+	endpoint_want_read(ep, true);
 	return &a->base;
 fail:
-	uv_close((uv_handle_t *)tcp, free_handle);
-	stack_free(st);
+	endpoint_close(ep, false);
 	return NULL;
 }

@@ -14,15 +14,14 @@ typedef enum stream_udp_framing {
 	STREAM_UDP_VLESS,  /* 2-byte length; the stream's one target is every packet's */
 } stream_udp_framing;
 
-/* A link that frames datagrams into the connected stream tcp + st (both
- * taken over). target is the VLESS stream's one target (reported as every
+/* A link that frames datagrams into the connected stream ep (taken over). target is the VLESS stream's one target (reported as every
  * reply's source); ignored for Trojan. The stream's end reaches h->end as
  * "<kind>: the stream ended" or the stack's error. */
-dgram_link *stream_udp_open(worker *w, uv_tcp_t *tcp, stack *st, stream_udp_framing framing,
-                            const addr_dest *target, const dgram_handlers *h, void *ud);
+dgram_link *stream_udp_open(endpoint *ep, stream_udp_framing framing, const addr_dest *target,
+                            const dgram_handlers *h, void *ud);
 
 /* A SOCKS5 UDP association (seed 000 "SocksOutbound"): the control stream
- * tcp + st (taken over; its top layer is the ready UDP ASSOCIATE client
+ * ep (taken over; its top layer is the ready UDP ASSOCIATE client
  * control, which names the relay) and a UDP socket bound after the reply in
  * the relay's family. Datagrams are accepted only from the relay (canonical
  * IP and port). The control stream's EOF ends the association with
@@ -30,7 +29,7 @@ dgram_link *stream_udp_open(worker *w, uv_tcp_t *tcp, stack *st, stream_udp_fram
  * address stands in for a relay of 0.0.0.0 or ::. NULL with err when the
  * relay is a domain ("socks: the relay address is a domain") or no socket
  * binds. */
-dgram_link *socks_udp_link_open(worker *w, uv_tcp_t *tcp, stack *st, const layer *control,
+dgram_link *socks_udp_link_open(worker *w, endpoint *ep, const layer *control,
                                 const dgram_handlers *h, void *ud, char *err, size_t err_size);
 
 #endif

@@ -477,41 +477,21 @@ static void on_relay_end(void *ud, const char *why)
 
 static const relay_events relay_ev = {.on_end = on_relay_end};
 
-static void on_up_dummy(void *ud) { (void)ud; }
-static void on_up_error_dummy(void *ud, const char *why) { (void)ud, (void)why; }
-
-/* The upstream endpoint before the relay takes it: nothing reads it yet. */
-static const endpoint_events up_events = {
-	.on_readable = on_up_dummy,
-	.on_writable = on_up_dummy,
-	.on_error = on_up_error_dummy,
-};
-
-static void free_handle(uv_handle_t *h) { free(h); }
-
-void conn_relay(conn *c, uv_tcp_t *up, stack *ust)
+void conn_relay(conn *c, endpoint *u)
 {
 	if (!fed(c)) {
-		if (up)
-			uv_close((uv_handle_t *)up, free_handle);
-		stack_free(ust);
+		if (u)
+			endpoint_close(u, false);
 		return;
 	}
 	c->paused = false;
-	if (!up) { /* a blackhole: the client reads EOF at once */
-		stack_free(ust);
+	if (!u) { /* a blackhole: the client reads EOF at once */
 		if (c->client_eof || endpoint_shutdown(c->client)) {
 			conn_close(c);
 			return;
 		}
 		c->hs_len = 0;
 		discard(c);
-		return;
-	}
-	uv_tcp_nodelay(up, 1);
-	endpoint *u = endpoint_new(c->w, up, ust, &up_events, c);
-	if (!u) {
-		conn_close(c);
 		return;
 	}
 	if (c->hs_len) { /* the client's bytes after its request go first */

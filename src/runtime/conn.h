@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "runtime/endpoint.h"
 #include "runtime/worker.h"
 #include "transport/stack.h"
 
@@ -105,15 +106,15 @@ size_t conn_buffered(const conn *c);
 /* Bytes queued for the client and not yet written. */
 size_t conn_write_queue(const conn *c);
 
-/* Ends the handshake and relays between the client and up, a connected TCP
- * handle allocated with malloc on the same loop, with its layer stack ust
- * (NULL: plain TCP); the connection takes both over. Client bytes already
- * read and not consumed by the driver are sent to up first. Between two
- * plain sockets the bytes move with splice(2) when limits.splice is set,
- * else through pool buffers; with layers on either side app bytes move
- * between the stacks. With up == NULL the flow is a blackhole: the client
- * reads EOF at once and what it sends is swallowed until it closes. */
-void conn_relay(conn *c, uv_tcp_t *up, stack *ust);
+/* Ends the handshake and relays between the client and u, a dialled
+ * endpoint on the same loop (connector.h), which the connection takes
+ * over. Client bytes already read and not consumed by the driver are sent
+ * to u first. Between two plain sockets the bytes move with splice(2) when
+ * limits.splice is set, else through pool buffers; with layers on either
+ * side app bytes move between the stacks. With u == NULL the flow is a
+ * blackhole: the client reads EOF at once and what it sends is swallowed
+ * until it closes. */
+void conn_relay(conn *c, endpoint *u);
 
 /* Ends the handshake and keeps the client connection open, reading and
  * discarding, until the client closes it (a SOCKS5 UDP association's

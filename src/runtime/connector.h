@@ -8,6 +8,7 @@
 
 #include "base/addr.h"
 #include "proto/proto.h"
+#include "runtime/endpoint.h"
 #include "runtime/worker.h"
 #include "transport/stack.h"
 
@@ -27,16 +28,16 @@ typedef struct flow_ctx {
 	struct sockaddr_storage peer;
 } flow_ctx;
 
-/* The result of a connect. On success either up is a connected TCP handle
- * on the worker's loop with its layer stack st (NULL: plain TCP), both now
- * the callee's, or blackhole is true and up is NULL (the flow is
- * swallowed). On failure err is the kind and msg (valid during the call)
- * the reason. */
+/* The result of a connect. On success either ep is a connected endpoint on
+ * the worker's loop (its layers ready, nothing read from it yet but what
+ * came with their handshake), now the callee's, whose events go nowhere
+ * until endpoint_set_events; or blackhole is true and ep is NULL (the flow
+ * is swallowed). On failure err is the kind and msg (valid during the
+ * call) the reason. */
 typedef struct connect_result {
 	bool ok;
 	bool blackhole;
-	uv_tcp_t *up;
-	stack *st;
+	endpoint *ep;
 	proto_dial_error err;
 	const char *msg;
 } connect_result;

@@ -196,9 +196,14 @@ static void on_connect(uv_connect_t *req, int status)
 		uv_tcp_t *up = d->tcp;
 		d->tcp = NULL;
 		d->handles--; /* handed over: no longer ours to close */
-		up->data = NULL;
+		uv_tcp_nodelay(up, 1);
+		endpoint *ep = endpoint_new(d->w, up, NULL, NULL, NULL);
+		if (!ep) {
+			fail(d, PROTO_DIAL_GENERAL, uv_strerror(UV_ENOMEM));
+			return;
+		}
 		d->finished = true;
-		connect_result r = {.ok = true, .up = up};
+		connect_result r = {.ok = true, .ep = ep};
 		d->cb(&r, d->data);
 		release(d);
 		return;

@@ -9,14 +9,10 @@
 /* The whole layered handshake, after the TCP connect, may take this long. */
 #define DIAL_HANDSHAKE_MS 10000
 
-/* Bytes one handshake read takes; small, so that app bytes the peer sends
- * right after its handshake stay inside the stack's queues. */
-#define DIAL_HANDSHAKE_READ 4096
-
-/* Connects to server like dial_tcp, then starts st (which it takes over in
- * every case) and moves its handshake until every layer is ready and its
- * output is written. Only then does cb report success, with the socket and
- * the stack (seed 000: a proxy dial completes after the transport handshake,
+/* Connects to server like dial_tcp, then puts st (which it takes over in
+ * every case) on the endpoint and moves its handshake until every layer is
+ * ready and its output is written. Only then does cb report success, with
+ * the endpoint (seed 000: a proxy dial completes after the transport handshake,
  * the protocol request and its flush, so a refused upstream fails the
  * connect). Failures read "<layer>: <reason>", "<layer>: server closed
  * during the handshake" or "<layer>: handshake timed out". Callback contract

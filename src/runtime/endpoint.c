@@ -4,11 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { M_NOMEM, M_NO_ROOM };
+enum { M_NOMEM, M_NO_ROOM, M_STATE };
 
 static const char *const msgs[] = {
 	[M_NOMEM] = "out of memory",
 	[M_NO_ROOM] = "a write does not fit the layers",
+	[M_STATE] = "layers put on an endpoint already in use",
 };
 
 /* A write of its own, beyond the slots (endpoint_send_all). */
@@ -355,6 +356,20 @@ int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)
 
 size_t endpoint_queued(const endpoint *e) { return e->tcp->write_queue_size; }
 
+static void ignore(void *ud) { (void)ud; }
+static void ignore_error(void *ud, const char *why)
+{
+	(void)ud;
+	(void)why;
+}
+
+/* The events of an endpoint with no owner yet. */
+static const endpoint_events nowhere = {
+	.on_readable = ignore,
+	.on_writable = ignore,
+	.on_error = ignore_error,
+};
+
 endpoint *endpoint_new(worker *w, uv_tcp_t *tcp, stack *st, const endpoint_events *ev, void *ud)
 {
 	endpoint *e = calloc(1, sizeof *e);
@@ -363,7 +378,8 @@ endpoint *endpoint_new(worker *w, uv_tcp_t *tcp, stack *st, const endpoint_event
 		uv_close((uv_handle_t *)tcp, free_handle);
 		return NULL;
 	}
-	*e = (endpoint){.w = w, .tcp = tcp, .st = st, .ev = ev, .ud = ud, .handles = 2};
+	*e = (endpoint){.w = w, .tcp = tcp, .st = st, .ev = ev ? ev : &nowhere, .ud = ud,
+	                .handles = 2};
 	tcp->data = e;
 	uv_timer_init(worker_loop(w), &e->timer);
 	e->timer.data = e;
@@ -371,9 +387,26 @@ endpoint *endpoint_new(worker *w, uv_tcp_t *tcp, stack *st, const endpoint_event
 	return e;
 }
 
+int endpoint_start(endpoint *e, stack *st)
+{
+	if (e->st || e->rbuf || e->pending || e->extra || e->failed) {
+		stack_free(st);
+		return fail(e, msgs[M_STATE]);
+	}
+	e->st = st;
+	if (stack_start(st) < 0)
+		return fail_stack(e);
+	return flush(e);
+}
+
+bool endpoint_ready(const endpoint *e)
+{
+	return !e->failed && (!e->st || stack_ready(e->st)) && endpoint_idle(e);
+}
+
 void endpoint_set_events(endpoint *e, const endpoint_events *ev, void *ud)
 {
-	e->ev = ev;
+	e->ev = ev ? ev : &nowhere;
 	e->ud = ud;
 }
 
@@ -438,6 +471,13 @@ bool endpoint_can_send(const endpoint *e)
 	if (e->failed || e->closing || e->shut_wanted || e->pending >= ENDPOINT_MAX_PENDING)
 		return false;
 	return !e->st || stack_app_room(e->st) > 0;
+}
+
+size_t endpoint_send_room(const endpoint *e)
+{
+	if (!endpoint_can_send(e))
+		return 0;
+	return e->st ? stack_app_room(e->st) : SIZE_MAX;
 }
 
 ssize_t endpoint_send(endpoint *e, const uint8_t *d, size_t n)

@@ -40,11 +40,23 @@ typedef struct endpoint_events {
 typedef struct endpoint endpoint;
 
 /* Takes tcp (a connected handle, malloc'd, on w's loop) and st (may be
- * NULL: plain) in every case. ev is borrowed for the endpoint's life.
+ * NULL: plain) in every case. ev is borrowed for the endpoint's life; NULL
+ * sends the events nowhere until endpoint_set_events (a dialled endpoint
+ * on its way to its owner).
  * Nothing is read until endpoint_want_read. Returns NULL when memory runs
  * out (tcp and st are closed and freed then). Worker thread only, as every
  * call below. */
 endpoint *endpoint_new(worker *w, uv_tcp_t *tcp, stack *st, const endpoint_events *ev, void *ud);
+
+/* Puts st (which it takes over in every case) on a plain endpoint that has
+ * read and sent nothing yet, and starts the layers' handshake: their first
+ * bytes go out. Returns 0, or -1 when a layer failed (endpoint_error says
+ * why). endpoint_ready tells when the handshake is over. */
+__attribute__((warn_unused_result)) int endpoint_start(endpoint *e, stack *st);
+
+/* Every layer finished its handshake and what they had for the peer is
+ * written (a plain endpoint: always). */
+bool endpoint_ready(const endpoint *e);
 
 /* Points the events at another owner (the relay taking the endpoint over). */
 void endpoint_set_events(endpoint *e, const endpoint_events *ev, void *ud);
@@ -69,6 +81,11 @@ bool endpoint_take_buf(endpoint *e, uint8_t **buf, size_t *off, size_t *len);
 
 /* Room for one more send. */
 bool endpoint_can_send(const endpoint *e);
+
+/* How many app bytes one endpoint_send_all takes now: 0 when
+ * endpoint_can_send is false, the layers' room on a stacked endpoint,
+ * SIZE_MAX on a plain one. */
+size_t endpoint_send_room(const endpoint *e);
 
 /* Copies what fits of d[0, n) toward the peer (through the layers);
  * returns the bytes taken (0 when there is no room), or -1 when a layer

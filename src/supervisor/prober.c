@@ -59,14 +59,12 @@ static void finish(probe *pb, bool up, const char *why)
 	uv_timer_start(&pb->timer, on_interval, pb->bal->probe_interval_ms, 0);
 }
 
-static void free_handle(uv_handle_t *h) { free(h); }
-
 static void on_dial(const connect_result *r, void *data)
 {
 	probe *pb = data;
 	pb->dial = NULL;
 	if (r->ok) /* reachable: close at once, nothing is sent (seed 003) */
-		uv_close((uv_handle_t *)r->up, free_handle);
+		endpoint_close(r->ep, false);
 	finish(pb, r->ok, r->msg);
 }
 

@@ -249,7 +249,9 @@ static void on_dial_connect(uv_connect_t *req, int status)
 	uv_tcp_t *up = d->tcp;
 	d->tcp = NULL; /* the connection's now */
 	d->handles--;
-	dial_report(d, &(connect_result){.ok = true, .up = up});
+	endpoint *ep = endpoint_new(g_w, up, NULL, NULL, NULL);
+	CHECK(ep);
+	dial_report(d, &(connect_result){.ok = true, .ep = ep});
 	dial_end(d);
 }
 

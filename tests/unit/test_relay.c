@@ -128,6 +128,53 @@ static stack *ticking(void)
 	return s;
 }
 
+/* ---- a layer with a handshake: "HELLO" out, ready once "OK" comes ---- */
+
+typedef struct greeter {
+	layer base;
+	size_t ok; /* bytes of "OK" seen */
+} greeter;
+
+static int greet_start(layer *l, layer_buf *down)
+{
+	(void)l;
+	return layer_buf_put(down, (const uint8_t *)"HELLO", 5) == 5 ? 0 : LAYER_ERR_STATE;
+}
+
+static ssize_t greet_below(layer *l, const uint8_t *in, size_t len, layer_buf *up,
+                           layer_buf *down)
+{
+	(void)down;
+	greeter *g = (greeter *)l;
+	size_t i = 0;
+	for (; i < len && g->ok < 2; i++, g->ok++)
+		if (in[i] != "OK"[g->ok])
+			return LAYER_ERR_PROTO;
+	return (ssize_t)(i + layer_buf_put(up, in + i, len - i));
+}
+
+static bool greeted(const layer *l) { return ((const greeter *)l)->ok == 2; }
+
+static const layer_ops greeter_ops = {
+	.name = "greeter",
+	.start = greet_start,
+	.from_below = greet_below,
+	.from_above = poison_above,
+	.ready = greeted,
+	.free = plain_free,
+};
+
+static stack *greeting(void)
+{
+	stack *s = stack_new();
+	greeter *g = calloc(1, sizeof *g);
+	assert_non_null(s);
+	assert_non_null(g);
+	g->base.ops = &greeter_ops;
+	assert_int_equal(stack_push(s, &g->base), 0);
+	return s;
+}
+
 /* ---- loopback pairs ---- */
 
 static void small_buffers(int fd)
@@ -518,6 +565,116 @@ static void layer_deadlines(void **state)
 	finish(&h);
 }
 
+/* ---- a dialled endpoint: layers put on, their handshake, the hand-over ---- */
+
+typedef struct dialled {
+	harness h;
+	endpoint *e;
+	atomic_int readies; /* events that found the endpoint ready */
+	atomic_int events;
+} dialled;
+
+static void dialled_event(void *ud)
+{
+	dialled *d = ud;
+	atomic_fetch_add(&d->events, 1);
+	if (endpoint_ready(d->e))
+		atomic_fetch_add(&d->readies, 1);
+}
+
+static void dialled_error(void *ud, const char *why)
+{
+	(void)ud;
+	fail_msg("unexpected endpoint error: %s", why);
+}
+
+static const endpoint_events dialled_events = {
+	.on_readable = dialled_event,
+	.on_writable = dialled_event,
+	.on_error = dialled_error,
+};
+
+static void put_layers_on_worker(worker *w, void *arg)
+{
+	dialled *d = arg;
+	d->e = wrap(w, d->h.srv_a, NULL); /* as a TCP dial hands it over: plain */
+	endpoint_set_events(d->e, &dialled_events, d);
+	assert_true(endpoint_ready(d->e)); /* no layers: nothing to wait for */
+	assert_int_equal(endpoint_start(d->e, greeting()), 0);
+	assert_false(endpoint_ready(d->e));
+	assert_false(endpoint_plain(d->e));
+	endpoint_want_read(d->e, true);
+}
+
+static void hand_over_on_worker(worker *w, void *arg)
+{
+	dialled *d = arg;
+	assert_true(endpoint_ready(d->e));
+	endpoint_want_read(d->e, false);
+	d->h.r = relay_start(w, d->e, wrap(w, d->h.srv_b, NULL), &d->h.cfg, &events, &d->h);
+	assert_non_null(d->h.r);
+}
+
+/* endpoint_start puts a stack on a plain endpoint and sends its first
+ * bytes; the endpoint is ready only once the peer's answer came and every
+ * write is out. App bytes the peer sent with its answer wait in the
+ * endpoint and reach the relay that takes it over (a proxy dial's early
+ * data). */
+static void layers_put_on_a_dialled_endpoint(void **state)
+{
+	(void)state;
+	dialled d;
+	memset(&d, 0, sizeof d);
+	char err[128];
+	d.h.ws = workers_start(1, err, sizeof err);
+	assert_non_null(d.h.ws);
+	d.h.w = workers_at(d.h.ws, 0);
+	tcp_pair(&d.h.app_a, &d.h.srv_a, false);
+	tcp_pair(&d.h.app_b, &d.h.srv_b, false);
+	worker_run(d.h.w, put_layers_on_worker, &d);
+	expect_text(d.h.app_a, "HELLO");
+	assert_int_equal(atomic_load(&d.readies), 0);
+	assert_int_equal(send(d.h.app_a, "OKearly", 7, 0), 7);
+	for (int i = 0; i < 300 && !atomic_load(&d.readies); i++)
+		usleep(10000);
+	assert_true(atomic_load(&d.readies) > 0);
+	worker_run(d.h.w, hand_over_on_worker, &d);
+	expect_text(d.h.app_b, "early");
+	assert_int_equal(send(d.h.app_b, "back", 4, 0), 4);
+	expect_text(d.h.app_a, "back");
+	finish(&d.h);
+}
+
+/* A second stack on an endpoint that already carries one is refused, with
+ * the endpoint's own text. */
+static void second_start_on_worker(worker *w, void *arg)
+{
+	dialled *d = arg;
+	d->e = wrap(w, d->h.srv_a, NULL);
+	assert_int_equal(endpoint_start(d->e, greeting()), 0);
+	assert_int_equal(endpoint_start(d->e, greeting()), -1);
+	assert_string_equal(endpoint_error(d->e), "layers put on an endpoint already in use");
+	endpoint_close(d->e, false);
+}
+
+static void a_second_stack_is_refused(void **state)
+{
+	(void)state;
+	dialled d;
+	memset(&d, 0, sizeof d);
+	char err[128];
+	d.h.ws = workers_start(1, err, sizeof err);
+	assert_non_null(d.h.ws);
+	d.h.w = workers_at(d.h.ws, 0);
+	tcp_pair(&d.h.app_a, &d.h.srv_a, false);
+	tcp_pair(&d.h.app_b, &d.h.srv_b, false);
+	close(d.h.srv_b);
+	worker_run(d.h.w, second_start_on_worker, &d);
+	workers_stop(d.h.ws, NULL, NULL);
+	close(d.h.app_a);
+	close(d.h.app_b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -531,6 +688,8 @@ int main(void)
 		cmocka_unit_test(no_splice_when_off),
 		cmocka_unit_test(idle_end),
 		cmocka_unit_test(layer_deadlines),
+		cmocka_unit_test(layers_put_on_a_dialled_endpoint),
+		cmocka_unit_test(a_second_stack_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
