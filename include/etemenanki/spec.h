@@ -175,6 +175,28 @@ typedef struct etm_inbound_spec {
 	etm_stream_spec stream;
 } etm_inbound_spec;
 
+/* What becomes of the flows still open on an outbound's old version once a
+ * reload has replaced or removed it (seed 002, "排空"). An [[outbound]] that
+ * sets drain or drain_after takes nothing from [policy]; one that sets
+ * neither takes [policy]'s; keep when that sets neither either. drain_after
+ * alone means close after that many seconds; drain = "close" alone, at once;
+ * drain = "keep" with drain_after is refused. */
+typedef enum etm_drain_mode {
+	ETM_DRAIN_UNSET, /* not written */
+	ETM_DRAIN_KEEP,  /* old flows run until they end */
+	ETM_DRAIN_CLOSE, /* old flows close: at once, or drain_after seconds after the publish */
+} etm_drain_mode;
+
+/* Longest grace drain_after may give: a day. Longer reads like milliseconds
+ * typed as seconds, and a grace timer should not outlive many reloads. */
+#define ETM_MAX_DRAIN_AFTER 86400
+
+typedef struct etm_drain_spec {
+	etm_drain_mode mode;
+	uint64_t after; /* seconds; meaningful when has_after */
+	bool has_after;
+} etm_drain_spec;
+
 typedef struct etm_outbound_spec {
 	char *tag;
 	etm_protocol protocol;
@@ -184,6 +206,7 @@ typedef struct etm_outbound_spec {
 	etm_address_family address_family;
 	etm_settings_spec settings;
 	etm_stream_spec stream;
+	etm_drain_spec drain; /* its old versions' fate; see etm_drain_mode */
 } etm_outbound_spec;
 
 #define ETM_DEFAULT_PROBE_INTERVAL 30 /* seconds; seed 000 "Limits" */
@@ -295,6 +318,7 @@ typedef struct etm_policy_spec {
 	uint64_t handshake_timeout; /* seconds */
 	uint64_t idle_timeout;      /* seconds */
 	uint64_t max_connections_per_source; /* open client connections per address; 0 = auto */
+	etm_drain_spec drain; /* the default of every [[outbound]] that sets no drain key */
 } etm_policy_spec;
 
 typedef struct etm_spec {

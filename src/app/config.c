@@ -436,6 +436,8 @@ static int lower_field(lower *L, const schema_field *f, const toml_value *v, cha
 		if (v->u.integer < 0)
 			return invalid_value(L, v, EXPECT_U64);
 		*(uint64_t *)at = (uint64_t)v->u.integer;
+		if (f->aux_offset)
+			*(bool *)(base + f->aux_offset) = true;
 		return 0;
 	case SK_PORT:
 		if (v->type != TOML_INTEGER)

@@ -107,6 +107,13 @@ static const schema_variant ss_methods[] = {
 	{NULL, 0},
 };
 
+/* ETM_DRAIN_UNSET is the default and no variant: it cannot be written. */
+static const schema_variant drain_modes[] = {
+	{"keep", ETM_DRAIN_KEEP},
+	{"close", ETM_DRAIN_CLOSE},
+	{NULL, 0},
+};
+
 /* ---- stream ---- */
 
 #define TLS_CLIENT_FIELDS                                                                   \
@@ -372,6 +379,15 @@ static const schema_field outbound_fields[] = {
 	 .aux_offset = offsetof(etm_outbound_spec, protocol), .def = 0,
 	 .doc = "Protocol settings; see below per protocol."},
 	TABLE(etm_outbound_spec, stream, "stream", out_stream, "Transport; plain TCP when absent."),
+	ENUM(etm_outbound_spec, drain.mode, "drain", drain_modes, ETM_DRAIN_UNSET, "[policy] drain",
+	     "What a reload that changes or removes this outbound does to the flows still open on "
+	     "the old version: keep (they run until they end) or close (at once, or after "
+	     "drain_after). Setting drain or drain_after here ignores both of [policy]."),
+	{.name = "drain_after", .kind = SK_U64, .offset = offsetof(etm_outbound_spec, drain.after),
+	 .aux_offset = offsetof(etm_outbound_spec, drain.has_after), .def = 0,
+	 .default_doc = "[policy] drain_after",
+	 .doc = "Close the old version's flows this many seconds after the reload (0-86400; 0 = at "
+		"once); implies drain = \"close\" and is refused with drain = \"keep\"."},
 };
 static const schema_table outbound_table = TABLE_OF(
 	"[[outbound]]", "Where flows leave. The first one is the default route unless [route] "
@@ -562,9 +578,19 @@ static const schema_field policy_fields[] = {
 	 .doc = "Client connections one IP address may have open at once, over every TCP inbound; "
 	        "more are closed as they arrive. 0 = an eighth of the process's descriptor limit "
 	        "(RLIMIT_NOFILE), at least 64: one client cannot take every descriptor."},
+	ENUM(etm_policy_spec, drain.mode, "drain", drain_modes, ETM_DRAIN_UNSET, "\"keep\"",
+	     "The drain of every [[outbound]] that sets neither drain nor drain_after: keep or "
+	     "close."),
+	{.name = "drain_after", .kind = SK_U64, .offset = offsetof(etm_policy_spec, drain.after),
+	 .aux_offset = offsetof(etm_policy_spec, drain.has_after), .def = 0, .default_doc = "none",
+	 .doc = "The drain_after of every [[outbound]] that sets neither drain nor drain_after "
+		"(0-86400); implies drain = \"close\"."},
 };
 static const schema_table policy_table =
-	TABLE_OF("[policy]", "Timeouts and limits of every connection.", policy_fields);
+	TABLE_OF("[policy]",
+	         "Timeouts and limits of every connection, and what a reload does to the flows "
+	         "of an outbound it replaces (see \"Drain policies\").",
+	         policy_fields);
 
 static const schema_field root_fields[] = {
 	{.name = "log", .kind = SK_TABLE, .offset = 0, .sub = &log_table, .doc = "Logging."},

@@ -16,7 +16,7 @@
 typedef enum schema_kind {
 	SK_STRING,      /* char *, NULL when absent */
 	SK_BOOL,        /* bool */
-	SK_U64,         /* uint64_t */
+	SK_U64,         /* uint64_t, plus a bool at aux_offset (if not 0) set when present */
 	SK_PORT,        /* uint16_t, plus a bool at aux_offset set when present */
 	SK_STRLIST,     /* etm_strlist */
 	SK_ENUM,        /* int-sized enum; a string among variants */
@@ -39,7 +39,7 @@ typedef struct schema_field {
 	const char *name;
 	schema_kind kind;
 	size_t offset;
-	size_t aux_offset;                /* SK_PORT, SK_TABLE presence flag; SK_TABLE_ARRAY count */
+	size_t aux_offset;                /* SK_U64, SK_PORT, SK_TABLE presence flag; SK_TABLE_ARRAY count */
 	const schema_table *sub;          /* SK_TABLE, SK_TABLE_ARRAY */
 	size_t elem_size;                 /* SK_TABLE_ARRAY */
 	const schema_variant *variants;   /* SK_ENUM; ends with a NULL name */

@@ -74,6 +74,12 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_LB_RANGE] = "inbound %s: settings.%s must be %s",
 	[SPEC_LB_TAKES_NO] = "inbound %s: protocol udp_lb takes no %s",
 	[SPEC_OUT_OF_MEMORY] = "out of memory",
+	[SPEC_OUT_DRAIN_RANGE] = "outbound %s: drain_after must be 0 to 86400",
+	[SPEC_OUT_DRAIN_KEEP] = "outbound %s: drain_after closes the flows of old versions, so it "
+				"cannot go with drain = \"keep\"",
+	[SPEC_POLICY_DRAIN_RANGE] = "policy.drain_after must be 0 to 86400",
+	[SPEC_POLICY_DRAIN_KEEP] = "policy.drain_after closes the flows of old versions, so it "
+				   "cannot go with policy.drain = \"keep\"",
 };
 
 static const char *const proto_names[ETM_PROTO_COUNT_] = {
@@ -371,6 +377,19 @@ static bool dns_server_valid(const char *s)
 	return n >= 1 && n <= 65535;
 }
 
+/* The drain keys of outbound tag, or of [policy] when tag is NULL. */
+static int check_drain(const etm_drain_spec *d, const char *tag, char *msg, size_t size)
+{
+	_Static_assert(ETM_MAX_DRAIN_AFTER == 86400, "the drain_after messages name the bound");
+	if (d->has_after && d->after > ETM_MAX_DRAIN_AFTER)
+		return tag ? spec_format(msg, size, SPEC_OUT_DRAIN_RANGE, tag)
+		           : spec_format(msg, size, SPEC_POLICY_DRAIN_RANGE);
+	if (d->has_after && d->mode == ETM_DRAIN_KEEP)
+		return tag ? spec_format(msg, size, SPEC_OUT_DRAIN_KEEP, tag)
+		           : spec_format(msg, size, SPEC_POLICY_DRAIN_KEEP);
+	return 0;
+}
+
 static int check_outbound(const etm_outbound_spec *o, char *msg, size_t size)
 {
 	const char *pn = etm_protocol_name(o->protocol);
@@ -415,7 +434,7 @@ static int check_outbound(const etm_outbound_spec *o, char *msg, size_t size)
 	default:
 		break;
 	}
-	return 0;
+	return check_drain(&o->drain, o->tag, msg, size);
 }
 
 static int check_inbound(const etm_inbound_spec *in, char *msg, size_t size)
@@ -652,6 +671,8 @@ int etm_spec_check(etm_spec *s, char *msg, size_t size)
 		return spec_format(msg, size, SPEC_OUT_OF_MEMORY);
 	if (s->outbounds_len == 0)
 		return spec_format(msg, size, SPEC_NO_OUTBOUND);
+	if (check_drain(&s->policy.drain, NULL, msg, size))
+		return -1;
 	for (size_t i = 0; i < s->outbounds_len; i++) {
 		const etm_outbound_spec *o = &s->outbounds[i];
 		if (find_outbound(s, o->tag) != o)
