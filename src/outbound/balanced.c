@@ -19,7 +19,7 @@ static const char *const msgs[MSG_COUNT_] = {
 static void balanced_free(balanced *b)
 {
 	for (size_t i = 0; b->members && i < b->n; i++)
-		outbound_del(b->members[i]);
+		outbound_unref(b->members[i]);
 	free(b->members);
 	free(b->probe);
 	balancer_del(b->core);
@@ -79,7 +79,7 @@ balanced *balanced_new(const balanced_config *cfg, char *err, size_t err_size)
 		memcpy(b->members, cfg->members, n * sizeof *b->members);
 	} else {
 		for (size_t m = 0; m < n; m++)
-			outbound_del(cfg->members[m]);
+			outbound_unref(cfg->members[m]);
 	}
 	if (!b || !b->members || !(b->tag = strdup(cfg->tag)) ||
 	    !(b->probe = calloc(n ? n : 1, sizeof *b->probe))) {

@@ -38,7 +38,7 @@ static const char *const msgs[MSG_COUNT_] = {
 static connect_pending *freedom_stream(const outbound *o, worker *w, dns_resolver *dns,
                                        const addr_dest *dest, connect_cb cb, void *data)
 {
-	connect_pending *d = dial_tcp(w, dns, dest, o->af, true, cb, data);
+	connect_pending *d = dial_tcp(w, dns, dest, o->af, true, o->id, cb, data);
 	if (!d)
 		cb(&(connect_result){.msg = msgs[MSG_NO_MEMORY]}, data);
 	return d;
@@ -51,6 +51,8 @@ static connect_pending *freedom_datagram(const outbound *o, worker *w, dns_resol
 	(void)to;
 	char err[256];
 	dgram_link *l = freedom_udp_open(w, dns, o->af, h, ud, err, sizeof err);
+	if (l)
+		l->origin = o->id;
 	done(oud, l, l ? NULL : err);
 	return NULL;
 }
@@ -70,13 +72,15 @@ static connect_pending *blackhole_datagram(const outbound *o, worker *w, dns_res
                                            const addr_dest *to, const dgram_handlers *h,
                                            void *ud, outbound_dgram_cb done, void *oud)
 {
-	(void)o;
 	(void)w;
 	(void)dns;
 	(void)to;
 	(void)h;
 	(void)ud;
-	done(oud, blackhole_udp_open(), NULL);
+	dgram_link *l = blackhole_udp_open();
+	if (l)
+		l->origin = o->id;
+	done(oud, l, NULL);
 	return NULL;
 }
 
@@ -279,6 +283,7 @@ outbound *outbound_new(const outbound_config *cfg, char *err, size_t err_size)
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return NULL;
 	}
+	atomic_init(&o->refs, 1);
 	o->id = outbound_next_id();
 	o->proto = proto;
 	o->af = cfg->af;
@@ -292,13 +297,22 @@ outbound *outbound_new(const outbound_config *cfg, char *err, size_t err_size)
 		goto fail;
 	return o;
 fail:
-	outbound_del(o);
+	outbound_unref(o);
 	return NULL;
 }
 
-void outbound_del(outbound *o)
+/* The count is not part of the outbound's value: a const one is counted
+ * too (the connects take const outbounds). */
+outbound *outbound_ref(const outbound *o)
 {
-	if (!o)
+	outbound *m = (outbound *)o;
+	atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+	return m;
+}
+
+void outbound_unref(outbound *o)
+{
+	if (!o || atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) != 1)
 		return;
 	if (o->state && o->proto->free_state)
 		o->proto->free_state(o->state);

@@ -2,6 +2,7 @@
 #ifndef ETM_OUTBOUND_OUTBOUND_H
 #define ETM_OUTBOUND_OUTBOUND_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -16,8 +17,11 @@ typedef struct outbound_proto outbound_proto;
 typedef struct proxy_transport proxy_transport;
 
 struct outbound {
-	uint64_t id; /* unique for the process's life: tag@vN, never reused */
-	char *tag;   /* owned */
+	atomic_uint refs;
+	uint64_t id;      /* unique for the process's life, never reused: the key
+	                   * drains and fan-out sub-links find its flows by */
+	uint64_t version; /* the N of tag@vN (seed 002), set by whoever builds it */
+	char *tag;        /* owned */
 	const outbound_proto *proto; /* its protocol's row, never NULL */
 	dial_family af; /* the family dial_tcp takes */
 	proxy_transport *proxy; /* owned: a proxy client's server and transport; NULL otherwise */
@@ -100,7 +104,13 @@ const outbound_proto *outbound_proto_named(const char *name);
  * Returns NULL with the reason in err (memory, credentials that do not
  * convert, or a protocol this build cannot run). */
 outbound *outbound_new(const outbound_config *cfg, char *err, size_t err_size);
-void outbound_del(outbound *o);
+
+/* An outbound is shared by the planes, balancers and datagram opens that
+ * use it: a reload reuses an unchanged one as the same object. The new
+ * object holds one reference; the last unref frees it. Any thread; NULL is
+ * a no-op for unref. */
+outbound *outbound_ref(const outbound *o);
+void outbound_unref(outbound *o);
 
 /* A fresh id from the sequence outbounds use (balancer targets take theirs
  * from it too, so fan-out keys never collide). */

@@ -111,7 +111,7 @@ connect_pending *proxy_connect_stream(const outbound *o, worker *w, dns_resolver
 		cb(&(connect_result){.msg = err}, data);
 		return NULL;
 	}
-	connect_pending *p = dial_stream(w, dns, &o->proxy->server, o->af, st, cb, data);
+	connect_pending *p = dial_stream(w, dns, &o->proxy->server, o->af, o->id, st, cb, data);
 	if (!p)
 		cb(&(connect_result){.msg = msgs[MSG_NO_MEMORY]}, data);
 	return p;
@@ -131,11 +131,17 @@ typedef struct dgram_open {
 	layer *request; /* the stack's top: the SOCKS association reads its relay */
 } dgram_open;
 
+static void dgram_open_free(dgram_open *d)
+{
+	outbound_unref((outbound *)d->o);
+	free(d);
+}
+
 static void dgram_cancel(connect_pending *p)
 {
 	dgram_open *d = (dgram_open *)p;
 	d->dial->cancel(d->dial);
-	free(d);
+	dgram_open_free(d);
 }
 
 static void on_dgram_stream(const connect_result *r, void *data)
@@ -148,8 +154,10 @@ static void on_dgram_stream(const connect_result *r, void *data)
 	else
 		l = d->o->proto->dgram_over(d->o, d->w, r->ep, d->request, &d->to, d->h, d->ud,
 		                            err, sizeof err);
+	if (l)
+		l->origin = d->o->id;
 	d->done(d->oud, l, l ? NULL : err);
-	free(d);
+	dgram_open_free(d);
 }
 
 connect_pending *proxy_connect_datagram(const outbound *o, worker *w, dns_resolver *dns,
@@ -162,17 +170,17 @@ connect_pending *proxy_connect_datagram(const outbound *o, worker *w, dns_resolv
 		done(oud, NULL, msgs[MSG_NO_MEMORY]);
 		return NULL;
 	}
-	*d = (dgram_open){.base.cancel = dgram_cancel, .o = o, .w = w, .to = *to, .h = h, .ud = ud,
-	                  .done = done, .oud = oud};
+	*d = (dgram_open){.base.cancel = dgram_cancel, .o = outbound_ref(o), .w = w, .to = *to,
+	                  .h = h, .ud = ud, .done = done, .oud = oud};
 	stack *st = build_stack(o, &d->to, &d->request, err, sizeof err);
 	if (!st) {
-		free(d);
+		dgram_open_free(d);
 		done(oud, NULL, err);
 		return NULL;
 	}
-	d->dial = dial_stream(w, dns, &o->proxy->server, o->af, st, on_dgram_stream, d);
+	d->dial = dial_stream(w, dns, &o->proxy->server, o->af, o->id, st, on_dgram_stream, d);
 	if (!d->dial) {
-		free(d);
+		dgram_open_free(d);
 		done(oud, NULL, msgs[MSG_NO_MEMORY]);
 		return NULL;
 	}

@@ -79,6 +79,9 @@ typedef struct dgram_link_ops {
  * concrete link. */
 struct dgram_link {
 	const dgram_link_ops *ops;
+	/* The id of the outbound version that opened it (outbound.h), 0 for
+	 * none: a drain of that version finds it by this. */
+	uint64_t origin;
 };
 
 /* A connect in flight. Every pending object starts with this, so whoever

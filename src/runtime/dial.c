@@ -25,6 +25,7 @@ typedef struct dial {
 	addr_dest dest;
 	dial_family af;
 	bool refuse_own; /* our own listening addresses fail as refused */
+	uint64_t origin; /* what the endpoint carries (endpoint_origin) */
 	connect_cb cb;
 	void *data;
 
@@ -202,6 +203,7 @@ static void on_connect(uv_connect_t *req, int status)
 			fail(d, PROTO_DIAL_GENERAL, uv_strerror(UV_ENOMEM));
 			return;
 		}
+		endpoint_set_origin(ep, d->origin);
 		d->finished = true;
 		connect_result r = {.ok = true, .ep = ep};
 		d->cb(&r, d->data);
@@ -276,13 +278,14 @@ static void dial_cancel(connect_pending *p)
 }
 
 connect_pending *dial_tcp(worker *w, dns_resolver *dns, const addr_dest *dest,
-                          dial_family af, bool refuse_own, connect_cb cb, void *data)
+                          dial_family af, bool refuse_own, uint64_t origin, connect_cb cb,
+                          void *data)
 {
 	dial *d = calloc(1, sizeof *d);
 	if (!d)
 		return NULL;
 	*d = (dial){.base.cancel = dial_cancel, .w = w, .dns = dns, .dest = *dest, .af = af,
-	            .refuse_own = refuse_own, .cb = cb, .data = data};
+	            .refuse_own = refuse_own, .origin = origin, .cb = cb, .data = data};
 	uv_timer_init(worker_loop(w), &d->timer);
 	d->timer.data = d;
 	d->handles = 1;

@@ -40,9 +40,11 @@ typedef enum dial_family {
  * refuse_own, an address that is one of our own listeners (the worker's
  * guard, guard.h) is not connected to but fails as refused, "1.2.3.4:80:
  * one of our own listening addresses": a client-chosen destination must not
- * chain the proxy to itself. Returns NULL when memory runs out. */
+ * chain the proxy to itself. The endpoint it hands over carries origin (the
+ * outbound version that dials, endpoint_origin; 0 for none). Returns NULL when memory runs out. */
 connect_pending *dial_tcp(worker *w, dns_resolver *dns, const addr_dest *dest,
-                          dial_family af, bool refuse_own, connect_cb cb, void *data);
+                          dial_family af, bool refuse_own, uint64_t origin, connect_cb cb,
+                          void *data);
 
 /* Orders resolved addresses by the strategy in place and drops the ones it
  * excludes; returns the count kept. Pure: exposed for tests. */

@@ -116,7 +116,8 @@ static void on_tcp(const connect_result *r, void *data)
 }
 
 connect_pending *dial_stream(worker *w, dns_resolver *dns, const addr_dest *server,
-                             dial_family af, stack *st, connect_cb cb, void *data)
+                             dial_family af, uint64_t origin, stack *st, connect_cb cb,
+                             void *data)
 {
 	dstream *ds = calloc(1, sizeof *ds);
 	if (!ds) {
@@ -129,7 +130,7 @@ connect_pending *dial_stream(worker *w, dns_resolver *dns, const addr_dest *serv
 	ds->data = data;
 	uv_timer_init(worker_loop(w), &ds->timer);
 	ds->timer.data = ds;
-	ds->tcp_dial = dial_tcp(w, dns, server, af, false, on_tcp, ds);
+	ds->tcp_dial = dial_tcp(w, dns, server, af, false, origin, on_tcp, ds);
 	if (!ds->tcp_dial) {
 		finish(ds, NULL);
 		return NULL;

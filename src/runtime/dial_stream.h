@@ -18,6 +18,7 @@
  * during the handshake" or "<layer>: handshake timed out". Callback contract
  * as dial_tcp. */
 connect_pending *dial_stream(worker *w, dns_resolver *dns, const addr_dest *server,
-                             dial_family af, stack *st, connect_cb cb, void *data);
+                             dial_family af, uint64_t origin, stack *st, connect_cb cb,
+                             void *data);
 
 #endif

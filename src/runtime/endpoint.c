@@ -50,6 +50,7 @@ struct endpoint {
 	int handles;    /* open libuv handles still to close before the free */
 	uv_shutdown_t shut;
 	const char *why; /* the failure's text: static, or the stack's */
+	uint64_t origin; /* endpoint_origin */
 };
 
 static pool *bufs(endpoint *e) { return worker_pool(e->w); }
@@ -561,6 +562,9 @@ int endpoint_fd(const endpoint *e)
 	uv_os_fd_t fd;
 	return uv_fileno((const uv_handle_t *)e->tcp, &fd) ? -1 : fd;
 }
+
+void endpoint_set_origin(endpoint *e, uint64_t origin) { e->origin = origin; }
+uint64_t endpoint_origin(const endpoint *e) { return e->origin; }
 
 uv_tcp_t *endpoint_tcp(endpoint *e) { return e->tcp; }
 stack *endpoint_stack(endpoint *e) { return e->st; }

@@ -124,6 +124,11 @@ bool endpoint_shut_done(const endpoint *e);
 /* The text of the failure a call returned or on_error reported. */
 const char *endpoint_error(const endpoint *e);
 
+/* The id of the outbound version that dialled it (0: none, or an accepted
+ * socket): a drain of that version finds the flow by it. */
+void endpoint_set_origin(endpoint *e, uint64_t origin);
+uint64_t endpoint_origin(const endpoint *e);
+
 /* The socket's descriptor (a splice takes a duplicate of it); -1 when it
  * has none. */
 int endpoint_fd(const endpoint *e);

@@ -210,7 +210,7 @@ balanced *build_balanced(const etm_spec *spec, const etm_balancer_spec *bs, char
 	b = balanced_new(&cfg, err, err_size);
 out:
 	for (size_t m = 0; m < built; m++)
-		outbound_del(members[m]);
+		outbound_unref(members[m]);
 	free(members);
 	free(probe);
 	return b;

@@ -49,7 +49,7 @@ static connect_pending *sup_connect_direct(void *self, worker *w, const addr_des
 {
 	(void)self;
 	sup_route *rs = worker_slot(w);
-	connect_pending *p = dial_tcp(w, rs->dns, dest, DIAL_FAMILY_AUTO, false, cb, data);
+	connect_pending *p = dial_tcp(w, rs->dns, dest, DIAL_FAMILY_AUTO, false, 0, cb, data);
 	if (!p)
 		cb(&(connect_result){.msg = msgs[MSG_NO_MEMORY]}, data);
 	return p;

@@ -20,7 +20,7 @@ static void free_plane(plane *p)
 		balanced_unref(p->unrouted[i]);
 	free(p->unrouted);
 	for (size_t i = 0; i < p->n_targets; i++) {
-		outbound_del(p->targets[i].ob);
+		outbound_unref(p->targets[i].ob);
 		balanced_unref(p->targets[i].bal);
 	}
 	free(p->targets);

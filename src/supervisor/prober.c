@@ -85,7 +85,8 @@ static void probe_start(probe *pb)
 	worker *w = workers_at(pr->ws, 0);
 	/* the timeout covers the lookup and every address (seed 000) */
 	uv_timer_start(&pb->timer, on_timeout, pb->bal->probe_timeout_ms, 0);
-	pb->dial = dial_tcp(w, pr->dns, &pb->bal->probe[pb->m], DIAL_FAMILY_AUTO, false, on_dial, pb);
+	pb->dial = dial_tcp(w, pr->dns, &pb->bal->probe[pb->m], DIAL_FAMILY_AUTO, false, 0, on_dial,
+	                   pb);
 	if (!pb->dial)
 		finish(pb, false, msgs[MSG_NO_MEMORY]);
 }

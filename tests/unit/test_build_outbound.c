@@ -101,8 +101,8 @@ static void objects_outlive_their_spec(void **state)
 	assert_int_equal(balancer_retry(b->core), 1);
 	assert_int_equal(balancer_size(b->core), 3);
 
-	outbound_del(t);
-	outbound_del(k);
+	outbound_unref(t);
+	outbound_unref(k);
 	balanced_unref(b);
 }
 
