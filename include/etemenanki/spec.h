@@ -343,7 +343,9 @@ void etm_spec_free(etm_spec *spec);
 /* Runs the build-time checks of the seeds (duplicate tags, balancer members
  * and strategy, route references, ...) on a lowered spec. Returns 0 when the
  * spec is valid; otherwise -1 with the exact message, NUL-terminated, in
- * msg (truncated to msg_size). Fills strategy_kind of every balancer. */
+ * msg (truncated to msg_size). Fills strategy_kind of every balancer, and
+ * gives a spec with no outbound whose inbounds are all udp_lb the one
+ * outbound "direct" (freedom) the router needs: spec is not const. */
 __attribute__((warn_unused_result)) int etm_spec_check(etm_spec *spec, char *msg, size_t msg_size);
 
 /* The tag flows go to when no rule matches: [route].default when set, else the

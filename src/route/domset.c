@@ -10,6 +10,7 @@
 #include <pcre2.h>
 
 #include "base/hash.h"
+#include "base/vec.h"
 #include "route/route_msg.h"
 
 /* Flags of a stored name; 0 marks an empty slot. */
@@ -200,33 +201,13 @@ void domset_del(domset *s)
 	free(s);
 }
 
-static int grow(void **arr, size_t *cap, size_t need, size_t elem)
-{
-	if (need <= *cap)
-		return 0;
-	size_t nc = *cap ? *cap : 16;
-	while (nc < need) {
-		if (nc > SIZE_MAX / 2)
-			return -1;
-		nc *= 2;
-	}
-	if (nc > SIZE_MAX / elem)
-		return -1;
-	void *p = realloc(*arr, nc * elem);
-	if (!p)
-		return -1;
-	*arr = p;
-	*cap = nc;
-	return 0;
-}
-
 /* Copies text lowercased into the pool; -1 when memory runs out or the pool
  * would pass the 4 GiB its 32-bit offsets reach. */
 static int pool_put(domset *s, const char *text, size_t len, uint32_t *off)
 {
 	if (s->pool_len + len > UINT32_MAX)
 		return -1;
-	if (grow((void **)&s->pool, &s->pool_cap, s->pool_len + len, 1) < 0)
+	if (vec_reserve(&s->pool, &s->pool_cap, s->pool_len, len) < 0)
 		return -1;
 	for (size_t i = 0; i < len; i++)
 		s->pool[s->pool_len + i] = lower(text[i]);
@@ -308,7 +289,7 @@ int domset_add_keyword(domset *s, const char *text, size_t len)
 {
 	if (len > DOMSET_NAME_MAX)
 		return 0; /* longer than any candidate */
-	if (grow((void **)&s->kws, &s->kw_cap, s->nkw + 1, sizeof(kw)) < 0)
+	if (vec_reserve(&s->kws, &s->kw_cap, s->nkw, 1) < 0)
 		return -1;
 	uint32_t off;
 	if (pool_put(s, text, len, &off) < 0)
@@ -380,7 +361,7 @@ int domset_regex_check(const char *pattern, char *reason, size_t reason_size)
 
 int domset_add_regex(domset *s, const char *pattern, char *reason, size_t reason_size)
 {
-	if (grow((void **)&s->pend, &s->pend_cap, s->npend + 1, sizeof *s->pend) < 0)
+	if (vec_reserve(&s->pend, &s->pend_cap, s->npend, 1) < 0)
 		return -1;
 	char *text = strdup(pattern);
 	if (!text)

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vec.h"
+
 typedef struct r4 {
 	uint32_t lo, hi; /* inclusive */
 } r4;
@@ -124,25 +126,9 @@ void ipset_del(ipset *s)
 	free(s);
 }
 
-/* Grows an array to hold one more element: doubling, so n adds cost O(n). */
-static int grow(void **arr, size_t *cap, size_t n, size_t elem)
-{
-	if (n < *cap)
-		return 0;
-	size_t nc = *cap ? *cap * 2 : 16;
-	if (nc > SIZE_MAX / elem)
-		return -1;
-	void *p = realloc(*arr, nc * elem);
-	if (!p)
-		return -1;
-	*arr = p;
-	*cap = nc;
-	return 0;
-}
-
 static int add4(ipset *s, uint32_t v, unsigned prefix)
 {
-	if (grow((void **)&s->v4, &s->cap4, s->n4, sizeof(r4)) < 0)
+	if (vec_reserve(&s->v4, &s->cap4, s->n4, 1) < 0)
 		return -1;
 	uint32_t m = mask32(prefix);
 	s->v4[s->n4++] = (r4){v & m, (v & m) | ~m};
@@ -151,7 +137,7 @@ static int add4(ipset *s, uint32_t v, unsigned prefix)
 
 static int add6(ipset *s, ipset_u128 v, unsigned prefix)
 {
-	if (grow((void **)&s->v6, &s->cap6, s->n6, sizeof(r6)) < 0)
+	if (vec_reserve(&s->v6, &s->cap6, s->n6, 1) < 0)
 		return -1;
 	ipset_u128 m = mask128(prefix);
 	s->v6[s->n6++] = (r6){v & m, (v & m) | ~m};

@@ -18,7 +18,7 @@ static const char *const msgs[MSG_COUNT_] = {
 
 static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, int32_t rule)
 {
-	if (log_get_level() < ETM_LOG_DEBUG)
+	if (log_get_level() < LOG_LEVEL_DEBUG)
 		return;
 	char dest[ADDR_TEXT_MAX], why[32];
 	addr_dest_format(&f->dest, dest, sizeof dest);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vec.h"
 #include "supervisor/build_outbound.h"
 #include "supervisor/build_route.h"
 
@@ -77,13 +78,11 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 			routed = p->targets[i].bal && strcmp(p->targets[i].bal->tag, bs->tag) == 0;
 		if (routed)
 			continue;
-		balanced **grown = realloc(p->unrouted, (p->n_unrouted + 1) * sizeof *grown);
-		if (!grown) {
+		if (vec_reserve(&p->unrouted, &p->unrouted_cap, p->n_unrouted, 1) < 0) {
 			snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 			free_plane(p);
 			return NULL;
 		}
-		p->unrouted = grown;
 		p->unrouted[p->n_unrouted] = build_balanced(spec, bs, err, err_size);
 		if (!p->unrouted[p->n_unrouted]) {
 			free_plane(p);

@@ -27,7 +27,7 @@ typedef struct plane {
 	/* Balancers no route names: built and probed all the same (seed 003:
 	 * the prober runs whether or not anything is routed to the balancer). */
 	balanced **unrouted; /* references */
-	size_t n_unrouted;
+	size_t n_unrouted, unrouted_cap;
 } plane;
 
 /* Builds the plane of a checked spec: the compiled route table and one

@@ -492,7 +492,8 @@ static int check_inbound(const etm_inbound_spec *in, char *msg, size_t size)
 	return 0;
 }
 
-static int check_balancer(const etm_spec *s, size_t bi, char *msg, size_t size)
+/* Fills the balancer's strategy_kind: s is not const for that. */
+static int check_balancer(etm_spec *s, size_t bi, char *msg, size_t size)
 {
 	etm_balancer_spec *b = &s->balancers[bi];
 	if (in_target_map(s, b->tag, bi))

@@ -216,7 +216,7 @@ static int start_lb_groups(etm_supervisor *s, char *err, size_t err_size)
 	s->lb = calloc(n_in ? n_in : 1, sizeof *s->lb);
 	s->lb_health = calloc(n_in ? n_in : 1, sizeof *s->lb_health);
 	if (!s->lb || !s->lb_health) {
-		snprintf(err, err_size, "out of memory");
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return -1;
 	}
 	for (size_t i = 0; i < n_in; i++)

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vec.h"
+
 /* Every user-facing text of the module, indexed by toml_msg. */
 static const char *const messages[TM_COUNT] = {
 	[TM_TOO_BIG] = "input is larger than %u bytes",
@@ -63,16 +65,8 @@ struct toml_doc {
 
 int toml_scratch_put(toml_parser *p, const void *bytes, size_t n)
 {
-	if (p->bcap - p->blen < n) {
-		size_t cap = p->bcap ? p->bcap : 256;
-		while (cap - p->blen < n)
-			cap *= 2;
-		char *b = realloc(p->buf, cap);
-		if (!b)
-			return toml_fail(p, 0, TOML_ERR_NOMEM, TM_NOMEM, NULL, 0);
-		p->buf = b;
-		p->bcap = cap;
-	}
+	if (vec_reserve(&p->buf, &p->bcap, p->blen, n) < 0)
+		return toml_fail(p, 0, TOML_ERR_NOMEM, TM_NOMEM, NULL, 0);
 	memcpy(p->buf + p->blen, bytes, n);
 	p->blen += n;
 	return 0;

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/vec.h"
 #include "udplb/fdtab.h"
 #include "udplb/shell_int.h"
 
@@ -18,18 +19,11 @@ static udplb_upstream *slot_make(udplb_listener *l, udplb_flow_id id)
 {
 	udplb_flows *fl = &l->flows;
 	uint32_t s = udplb_flow_slot(id);
-	if (s >= fl->n_slots) {
-		uint64_t n = fl->n_slots ? (uint64_t)fl->n_slots * 2 : 256;
-		while (n <= s)
-			n *= 2;
-		udplb_upstream *ns = realloc(fl->slots, n * sizeof *ns);
-		if (!ns)
-			return NULL;
-		for (uint64_t i = fl->n_slots; i < n; i++)
-			ns[i] = (udplb_upstream){.fd = -1};
-		fl->slots = ns;
-		fl->n_slots = (uint32_t)n;
-	}
+	size_t was = fl->n_slots;
+	if (vec_reserve(&fl->slots, &fl->n_slots, s, 1) < 0)
+		return NULL;
+	for (size_t i = was; i < fl->n_slots; i++)
+		fl->slots[i] = (udplb_upstream){.fd = -1};
 	udplb_upstream *f = &fl->slots[s];
 	*f = (udplb_upstream){.fd = -1, .id = id, .bi = -1};
 	return f;
@@ -255,9 +249,9 @@ void udplb_flows_stop(udplb_listener *l, uv_close_cb cb)
 void udplb_flows_free(udplb_listener *l)
 {
 	udplb_flows *fl = &l->flows;
-	for (uint32_t i = 0; i < fl->n_slots; i++)
+	for (size_t i = 0; i < fl->n_slots; i++)
 		fl->slots[i].answered = false; /* nothing is pooled from here on */
-	for (uint32_t i = 0; i < fl->n_slots; i++)
+	for (size_t i = 0; i < fl->n_slots; i++)
 		if (fl->slots[i].id)
 			udplb_flows_close(l, fl->slots[i].id);
 	reuse_flush(l);

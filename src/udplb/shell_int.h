@@ -147,7 +147,7 @@ typedef struct udplb_tx {
 /* shell_flows.c's state: the flows' sockets, the owner table, the reuse pool. */
 typedef struct udplb_flows {
 	udplb_upstream *slots; /* by udplb_flow_slot() */
-	uint32_t n_slots;
+	size_t n_slots;
 	udplb_flow_id *owner; /* by descriptor: the flow holding it, or NONE */
 	size_t n_owner;
 	udplb_pool *pool; /* reuse_upstream_sockets: idle sockets per backend */

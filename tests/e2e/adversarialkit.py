@@ -33,7 +33,7 @@ import threading
 import time
 import zlib
 
-from proxykit import LOOPBACK
+from proxykit import LOOPBACK, Acceptor
 
 # ---------------------------------------------------------------- knobs
 
@@ -1218,43 +1218,7 @@ def vless_model(data, uuids, dests):
 
 # ---------------------------------------------------------------- servers
 
-class _Acceptor:
-    """A TCP server on 127.0.0.1: one thread accepts, one thread per connection."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind((LOOPBACK, 0))
-        self.sock.listen(512)
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self._stop = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._serve_guarded, args=(c,), daemon=True).start()
-
-    def _serve_guarded(self, c):
-        with c:
-            try:
-                self.serve(c)
-            except OSError:
-                pass
-
-    def close(self):
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
-
-
-class SlowEcho(_Acceptor):
+class SlowEcho(Acceptor):
     """Echoes each read 0.3 s late, until EOF: a destination whose answer
     comes after the client has ended its side."""
 
@@ -1268,7 +1232,7 @@ class SlowEcho(_Acceptor):
             c.sendall(chunk)
 
 
-class FallbackServer(_Acceptor):
+class FallbackServer(Acceptor):
     """The Trojan fallback: collects what a connection sends until EOF or
     QUIET seconds of silence, then answers fallback_answer(bytes) and closes."""
 
@@ -1292,7 +1256,7 @@ TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 HOP_BY_HOP = {b"proxy-authorization", b"proxy-connection", b"keep-alive", b"te", b"upgrade"}
 
 
-class StrictOrigin(_Acceptor):
+class StrictOrigin(Acceptor):
     """An HTTP/1.1 origin that reads every request strictly and keeps, in
     `violations`, each one that a proxy must never forward (RFC 9112 and
     docs/inbound-http.md): bare CR or LF, obs-fold, a malformed field,

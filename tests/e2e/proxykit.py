@@ -424,19 +424,19 @@ class RawOrigin(_ThreadedServer):
         return path not in self.CLOSING
 
 
-class Spout:
-    """Answers each connection with as many bytes as the 4-byte big-endian
-    number it first receives asks for, then its FIN; closes when the peer
-    does. sent[i] is set when connection i's bytes were all written."""
+class Acceptor:
+    """A TCP server on 127.0.0.1 that subclasses give a serve(c): one thread
+    accepts, and each connection is served on a thread of its own, closed
+    when serve returns; an OSError in serve ends that connection quietly.
+    connections counts the accepted ones."""
 
     def __init__(self):
         self.sock = socket.socket()
         self.sock.bind((LOOPBACK, 0))
-        self.sock.listen(128)
+        self.sock.listen(512)
         self.port = self.sock.getsockname()[1]
-        self.sent = []
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self):
         while True:
@@ -444,26 +444,42 @@ class Spout:
                 c, _ = self.sock.accept()
             except OSError:
                 return
-            done = threading.Event()
-            self.sent.append(done)
-            threading.Thread(target=self._serve, args=(c, done), daemon=True).start()
+            self.connections += 1
+            threading.Thread(target=self._serve_guarded, args=(c,), daemon=True).start()
 
-    @staticmethod
-    def _serve(c, done):
+    def _serve_guarded(self, c):
         with c:
             try:
-                n = struct.unpack(">I", recv_exact(c, 4))[0]
-                c.sendall(bytes(n))
-                c.shutdown(socket.SHUT_WR)
-                done.set()
-                c.settimeout(30)
-                while c.recv(65536):
-                    pass
-            except (OSError, EOFError):
+                self.serve(c)
+            except OSError:
                 pass
 
+    def serve(self, c):
+        raise NotImplementedError
+
     def close(self):
+        try:  # on Linux a shutdown wakes the thread blocked in accept; a close does not
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
+
+
+class Spout(Acceptor):
+    """Answers each connection with as many bytes as the 4-byte big-endian
+    number it first receives asks for, then its FIN; closes when the peer
+    does."""
+
+    def serve(self, c):
+        try:
+            n = struct.unpack(">I", recv_exact(c, 4))[0]
+        except EOFError:
+            return
+        c.sendall(bytes(n))
+        c.shutdown(socket.SHUT_WR)
+        c.settimeout(30)
+        while c.recv(65536):
+            pass
 
 
 class Sha256Sink(_ThreadedServer):

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from proxykit import (LOOPBACK, EchoServer, HttpReader, HttpTarget, RawOrigin, connect,
+from proxykit import (LOOPBACK, Acceptor, EchoServer, HttpReader, HttpTarget, RawOrigin, connect,
                       recv_exact, recv_until_closed, socks5_connect, socks5_greet,
                       socks5_request, wait_closed)
 
@@ -82,36 +82,13 @@ def guard_metrics(proxy, timeout=3.0):
 
 # ---------------------------------------------------------------- 1. use-after-free
 
-class SlowOrigin:
+class SlowOrigin(Acceptor):
     """Accepts connections and reads slowly, so writes toward it stay pending."""
 
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind((LOOPBACK, 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
-
-    @staticmethod
-    def _serve(c):
-        with c:
-            c.settimeout(5)
-            try:
-                while c.recv(1):
-                    time.sleep(0.01)
-            except OSError:
-                pass
-
-    def close(self):
-        self.sock.close()
+    def serve(self, c):
+        c.settimeout(5)
+        while c.recv(1):
+            time.sleep(0.01)
 
 
 BAD_CHUNKS = [b"zz\r\n", b"-1\r\n", b"1" * 40 + b"\r\n", b"5\r\nhelloXX", b"5 5\r\nhello\r\n"]

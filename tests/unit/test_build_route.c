@@ -8,33 +8,25 @@
 
 #include <cmocka.h>
 
-#include "app/config.h"
+#include "specload.h"
+
 #include "supervisor/build_route.h"
 
 #define OUTS                                                                                       \
 	"[[outbound]]\ntag = \"a\"\nprotocol = \"freedom\"\n"                                      \
 	"[[outbound]]\ntag = \"b\"\nprotocol = \"freedom\"\n"
 
-static void load(const char *toml, etm_spec *s)
-{
-	char msg[CONFIG_MSG_MAX];
-	int rc = config_load(toml, strlen(toml), s, msg, sizeof msg);
-	if (rc)
-		print_error("%s\n", msg);
-	assert_int_equal(rc, 0);
-}
-
 static void carries_every_matcher(void **state)
 {
 	(void)state;
 	etm_spec s;
-	load(OUTS "[route]\ndefault = \"b\"\ngeoip = \"geoip.dat\"\ngeosite = \"geosite.dat\"\n"
-	          "[[route.rule]]\noutbound = \"a\"\nport = [80, \"1000-2000\"]\nnetwork = \"udp\"\n"
-	          "domain = [\"x.example\"]\ndomain_suffix = [\"y.example\"]\n"
-	          "domain_keyword = [\"kw\"]\ndomain_regex = [\"^r$\"]\ngeosite = [\"cn\"]\n"
-	          "cidr = [\"10.0.0.0/8\"]\ngeoip = [\"!cn\"]\ninbound_tag = [\"in\"]\n"
-	          "source_cidr = [\"192.0.2.0/24\"]\n",
-	     &s);
+	load_spec(OUTS "[route]\ndefault = \"b\"\ngeoip = \"geoip.dat\"\ngeosite = \"geosite.dat\"\n"
+	               "[[route.rule]]\noutbound = \"a\"\nport = [80, \"1000-2000\"]\nnetwork = \"udp\"\n"
+	               "domain = [\"x.example\"]\ndomain_suffix = [\"y.example\"]\n"
+	               "domain_keyword = [\"kw\"]\ndomain_regex = [\"^r$\"]\ngeosite = [\"cn\"]\n"
+	               "cidr = [\"10.0.0.0/8\"]\ngeoip = [\"!cn\"]\ninbound_tag = [\"in\"]\n"
+	               "source_cidr = [\"192.0.2.0/24\"]\n",
+	          &s);
 	route_config cfg;
 	char err[256];
 	assert_int_equal(build_route(&s, &cfg, err, sizeof err), 0);
@@ -73,7 +65,7 @@ static void default_is_the_first_outbound(void **state)
 {
 	(void)state;
 	etm_spec s;
-	load(OUTS, &s);
+	load_spec(OUTS, &s);
 	route_config cfg;
 	char err[256];
 	assert_int_equal(build_route(&s, &cfg, err, sizeof err), 0);
@@ -88,9 +80,9 @@ static void table_outlives_its_spec(void **state)
 {
 	(void)state;
 	etm_spec s;
-	load(OUTS "[route]\ndefault = \"a\"\n[[route.rule]]\noutbound = \"b\"\nport = 53\n"
-	          "inbound_tag = [\"in\"]\n",
-	     &s);
+	load_spec(OUTS "[route]\ndefault = \"a\"\n[[route.rule]]\noutbound = \"b\"\nport = 53\n"
+	               "inbound_tag = [\"in\"]\n",
+	          &s);
 	route_table *t;
 	char err[256];
 	assert_int_equal(build_route_table(&s, &t, err, sizeof err), 0);
@@ -116,7 +108,7 @@ static void refusal_comes_through(void **state)
 {
 	(void)state;
 	etm_spec s;
-	load(OUTS "[[route.rule]]\noutbound = \"b\"\ncidr = [\"10.0.0.0/8\"]\n", &s);
+	load_spec(OUTS "[[route.rule]]\noutbound = \"b\"\ncidr = [\"10.0.0.0/8\"]\n", &s);
 	free(s.route.rules[0].cidr.items[0]);
 	s.route.rules[0].cidr.items[0] = strdup("10.0.0.0/33");
 	route_table *t = (route_table *)&t;

@@ -8,7 +8,8 @@
 
 #include <cmocka.h>
 
-#include "app/config.h"
+#include "specload.h"
+
 #include "supervisor/build_udplb.h"
 
 #define LB_IN                                                                                      \
@@ -17,24 +18,15 @@
 	"[inbound.settings]\ncluster = \"c\"\n"
 #define LB_CL "[[cluster]]\ntag = \"c\"\n"
 
-static void load(const char *toml, etm_spec *s)
-{
-	char msg[CONFIG_MSG_MAX];
-	int rc = config_load(toml, strlen(toml), s, msg, sizeof msg);
-	if (rc)
-		print_error("%s\n", msg);
-	assert_int_equal(rc, 0);
-}
-
 static void reads_settings_and_health(void **state)
 {
 	(void)state;
 	etm_spec s;
-	load(LB_IN "max_flows = 10\nmax_rx_datagram_size = 70000\n" LB_CL
-	           "backends = [\"127.0.0.1:5301\", \"127.0.0.1:5302 weight=3\"]\n"
-	           "[cluster.health]\ntcp_port = 7000\ninterval = 2\ntimeout = 1\n"
-	           "udp_payload_hex = \"12 34\"\n",
-	     &s);
+	load_spec(LB_IN "max_flows = 10\nmax_rx_datagram_size = 70000\n" LB_CL
+	                "backends = [\"127.0.0.1:5301\", \"127.0.0.1:5302 weight=3\"]\n"
+	                "[cluster.health]\ntcp_port = 7000\ninterval = 2\ntimeout = 1\n"
+	                "udp_payload_hex = \"12 34\"\n",
+	          &s);
 	udplb_group_config cfg;
 	char err[256];
 	assert_int_equal(build_udplb(&s.inbounds[0], &s.clusters[0], &cfg, err, sizeof err), 0);
@@ -60,7 +52,7 @@ static void refusal_names_the_cluster(void **state)
 {
 	(void)state;
 	etm_spec s;
-	load(LB_IN LB_CL "backends = [\"127.0.0.1:5301\"]\n", &s);
+	load_spec(LB_IN LB_CL "backends = [\"127.0.0.1:5301\"]\n", &s);
 	free(s.clusters[0].backends.items[0]);
 	s.clusters[0].backends.items[0] = strdup("not an address");
 	udplb_group_config cfg;
@@ -76,9 +68,9 @@ static void group_outlives_its_spec(void **state)
 {
 	(void)state;
 	etm_spec s;
-	load(LB_IN LB_CL "backends = [\"127.0.0.1:5301\"]\n[cluster.health]\n"
-	                 "udp_payload = \"ping\"\n",
-	     &s);
+	load_spec(LB_IN LB_CL "backends = [\"127.0.0.1:5301\"]\n[cluster.health]\n"
+	                      "udp_payload = \"ping\"\n",
+	          &s);
 	udplb_group_config cfg;
 	char err[256];
 	assert_int_equal(build_udplb(&s.inbounds[0], &s.clusters[0], &cfg, err, sizeof err), 0);
