@@ -18,6 +18,25 @@ typedef struct etm_supervisor etm_supervisor;
 __attribute__((warn_unused_result)) int etm_supervisor_start(etm_spec *spec, etm_supervisor **out,
                                                              char *err, size_t err_size);
 
+/* Applies spec, a new config that passed etm_spec_check and
+ * etm_spec_check_available, to the running engine (seed 002 "plan and
+ * apply"): what it leaves unchanged runs on as the same objects, new
+ * outbounds and balancers are built and the plane is published to every
+ * worker (open TCP flows keep their target, the next datagram of a UDP
+ * association takes the new route), inbounds start, stop or take their
+ * new config on the same socket, and old outbound versions get their
+ * drain policy. Logs "config reload: no changes" or "config reload:
+ * changed <kinds>", and at debug "applied: <n> built, <n> reused, <n>
+ * swapped, <n> drained". Takes spec over in every case. Returns 0, or -1
+ * with the reason in err (the text a start would print after "failed to
+ * start: ") and nothing changed. The thread that started the engine. */
+__attribute__((warn_unused_result)) int etm_supervisor_apply(etm_supervisor *s, etm_spec *spec,
+                                                             char *err, size_t err_size);
+
+/* The published plane's epoch: 1 after the start, one more for each apply
+ * that published (seed 002 Supervisor::epoch). */
+uint64_t etm_supervisor_epoch(const etm_supervisor *s);
+
 /* What --test runs after etm_spec_check: builds what a start would build
  * without binding or probing anything (the compiled routes, geodata
  * included). Returns 0, or -1 with the reason ("building route failed:

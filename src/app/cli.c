@@ -9,6 +9,7 @@
 #include <uv.h>
 
 #include "app/config.h"
+#include "app/reload.h"
 #include "base/log.h"
 #include "etemenanki/etemenanki.h"
 #include "etemenanki/supervisor.h"
@@ -87,8 +88,7 @@ _Static_assert((int)ETM_LOG_ERROR == LOG_LEVEL_ERROR && (int)ETM_LOG_WARN == LOG
                    (int)ETM_LOG_TRACE == LOG_LEVEL_TRACE,
                "log.h levels follow etm_log_level");
 
-/* The config's [log] level as log.h's. */
-static int log_level_of(etm_log_level l)
+int log_level_of(etm_log_level l)
 {
 	switch (l) {
 	case ETM_LOG_ERROR:
@@ -159,6 +159,14 @@ static void raise_fd_limit(void)
 	}
 }
 
+/* SIGHUP: reload the config file (h->data: the reloader). */
+static void on_hup(uv_signal_t *h, int signum)
+{
+	(void)signum;
+	if (h->data)
+		reloader_now(h->data, "SIGHUP");
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
 	log_info("app", msgs[CLI_STOPPING], signum == SIGINT ? "SIGINT" : "SIGTERM");
@@ -180,8 +188,9 @@ static void close_handle(uv_handle_t *h, void *arg)
 		uv_close(h, NULL);
 }
 
-/* The control thread: start the engine, wait for SIGINT or SIGTERM, stop. */
-static int run(etm_spec *spec, FILE *err)
+/* The control thread: start the engine, reload it on SIGHUP or a save of
+ * the file, stop on SIGINT or SIGTERM. */
+static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 {
 	char msg[CONFIG_MSG_MAX];
 	signal(SIGPIPE, SIG_IGN); /* a peer's reset is an error value, not a signal */
@@ -189,15 +198,18 @@ static int run(etm_spec *spec, FILE *err)
 	/* The handlers come first: a signal during the start is kept by libuv
 	 * and handled as soon as the loop runs, so it still exits cleanly. */
 	uv_loop_t loop;
-	uv_signal_t sigint, sigterm, sigusr1;
+	uv_signal_t sigint, sigterm, sigusr1, sighup;
 	uv_loop_init(&loop);
 	uv_signal_init(&loop, &sigint);
 	uv_signal_init(&loop, &sigterm);
 	uv_signal_init(&loop, &sigusr1);
+	uv_signal_init(&loop, &sighup);
 	sigusr1.data = NULL;
+	sighup.data = NULL;
 	uv_signal_start(&sigint, on_signal, SIGINT);
 	uv_signal_start(&sigterm, on_signal, SIGTERM);
 	uv_signal_start(&sigusr1, on_usr1, SIGUSR1);
+	uv_signal_start(&sighup, on_hup, SIGHUP); /* kept until the engine runs */
 	etm_supervisor *sup;
 	int rc = etm_supervisor_start(spec, &sup, msg, sizeof msg);
 	if (rc) {
@@ -205,8 +217,12 @@ static int run(etm_spec *spec, FILE *err)
 		say(err, CLI_START_FAILED, msg);
 	} else {
 		sigusr1.data = sup;
+		reloader *rl = reloader_start(&loop, o->config, sup, o->level_set);
+		sighup.data = rl;
 		uv_run(&loop, UV_RUN_DEFAULT);
 		sigusr1.data = NULL;
+		sighup.data = NULL;
+		reloader_stop(rl);
 		etm_supervisor_stop(sup);
 	}
 	uv_walk(&loop, close_handle, NULL);
@@ -250,5 +266,5 @@ int cli_main(int argc, char **argv, FILE *out, FILE *err)
 		say(err, CLI_START_FAILED, msg);
 		return 1;
 	}
-	return run(&spec, err);
+	return run(&spec, &o, err);
 }

@@ -219,6 +219,7 @@ static void connected(const connect_result *r, void *data)
 		return;
 	}
 	h->up = up;
+	conn_set_origin(ic->c, endpoint_origin(up));
 	endpoint_set_events(up, &up_events, h);
 	if (!drain_up(h)) {
 		close_all(h);

@@ -177,6 +177,7 @@ static void on_close(conn *c, void *drv)
 	if (ic->ops && ic->ops->free)
 		ic->ops->free(ic);
 	free(ic->state);
+	inbound_rt_release(ic->in);
 	free(ic);
 }
 
@@ -241,6 +242,7 @@ void inbound_accept(listener *l, int fd, void *data)
 		return;
 	}
 	ic->in = in;
+	inbound_rt_hold(in);
 	stack *cst = NULL;
 	if (in->tls || in->ws_path) {
 		char err[200];
@@ -259,11 +261,14 @@ void inbound_accept(listener *l, int fd, void *data)
 				goto fail;
 		}
 	}
-	if (!conn_accept(w, fd, &driver, ic, &in->limits, cst))
+	if (!conn_accept(w, fd, &driver, ic, &in->limits, cst)) {
+		inbound_rt_release(in);
 		free(ic);
+	}
 	return;
 fail:
 	stack_free(cst);
+	inbound_rt_release(in);
 	free(ic);
 	close(fd);
 }
@@ -328,9 +333,25 @@ static int build_accounts(inbound_rt *in, const inbound_proto_ops *p, const inbo
 	return 0;
 }
 
+/* The count is not part of the config's value: a const one is counted. */
+void inbound_rt_hold(const inbound_rt *in)
+{
+	atomic_fetch_add_explicit(&((inbound_rt *)in)->refs, 1, memory_order_relaxed);
+}
+
+void inbound_rt_release(const inbound_rt *in)
+{
+	inbound_rt *m = (inbound_rt *)in;
+	if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) {
+		inbound_rt_free(m);
+		free(m);
+	}
+}
+
 int inbound_rt_build(inbound_rt *in, const inbound_user *users, size_t n_users,
                      const char *fallback, char *err, size_t err_size)
 {
+	atomic_init(&in->refs, 1);
 	if (n_users && build_logins(in, users, n_users)) {
 		snprintf(err, err_size, build_msgs[BUILD_NO_MEMORY], in->tag);
 		return -1;

@@ -2,6 +2,7 @@
 #ifndef ETM_INBOUND_INBOUND_H
 #define ETM_INBOUND_INBOUND_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -41,6 +42,7 @@ typedef struct tls_server_ctx tls_server_ctx;
  * connect, so the config it came from may be freed while its connections
  * drain (supervisor/build_inbound.c fills it from the config). */
 typedef struct inbound_rt {
+	atomic_uint refs;           /* inbound_rt_hold: its owner's and its connections' */
 	char *tag;                  /* owned; NULL: the inbound has none */
 	inbound_protocol protocol;
 	bool sniffing;              /* sniff the first bytes of a stream for its host */
@@ -71,6 +73,15 @@ __attribute__((warn_unused_result)) int inbound_rt_build(inbound_rt *in, const i
 
 /* Releases what in owns (a zeroed or half-built in too) and zeroes it. */
 void inbound_rt_free(inbound_rt *in);
+
+/* A built inbound is shared by its owner and the connections it accepted,
+ * which read it for their whole life while a reload may replace it:
+ * inbound_rt_build sets one reference, the owner's, and each connection
+ * holds one more. The last release of a malloc'd in frees it
+ * (inbound_rt_free, then free); an owner that never releases (a static
+ * one) keeps it. Any thread. */
+void inbound_rt_hold(const inbound_rt *in);
+void inbound_rt_release(const inbound_rt *in);
 
 /* A listener_fn: accepts the waiting connection and drives its handshake
  * with the inbound's protocol. data is the inbound_rt. */

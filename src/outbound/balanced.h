@@ -16,6 +16,7 @@ typedef struct balanced {
 	uint64_t id;  /* unique for the process's life, like an outbound's: the
 	                 fan-out's sub-link key, so selection runs once per open */
 	char *tag;    /* owned */
+	uint64_t version; /* the N of tag@vN (seed 002), set by whoever builds it */
 	balancer *core; /* owned */
 	size_t n;
 	outbound **members; /* owned, n: a tag listed twice is two members */

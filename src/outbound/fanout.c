@@ -255,4 +255,17 @@ dgram_link *fanout_new(const fanout_env_ops *ops, void *env, const dgram_handler
 	return &fo->base;
 }
 
+size_t fanout_drain(dgram_link *l, uint64_t origin, const char *why)
+{
+	fanout *fo = (fanout *)l;
+	size_t n = 0;
+	for (size_t i = fo->n_subs; i-- > 0;)
+		if (fo->subs[i]->link && fo->subs[i]->link->origin == origin) {
+			log_debug("outbound", msgs[MSG_SUB_ENDED], why);
+			remove_at(fo, i);
+			n++;
+		}
+	return n;
+}
+
 size_t fanout_sub_count(const dgram_link *l) { return ((const fanout *)l)->n_subs; }

@@ -45,6 +45,12 @@ typedef struct fanout_env_ops {
  * runs out. */
 dgram_link *fanout_new(const fanout_env_ops *ops, void *env, const dgram_handlers *h, void *ud);
 
+/* A drain (seed 002): drops every sub-link opened on the outbound version
+ * origin (dgram_link.origin), each logged at debug as "udp fan-out: a
+ * sub-link ended: <why>"; the association lives on, and its next datagram
+ * to such a peer opens a sub-link on the current plane. Returns how many. */
+size_t fanout_drain(dgram_link *l, uint64_t origin, const char *why);
+
 /* Open sub-links, for tests and the admin view. */
 size_t fanout_sub_count(const dgram_link *l);
 

@@ -19,6 +19,7 @@ enum {
 	M_RELAY_ENDED,
 	M_LAYERS_FAILED,
 	M_REPLY_TOO_BIG,
+	M_DRAINED,
 };
 
 static const char *const msgs[] = {
@@ -29,6 +30,7 @@ static const char *const msgs[] = {
 	[M_RELAY_ENDED] = "relay from %s ended: %s",
 	[M_LAYERS_FAILED] = "layers of the connection failed: %s",
 	[M_REPLY_TOO_BIG] = "a reply of %zu bytes does not fit the client's layers",
+	[M_DRAINED] = "the outbound this flow was opened on was drained",
 };
 
 /* HANDSHAKE and DRIVEN feed the driver the client's bytes; a RELAY's
@@ -58,6 +60,7 @@ struct conn {
 	bool client_eof; /* the client's EOF came during the handshake or driven */
 	bool close_after_write;
 	uint64_t last_active;
+	uint64_t origin; /* the outbound version its upstream was opened on; 0: none yet */
 };
 
 worker *conn_worker(const conn *c) { return c->w; }
@@ -117,6 +120,25 @@ static void close_conn(conn *c, bool flush)
 }
 
 void conn_close(conn *c) { close_conn(c, false); }
+
+void conn_set_origin(conn *c, uint64_t origin) { c->origin = origin; }
+
+size_t conn_drain(worker *w, uint64_t origin)
+{
+	size_t n = 0;
+	/* a closing connection stays on the list until its handles closed */
+	for (list_node *i = worker_conn_list(w)->conns.head; i; i = i->next) {
+		conn *c = LIST_ENTRY(i, conn, node);
+		if (c->origin != origin || c->state == CLOSING)
+			continue;
+		char who[64];
+		peer_text(c, who, sizeof who);
+		log_debug("conn", msgs[M_RELAY_ENDED], who, msgs[M_DRAINED]);
+		conn_close(c);
+		n++;
+	}
+	return n;
+}
 
 void conn_close_all(worker *w)
 {
@@ -509,6 +531,7 @@ void conn_relay(conn *c, endpoint *u)
 			return;
 		}
 	}
+	c->origin = endpoint_origin(u);
 	uv_timer_stop(&c->timer); /* the relay has its own idle timeout */
 	c->state = RELAY;
 	relay_config cfg = {.splice = c->limits.splice, .idle_ms = c->limits.idle_ms};

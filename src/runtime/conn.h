@@ -134,4 +134,14 @@ void conn_close(conn *c);
 /* Closes every connection of the worker (a stop ends the flows). */
 void conn_close_all(worker *w);
 
+/* The outbound version the flow's upstream was opened on (conn_relay
+ * takes it from the endpoint; an inbound that keeps an upstream of its
+ * own, HTTP's, says it here). */
+void conn_set_origin(conn *c, uint64_t origin);
+
+/* A drain (seed 002): closes every connection of the worker whose upstream
+ * was opened on origin, each logged at debug as "relay from <peer> ended:
+ * the outbound this flow was opened on was drained". Returns how many. */
+size_t conn_drain(worker *w, uint64_t origin);
+
 #endif

@@ -46,7 +46,7 @@ struct guard {
 	src_entry *buckets[GUARD_BUCKETS];
 
 	listen_addr listens[GUARD_LISTENS_MAX]; /* set before the workers run */
-	size_t n_listens;
+	_Atomic size_t n_listens; /* entries [0, n) are complete: a reload adds while workers read */
 
 	_Atomic uint64_t refused_source, refused_loop, accept_paused;
 	_Atomic uint64_t last_warn_ms[WARN_KINDS];
@@ -204,9 +204,10 @@ void guard_source_put(guard *g, const struct sockaddr *peer)
 
 int guard_listen_add(guard *g, const char *ip, uint16_t port)
 {
-	if (!g || g->n_listens == GUARD_LISTENS_MAX)
+	size_t n = g ? atomic_load(&g->n_listens) : GUARD_LISTENS_MAX;
+	if (n == GUARD_LISTENS_MAX)
 		return -1;
-	listen_addr *l = &g->listens[g->n_listens];
+	listen_addr *l = &g->listens[n];
 	memset(l, 0, sizeof *l);
 	struct sockaddr_in *in = (struct sockaddr_in *)&l->ss;
 	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&l->ss;
@@ -216,7 +217,7 @@ int guard_listen_add(guard *g, const char *ip, uint16_t port)
 		l->any = IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr);
 	else
 		return -1;
-	g->n_listens++;
+	atomic_store(&g->n_listens, n + 1); /* published whole */
 	return 0;
 }
 

@@ -54,7 +54,8 @@ __attribute__((warn_unused_result)) bool guard_source_take(guard *g,
 void guard_source_put(guard *g, const struct sockaddr *peer);
 
 /* Adds ip:port (an IP literal, "0.0.0.0" or "::" for every address) to
- * our own listening addresses. Before the workers start. Returns 0, or -1
+ * our own listening addresses. One thread adds (the control thread: at the
+ * start, or a reload) while workers read. Returns 0, or -1
  * when the table is full or ip is not an address. */
 __attribute__((warn_unused_result)) int guard_listen_add(guard *g, const char *ip, uint16_t port);
 

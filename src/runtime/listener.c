@@ -191,6 +191,8 @@ static void on_closed(uv_handle_t *h)
 	free(l);
 }
 
+void listener_set_data(listener *l, void *data) { l->data = data; }
+
 void listener_close(listener *l)
 {
 	if (l->poll_open)

@@ -63,4 +63,8 @@ uint16_t listener_port(const listener *l);
 /* Stops accepting and frees the listener once its handle is closed. */
 void listener_close(listener *l);
 
+/* What fn is called with from now on (a reload hands an unchanged socket a
+ * new inbound config). The listener's worker thread only. */
+void listener_set_data(listener *l, void *data);
+
 #endif

@@ -166,8 +166,8 @@ static int probe_dest(addr_dest *probe, const etm_outbound_spec *o)
 	return 0;
 }
 
-balanced *build_balanced(const etm_spec *spec, const etm_balancer_spec *bs, char *err,
-                         size_t err_size)
+balanced *build_balanced(const etm_spec *spec, const etm_balancer_spec *bs,
+                         outbound *const *obs, char *err, size_t err_size)
 {
 	size_t n = bs->outbounds.len;
 	outbound **members = calloc(n ? n : 1, sizeof *members);
@@ -180,17 +180,17 @@ balanced *build_balanced(const etm_spec *spec, const etm_balancer_spec *bs, char
 	}
 	for (; built < n; built++) {
 		const char *tag = bs->outbounds.items[built];
-		const etm_outbound_spec *o = NULL;
-		for (size_t k = 0; k < spec->outbounds_len && !o; k++)
-			if (strcmp(spec->outbounds[k].tag, tag) == 0)
-				o = &spec->outbounds[k];
+		size_t k = 0;
+		while (k < spec->outbounds_len && strcmp(spec->outbounds[k].tag, tag) != 0)
+			k++;
 		/* etm_spec_check made sure of both */
-		if (probe_dest(&probe[built], o)) {
+		if (k == spec->outbounds_len || probe_dest(&probe[built], &spec->outbounds[k])) {
 			snprintf(err, err_size, msgs[MSG_NO_SERVER], bs->tag, tag);
 			goto out;
 		}
-		if (!(members[built] = build_outbound(o, err, err_size)))
-			goto out;
+		/* the member is the outbound of that tag itself: a flow it carries
+		 * drains with that outbound's version (seed 002) */
+		members[built] = outbound_ref(obs[k]);
 	}
 	balanced_config cfg = {
 		.tag = bs->tag,

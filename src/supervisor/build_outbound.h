@@ -17,11 +17,12 @@ const outbound_proto *build_outbound_proto(etm_protocol p);
  * for a server or TLS setting, "out of memory", or outbound_new's). */
 outbound *build_outbound(const etm_outbound_spec *spec, char *err, size_t err_size);
 
-/* Builds the balancer bs of a checked spec, its members built from spec's
- * outbounds. Nothing it returns points into spec. Returns NULL with the
- * reason in err ("out of memory", "balancer <tag>: ...", or a member's
- * build_outbound error). The new object holds one reference. */
-balanced *build_balanced(const etm_spec *spec, const etm_balancer_spec *bs, char *err,
-                         size_t err_size);
+/* Builds the balancer bs of a checked spec over members taken from obs
+ * (the built outbounds, parallel to spec's: a member is that outbound
+ * itself, a reference on it). Nothing it returns points into spec. Returns
+ * NULL with the reason in err ("out of memory", "balancer <tag>: ...").
+ * The new object holds one reference. */
+balanced *build_balanced(const etm_spec *spec, const etm_balancer_spec *bs,
+                         outbound *const *obs, char *err, size_t err_size);
 
 #endif

@@ -6,14 +6,16 @@
 
 #include "base/log.h"
 #include "outbound/fanout.h"
+#include "runtime/conn.h"
 #include "runtime/dial.h"
 
-enum { MSG_DECISION, MSG_DEFAULT_ROUTE, MSG_RULE, MSG_NO_MEMORY, MSG_COUNT_ };
+enum { MSG_DECISION, MSG_DEFAULT_ROUTE, MSG_RULE, MSG_NO_MEMORY, MSG_DRAINED, MSG_COUNT_ };
 static const char *const msgs[MSG_COUNT_] = {
-	[MSG_DECISION] = "%s flow to %s from inbound %s takes %s (%s)",
+	[MSG_DECISION] = "%s flow to %s from inbound %s takes %s@v%llu (%s)",
 	[MSG_DEFAULT_ROUTE] = "default route",
 	[MSG_RULE] = "rule #%d",
 	[MSG_NO_MEMORY] = "out of memory",
+	[MSG_DRAINED] = "the outbound this flow was opened on was drained",
 };
 
 static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, int32_t rule)
@@ -28,7 +30,7 @@ static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, in
 		snprintf(why, sizeof why, msgs[MSG_RULE], (int)rule + 1);
 	log_debug("route", msgs[MSG_DECISION], f->dest.network == ADDR_UDP ? "udp" : "tcp", dest,
 	          ctx && ctx->inbound_tag ? ctx->inbound_tag : "-", t->ob ? t->ob->tag : t->bal->tag,
-	          why);
+	          (unsigned long long)(t->ob ? t->ob->version : t->bal->version), why);
 }
 
 static connect_pending *sup_connect(void *self, worker *w, const flow *f, const flow_ctx *ctx,
@@ -59,6 +61,8 @@ static connect_pending *sup_connect_direct(void *self, worker *w, const addr_des
  * flow of its own (seed 000 "UDP fan-out"), against the worker's current
  * plane at the time it is sent. */
 typedef struct assoc_env {
+	list_node node; /* in the worker's sup_route.assocs */
+	dgram_link *link; /* the fan-out it is the environment of */
 	worker *w;
 	flow f; /* the association's flow; dest is replaced per datagram */
 	flow_ctx ctx;
@@ -92,7 +96,13 @@ static connect_pending *assoc_open(void *env, const void *tgt, const addr_dest *
 	return outbound_connect_datagram(t->ob, e->w, rs->dns, to, h, rud, opened, oud);
 }
 
-static void assoc_release(void *env) { free(env); }
+static void assoc_release(void *env)
+{
+	assoc_env *e = env;
+	sup_route *rs = worker_slot(e->w);
+	list_remove(&rs->assocs, &e->node);
+	free(e);
+}
 
 static const fanout_env_ops assoc_ops = {
 	.route = assoc_route,
@@ -112,8 +122,18 @@ static dgram_link *sup_connect_datagram(void *self, worker *w, const flow *f, co
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return NULL;
 	}
-	*e = (assoc_env){.w = w, .f = *f, .ctx = *ctx};
+	*e = (assoc_env){.link = l, .w = w, .f = *f, .ctx = *ctx};
+	list_push_back(&((sup_route *)worker_slot(w))->assocs, &e->node);
 	return l;
+}
+
+size_t sup_drain(worker *w, uint64_t origin)
+{
+	sup_route *rs = worker_slot(w);
+	size_t n = conn_drain(w, origin);
+	for (list_node *i = rs->assocs.head; i; i = i->next)
+		n += fanout_drain(LIST_ENTRY(i, assoc_env, node)->link, origin, msgs[MSG_DRAINED]);
+	return n;
 }
 
 void sup_connector_init(connector *c, void *self)

@@ -2,6 +2,7 @@
 #ifndef ETM_SUPERVISOR_CONNECTOR_H
 #define ETM_SUPERVISOR_CONNECTOR_H
 
+#include "base/list.h"
 #include "runtime/connector.h"
 #include "runtime/dns.h"
 #include "supervisor/plane.h"
@@ -11,6 +12,7 @@
 typedef struct sup_route {
 	plane *plane;      /* a reference: flows read it, a publish swaps it */
 	dns_resolver *dns; /* owned */
+	list assocs;       /* the worker's UDP associations (their fan-outs) */
 } sup_route;
 
 /* Fills c with the supervisor's connector: connect routes the flow and
@@ -19,5 +21,11 @@ typedef struct sup_route {
  * that routes every datagram on its own. Every worker it runs on must have
  * a slot that starts with a sup_route. self is handed back untouched. */
 void sup_connector_init(connector *c, void *self);
+
+/* A drain on worker w (seed 002): every TCP flow whose upstream was opened
+ * on the outbound version origin closes, and every UDP sub-link opened on
+ * it leaves its association ("the outbound this flow was opened on was
+ * drained"). Worker thread only. Returns the flows and sub-links ended. */
+size_t sup_drain(worker *w, uint64_t origin);
 
 #endif

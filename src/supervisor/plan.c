@@ -61,24 +61,15 @@ plan_drain plan_drain_of(const etm_spec *s, const etm_outbound_spec *o)
 /* ---- files ----
  *
  * The files a config names (TLS certificate, key and CA; geoip, geosite)
- * are read again on every reload (issue 16), but the planner reads no file:
- * an object is BUILT or SWAPPED only when its spec changed, paths included,
- * and one that names files carries PLAN_F_FILES whatever its action, so
- * prepare knows to read them again.
- *
- * TODO(issue 16): how a changed certificate reaches new handshakes. For a
- * REUSED or SWAPPED inbound with PLAN_F_FILES, prepare reads the
- * certificate and key again and, when their bytes differ from those the
- * running SSL_CTX was made from (a digest kept beside it), builds a new
- * SSL_CTX; a bad file fails prepare like any build. Commit hands the new
- * context to every worker the way a plane is published: each swaps the
- * pointer its accept path reads and drops its reference (SSL_CTX_free).
- * An SSL holds a reference of its own to the context it was made from
- * (SSL_new takes one), so open connections finish on the old certificate
- * and every new handshake gets the new one. An outbound's CA alike, for new
- * dials. For the route, the supervisor compares the geoip and geosite
- * digests before planning; changed ones have to make the route BUILT and
- * the plan publish, through an input of plan_compute not written yet. */
+ * are read again when they change (issue 16), but the planner reads no
+ * file: an object that names files carries PLAN_F_FILES, and the shell's
+ * plan_files_changed_fn says whether they were written since the running
+ * object was built (the supervisor keeps a signature of their stat). Such
+ * an object is changed though its spec is not: an inbound is SWAPPED (a
+ * new SSL_CTX on the same socket: an SSL holds a reference to the context
+ * it was made from, so open connections finish on the old certificate and
+ * new handshakes get the new one), an outbound is a new version (new dials
+ * trust the new CA), the route is rebuilt and published. */
 
 static bool stream_names_files(const etm_stream_spec *st)
 {
@@ -214,6 +205,8 @@ void plan_versions_free(plan_versions *v)
 
 /* What plan_compute works with: the inputs, prev's indexes and the output. */
 typedef struct planner {
+	plan_files_changed_fn files_changed; /* NULL: files never change */
+	void *files_ud;
 	const etm_spec *prev; /* NULL on the first plan */
 	const etm_spec *next;
 	const etm_spec none;  /* stands in for prev's arrays when prev is NULL */
@@ -238,6 +231,14 @@ static uint64_t running(const planner *P, const char *tag)
 	return plan_versions_last(P->versions, tag);
 }
 
+/* An object whose spec is unchanged but whose files (PLAN_F_FILES) were
+ * written since it was built is changed all the same. */
+static bool files_changed(const planner *P, const plan_entry *e)
+{
+	return (e->flags & PLAN_F_FILES) && P->files_changed &&
+	       P->files_changed(P->files_ud, e->kind, e->prev);
+}
+
 static int plan_outbounds(planner *P, bool *used)
 {
 	const etm_spec *prev = P->prev ? P->prev : &P->none;
@@ -258,7 +259,7 @@ static int plan_outbounds(planner *P, bool *used)
 		uint64_t v = running(P, o->tag);
 		if (v == 0)
 			return PLAN_E_UNVERSIONED;
-		if (!plan_outbound_equal(po, o)) {
+		if (!plan_outbound_equal(po, o) || files_changed(P, e)) {
 			e->version = v + 1;
 			e->old_version = v;
 			/* The policy an old version drains with is the one it ran
@@ -404,7 +405,8 @@ static void plan_inbounds(planner *P, bool *used)
 			continue;
 		}
 		e->flags |= inbound_context(P, pin, nin);
-		bool changed = !plan_inbound_equal(pin, nin) || (e->flags & ~PLAN_F_FILES);
+		bool changed = !plan_inbound_equal(pin, nin) || (e->flags & ~PLAN_F_FILES) ||
+		               files_changed(P, e);
 		e->action = changed ? PLAN_SWAPPED : PLAN_REUSED;
 	}
 	/* A new tag on the address a removed tag listened on takes over its
@@ -434,10 +436,10 @@ static void plan_singletons(planner *P)
 {
 	const etm_spec *prev = P->prev, *next = P->next;
 	plan_entry *e = add(P, PLAN_ROUTE, PLAN_BUILT, NULL, prev ? 0 : PLAN_NONE, 0);
-	if (prev && plan_route_equal(prev, next))
-		e->action = PLAN_REUSED;
 	if (next->route.geoip || next->route.geosite)
 		e->flags |= PLAN_F_FILES;
+	if (prev && plan_route_equal(prev, next) && !files_changed(P, e))
+		e->action = PLAN_REUSED;
 	/* The resolver is the supervisor's, not the outbounds': they resolve
 	 * through it per dial, so a new one rebuilds no outbound. */
 	e = add(P, PLAN_DNS, PLAN_BUILT, NULL, prev ? 0 : PLAN_NONE, 0);
@@ -550,7 +552,14 @@ static void count(plan *p)
 int plan_compute(plan *out, const etm_spec *prev, const etm_spec *next,
                  const plan_versions *versions)
 {
-	planner P = {.prev = prev, .next = next, .versions = versions, .p = out};
+	return plan_compute_files(out, prev, next, versions, NULL, NULL);
+}
+
+int plan_compute_files(plan *out, const etm_spec *prev, const etm_spec *next,
+                       const plan_versions *versions, plan_files_changed_fn changed, void *ud)
+{
+	planner P = {.files_changed = changed, .files_ud = ud, .prev = prev, .next = next,
+	             .versions = versions, .p = out};
 	const etm_spec *pv = prev ? prev : &P.none;
 	*out = (plan){0};
 	bool *used = NULL;
@@ -646,9 +655,9 @@ int plan_summary_text(const plan *p, char *buf, size_t size)
 	buf[0] = '\0';
 	if (!p->changed && !p->restart_needed)
 		return put(buf, size, &at, msgs[MSG_NO_CHANGES]) ? 0 : -1;
-	/* The kinds in the order an operator reads a config file. */
-	static const plan_kind order[] = {PLAN_LOG,     PLAN_INBOUND, PLAN_OUTBOUND, PLAN_BALANCER,
-	                                  PLAN_CLUSTER, PLAN_ROUTE,   PLAN_DNS};
+	/* The kinds in issue 16's order: what carries traffic first. */
+	static const plan_kind order[] = {PLAN_INBOUND, PLAN_OUTBOUND, PLAN_BALANCER, PLAN_CLUSTER,
+	                                  PLAN_ROUTE,   PLAN_DNS,      PLAN_LOG};
 	_Static_assert(sizeof order / sizeof order[0] == PLAN_KIND_COUNT_, "every kind once");
 	bool ok = put(buf, size, &at, msgs[MSG_CHANGED]);
 	const char *sep = "";

@@ -165,6 +165,22 @@ __attribute__((warn_unused_result)) int plan_compute(plan *out, const etm_spec *
                                                      const etm_spec *next,
                                                      const plan_versions *versions);
 
+/* Whether the files running object i of prev (kind PLAN_INBOUND,
+ * PLAN_OUTBOUND or PLAN_ROUTE) names were written since it was built. The
+ * planner asks only for an object whose spec is unchanged and that names
+ * files (PLAN_F_FILES); the shell answers (it reads the file system, the
+ * planner does not). */
+typedef bool (*plan_files_changed_fn)(void *ud, plan_kind kind, size_t i);
+
+/* plan_compute, where an object whose files changed counts as changed: an
+ * inbound is SWAPPED (a renewed certificate reaches new handshakes on the
+ * same socket), an outbound BUILT as a new version, the route BUILT. */
+__attribute__((warn_unused_result)) int plan_compute_files(plan *out, const etm_spec *prev,
+                                                           const etm_spec *next,
+                                                           const plan_versions *versions,
+                                                           plan_files_changed_fn changed,
+                                                           void *ud);
+
 void plan_free(plan *p);
 
 /* The last version tag took; 0 when it was never built. */

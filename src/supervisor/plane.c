@@ -29,7 +29,8 @@ static void free_plane(plane *p)
 	free(p);
 }
 
-plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_size)
+plane *plane_new(const etm_spec *spec, uint64_t epoch, outbound *const *obs,
+                 balanced *const *bals, char *err, size_t err_size)
 {
 	plane *p = calloc(1, sizeof *p);
 	if (!p) {
@@ -51,31 +52,23 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 	}
 	for (size_t i = 0; i < n; i++) {
 		const char *tag = route_table_slot_tag(p->routes, i);
-		const etm_outbound_spec *o = NULL;
-		const etm_balancer_spec *b = NULL;
-		for (size_t k = 0; k < spec->outbounds_len && !o; k++)
-			if (strcmp(spec->outbounds[k].tag, tag) == 0)
-				o = &spec->outbounds[k];
-		for (size_t k = 0; k < spec->balancers_len && !o && !b; k++)
-			if (strcmp(spec->balancers[k].tag, tag) == 0)
-				b = &spec->balancers[k];
 		p->n_targets = i + 1;
-		if (o)
-			p->targets[i].ob = build_outbound(o, err, err_size);
-		else if (b)
-			p->targets[i].bal = build_balanced(spec, b, err, err_size);
-		else
-			snprintf(err, err_size, msgs[MSG_NAMES_NOTHING], tag);
+		for (size_t k = 0; k < spec->outbounds_len && !p->targets[i].ob; k++)
+			if (strcmp(spec->outbounds[k].tag, tag) == 0)
+				p->targets[i].ob = outbound_ref(obs[k]);
+		for (size_t k = 0; k < spec->balancers_len && !p->targets[i].ob && !p->targets[i].bal; k++)
+			if (strcmp(spec->balancers[k].tag, tag) == 0)
+				p->targets[i].bal = balanced_ref(bals[k]);
 		if (!p->targets[i].ob && !p->targets[i].bal) {
+			snprintf(err, err_size, msgs[MSG_NAMES_NOTHING], tag);
 			free_plane(p);
 			return NULL;
 		}
 	}
 	for (size_t k = 0; k < spec->balancers_len; k++) {
-		const etm_balancer_spec *bs = &spec->balancers[k];
 		bool routed = false;
 		for (size_t i = 0; i < p->n_targets && !routed; i++)
-			routed = p->targets[i].bal && strcmp(p->targets[i].bal->tag, bs->tag) == 0;
+			routed = p->targets[i].bal == bals[k];
 		if (routed)
 			continue;
 		if (vec_reserve(&p->unrouted, &p->unrouted_cap, p->n_unrouted, 1) < 0) {
@@ -83,12 +76,7 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_siz
 			free_plane(p);
 			return NULL;
 		}
-		p->unrouted[p->n_unrouted] = build_balanced(spec, bs, err, err_size);
-		if (!p->unrouted[p->n_unrouted]) {
-			free_plane(p);
-			return NULL;
-		}
-		p->n_unrouted++;
+		p->unrouted[p->n_unrouted++] = balanced_ref(bals[k]);
 	}
 	return p;
 }

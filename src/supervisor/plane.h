@@ -14,7 +14,7 @@
 
 /* One route slot's target: an outbound or a balancer. */
 typedef struct target {
-	outbound *ob;    /* owned; NULL for a balancer slot */
+	outbound *ob;    /* a reference; NULL for a balancer slot */
 	balanced *bal;   /* a reference; NULL for an outbound slot */
 } target;
 
@@ -31,9 +31,13 @@ typedef struct plane {
 } plane;
 
 /* Builds the plane of a checked spec: the compiled route table and one
- * target per slot. Returns NULL with the reason in err ("building route
- * failed: ..."). The new plane holds one reference. */
-plane *plane_new(const etm_spec *spec, uint64_t epoch, char *err, size_t err_size);
+ * target per slot, taken from obs and bals (built already, parallel to
+ * spec's outbounds and balancers; the plane takes a reference on each it
+ * names, so a reload shares an unchanged target between planes). Returns
+ * NULL with the reason in err ("building route failed: ..."). The new
+ * plane holds one reference. */
+plane *plane_new(const etm_spec *spec, uint64_t epoch, outbound *const *obs,
+                 balanced *const *bals, char *err, size_t err_size);
 
 plane *plane_ref(plane *p);
 /* Drops a reference; the last one frees the plane. Any thread. */

@@ -10,7 +10,7 @@ server written here) or a second etemenanki-app. A MemberServer appends the
 destination of each CONNECT to its `connects` list *before* it answers the
 request, so when the client's SOCKS reply arrives the member that carried
 the flow has already counted it; a second etemenanki-app, run at debug
-level, writes its "tcp flow to ... takes direct" line (flushed) before it
+level, writes its "tcp flow to ... takes direct@v1" line (flushed) before it
 dials, so the same holds for its log. Health probes never show up in
 either: a probe connects and closes without sending a byte.
 """

@@ -34,6 +34,11 @@ def test_the_quickstart_is_valid(run):
     assert (r.returncode, r.stdout) == (0, "Configuration OK.\n")
 
 
+def test_the_live_route_change_example_is_valid(run):
+    r = run("--test", "-c", str(ROOT / "examples" / "live-route-change.toml"))
+    assert (r.returncode, r.stdout) == (0, "Configuration OK.\n")
+
+
 def test_the_udp_lb_example_is_valid(run):
     r = run("--test", "-c", str(ROOT / "examples" / "udp-lb.toml"))
     assert (r.returncode, r.stdout) == (0, "Configuration OK.\n")

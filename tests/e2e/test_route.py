@@ -329,7 +329,9 @@ class Association:
         self.close()
 
 
-ROUTE_LINE = re.compile(r"DEBUG route: (tcp|udp) flow to (\S+) from inbound (\S+) takes (\S+) "
+# The target is tag@vN (seed 002): these configs are never reloaded, so
+# every target is its first version.
+ROUTE_LINE = re.compile(r"DEBUG route: (tcp|udp) flow to (\S+) from inbound (\S+) takes (\S+)@v1 "
                         r"\((default route|rule #\d+)\)")
 
 

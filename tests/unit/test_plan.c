@@ -260,7 +260,7 @@ static void the_first_plan_binds_and_builds_everything_then_publishes(void **sta
 	assert_true(out_p < bal && bal < route && route < in && in < publish);
 	assert_int_equal(step_at(p, PLAN_STEP_BUILD, entry(p, PLAN_CLUSTER, "c")), SIZE_MAX);
 	texts(p, "applied: 9 built, 0 reused, 0 swapped, 0 drained",
-	      "config reload: changed log, inbounds, outbounds, balancers, clusters, route, dns");
+	      "config reload: changed inbounds, outbounds, balancers, clusters, route, dns, log");
 	commit(&w);
 	assert_int_equal(plan_versions_last(&w.versions, "p"), 1);
 	assert_int_equal(plan_versions_last(&w.versions, "b"), 1);

@@ -1,0 +1,117 @@
+/* reload.c - SIGHUP and the config file's saves become a parse, a check and an apply. */
+#include "app/reload.h"
+
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/cli.h"
+#include "app/config.h"
+#include "base/log.h"
+#include "etemenanki/etemenanki.h"
+
+enum { M_PARSE, M_BUILD, M_RELOADING, M_NO_WATCH, M_SAVED };
+static const char *const msgs[] = {
+	[M_PARSE] = "reload: parse failed, keeping current config: %s",
+	[M_BUILD] = "reload: build failed, keeping current config: %s",
+	[M_RELOADING] = "reloading %s (%s)",
+	[M_NO_WATCH] = "reload: cannot watch %s for saves (%s); SIGHUP still reloads",
+	[M_SAVED] = "saved",
+};
+
+struct reloader {
+	uv_loop_t *loop;
+	const char *path;
+	char *dir, *base; /* owned: where the watch looks, and for which name */
+	etm_supervisor *sup;
+	bool keep_level;
+	uv_fs_event_t watch;
+	uv_timer_t debounce;
+	bool watching;
+};
+
+void reloader_now(reloader *r, const char *why)
+{
+	log_info("app", msgs[M_RELOADING], r->path, why);
+	etm_spec spec;
+	char msg[CONFIG_MSG_MAX];
+	/* exactly what --test runs before it says "Configuration OK." */
+	if (config_load_file(r->path, &spec, msg, sizeof msg)) {
+		log_error("app", msgs[M_PARSE], msg);
+		return;
+	}
+	if (etm_supervisor_check(&spec, msg, sizeof msg)) {
+		etm_spec_free(&spec);
+		log_error("app", msgs[M_PARSE], msg);
+		return;
+	}
+	/* then what a start runs before it builds */
+	if (etm_spec_check_available(&spec, msg, sizeof msg)) {
+		etm_spec_free(&spec);
+		log_error("app", msgs[M_BUILD], msg);
+		return;
+	}
+	int level = log_level_of(spec.log_level);
+	if (etm_supervisor_apply(r->sup, &spec, msg, sizeof msg)) {
+		log_error("app", msgs[M_BUILD], msg);
+		return;
+	}
+	if (!r->keep_level)
+		log_set_level(level);
+}
+
+static void on_quiet(uv_timer_t *t) { reloader_now(t->data, msgs[M_SAVED]); }
+
+static void on_change(uv_fs_event_t *h, const char *name, int events, int status)
+{
+	(void)events;
+	reloader *r = h->data;
+	/* a directory watch names the entry; an overflow names none: reload */
+	if (status < 0 || (name && strcmp(name, r->base) != 0))
+		return;
+	uv_timer_start(&r->debounce, on_quiet, RELOAD_DEBOUNCE_MS, 0);
+}
+
+reloader *reloader_start(uv_loop_t *loop, const char *path, etm_supervisor *sup, bool keep_level)
+{
+	reloader *r = calloc(1, sizeof *r);
+	char *d = strdup(path), *b = strdup(path);
+	if (!r || !d || !b) {
+		free(r);
+		free(d);
+		free(b);
+		return NULL;
+	}
+	*r = (reloader){.loop = loop, .path = path, .sup = sup, .keep_level = keep_level};
+	r->dir = strdup(dirname(d));
+	r->base = strdup(basename(b));
+	free(d);
+	free(b);
+	uv_timer_init(loop, &r->debounce);
+	r->debounce.data = r;
+	uv_fs_event_init(loop, &r->watch);
+	r->watch.data = r;
+	int rc = r->dir && r->base ? uv_fs_event_start(&r->watch, on_change, r->dir, 0) : UV_ENOMEM;
+	if (rc)
+		log_warn("app", msgs[M_NO_WATCH], r->dir ? r->dir : path, uv_strerror(rc));
+	r->watching = rc == 0;
+	return r;
+}
+
+static void free_closed(uv_handle_t *h)
+{
+	reloader *r = h->data;
+	if (h == (uv_handle_t *)&r->debounce) {
+		free(r->dir);
+		free(r->base);
+		free(r);
+	}
+}
+
+void reloader_stop(reloader *r)
+{
+	if (!r)
+		return;
+	uv_close((uv_handle_t *)&r->watch, NULL);
+	uv_close((uv_handle_t *)&r->debounce, free_closed); /* closed after the watch */
+}

@@ -1,0 +1,36 @@
+/* reload.h - what starts a reload: SIGHUP, and saving the config file (watched through its directory, debounced). */
+#ifndef ETM_APP_RELOAD_H
+#define ETM_APP_RELOAD_H
+
+#include <stdbool.h>
+#include <uv.h>
+
+#include "etemenanki/supervisor.h"
+
+/* A burst of saves within this long is one reload (an editor writes, then
+ * renames; a script writes in pieces). */
+#define RELOAD_DEBOUNCE_MS 200
+
+typedef struct reloader reloader;
+
+/* Watches path's directory on loop (inotify through libuv: an editor that
+ * writes a temporary file and renames it over path is seen too) and
+ * reloads sup from path when path changes, RELOAD_DEBOUNCE_MS after the
+ * last change. With keep_level the log level is the command line's, else
+ * the new file's [log] level applies. path is borrowed for the life of
+ * the reloader. Returns NULL when memory runs out; a directory that cannot
+ * be watched is logged, and reloader_now (SIGHUP) still works. */
+reloader *reloader_start(uv_loop_t *loop, const char *path, etm_supervisor *sup, bool keep_level);
+
+/* Reloads now (SIGHUP): parse and check as --test does, then apply.
+ * Every outcome is logged: "reload: parse failed, keeping current config:
+ * <message>" (the text --test prints after "configuration invalid: "),
+ * "reload: build failed, keeping current config: <message>" (the text a
+ * start prints after "failed to start: "), or the supervisor's lines. */
+void reloader_now(reloader *r, const char *why);
+
+/* Stops watching; closes its handles on the loop (run the loop once more
+ * to free them). */
+void reloader_stop(reloader *r);
+
+#endif
