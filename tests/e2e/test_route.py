@@ -21,11 +21,11 @@ import time
 
 import pytest
 
-from proxykit import (LOOPBACK, EchoServer, HttpReader, HttpTarget, Proxy, UdpEcho, connect,
-                      make_cert, parse_udp_header, read_socks_addr, recv_all, recv_exact,
-                      socks5_greet, socks5_request, socks_addr, stop_cleanly, tls_server_context)
+from proxykit import (LOOPBACK, Association, EchoServer, HttpReader, HttpTarget, Proxy, UdpEcho,
+                      assert_blackholed, assert_echoes, closed_without_bytes, connect, make_cert,
+                      read_socks_addr, recv_all, recv_exact, socks_open, socks_addr, stop_cleanly,
+                      tls_server_context)
 
-REP_OK = 0
 ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 
 # ---------------------------------------------------------------- configs
@@ -207,25 +207,6 @@ def banner_server():
 # ---------------------------------------------------------------- client helpers
 
 
-def socks_open(proxy_port, host, port, source=None):
-    """A SOCKS5 CONNECT; asserts the success reply (a blackholed flow gets it
-    too) and returns the socket. source binds the client side first."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(5)
-    try:
-        if source is not None:
-            s.bind((source, 0))
-        s.connect((LOOPBACK, proxy_port))
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        socks5_greet(s)
-        rep, _ = socks5_request(s, host, port)
-        assert rep == REP_OK, f"REP {rep:#x}"
-    except BaseException:
-        s.close()
-        raise
-    return s
-
-
 def http_connect_open(proxy_port, host, port):
     s = connect(proxy_port)
     s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
@@ -238,95 +219,6 @@ def tunnel_open(protocol, proxy_port, host, port, source=None):
         assert source is None
         return http_connect_open(proxy_port, host, port)
     return socks_open(proxy_port, host, port, source)
-
-
-def closed_without_bytes(sock, timeout=2.0):
-    """"eof" when the peer closes (or resets) with no byte sent, the bytes
-    when some came, "open" when it is still open after timeout."""
-    sock.settimeout(timeout)
-    got = b""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return got or "open"
-        sock.settimeout(left)
-        try:
-            chunk = sock.recv(65536)
-        except socket.timeout:
-            return got or "open"
-        except (ConnectionResetError, BrokenPipeError):
-            return got or "eof"
-        if not chunk:
-            return got or "eof"
-        got += chunk
-
-
-def assert_blackholed(sock, payload=b"into the void"):
-    """The flow was blackholed: whatever the client sends, EOF and no byte."""
-    try:
-        sock.sendall(payload)
-    except (ConnectionResetError, BrokenPipeError):
-        return
-    assert closed_without_bytes(sock) == "eof"
-
-
-def assert_echoes(sock, payload=b"echo me"):
-    sock.sendall(payload)
-    assert recv_exact(sock, len(payload)) == payload
-
-
-def udp_packet(host, port, data):
-    return b"\0\0\0" + socks_addr(host, port) + data
-
-
-class Association:
-    """A SOCKS5 UDP ASSOCIATE: the control connection and a client UDP socket
-    bound on the control connection's IP."""
-
-    def __init__(self, proxy_port, source=LOOPBACK):
-        self.ctl = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.ctl.settimeout(5)
-        self.ctl.bind((source, 0))
-        self.ctl.connect((LOOPBACK, proxy_port))
-        socks5_greet(self.ctl)
-        rep, self.relay = socks5_request(self.ctl, "0.0.0.0", 0, cmd=3)
-        assert rep == REP_OK, f"REP {rep:#x}"
-        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.udp.bind((source, 0))
-
-    def send(self, host, port, data):
-        self.udp.sendto(udp_packet(host, port, data), self.relay)
-
-    def recv(self, timeout=3.0):
-        """((peer host, peer port), payload) of the next reply."""
-        self.udp.settimeout(timeout)
-        pkt, src = self.udp.recvfrom(65535)
-        assert src == self.relay, src
-        return parse_udp_header(pkt)
-
-    def silent(self, wait=0.5):
-        """True when no reply comes within wait."""
-        self.udp.settimeout(wait)
-        try:
-            self.udp.recvfrom(65535)
-        except (socket.timeout, ConnectionRefusedError):
-            return True
-        return False
-
-    def echo(self, peer, data):
-        self.send(LOOPBACK, peer.port, data)
-        assert self.recv() == ((LOOPBACK, peer.port), data)
-
-    def close(self):
-        self.udp.close()
-        self.ctl.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 # The target is tag@vN (seed 002): these configs are never reloaded, so
