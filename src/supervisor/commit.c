@@ -1,0 +1,410 @@
+/* commit.c - commit: the workers take what prepare built (the plane, listeners, resolvers), then old outbound versions drain. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "supervisor/actor.h"
+
+enum {
+	MSG_LISTENING,
+	MSG_STOPPED,
+	MSG_NO_MEMORY,
+	MSG_LISTEN_FAILED,
+	MSG_DRAINED,
+	MSG_DRAIN_LATER,
+	MSG_DNS_FAILED,
+	MSG_COUNT_
+};
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_LISTENING] = "listening on %s%s%s:%u (%s, %zu worker%s)",
+	[MSG_STOPPED] = "stopped listening on %s%s%s:%u (%s)",
+	[MSG_NO_MEMORY] = "out of memory",
+	[MSG_LISTEN_FAILED] = "config reload: inbound %s: %s",
+	[MSG_DRAINED] = "outbound %s@v%llu drained: %zu flow(s) closed",
+	[MSG_DRAIN_LATER] = "outbound %s@v%llu: its flows close in %llu s",
+	[MSG_DNS_FAILED] = "config reload: dns: %s; lookups stay on the old servers",
+};
+
+const char *sup_listen_ip(const etm_inbound_spec *in) { return in->listen ? in->listen : "127.0.0.1"; }
+
+static void log_address(const etm_supervisor *s, const etm_inbound_spec *in, uint16_t port, int msg)
+{
+	const char *ip = sup_listen_ip(in);
+	bool v6 = strchr(ip, ':') != NULL;
+	size_t nw = workers_count(s->ws);
+	if (msg == MSG_LISTENING)
+		log_info("supervisor", msgs[MSG_LISTENING], v6 ? "[" : "", ip, v6 ? "]" : "", port,
+		         in->tag, nw, nw == 1 ? "" : "s");
+	else
+		log_info("supervisor", msgs[MSG_STOPPED], v6 ? "[" : "", ip, v6 ? "]" : "", port, in->tag);
+}
+
+void sup_log_listening(const etm_supervisor *s, const etm_inbound_spec *in, uint16_t port)
+{
+	log_address(s, in, port, MSG_LISTENING);
+}
+
+static void log_stopped(const etm_supervisor *s, const etm_inbound_spec *in, uint16_t port)
+{
+	log_address(s, in, port, MSG_STOPPED);
+}
+
+/* Opens inbound i of spec on w; 0, or -1 with the reason in err. */
+int sup_open_inbound(etm_supervisor *s, worker *w, sup_worker *sw, const etm_inbound_spec *in,
+                     sup_inbound *si, size_t i, char *err, size_t err_size)
+{
+	const char *ip = sup_listen_ip(in);
+	/* port 0: the first worker's bound port, for every worker */
+	uint16_t port = si->port ? si->port : in->port;
+	if (si->lb) {
+		if (worker_index(w) == 0 && listener_check_free_udp(ip, port, err, err_size))
+			return -1;
+		sw->lb_listeners[i] = udplb_listener_open(si->lb, worker_loop(w), worker_index(w), ip,
+		                                          port, err, err_size);
+		if (!sw->lb_listeners[i])
+			return -1;
+		si->port = udplb_listener_port(sw->lb_listeners[i]);
+		/* the checks run in worker 0's loop, not on a thread of their own */
+		if (worker_index(w) == 0)
+			si->health = udplb_health_start(si->lb, worker_loop(w));
+		return 0;
+	}
+	if (worker_index(w) == 0 && listener_check_free(ip, port, err, err_size))
+		return -1;
+	sw->listeners[i] = listener_open(w, ip, port, inbound_accept, si->rt, err, err_size);
+	if (!sw->listeners[i])
+		return -1;
+	si->port = listener_port(sw->listeners[i]);
+	/* on worker 0, before any other worker serves (they dial too) */
+	if (worker_index(w) == 0 && guard_listen_add(s->guard, ip, si->port)) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		return -1;
+	}
+	return 0;
+}
+
+sup_worker *sup_worker_new(size_t n)
+{
+	sup_worker *sw = calloc(1, sizeof *sw);
+	if (!sw)
+		return NULL;
+	sw->n = n;
+	sw->listeners = calloc(n ? n : 1, sizeof *sw->listeners);
+	sw->lb_listeners = calloc(n ? n : 1, sizeof *sw->lb_listeners);
+	if (!sw->listeners || !sw->lb_listeners) {
+		free(sw->listeners);
+		free(sw->lb_listeners);
+		free(sw);
+		return NULL;
+	}
+	return sw;
+}
+
+/* ---- close-after drains: timers on worker 0 ---- */
+
+typedef struct grace {
+	uv_timer_t timer;
+	list_node node; /* in worker 0's graces */
+	etm_supervisor *s;
+	uint64_t origin;
+	uint64_t after_ms;
+} grace;
+
+static void drain_here(worker *w, void *arg)
+{
+	uint64_t origin = (uint64_t)(uintptr_t)arg;
+	(void)sup_drain(w, origin);
+}
+
+static void grace_closed(uv_handle_t *h) { free(h->data); }
+
+static void grace_end(grace *g)
+{
+	sup_worker *sw = worker_slot(g->timer.loop->data); /* a worker's loop: the worker */
+	list_remove(&sw->graces, &g->node);
+	uv_close((uv_handle_t *)&g->timer, grace_closed);
+}
+
+static void on_grace(uv_timer_t *t)
+{
+	grace *g = t->data;
+	for (size_t i = 0; i < workers_count(g->s->ws); i++)
+		if (worker_post(workers_at(g->s->ws, i), drain_here, (void *)(uintptr_t)g->origin))
+			break; /* stopping: the stop ends every flow */
+	grace_end(g);
+}
+
+/* Posted to worker 0: g's timer starts there. */
+static void grace_start(worker *w, void *arg)
+{
+	grace *g = arg;
+	sup_worker *sw = worker_slot(w);
+	uv_timer_init(worker_loop(w), &g->timer);
+	g->timer.data = g;
+	list_push_back(&sw->graces, &g->node);
+	uv_timer_start(&g->timer, on_grace, g->after_ms, 0);
+}
+
+/* ---- a [dns] change: new resolvers, the old ones retired ---- */
+
+typedef struct old_dns {
+	uv_timer_t timer;
+	list_node node; /* in the worker's old_dns */
+	dns_resolver *r;
+} old_dns;
+
+static void old_dns_closed(uv_handle_t *h) { free(h->data); }
+
+static void old_dns_end(sup_worker *sw, old_dns *o)
+{
+	list_remove(&sw->old_dns, &o->node);
+	dns_resolver_del(o->r);
+	uv_close((uv_handle_t *)&o->timer, old_dns_closed);
+}
+
+static void on_old_dns(uv_timer_t *t)
+{
+	old_dns *o = t->data;
+	old_dns_end(worker_slot(t->loop->data), o); /* a worker's loop: the worker */
+}
+
+void sup_worker_free_old_dns(sup_worker *sw)
+{
+	while (sw->old_dns.head)
+		old_dns_end(sw, LIST_ENTRY(sw->old_dns.head, old_dns, node));
+}
+
+void sup_worker_quiesce_timers(sup_worker *sw)
+{
+	while (sw->graces.head)
+		grace_end(LIST_ENTRY(sw->graces.head, grace, node));
+	for (list_node *n = sw->old_dns.head; n; n = n->next)
+		uv_timer_stop(&LIST_ENTRY(n, old_dns, node)->timer);
+}
+
+/* New flows look names up with the new servers; lookups running on the
+ * old resolver finish there, and it goes SUP_DNS_RETIRE_MS later. */
+static void swap_dns_here(worker *w, void *arg)
+{
+	etm_supervisor *s = arg;
+	sup_worker *sw = worker_slot(w);
+	const etm_strlist *servers = &s->spec.dns.servers;
+	char err[SUP_ERR_MAX];
+	old_dns *o = calloc(1, sizeof *o);
+	dns_resolver *r = o ? dns_resolver_new(worker_loop(w), s->cache,
+	                                       (const char *const *)servers->items, servers->len, 0,
+	                                       err, sizeof err)
+	                    : NULL;
+	if (!r) {
+		free(o);
+		if (worker_index(w) == 0)
+			log_error("supervisor", msgs[MSG_DNS_FAILED], o ? err : msgs[MSG_NO_MEMORY]);
+		return;
+	}
+	o->r = sw->route.dns;
+	sw->route.dns = r;
+	uv_timer_init(worker_loop(w), &o->timer);
+	o->timer.data = o;
+	list_push_back(&sw->old_dns, &o->node);
+	uv_timer_start(&o->timer, on_old_dns, SUP_DNS_RETIRE_MS, 0);
+}
+
+
+/* Each worker swaps its plane between two events: a flow routed before
+ * keeps its target, the next one reads the new plane (seed 002). */
+static void publish_here(worker *w, void *arg)
+{
+	sup_worker *sw = worker_slot(w);
+	plane *old = sw->route.plane;
+	sw->route.plane = plane_ref(arg);
+	plane_unref(old);
+}
+
+typedef struct relisten {
+	etm_supervisor *s;
+	prepared *pp;
+	listener **listeners;          /* the new arrays, built on the worker */
+	udplb_listener **lb_listeners;
+} relisten;
+
+/* Each worker's listeners follow the plan: an unchanged socket carries
+ * over (a swapped one with its new config), new ones open, then removed
+ * or moved ones close: a listener an apply starts never served the
+ * previous plane, and no connection attempt is refused meanwhile. */
+static void relisten_here(worker *w, void *arg)
+{
+	relisten *r = arg;
+	prepared *pp = r->pp;
+	sup_worker *sw = worker_slot(w);
+	size_t n = pp->next->inbounds_len;
+	listener **ls = calloc(n ? n : 1, sizeof *ls);
+	udplb_listener **lbs = calloc(n ? n : 1, sizeof *lbs);
+	if (!ls || !lbs) { /* keeps every old socket: none of the new opens */
+		free(ls);
+		free(lbs);
+		log_error("supervisor", msgs[MSG_LISTEN_FAILED], "*", msgs[MSG_NO_MEMORY]);
+		return;
+	}
+	for (size_t k = 0; k < pp->p.n_entries; k++) {
+		const plan_entry *e = &pp->p.entries[k];
+		if (e->kind != PLAN_INBOUND || e->action == PLAN_REMOVED || e->action == PLAN_BUILT)
+			continue;
+		ls[e->next] = sw->listeners[e->prev];
+		lbs[e->next] = sw->lb_listeners[e->prev];
+		sw->listeners[e->prev] = NULL;
+		sw->lb_listeners[e->prev] = NULL;
+		if (ls[e->next])
+			listener_set_data(ls[e->next], pp->ins[e->next].rt);
+	}
+	listener **old_ls = sw->listeners;
+	udplb_listener **old_lbs = sw->lb_listeners;
+	size_t old_n = sw->n;
+	sw->listeners = ls;
+	sw->lb_listeners = lbs;
+	sw->n = n;
+	for (size_t k = 0; k < pp->p.n_entries; k++) {
+		const plan_entry *e = &pp->p.entries[k];
+		char why[SUP_ERR_MAX];
+		if (e->kind == PLAN_INBOUND && e->action == PLAN_BUILT &&
+		    sup_open_inbound(r->s, w, sw, &pp->next->inbounds[e->next], &pp->ins[e->next], e->next,
+		                 why, sizeof why) &&
+		    worker_index(w) == 0)
+			log_error("supervisor", msgs[MSG_LISTEN_FAILED], e->tag, why);
+	}
+	for (size_t i = 0; i < old_n; i++) {
+		if (old_ls[i])
+			listener_close(old_ls[i]);
+		udplb_listener_close(old_lbs[i]);
+	}
+	free(old_ls);
+	free(old_lbs);
+}
+
+typedef struct drain_job {
+	uint64_t origin;
+	size_t n;
+} drain_job;
+
+static void drain_count_here(worker *w, void *arg)
+{
+	drain_job *d = arg;
+	d->n += sup_drain(w, d->origin);
+}
+
+/* The DRAIN step of outbound version old, last in a commit. */
+static void drain(etm_supervisor *s, const outbound *old, plan_drain policy)
+{
+	drain_job d = {.origin = old->id};
+	switch (policy.kind) {
+	case PLAN_DRAIN_KEEP:
+		return; /* its flows run on; no new flow reaches it */
+	case PLAN_DRAIN_CLOSE:
+		for (size_t i = 0; i < workers_count(s->ws); i++)
+			worker_run(workers_at(s->ws, i), drain_count_here, &d);
+		log_info("supervisor", msgs[MSG_DRAINED], old->tag, (unsigned long long)old->version, d.n);
+		return;
+	case PLAN_DRAIN_CLOSE_AFTER: {
+		grace *g = calloc(1, sizeof *g);
+		if (!g || worker_post(workers_at(s->ws, 0), grace_start, g)) {
+			free(g);
+			log_error("supervisor", msgs[MSG_LISTEN_FAILED], old->tag, msgs[MSG_NO_MEMORY]);
+			return;
+		}
+		*g = (grace){.s = s, .origin = old->id, .after_ms = policy.after_s * 1000};
+		log_info("supervisor", msgs[MSG_DRAIN_LATER], old->tag, (unsigned long long)old->version,
+		         (unsigned long long)policy.after_s);
+		return;
+	}
+	}
+}
+
+/* Moves the running inbounds' state the plan keeps into pp->ins and
+ * retires the configs it replaces. */
+static void take_inbounds(etm_supervisor *s, prepared *pp)
+{
+	for (size_t k = 0; k < pp->p.n_entries; k++) {
+		const plan_entry *e = &pp->p.entries[k];
+		if (e->kind != PLAN_INBOUND || e->action == PLAN_REMOVED || e->action == PLAN_BUILT)
+			continue;
+		sup_inbound *from = &s->ins[e->prev], *to = &pp->ins[e->next];
+		if (e->action == PLAN_REUSED) {
+			*to = *from;
+			*from = (sup_inbound){0};
+		} else { /* swapped: a new config on the same socket */
+			to->lb = from->lb;
+			to->health = from->health;
+			from->lb = NULL;
+			from->health = NULL;
+		}
+	}
+	/* what the plan replaces: the connections it accepted keep it */
+	for (size_t i = 0; i < s->spec.inbounds_len; i++) {
+		if (s->ins[i].rt)
+			inbound_rt_release(s->ins[i].rt);
+		s->ins[i].rt = NULL;
+	}
+}
+
+static void log_listeners(const etm_supervisor *s, const prepared *pp)
+{
+	for (size_t k = 0; k < pp->p.n_entries; k++) {
+		const plan_entry *e = &pp->p.entries[k];
+		if (e->kind != PLAN_INBOUND)
+			continue;
+		if (e->action == PLAN_REMOVED || (e->flags & PLAN_F_REBIND))
+			log_stopped(s, &s->spec.inbounds[e->prev], s->ins[e->prev].port);
+		if (e->action == PLAN_BUILT && pp->ins[e->next].port)
+			sup_log_listening(s, &pp->next->inbounds[e->next], pp->ins[e->next].port);
+	}
+}
+
+void sup_commit(etm_supervisor *s, prepared *pp)
+{
+	if (pp->p.publish) {
+		s->epoch++;
+		for (size_t i = 0; i < workers_count(s->ws); i++)
+			worker_run(workers_at(s->ws, i), publish_here, pp->plane);
+		plane_unref(s->plane);
+		s->plane = pp->plane;
+		pp->plane = NULL;
+	}
+	take_inbounds(s, pp);
+	relisten r = {.s = s, .pp = pp};
+	for (size_t i = 0; i < workers_count(s->ws); i++) /* in order: port 0 is worker 0's */
+		worker_run(workers_at(s->ws, i), relisten_here, &r);
+	log_listeners(s, pp);
+	for (size_t k = 0; k < pp->p.n_steps; k++) {
+		const plan_step *st = &pp->p.steps[k];
+		if (st->kind != PLAN_STEP_DRAIN)
+			continue;
+		const plan_entry *e = &pp->p.entries[st->entry];
+		drain(s, s->obs[e->prev], e->old_drain);
+	}
+	sup_targets_free(s->obs, s->spec.outbounds_len, s->bals, s->spec.balancers_len);
+	s->obs = pp->obs;
+	s->bals = pp->bals;
+	pp->obs = NULL;
+	pp->bals = NULL;
+	free(s->ob_files);
+	s->ob_files = pp->ob_files;
+	pp->ob_files = NULL;
+	s->route_files = pp->route_files;
+	free(s->ins);
+	s->ins = pp->ins;
+	pp->ins = NULL;
+	etm_spec_free(&s->spec);
+	s->spec = *pp->next;
+	*pp->next = (etm_spec){0};
+	const plan_entry *dns = NULL;
+	for (size_t k = 0; k < pp->p.n_entries && !dns; k++)
+		if (pp->p.entries[k].kind == PLAN_DNS)
+			dns = &pp->p.entries[k];
+	if (dns && dns->action != PLAN_REUSED)
+		for (size_t i = 0; i < workers_count(s->ws); i++)
+			worker_run(workers_at(s->ws, i), swap_dns_here, s);
+	if (plan_versions_commit(&s->versions, &pp->p))
+		log_error("supervisor", msgs[MSG_LISTEN_FAILED], "*", msgs[MSG_NO_MEMORY]);
+}
+

@@ -1,0 +1,227 @@
+/* prepare.c - plan and prepare: what a new spec needs built, off the workers, reusing what is unchanged; nothing running changes here. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/hash.h"
+#include "supervisor/actor.h"
+#include "supervisor/build_inbound.h"
+#include "supervisor/build_outbound.h"
+
+enum { MSG_NO_MEMORY, MSG_UDPLB_RESTART, MSG_COUNT_ };
+static const char *const msgs[MSG_COUNT_] = {
+	[MSG_NO_MEMORY] = "out of memory",
+	[MSG_UDPLB_RESTART] = "inbound %s: a udp_lb listener or its cluster changes only with a "
+	                      "restart (not applied while running yet)",
+};
+
+
+/* A signature of files: device, inode, size and change time of each, so a
+ * save in place or by rename changes it (and a file gone too). */
+static uint64_t files_sig(const char *const *paths, size_t n)
+{
+	uint64_t h = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!paths[i])
+			continue;
+		struct stat st;
+		uint64_t v[5] = {(uint64_t)i + 1};
+		if (stat(paths[i], &st) == 0) {
+			v[1] = (uint64_t)st.st_dev ^ ((uint64_t)st.st_ino << 1);
+			v[2] = (uint64_t)st.st_size;
+			v[3] = (uint64_t)st.st_mtim.tv_sec;
+			v[4] = (uint64_t)st.st_mtim.tv_nsec;
+		}
+		for (size_t k = 0; k < 5; k++)
+			h = hash_fmix64(h ^ v[k]);
+	}
+	return h;
+}
+
+static uint64_t stream_files(const etm_stream_spec *st)
+{
+	const char *paths[] = {st->tls.ca, st->tls.certificate, st->tls.key};
+	return files_sig(paths, 3);
+}
+
+static uint64_t route_files(const etm_spec *spec)
+{
+	const char *paths[] = {spec->route.geoip, spec->route.geosite};
+	return files_sig(paths, 2);
+}
+
+/* plan_files_changed_fn: the running object's files against its record. */
+static bool running_files_changed(void *ud, plan_kind kind, size_t i)
+{
+	const etm_supervisor *s = ud;
+	switch (kind) {
+	case PLAN_INBOUND:
+		return stream_files(&s->spec.inbounds[i].stream) != s->ins[i].files;
+	case PLAN_OUTBOUND:
+		return stream_files(&s->spec.outbounds[i].stream) != s->ob_files[i];
+	case PLAN_ROUTE:
+		return route_files(&s->spec) != s->route_files;
+	default:
+		return false;
+	}
+}
+
+void sup_targets_free(outbound **obs, size_t n_obs, balanced **bals, size_t n_bals)
+{
+	for (size_t i = 0; obs && i < n_obs; i++)
+		outbound_unref(obs[i]);
+	for (size_t i = 0; bals && i < n_bals; i++)
+		balanced_unref(bals[i]);
+	free(obs);
+	free(bals);
+}
+
+/* An inbound config prepare built and nothing shares yet. */
+static void inbound_free(inbound_rt *rt)
+{
+	if (rt)
+		inbound_rt_free(rt);
+	free(rt);
+}
+
+void sup_prepared_free(prepared *pp)
+{
+	if (pp->next) {
+		sup_targets_free(pp->obs, pp->next->outbounds_len, pp->bals, pp->next->balancers_len);
+		for (size_t i = 0; pp->ins && i < pp->next->inbounds_len; i++)
+			inbound_free(pp->ins[i].rt); /* built here and not committed */
+	}
+	free(pp->ins);
+	free(pp->ob_files);
+	plane_unref(pp->plane);
+	plan_free(&pp->p);
+	*pp = (prepared){.next = pp->next};
+}
+
+/* The plan entry of kind k for index i of next. */
+static const plan_entry *entry_of(const plan *p, plan_kind k, size_t i)
+{
+	for (size_t e = 0; e < p->n_entries; e++)
+		if (p->entries[e].kind == k && p->entries[e].next == i)
+			return &p->entries[e];
+	return NULL;
+}
+
+/* What this build cannot change while running: refused like a build
+ * error, so nothing changes (seed 002 a_refused_spec_changes_nothing). */
+static int refuse_live_limits(const etm_spec *prev, const etm_spec *next, const plan *p,
+                              char *err, size_t err_size)
+{
+	for (size_t e = 0; e < p->n_entries; e++) {
+		const plan_entry *en = &p->entries[e];
+		if (en->kind != PLAN_INBOUND || en->action == PLAN_REUSED)
+			continue;
+		bool lb = (en->next != PLAN_NONE && next->inbounds[en->next].protocol == ETM_PROTO_UDP_LB) ||
+		          (en->prev != PLAN_NONE && prev->inbounds[en->prev].protocol == ETM_PROTO_UDP_LB);
+		if (lb) {
+			snprintf(err, err_size, msgs[MSG_UDPLB_RESTART], en->tag);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Builds the outbounds and balancers of pp->next, reusing the running
+ * ones the plan keeps (the same objects: TLS context, balancer health). */
+static int prepare_targets(const etm_supervisor *s, prepared *pp, char *err, size_t err_size)
+{
+	const etm_spec *next = pp->next;
+	pp->obs = calloc(next->outbounds_len ? next->outbounds_len : 1, sizeof *pp->obs);
+	pp->ob_files = calloc(next->outbounds_len ? next->outbounds_len : 1, sizeof *pp->ob_files);
+	pp->bals = calloc(next->balancers_len ? next->balancers_len : 1, sizeof *pp->bals);
+	if (!pp->obs || !pp->ob_files || !pp->bals) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		return -1;
+	}
+	for (size_t i = 0; i < next->outbounds_len; i++) {
+		const plan_entry *e = entry_of(&pp->p, PLAN_OUTBOUND, i);
+		if (e->action != PLAN_BUILT) {
+			pp->obs[i] = outbound_ref(s->obs[e->prev]);
+			pp->ob_files[i] = s->ob_files[e->prev];
+			continue;
+		}
+		pp->ob_files[i] = stream_files(&next->outbounds[i].stream); /* before the read */
+		if (!(pp->obs[i] = build_outbound(&next->outbounds[i], err, err_size)))
+			return -1;
+		pp->obs[i]->version = e->version;
+	}
+	for (size_t i = 0; i < next->balancers_len; i++) {
+		const plan_entry *e = entry_of(&pp->p, PLAN_BALANCER, i);
+		if (e->action != PLAN_BUILT)
+			pp->bals[i] = balanced_ref(s->bals[e->prev]);
+		else if (!(pp->bals[i] = build_balanced(next, &next->balancers[i], pp->obs, err,
+		                                        err_size)))
+			return -1;
+		else
+			pp->bals[i]->version = e->version;
+	}
+	return 0;
+}
+
+/* Builds the inbound configs pp->next needs anew; a new socket's address
+ * must be free (another process may hold it). */
+static int prepare_inbounds(const etm_supervisor *s, prepared *pp, bool running, char *err,
+                            size_t err_size)
+{
+	const etm_spec *next = pp->next;
+	pp->ins = calloc(next->inbounds_len ? next->inbounds_len : 1, sizeof *pp->ins);
+	if (!pp->ins) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		return -1;
+	}
+	conn_limits limits = {.handshake_ms = next->policy.handshake_timeout * 1000,
+	                      .idle_ms = next->policy.idle_timeout * 1000,
+	                      .splice = running ? s->spec.runtime.splice : next->runtime.splice};
+	for (size_t i = 0; i < next->inbounds_len; i++) {
+		const plan_entry *e = entry_of(&pp->p, PLAN_INBOUND, i);
+		const etm_inbound_spec *in = &next->inbounds[i];
+		if (e->action != PLAN_BUILT)
+			pp->ins[i].port = s->ins[e->prev].port; /* its socket carries over */
+		if (e->action == PLAN_REUSED) {
+			pp->ins[i].files = s->ins[e->prev].files;
+			continue;
+		}
+		pp->ins[i].files = stream_files(&in->stream);
+		if (!(pp->ins[i].rt = calloc(1, sizeof *pp->ins[i].rt))) {
+			snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+			return -1;
+		}
+		if (build_inbound(pp->ins[i].rt, in, &s->conn, &limits, err, err_size))
+			return -1;
+		if (running && e->action == PLAN_BUILT && in->port &&
+		    listener_check_free(sup_listen_ip(in), in->port, err, err_size))
+			return -1;
+	}
+	return 0;
+}
+
+/* Plan and prepare (ARCHITECTURE.md section 7): nothing running changes.
+ * Returns 0, or -1 with the reason in err. */
+int sup_prepare(etm_supervisor *s, etm_spec *next, bool running, prepared *pp, char *err,
+                size_t err_size)
+{
+	*pp = (prepared){.next = next};
+	if (plan_compute_files(&pp->p, running ? &s->spec : NULL, next, &s->versions,
+	                       running_files_changed, s)) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		return -1;
+	}
+	if (running && refuse_live_limits(&s->spec, next, &pp->p, err, err_size))
+		return -1;
+	if (prepare_targets(s, pp, err, err_size) || prepare_inbounds(s, pp, running, err, err_size))
+		return -1;
+	pp->route_files = s->route_files;
+	if (pp->p.publish) {
+		pp->route_files = route_files(next);
+		if (!(pp->plane = plane_new(next, s->epoch + 1, pp->obs, pp->bals, err, err_size)))
+			return -1;
+	}
+	return 0;
+}
+
