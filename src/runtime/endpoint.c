@@ -476,7 +476,7 @@ bool endpoint_can_send(const endpoint *e)
 
 size_t endpoint_send_room(const endpoint *e)
 {
-	if (!endpoint_can_send(e))
+	if (e->failed || e->closing || e->shut_wanted)
 		return 0;
 	return e->st ? stack_app_room(e->st) : SIZE_MAX;
 }

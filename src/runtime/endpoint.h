@@ -82,9 +82,12 @@ bool endpoint_take_buf(endpoint *e, uint8_t **buf, size_t *off, size_t *len);
 /* Room for one more send. */
 bool endpoint_can_send(const endpoint *e);
 
-/* How many app bytes one endpoint_send_all takes now: 0 when
- * endpoint_can_send is false, the layers' room on a stacked endpoint,
- * SIZE_MAX on a plain one. */
+/* How many app bytes one endpoint_send_all takes now: 0 once the
+ * endpoint failed, closes or shut its sending side; the layers' room on a
+ * stacked endpoint (their output waits there for a free write slot);
+ * SIZE_MAX on a plain one (the owner bounds endpoint_queued). Unlike
+ * endpoint_can_send it does not wait for a slot: a datagram link sends
+ * bursts, and drops only what finds no room. */
 size_t endpoint_send_room(const endpoint *e);
 
 /* Copies what fits of d[0, n) toward the peer (through the layers);

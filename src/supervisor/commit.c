@@ -307,12 +307,13 @@ static void drain(etm_supervisor *s, const outbound *old, plan_drain policy)
 		return;
 	case PLAN_DRAIN_CLOSE_AFTER: {
 		grace *g = calloc(1, sizeof *g);
+		if (g) /* whole before worker 0 can see it */
+			*g = (grace){.s = s, .origin = old->id, .after_ms = policy.after_s * 1000};
 		if (!g || worker_post(workers_at(s->ws, 0), grace_start, g)) {
 			free(g);
 			log_error("supervisor", msgs[MSG_LISTEN_FAILED], old->tag, msgs[MSG_NO_MEMORY]);
 			return;
 		}
-		*g = (grace){.s = s, .origin = old->id, .after_ms = policy.after_s * 1000};
 		log_info("supervisor", msgs[MSG_DRAIN_LATER], old->tag, (unsigned long long)old->version,
 		         (unsigned long long)policy.after_s);
 		return;
@@ -320,8 +321,8 @@ static void drain(etm_supervisor *s, const outbound *old, plan_drain policy)
 	}
 }
 
-/* Moves the running inbounds' state the plan keeps into pp->ins and
- * retires the configs it replaces. */
+/* Moves the running inbounds' state the plan keeps into pp->ins; what
+ * stays in s->ins is what the plan replaces (release_replaced). */
 static void take_inbounds(etm_supervisor *s, prepared *pp)
 {
 	for (size_t k = 0; k < pp->p.n_entries; k++) {
@@ -339,7 +340,12 @@ static void take_inbounds(etm_supervisor *s, prepared *pp)
 			from->health = NULL;
 		}
 	}
-	/* what the plan replaces: the connections it accepted keep it */
+}
+
+/* The configs the plan replaced, once no listener hands them to a new
+ * connection: the connections they accepted keep them until they end. */
+static void release_replaced(etm_supervisor *s)
+{
 	for (size_t i = 0; i < s->spec.inbounds_len; i++) {
 		if (s->ins[i].rt)
 			inbound_rt_release(s->ins[i].rt);
@@ -375,6 +381,7 @@ void sup_commit(etm_supervisor *s, prepared *pp)
 	for (size_t i = 0; i < workers_count(s->ws); i++) /* in order: port 0 is worker 0's */
 		worker_run(workers_at(s->ws, i), relisten_here, &r);
 	log_listeners(s, pp);
+	release_replaced(s);
 	for (size_t k = 0; k < pp->p.n_steps; k++) {
 		const plan_step *st = &pp->p.steps[k];
 		if (st->kind != PLAN_STEP_DRAIN)
