@@ -562,3 +562,34 @@ def test_an_established_connection_survives_an_apply_that_keeps_its_inbound(star
         assert refused(proxy.ports[1]), "the removed inbound still accepts"
         assert_echoes(kept, b"still there")
 
+
+
+# ---------------------------------------------------------------- balancers and drains
+
+
+def test_a_balanced_stream_is_closed_by_its_members_drain_not_the_balancers(start_proxy, echo):
+    """Seed 002: a flow through a balancer belongs to the member outbound
+    that carries it. Rebuilding the balancer leaves it open; a new version
+    of the member, under drain = "close", closes it."""
+    upstream = start_proxy(config(socks_in("up", "{port0}"), DIRECT_A))
+    member = ('[[outbound]]\ntag = "m"\nprotocol = "socks"\nserver = "127.0.0.1"\n'
+              f'port = {upstream.port}\n' + '{member_keys}\n\n')
+    template = config(socks_in("in", "{port0}"), member,
+                      '[[balancer]]\ntag = "pool"\noutbounds = ["m"]\n'
+                      'probe_interval = {interval}\n\n', default="pool")
+    proxy = start_proxy(template, extra={"member_keys": 'drain = "close"', "interval": 30})
+    with flow(proxy, echo) as carried:
+        proxy.extra["interval"] = 20
+        outcome, _ = reload(proxy, template)
+        assert outcome == "config reload: changed balancers"
+        assert_echoes(carried, b"the balancer was rebuilt, its member was not")
+        assert not drained_logged(proxy, carried, timeout=0.3)
+
+        # the member itself changes: its old version ran under close
+        proxy.extra["member_keys"] = 'drain = "close"\naddress_family = "ipv4_only"'
+        outcome, _ = reload(proxy, template)
+        assert outcome == "config reload: changed outbounds, balancers"
+        assert wait_closed(carried, 2.0) is not None, "the member's drain did not close the flow"
+        assert drained_logged(proxy, carried)
+        with flow(proxy, echo):  # the new version of the member carries new flows
+            pass
