@@ -131,7 +131,7 @@ static void round_trip_and_counters(void **state)
 	                             "shed_max_flows=0 no_memory=0 unknown_flow=0 queue_full=0 "
 	                             "open_failed=0 send_error=0\n"
 	                             "udp_lb lb: evicted idle=0 responses=1 requests=0 closed=0 "
-	                             "aborted=0\n"));
+	                             "aborted=0 removed=0\n"));
 	char backend_line[128];
 	snprintf(backend_line, sizeof backend_line,
 	         "\nudp_lb lb: backend 127.0.0.1:%u up flows_created=1\n", bport);
