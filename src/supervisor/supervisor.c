@@ -709,7 +709,7 @@ static void free_supervisor(etm_supervisor *s)
 	for (size_t i = 0; s->ins && i < s->spec.inbounds_len; i++) {
 		if (s->ins[i].rt)
 			inbound_rt_release(s->ins[i].rt);
-		udplb_group_del(s->ins[i].lb);
+		udplb_group_unref(s->ins[i].lb);
 	}
 	free(s->ins);
 	plan_versions_free(&s->versions);
