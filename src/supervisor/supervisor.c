@@ -85,8 +85,8 @@ static const char *const msgs[MSG_COUNT_] = {
 	[MSG_LISTENING] = "listening on %s%s%s:%u (%s, %zu worker%s)",
 	[MSG_NO_MEMORY] = "out of memory",
 	[MSG_DNS_RESTART] = "dns: a change to [dns] needs a restart (not applied while running yet)",
-	[MSG_UDPLB_RESTART] = "inbound %s: a udp_lb listener or its cluster changes only with a "
-	                      "restart (not applied while running yet)",
+	[MSG_UDPLB_RESTART] = "inbound %s: a listener turns into or from udp_lb on the same "
+	                      "address only with a restart (not applied while running yet)",
 	[MSG_RUNTIME_RESTART] = "config reload: [runtime] (workers, splice) applies at the next start",
 	[MSG_LISTEN_FAILED] = "config reload: inbound %s: %s",
 	[MSG_STOPPED] = "stopped listening on %s%s%s:%u (%s)",
@@ -102,9 +102,21 @@ typedef struct prepared {
 	uint64_t *ob_files;
 	uint64_t route_files;
 	balanced **bals;  /* next's, references */
-	sup_inbound *ins; /* next's; rt NULL where the running one carries over */
+	sup_inbound *ins; /* next's; rt NULL where the running one carries over; lb
+	                   * set (owned) for a new udp_lb inbound only */
 	plane *plane;     /* NULL when nothing is published */
+	/* The udp_lb inbounds SWAPPED, each a running group that holds the
+	 * prepared state (udplb_group_prepare) */
+	struct lb_swap *lb_swaps;
+	size_t n_lb_swaps;
 } prepared;
+
+/* A SWAPPED udp_lb inbound: its index in next, and its running group,
+ * which commit moves to that index. */
+typedef struct lb_swap {
+	size_t next;
+	udplb_group *g;
+} lb_swap;
 
 static const char *listen_ip(const etm_inbound_spec *in) { return in->listen ? in->listen : "127.0.0.1"; }
 
@@ -361,13 +373,18 @@ static void inbound_free(inbound_rt *rt)
 	free(rt);
 }
 
+static void abort_lb(prepared *pp);
+
 static void prepared_free(prepared *pp)
 {
 	if (pp->next) {
 		free_targets(pp->obs, pp->next->outbounds_len, pp->bals, pp->next->balancers_len);
-		for (size_t i = 0; pp->ins && i < pp->next->inbounds_len; i++)
+		for (size_t i = 0; pp->ins && i < pp->next->inbounds_len; i++) {
 			inbound_free(pp->ins[i].rt); /* built here and not committed */
+			udplb_group_unref(pp->ins[i].lb);
+		}
 	}
+	abort_lb(pp);
 	free(pp->ins);
 	free(pp->ob_files);
 	plane_unref(pp->plane);
@@ -386,21 +403,12 @@ static const plan_entry *entry_of(const plan *p, plan_kind k, size_t i)
 
 /* What this build cannot change while running: refused like a build
  * error, so nothing changes (seed 002 a_refused_spec_changes_nothing). */
-static int refuse_live_limits(const etm_spec *prev, const etm_spec *next, const plan *p,
-                              char *err, size_t err_size)
+static int refuse_live_limits(const plan *p, char *err, size_t err_size)
 {
 	for (size_t e = 0; e < p->n_entries; e++) {
 		const plan_entry *en = &p->entries[e];
 		if (en->kind == PLAN_DNS && en->action != PLAN_REUSED) {
 			snprintf(err, err_size, "%s", msgs[MSG_DNS_RESTART]);
-			return -1;
-		}
-		if (en->kind != PLAN_INBOUND || en->action == PLAN_REUSED)
-			continue;
-		bool lb = (en->next != PLAN_NONE && next->inbounds[en->next].protocol == ETM_PROTO_UDP_LB) ||
-		          (en->prev != PLAN_NONE && prev->inbounds[en->prev].protocol == ETM_PROTO_UDP_LB);
-		if (lb) {
-			snprintf(err, err_size, msgs[MSG_UDPLB_RESTART], en->tag);
 			return -1;
 		}
 	}
@@ -474,8 +482,77 @@ static int prepare_inbounds(const etm_supervisor *s, prepared *pp, bool running,
 		}
 		if (build_inbound(pp->ins[i].rt, in, &s->conn, &limits, err, err_size))
 			return -1;
-		if (running && e->action == PLAN_BUILT && in->port &&
+		if (running && e->action == PLAN_BUILT && in->port && in->protocol != ETM_PROTO_UDP_LB &&
 		    listener_check_free(listen_ip(in), in->port, err, err_size))
+			return -1;
+	}
+	return 0;
+}
+
+/* ---- udp_lb groups across a reload ---- */
+
+static const etm_cluster_spec *cluster_of(const etm_spec *spec, const char *tag);
+
+/* The running groups of the SWAPPED udp_lb inbounds drop what prepare
+ * readied for them: prepare failed after them, or nothing was committed. */
+static void abort_lb(prepared *pp)
+{
+	for (size_t k = 0; k < pp->n_lb_swaps; k++)
+		udplb_group_abort(pp->lb_swaps[k].g); /* after a commit: a no-op */
+	free(pp->lb_swaps);
+	pp->lb_swaps = NULL;
+	pp->n_lb_swaps = 0;
+}
+
+/* The udp_lb inbounds of pp->next: a new one (or one on a new address)
+ * gets a group of its own, opened by commit; a SWAPPED one's running group
+ * prepares the new cluster and settings, which commit applies on every
+ * worker (udplb_group_prepare). Either fails the reload with nothing
+ * changed: a bad cluster, a busy UDP port, no memory. */
+static int prepare_lb(const etm_supervisor *s, prepared *pp, char *err, size_t err_size)
+{
+	const etm_spec *next = pp->next;
+	size_t n_in = next->inbounds_len, n_lb = 0;
+	for (size_t i = 0; i < n_in; i++)
+		n_lb += next->inbounds[i].protocol == ETM_PROTO_UDP_LB;
+	pp->lb_swaps = calloc(n_lb ? n_lb : 1, sizeof *pp->lb_swaps);
+	if (!pp->lb_swaps) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		return -1;
+	}
+	uint32_t budget = udplb_auto_flows(n_lb);
+	for (size_t i = 0; i < n_in; i++) {
+		const plan_entry *e = entry_of(&pp->p, PLAN_INBOUND, i);
+		const etm_inbound_spec *in = &next->inbounds[i];
+		bool lb = in->protocol == ETM_PROTO_UDP_LB;
+		if (e->action == PLAN_SWAPPED && lb != (s->ins[e->prev].lb != NULL)) {
+			snprintf(err, err_size, msgs[MSG_UDPLB_RESTART], in->tag);
+			return -1;
+		}
+		if (!lb || e->action == PLAN_REUSED)
+			continue;
+		const etm_cluster_spec *cl = cluster_of(next, in->settings.cluster);
+		if (!cl) /* etm_spec_check refuses this; a caller that skipped it */
+			return spec_format(err, err_size, SPEC_UNKNOWN_CLUSTER, in->tag,
+			                   in->settings.cluster ? in->settings.cluster : "");
+		udplb_group_config cfg;
+		if (build_udplb(in, cl, &cfg, err, err_size))
+			return -1;
+		int rc = 0;
+		if (e->action == PLAN_SWAPPED) {
+			/* pp->ins[i].lb stays NULL until commit moves the group in */
+			udplb_group *g = s->ins[e->prev].lb;
+			rc = udplb_group_prepare(g, &cfg, budget, err, err_size);
+			if (!rc)
+				pp->lb_swaps[pp->n_lb_swaps++] = (lb_swap){.next = i, .g = g};
+		} else {
+			pp->ins[i].lb = udplb_group_new(&cfg, workers_count(s->ws), budget, err, err_size);
+			rc = pp->ins[i].lb ? 0 : -1;
+			if (!rc && in->port && listener_check_free_udp(listen_ip(in), in->port, err, err_size))
+				rc = -1;
+		}
+		build_udplb_free(&cfg);
+		if (rc)
 			return -1;
 	}
 	return 0;
@@ -492,9 +569,10 @@ static int prepare(etm_supervisor *s, etm_spec *next, bool running, prepared *pp
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return -1;
 	}
-	if (running && refuse_live_limits(&s->spec, next, &pp->p, err, err_size))
+	if (running && refuse_live_limits(&pp->p, err, err_size))
 		return -1;
-	if (prepare_targets(s, pp, err, err_size) || prepare_inbounds(s, pp, running, err, err_size))
+	if (prepare_targets(s, pp, err, err_size) || prepare_inbounds(s, pp, running, err, err_size) ||
+	    (running && prepare_lb(s, pp, err, err_size)))
 		return -1;
 	pp->route_files = s->route_files;
 	if (pp->p.publish) {
@@ -655,6 +733,61 @@ static void log_listeners(const etm_supervisor *s, const prepared *pp)
 	}
 }
 
+/* Worker side of commit_lb: on worker 0 the checks move first, then each
+ * listener moves to its group's prepared state. */
+static void apply_lb_here(worker *w, void *arg)
+{
+	prepared *pp = arg;
+	sup_worker *sw = worker_slot(w);
+	for (size_t k = 0; k < pp->n_lb_swaps; k++) {
+		size_t i = pp->lb_swaps[k].next;
+		sup_inbound *si = &pp->ins[i];
+		if (worker_index(w) == 0) /* the checks run in worker 0's loop */
+			si->health = udplb_health_switch(si->health, si->lb, worker_loop(w));
+		if (sw->lb_listeners[i])
+			udplb_listener_apply(sw->lb_listeners[i]);
+	}
+}
+
+/* Worker 0: the checks of the groups that leave stop. */
+static void stop_lb_health_here(worker *w, void *arg)
+{
+	etm_supervisor *s = arg;
+	(void)w;
+	for (size_t i = 0; i < s->spec.inbounds_len; i++) {
+		if (!s->ins[i].lb)
+			continue;
+		udplb_health_stop(s->ins[i].health);
+		s->ins[i].health = NULL;
+	}
+}
+
+/* Commit's udp_lb step, once take_inbounds and relisten_here have moved the
+ * listeners: each SWAPPED group takes its prepared state on every worker
+ * (udplb_listener_apply: live flows keep their backend while it stays, a
+ * removed backend's flows close); the groups take_inbounds left behind
+ * (removed inbounds, and those that moved to another address) stop their
+ * checks and are let go: their listeners, closed by relisten_here, hold
+ * them until their memory goes. */
+static void commit_lb(etm_supervisor *s, prepared *pp)
+{
+	if (pp->n_lb_swaps)
+		for (size_t i = 0; i < workers_count(s->ws); i++)
+			worker_run(workers_at(s->ws, i), apply_lb_here, pp);
+	for (size_t k = 0; k < pp->n_lb_swaps; k++)
+		udplb_group_commit(pp->lb_swaps[k].g);
+	bool leaving = false;
+	for (size_t i = 0; i < s->spec.inbounds_len; i++)
+		leaving |= s->ins[i].lb != NULL;
+	if (!leaving)
+		return;
+	worker_run(workers_at(s->ws, 0), stop_lb_health_here, s);
+	for (size_t i = 0; i < s->spec.inbounds_len; i++) {
+		udplb_group_unref(s->ins[i].lb);
+		s->ins[i].lb = NULL;
+	}
+}
+
 /* Commit (seed 002 Actor::commit): publish, then listeners, then drains;
  * the running spec and targets become pp's. Cannot fail: what can was
  * done in prepare. */
@@ -672,6 +805,7 @@ static void commit(etm_supervisor *s, prepared *pp)
 	relisten r = {.s = s, .pp = pp};
 	for (size_t i = 0; i < workers_count(s->ws); i++) /* in order: port 0 is worker 0's */
 		worker_run(workers_at(s->ws, i), relisten_here, &r);
+	commit_lb(s, pp);
 	log_listeners(s, pp);
 	for (size_t k = 0; k < pp->p.n_steps; k++) {
 		const plan_step *st = &pp->p.steps[k];
