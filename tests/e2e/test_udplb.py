@@ -16,6 +16,7 @@ Run alone:
 """
 import collections
 import os
+import re
 import signal
 import socket
 import struct
@@ -768,3 +769,138 @@ def test_a_flow_with_an_answer_still_owed_does_not_hand_its_socket_on(lb, client
         assert m["sockets_reused"] == 0 and m["datagrams_to_clients"] == 2, m
     finally:
         b.close()
+
+
+# ---------------------------------------------------------------- reloads (issue 16)
+
+RELOAD_CLUSTER = "config reload: changed inbounds, clusters"
+
+
+class Asker:
+    """Keeps asking through every client, one after the other, in a thread,
+    until stop(): records which backend answered each client each time and
+    every question left without an answer."""
+
+    def __init__(self, flows):
+        self.flows = flows
+        self.seen = collections.defaultdict(set)
+        self.asked = 0
+        self.unanswered = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        n = 0
+        while not self._stop.is_set():
+            for i, c in enumerate(self.flows):
+                payload = b"q%d" % n
+                n += 1
+                c.send(payload)
+                got = c.recv(2.0)
+                if got is None or got[1] != payload:
+                    self.unanswered.append((i, payload, got))
+                    continue
+                self.seen[i].add(got[0])
+                self.asked += 1
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(10)
+
+
+def test_a_udp_lb_listener_keeps_every_flow_through_20_reloads_that_change_its_cluster(
+        lb, backends, clients):
+    """Issue 16: twenty saves of the config, each changing the cluster (a
+    third backend added and removed again, b's weight, the health checks'
+    rise), while twelve flows from four client IPs, so on both workers, keep
+    talking: every datagram is answered, by the backend the flow started
+    on, and no flow ends or is opened again."""
+    a, b, c = backends
+    health = {"interval": 1, "timeout": 1, "rise": 2, "fall": 2}
+
+    def text(i):
+        members = [a, f"{b.addr} weight={1 + i % 3}"] + ([c] if i % 2 else [])
+        return lb_config(members, workers=2, cluster={"selection": "hrw"},
+                         health=dict(health, rise=2 + i % 2)), len(members)
+
+    proxy = lb([a, b], workers=2, cluster={"selection": "hrw"}, health=health)
+    flows = [clients(proxy.port, "127.0.0.%d" % (2 + i % 4)) for i in range(12)]
+    started_on = [f.ask(b"hello") for f in flows]
+    assert set(started_on) <= {"a", "b"}, started_on
+    asker = Asker(flows)
+    try:
+        for i in range(1, 21):
+            body, n = text(i)
+            assert proxy.reload(body, n_backends=n) == RELOAD_CLUSTER, proxy.log()
+            time.sleep(0.05)  # a few questions between two saves
+    finally:
+        asker.stop()
+    assert not asker.unanswered, asker.unanswered[:5]
+    assert asker.asked >= 12 * 20, asker.asked
+    for i, names in asker.seen.items():
+        assert names == {started_on[i]}, (i, names, started_on[i])
+    m = proxy.metrics()
+    assert m["flows_created"] == 12 and m["active_flows"] == 12, m
+    assert sum(m["evicted"].values()) == 0, m
+    assert sum(m["drops"].values()) == 0, m
+    assert set(m["backends"]) == {a.addr, b.addr}, m  # the last save has no c
+    assert not proxy.lines_with("is now down"), proxy.log()
+
+
+def test_a_removed_backends_flows_end_and_new_flows_go_to_the_others(lb, backends, clients):
+    """A reload that removes c ends c's flow at once (evicted removed): its
+    client's next datagram opens a new flow on a or b and c hears nothing
+    more; the flows on a and b keep their backend; new flows spread over
+    the backends that stay."""
+    a, b, c = backends
+    proxy = lb(backends, workers=1, cluster={"selection": "round_robin"})
+    flows = [clients(proxy.port) for _ in range(3)]
+    on = {f.ask(b"first"): f for f in flows}
+    assert set(on) == {"a", "b", "c"}
+    heard_by_c = len(c.datagrams())
+
+    line = proxy.reload(lb_config([a, b], workers=1, cluster={"selection": "round_robin"}),
+                        n_backends=2)
+    assert line == RELOAD_CLUSTER, proxy.log()
+    m = proxy.metrics()
+    assert m["evicted"]["removed"] == 1 and m["active_flows"] == 2, m
+    assert set(m["backends"]) == {a.addr, b.addr}, m
+    assert m["backends"][a.addr][1] == 1 and m["backends"][b.addr][1] == 1, m  # counts kept
+
+    assert on["a"].ask(b"still") == "a"
+    assert on["b"].ask(b"still") == "b"
+    assert on["c"].ask(b"moved") in {"a", "b"}
+    names = [clients(proxy.port).ask(b"new") for _ in range(6)]
+    assert tally(names) == {"a": 3, "b": 3}, names
+    assert len(c.datagrams()) == heard_by_c
+    m = proxy.metrics()
+    assert m["flows_created"] == 3 + 1 + 6 and m["active_flows"] == 9, m
+
+
+def test_a_udp_lb_inbound_added_by_a_reload_serves_traffic(lb, backends, clients):
+    """A reload adds a second udp_lb inbound with a cluster of its own: it
+    listens and serves at once while the first keeps its flow; a later
+    reload removes it again: it stops answering and the first goes on."""
+    a, b, _ = backends
+    proxy = lb([a], workers=2)
+    old = clients(proxy.port)
+    assert old.ask(b"before") == "a"
+    second = ('\n[[inbound]]\ntag = "lb2"\nprotocol = "udp_lb"\nlisten = "127.0.0.1"\n'
+              'port = 0\n[inbound.settings]\ncluster = "pool2"\n'
+              f'\n[[cluster]]\ntag = "pool2"\nbackends = ["{b.addr}"]\n')
+    base = lb_config([a], workers=2)
+    assert proxy.reload(base + second) == "config reload: changed inbounds, clusters"
+    found = re.search(r"listening on 127\.0\.0\.1:(\d+) \(lb2, 2 workers\)",
+                      proxy.wait_line("(lb2, 2 workers)"))
+    port2 = int(found.group(1))
+    new = clients(port2)
+    assert new.ask(b"through lb2") == "b"
+    assert old.ask(b"after") == "a"
+    assert proxy.metrics()["flows_created"] == 1  # the first inbound's flow went on
+
+    assert proxy.reload(base) == "config reload: changed inbounds, clusters"
+    proxy.wait_line(f"stopped listening on 127.0.0.1:{port2} (lb2)")
+    new.silent(b"lb2 is gone", wait=0.5)
+    assert old.ask(b"still") == "a"
+    assert proxy.metrics()["flows_created"] == 1
