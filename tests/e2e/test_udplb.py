@@ -1,7 +1,8 @@
 """The UDP load balancer end to end (seed 001; docs/udp-lb.md): flows spread
 under each selection mode, a flow sticks to its backend, health checks steer
 new flows, responses = 1 closes a flow after its answer, the PROXY v2 header a
-backend sees, the max_flows and per-source limits, and idle flows reaped.
+backend sees, the max_flows and per-source limits, idle flows reaped, and
+reloads that change the cluster or add and remove udp_lb inbounds.
 
 Three echo backends run in this process (udplbkit.EchoBackend): each answers
 a datagram with its name, "|" and the payload, after removing a PROXY v2
