@@ -905,3 +905,27 @@ def test_a_udp_lb_inbound_added_by_a_reload_serves_traffic(lb, backends, clients
     new.silent(b"lb2 is gone", wait=0.5)
     assert old.ask(b"still") == "a"
     assert proxy.metrics()["flows_created"] == 1
+
+
+def test_a_reload_that_turns_on_a_per_subnet_limit_steers_by_subnet(lb, backends, clients):
+    """Two workers steered by client IP; a reload adds max_flows_per_subnet:
+    the listener steers by /24 from then on (and says so), so the limit is
+    exact across the workers, as it is from a start."""
+    proxy = lb(backends, workers=2)
+    assert clients(proxy.port, "127.0.0.2").ask(b"before") in {"a", "b", "c"}
+    line = proxy.reload(lb_config(backends, workers=2,
+                                  cluster={"max_flows_per_subnet": 2, "subnet_prefix_v4": 24}))
+    assert line == RELOAD_CLUSTER, proxy.log()
+    proxy.wait_line("udp_lb lb: clients are spread over the workers by subnet now; a client "
+                    "that lands on another worker opens a new flow there")
+    kept = []
+    for net in ("127.0.1", "127.0.2"):
+        for host in (2, 3):
+            kept.append(clients(proxy.port, "%s.%d" % (net, host)))
+            kept[-1].ask(b"in")
+        for host in (4, 5, 6, 7):
+            clients(proxy.port, "%s.%d" % (net, host)).silent(b"over", wait=0.05)
+    m = proxy.wait_metrics(lambda m: m["drops"]["shed_per_subnet"] >= 8)
+    assert m["drops"]["shed_per_subnet"] == 8, m
+    for c in kept:
+        assert c.ask(b"still") in {"a", "b", "c"}
