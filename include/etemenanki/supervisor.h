@@ -50,7 +50,7 @@ uint16_t etm_supervisor_inbound_port(const etm_supervisor *s, size_t i);
 /* The counters of one udp_lb inbound, summed over its workers
  * (docs/udp-lb.md "Metrics" names each). */
 #define ETM_UDPLB_DROP_KINDS 12
-#define ETM_UDPLB_CLOSE_KINDS 5
+#define ETM_UDPLB_CLOSE_KINDS 6
 typedef struct etm_udplb_stats {
 	uint64_t active_flows;
 	uint64_t flows_created, flows_evicted, flows_shed;

@@ -73,9 +73,21 @@ typedef struct prepared {
 	uint64_t *ob_files;
 	uint64_t route_files;
 	balanced **bals;  /* next's, references */
-	sup_inbound *ins; /* next's; rt NULL where the running one carries over */
+	sup_inbound *ins; /* next's; rt NULL where the running one carries over; lb
+	                   * set (owned) for a new udp_lb inbound only */
 	plane *plane;     /* NULL when nothing is published */
+	/* The udp_lb inbounds SWAPPED, each a running group that holds the
+	 * prepared state (udplb_group_prepare) */
+	struct lb_swap *lb_swaps;
+	size_t n_lb_swaps;
 } prepared;
+
+/* A SWAPPED udp_lb inbound: its index in next, and its running group,
+ * which commit moves to that index. */
+typedef struct lb_swap {
+	size_t next;
+	udplb_group *g;
+} lb_swap;
 
 
 /* prepare.c: plan and prepare (ARCHITECTURE.md section 7) the spec next,
@@ -95,6 +107,9 @@ void sup_targets_free(outbound **obs, size_t n_obs, balanced **bals, size_t n_ba
  * the running spec and targets become pp's. Cannot fail: what can failed
  * in prepare. */
 void sup_commit(etm_supervisor *s, prepared *pp);
+
+/* The [[cluster]] called tag; NULL when there is none. */
+const etm_cluster_spec *sup_cluster_of(const etm_spec *spec, const char *tag);
 
 /* The address an inbound listens on ("127.0.0.1" when it names none). */
 const char *sup_listen_ip(const etm_inbound_spec *in);

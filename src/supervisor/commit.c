@@ -366,6 +366,61 @@ static void log_listeners(const etm_supervisor *s, const prepared *pp)
 	}
 }
 
+/* Worker side of commit_lb: on worker 0 the checks move first, then each
+ * listener moves to its group's prepared state. */
+static void apply_lb_here(worker *w, void *arg)
+{
+	prepared *pp = arg;
+	sup_worker *sw = worker_slot(w);
+	for (size_t k = 0; k < pp->n_lb_swaps; k++) {
+		size_t i = pp->lb_swaps[k].next;
+		sup_inbound *si = &pp->ins[i];
+		if (worker_index(w) == 0) /* the checks run in worker 0's loop */
+			si->health = udplb_health_switch(si->health, si->lb, worker_loop(w));
+		if (sw->lb_listeners[i])
+			udplb_listener_apply(sw->lb_listeners[i]);
+	}
+}
+
+/* Worker 0: the checks of the groups that leave stop. */
+static void stop_lb_health_here(worker *w, void *arg)
+{
+	etm_supervisor *s = arg;
+	(void)w;
+	for (size_t i = 0; i < s->spec.inbounds_len; i++) {
+		if (!s->ins[i].lb)
+			continue;
+		udplb_health_stop(s->ins[i].health);
+		s->ins[i].health = NULL;
+	}
+}
+
+/* Commit's udp_lb step, once take_inbounds and relisten_here have moved the
+ * listeners: each SWAPPED group takes its prepared state on every worker
+ * (udplb_listener_apply: live flows keep their backend while it stays, a
+ * removed backend's flows close); the groups take_inbounds left behind
+ * (removed inbounds, and those that moved to another address) stop their
+ * checks and are let go: their listeners, closed by relisten_here, hold
+ * them until their memory goes. */
+static void commit_lb(etm_supervisor *s, prepared *pp)
+{
+	if (pp->n_lb_swaps)
+		for (size_t i = 0; i < workers_count(s->ws); i++)
+			worker_run(workers_at(s->ws, i), apply_lb_here, pp);
+	for (size_t k = 0; k < pp->n_lb_swaps; k++)
+		udplb_group_commit(pp->lb_swaps[k].g);
+	bool leaving = false;
+	for (size_t i = 0; i < s->spec.inbounds_len; i++)
+		leaving |= s->ins[i].lb != NULL;
+	if (!leaving)
+		return;
+	worker_run(workers_at(s->ws, 0), stop_lb_health_here, s);
+	for (size_t i = 0; i < s->spec.inbounds_len; i++) {
+		udplb_group_unref(s->ins[i].lb);
+		s->ins[i].lb = NULL;
+	}
+}
+
 void sup_commit(etm_supervisor *s, prepared *pp)
 {
 	if (pp->p.publish) {
@@ -380,6 +435,7 @@ void sup_commit(etm_supervisor *s, prepared *pp)
 	relisten r = {.s = s, .pp = pp};
 	for (size_t i = 0; i < workers_count(s->ws); i++) /* in order: port 0 is worker 0's */
 		worker_run(workers_at(s->ws, i), relisten_here, &r);
+	commit_lb(s, pp);
 	log_listeners(s, pp);
 	release_replaced(s);
 	for (size_t k = 0; k < pp->p.n_steps; k++) {

@@ -8,12 +8,14 @@
 #include "supervisor/actor.h"
 #include "supervisor/build_inbound.h"
 #include "supervisor/build_outbound.h"
+#include "supervisor/build_udplb.h"
+#include "supervisor/spec_msg.h"
 
 enum { MSG_NO_MEMORY, MSG_UDPLB_RESTART, MSG_COUNT_ };
 static const char *const msgs[MSG_COUNT_] = {
 	[MSG_NO_MEMORY] = "out of memory",
-	[MSG_UDPLB_RESTART] = "inbound %s: a udp_lb listener or its cluster changes only with a "
-	                      "restart (not applied while running yet)",
+	[MSG_UDPLB_RESTART] = "inbound %s: a listener turns into or from udp_lb on the same "
+	                      "address only with a restart (not applied while running yet)",
 };
 
 
@@ -85,13 +87,18 @@ static void inbound_free(inbound_rt *rt)
 	free(rt);
 }
 
+static void abort_lb(prepared *pp);
+
 void sup_prepared_free(prepared *pp)
 {
 	if (pp->next) {
 		sup_targets_free(pp->obs, pp->next->outbounds_len, pp->bals, pp->next->balancers_len);
-		for (size_t i = 0; pp->ins && i < pp->next->inbounds_len; i++)
+		for (size_t i = 0; pp->ins && i < pp->next->inbounds_len; i++) {
 			inbound_free(pp->ins[i].rt); /* built here and not committed */
+			udplb_group_unref(pp->ins[i].lb);
+		}
 	}
+	abort_lb(pp);
 	free(pp->ins);
 	free(pp->ob_files);
 	plane_unref(pp->plane);
@@ -106,25 +113,6 @@ static const plan_entry *entry_of(const plan *p, plan_kind k, size_t i)
 		if (p->entries[e].kind == k && p->entries[e].next == i)
 			return &p->entries[e];
 	return NULL;
-}
-
-/* What this build cannot change while running: refused like a build
- * error, so nothing changes (seed 002 a_refused_spec_changes_nothing). */
-static int refuse_live_limits(const etm_spec *prev, const etm_spec *next, const plan *p,
-                              char *err, size_t err_size)
-{
-	for (size_t e = 0; e < p->n_entries; e++) {
-		const plan_entry *en = &p->entries[e];
-		if (en->kind != PLAN_INBOUND || en->action == PLAN_REUSED)
-			continue;
-		bool lb = (en->next != PLAN_NONE && next->inbounds[en->next].protocol == ETM_PROTO_UDP_LB) ||
-		          (en->prev != PLAN_NONE && prev->inbounds[en->prev].protocol == ETM_PROTO_UDP_LB);
-		if (lb) {
-			snprintf(err, err_size, msgs[MSG_UDPLB_RESTART], en->tag);
-			return -1;
-		}
-	}
-	return 0;
 }
 
 /* Builds the outbounds and balancers of pp->next, reusing the running
@@ -194,8 +182,84 @@ static int prepare_inbounds(const etm_supervisor *s, prepared *pp, bool running,
 		}
 		if (build_inbound(pp->ins[i].rt, in, &s->conn, &limits, err, err_size))
 			return -1;
-		if (running && e->action == PLAN_BUILT && in->port &&
+		if (running && e->action == PLAN_BUILT && in->port && in->protocol != ETM_PROTO_UDP_LB &&
 		    listener_check_free(sup_listen_ip(in), in->port, err, err_size))
+			return -1;
+	}
+	return 0;
+}
+
+/* ---- udp_lb groups across a reload ---- */
+
+const etm_cluster_spec *sup_cluster_of(const etm_spec *spec, const char *tag)
+{
+	for (size_t i = 0; tag && i < spec->clusters_len; i++)
+		if (strcmp(spec->clusters[i].tag, tag) == 0)
+			return &spec->clusters[i];
+	return NULL;
+}
+
+/* The running groups of the SWAPPED udp_lb inbounds drop what prepare
+ * readied for them: prepare failed after them, or nothing was committed. */
+static void abort_lb(prepared *pp)
+{
+	for (size_t k = 0; k < pp->n_lb_swaps; k++)
+		udplb_group_abort(pp->lb_swaps[k].g); /* after a commit: a no-op */
+	free(pp->lb_swaps);
+	pp->lb_swaps = NULL;
+	pp->n_lb_swaps = 0;
+}
+
+/* The udp_lb inbounds of pp->next: a new one (or one on a new address)
+ * gets a group of its own, opened by commit; a SWAPPED one's running group
+ * prepares the new cluster and settings, which commit applies on every
+ * worker (udplb_group_prepare). Either fails the reload with nothing
+ * changed: a bad cluster, a busy UDP port, no memory. */
+static int prepare_lb(const etm_supervisor *s, prepared *pp, char *err, size_t err_size)
+{
+	const etm_spec *next = pp->next;
+	size_t n_in = next->inbounds_len, n_lb = 0;
+	for (size_t i = 0; i < n_in; i++)
+		n_lb += next->inbounds[i].protocol == ETM_PROTO_UDP_LB;
+	pp->lb_swaps = calloc(n_lb ? n_lb : 1, sizeof *pp->lb_swaps);
+	if (!pp->lb_swaps) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		return -1;
+	}
+	uint32_t budget = udplb_auto_flows(n_lb);
+	for (size_t i = 0; i < n_in; i++) {
+		const plan_entry *e = entry_of(&pp->p, PLAN_INBOUND, i);
+		const etm_inbound_spec *in = &next->inbounds[i];
+		bool lb = in->protocol == ETM_PROTO_UDP_LB;
+		if (e->action == PLAN_SWAPPED && lb != (s->ins[e->prev].lb != NULL)) {
+			snprintf(err, err_size, msgs[MSG_UDPLB_RESTART], in->tag);
+			return -1;
+		}
+		if (!lb || e->action == PLAN_REUSED)
+			continue;
+		const etm_cluster_spec *cl = sup_cluster_of(next, in->settings.cluster);
+		if (!cl) /* etm_spec_check refuses this; a caller that skipped it */
+			return spec_format(err, err_size, SPEC_UNKNOWN_CLUSTER, in->tag,
+			                   in->settings.cluster ? in->settings.cluster : "");
+		udplb_group_config cfg;
+		if (build_udplb(in, cl, &cfg, err, err_size))
+			return -1;
+		int rc = 0;
+		if (e->action == PLAN_SWAPPED) {
+			/* pp->ins[i].lb stays NULL until commit moves the group in */
+			udplb_group *g = s->ins[e->prev].lb;
+			rc = udplb_group_prepare(g, &cfg, budget, err, err_size);
+			if (!rc)
+				pp->lb_swaps[pp->n_lb_swaps++] = (lb_swap){.next = i, .g = g};
+		} else {
+			pp->ins[i].lb = udplb_group_new(&cfg, workers_count(s->ws), budget, err, err_size);
+			rc = pp->ins[i].lb ? 0 : -1;
+			if (!rc && in->port &&
+			    listener_check_free_udp(sup_listen_ip(in), in->port, err, err_size))
+				rc = -1;
+		}
+		build_udplb_free(&cfg);
+		if (rc)
 			return -1;
 	}
 	return 0;
@@ -212,9 +276,8 @@ int sup_prepare(etm_supervisor *s, etm_spec *next, bool running, prepared *pp, c
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return -1;
 	}
-	if (running && refuse_live_limits(&s->spec, next, &pp->p, err, err_size))
-		return -1;
-	if (prepare_targets(s, pp, err, err_size) || prepare_inbounds(s, pp, running, err, err_size))
+	if (prepare_targets(s, pp, err, err_size) || prepare_inbounds(s, pp, running, err, err_size) ||
+	    (running && prepare_lb(s, pp, err, err_size)))
 		return -1;
 	pp->route_files = s->route_files;
 	if (pp->p.publish) {

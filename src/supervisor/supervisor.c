@@ -106,7 +106,7 @@ static void free_supervisor(etm_supervisor *s)
 	for (size_t i = 0; s->ins && i < s->spec.inbounds_len; i++) {
 		if (s->ins[i].rt)
 			inbound_rt_release(s->ins[i].rt);
-		udplb_group_del(s->ins[i].lb);
+		udplb_group_unref(s->ins[i].lb);
 	}
 	free(s->ins);
 	plan_versions_free(&s->versions);
@@ -126,14 +126,6 @@ static void stop_workers(etm_supervisor *s)
 	s->ws = NULL;
 }
 
-static const etm_cluster_spec *cluster_of(const etm_spec *spec, const char *tag)
-{
-	for (size_t i = 0; i < spec->clusters_len; i++)
-		if (strcmp(spec->clusters[i].tag, tag) == 0)
-			return &spec->clusters[i];
-	return NULL;
-}
-
 /* A group per udp_lb inbound, each with an even share of the automatic
  * flow budget. */
 static int start_lb_groups(etm_supervisor *s, char *err, size_t err_size)
@@ -145,7 +137,7 @@ static int start_lb_groups(etm_supervisor *s, char *err, size_t err_size)
 		const etm_inbound_spec *in = &s->spec.inbounds[i];
 		if (in->protocol != ETM_PROTO_UDP_LB)
 			continue;
-		const etm_cluster_spec *cl = cluster_of(&s->spec, in->settings.cluster);
+		const etm_cluster_spec *cl = sup_cluster_of(&s->spec, in->settings.cluster);
 		if (!cl) {
 			/* etm_spec_check refuses this; a caller that skipped it */
 			return spec_format(err, err_size, SPEC_UNKNOWN_CLUSTER, in->tag,

@@ -1,4 +1,4 @@
-/* group.c - what the workers of one udp_lb inbound share: the cluster, the hash key, health flags, and the counters read back as metrics. */
+/* group.c - what the workers of one udp_lb inbound share: the cluster, the hash key, health flags, the counters read back as metrics, and the next state a reload prepares. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -8,10 +8,11 @@
 
 #include "udplb/shell_int.h"
 
-enum { MSG_NOMEM, MSG_NO_SEED };
+enum { MSG_NOMEM, MSG_NO_SEED, MSG_CLUSTER };
 static const char *const msgs[] = {
 	[MSG_NOMEM] = "out of memory",
 	[MSG_NO_SEED] = "udp_lb %s: no random hash key: %s",
+	[MSG_CLUSTER] = "cluster %s: %s",
 };
 
 /* Each worker's counters on cache lines of their own. */
@@ -48,6 +49,125 @@ uint32_t udplb_auto_flows(size_t n_lb)
 
 static char *dup_text(const char *s) { return strdup(s ? s : ""); }
 
+/* Frees a state, and what a prepared one still holds for workers that
+ * did not take it (NULL is fine). */
+static void state_free(udplb_state *st, size_t n_workers)
+{
+	if (!st)
+		return;
+	for (size_t w = 0; w < n_workers; w++) {
+		if (st->backend_flows)
+			free((void *)st->backend_flows[w]);
+		if (st->views)
+			udplb_backends_del(st->views[w]);
+		if (st->pools)
+			udplb_pool_free(st->pools[w]); /* never handed out: it holds no socket */
+	}
+	free((void *)st->backend_flows);
+	free(st->views);
+	free(st->pools);
+	free(st->from);
+	free((void *)st->up);
+	udplb_conf_free(&st->conf);
+	free((void *)st->health.payload);
+	free(st->tag);
+	free(st->cluster_tag);
+	free(st);
+}
+
+/* What a state built to replace prev needs for the hand-over: where each
+ * backend of prev went, their health as prev has it, and each worker's
+ * view and reuse pool, built here so that a listener's move to the state
+ * cannot fail. Returns 0 or a UDPLB_E_* code. */
+static int state_stage(udplb_state *st, const udplb_state *prev, size_t n_workers)
+{
+	size_t nb = st->conf.n_backends;
+	st->n_from = prev->conf.n_backends;
+	st->from = malloc((st->n_from ? st->n_from : 1) * sizeof *st->from);
+	st->views = calloc(n_workers, sizeof *st->views);
+	st->pools = calloc(n_workers, sizeof *st->pools);
+	if (!st->from || !st->views || !st->pools)
+		return UDPLB_E_NOMEM;
+	/* a scan: at most 1024 x 1024 comparisons, once per reload */
+	for (size_t i = 0; i < st->n_from; i++) {
+		st->from[i] = -1;
+		for (size_t j = 0; j < nb; j++) {
+			if (!udplb_addr_equal(&prev->conf.backends[i].addr, &st->conf.backends[j].addr))
+				continue;
+			st->from[i] = (int)j;
+			/* without checks every backend counts as up */
+			if (st->health.enabled)
+				atomic_store(&st->up[j], atomic_load(&prev->up[i]));
+			break;
+		}
+	}
+	for (size_t w = 0; w < n_workers; w++) {
+		int rc = udplb_backends_new(&st->views[w], st->conf.maglev_size);
+		if (!rc)
+			rc = udplb_backends_set(st->views[w], st->conf.backends, nb);
+		if (rc)
+			return rc;
+		if (st->conf.reuse_sockets && !(st->pools[w] = udplb_flows_pool_new(st)))
+			return UDPLB_E_NOMEM;
+	}
+	return 0;
+}
+
+/* The state of cfg for a group of n_workers; with prev, prepared to
+ * replace it. Returns NULL with the reason in err. */
+static udplb_state *state_new(const udplb_group_config *cfg, size_t n_workers,
+                              uint32_t flows_budget, const udplb_state *prev, char *err,
+                              size_t err_size)
+{
+	int rc = UDPLB_E_NOMEM;
+	udplb_state *st = calloc(1, sizeof *st);
+	if (!st)
+		goto fail;
+	st->tag = dup_text(cfg->tag);
+	st->cluster_tag = dup_text(cfg->cluster_tag);
+	st->health = cfg->health;
+	st->health.payload = NULL;
+	uint8_t *payload = malloc(cfg->health.payload_len ? cfg->health.payload_len : 1);
+	if (payload && cfg->health.payload_len)
+		memcpy(payload, cfg->health.payload, cfg->health.payload_len);
+	st->health.payload = payload;
+	if (!st->tag || !st->cluster_tag || !payload || udplb_conf_copy(&st->conf, &cfg->conf))
+		goto fail;
+	uint64_t max = cfg->max_flows ? cfg->max_flows : flows_budget;
+	st->max_flows = (uint32_t)((max + n_workers - 1) / n_workers); /* max >= 1 */
+	uint64_t rx = cfg->max_rx;
+	st->max_rx = rx > UDPLB_DATAGRAM_MAX ? UDPLB_DATAGRAM_MAX : (uint32_t)rx;
+	size_t nb = st->conf.n_backends;
+	st->up = calloc(nb ? nb : 1, sizeof *st->up);
+	st->backend_flows = calloc(n_workers, sizeof *st->backend_flows);
+	if (!st->up || !st->backend_flows)
+		goto fail;
+	for (size_t w = 0; w < n_workers; w++)
+		if (!(st->backend_flows[w] = calloc(nb ? nb : 1, sizeof *st->backend_flows[w])))
+			goto fail;
+	for (size_t i = 0; i < nb; i++)
+		atomic_init(&st->up[i], 1); /* backends start up */
+	if (prev && (rc = state_stage(st, prev, n_workers)))
+		goto fail;
+	return st;
+fail:
+	if (rc == UDPLB_E_NOMEM)
+		snprintf(err, err_size, "%s", msgs[MSG_NOMEM]);
+	else
+		snprintf(err, err_size, msgs[MSG_CLUSTER], cfg->cluster_tag ? cfg->cluster_tag : "",
+		         udplb_strerror(rc));
+	state_free(st, n_workers);
+	return NULL;
+}
+
+static void group_free(udplb_group *g)
+{
+	state_free(g->next, g->n_workers);
+	state_free(g->st, g->n_workers);
+	free(g->ctr);
+	free(g);
+}
+
 udplb_group *udplb_group_new(const udplb_group_config *cfg, size_t n_workers,
                              uint32_t flows_budget, char *err, size_t err_size)
 {
@@ -56,50 +176,26 @@ udplb_group *udplb_group_new(const udplb_group_config *cfg, size_t n_workers,
 		snprintf(err, err_size, "%s", msgs[MSG_NOMEM]);
 		return NULL;
 	}
+	atomic_init(&g->refs, 1);
 	g->n_workers = n_workers ? n_workers : 1;
-	g->tag = dup_text(cfg->tag);
-	g->cluster_tag = dup_text(cfg->cluster_tag);
-	g->health = cfg->health;
-	g->health.payload = NULL;
-	uint8_t *payload = malloc(cfg->health.payload_len ? cfg->health.payload_len : 1);
-	if (payload && cfg->health.payload_len)
-		memcpy(payload, cfg->health.payload, cfg->health.payload_len);
-	g->health.payload = payload;
-	if (!g->tag || !g->cluster_tag || !payload || udplb_conf_copy(&g->conf, &cfg->conf)) {
-		snprintf(err, err_size, "%s", msgs[MSG_NOMEM]);
-		udplb_group_del(g);
-		return NULL;
-	}
-	uint64_t max = cfg->max_flows ? cfg->max_flows : flows_budget;
-	g->max_flows = (uint32_t)((max + g->n_workers - 1) / g->n_workers); /* max >= 1 */
-	uint64_t rx = cfg->max_rx;
-	g->max_rx = rx > UDPLB_DATAGRAM_MAX ? UDPLB_DATAGRAM_MAX : (uint32_t)rx;
-	/* One key for every worker, so they agree on each client's backend. */
+	/* One key for every worker, so they agree on each client's backend;
+	 * a reload keeps it, so they agree with what they did before too. */
 	if (getrandom(&g->seed, sizeof g->seed, 0) != (ssize_t)sizeof g->seed) {
-		snprintf(err, err_size, msgs[MSG_NO_SEED], g->tag, strerror(errno));
-		udplb_group_del(g);
+		snprintf(err, err_size, msgs[MSG_NO_SEED], cfg->tag ? cfg->tag : "", strerror(errno));
+		group_free(g);
 		return NULL;
 	}
-	size_t nb = g->conf.n_backends;
-	g->up = calloc(nb ? nb : 1, sizeof *g->up);
 	g->ctr = aligned_alloc(64, COUNTERS_STRIDE * g->n_workers);
-	if (!g->up || !g->ctr) {
+	if (!g->ctr) {
 		snprintf(err, err_size, "%s", msgs[MSG_NOMEM]);
-		udplb_group_del(g);
+		group_free(g);
 		return NULL;
 	}
 	memset(g->ctr, 0, COUNTERS_STRIDE * g->n_workers);
-	for (size_t i = 0; i < g->n_workers; i++) {
-		udplb_counters *c = udplb_group_counters(g, i);
-		c->backend_flows = calloc(nb ? nb : 1, sizeof *c->backend_flows);
-		if (!c->backend_flows) {
-			snprintf(err, err_size, "%s", msgs[MSG_NOMEM]);
-			udplb_group_del(g);
-			return NULL;
-		}
+	if (!(g->st = state_new(cfg, g->n_workers, flows_budget, NULL, err, err_size))) {
+		group_free(g);
+		return NULL;
 	}
-	for (size_t i = 0; i < nb; i++)
-		atomic_init(&g->up[i], 1);
 	return g;
 }
 
@@ -108,19 +204,54 @@ udplb_counters *udplb_group_counters(const udplb_group *g, size_t worker)
 	return (udplb_counters *)((char *)g->ctr + COUNTERS_STRIDE * worker);
 }
 
-void udplb_group_del(udplb_group *g)
+udplb_group *udplb_group_ref(udplb_group *g)
 {
-	if (!g)
+	atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+	return g;
+}
+
+void udplb_group_unref(udplb_group *g)
+{
+	if (g && atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) == 1)
+		group_free(g);
+}
+
+/* ---- reloads ---- */
+
+int udplb_group_prepare(udplb_group *g, const udplb_group_config *cfg, uint32_t flows_budget,
+                        char *err, size_t err_size)
+{
+	udplb_group_abort(g);
+	g->next = state_new(cfg, g->n_workers, flows_budget, g->st, err, err_size);
+	return g->next ? 0 : -1;
+}
+
+void udplb_group_abort(udplb_group *g)
+{
+	state_free(g->next, g->n_workers);
+	g->next = NULL;
+}
+
+void udplb_group_commit(udplb_group *g)
+{
+	udplb_state *nx = g->next;
+	if (!nx)
 		return;
-	for (size_t i = 0; g->ctr && i < g->n_workers; i++)
-		free((void *)udplb_group_counters(g, i)->backend_flows);
-	free(g->ctr);
-	free((void *)g->up);
-	udplb_conf_free(&g->conf);
-	free((void *)g->health.payload);
-	free(g->tag);
-	free(g->cluster_tag);
-	free(g);
+	state_free(g->st, g->n_workers);
+	g->st = nx;
+	g->next = NULL;
+	/* what workers without a listener left, and the hand-over's map */
+	for (size_t w = 0; w < g->n_workers; w++) {
+		udplb_backends_del(nx->views[w]);
+		udplb_pool_free(nx->pools[w]);
+	}
+	free(nx->views);
+	free(nx->pools);
+	free(nx->from);
+	nx->views = NULL;
+	nx->pools = NULL;
+	nx->from = NULL;
+	nx->n_from = 0;
 }
 
 /* ---- reading the counters ---- */
@@ -149,24 +280,24 @@ void udplb_group_totals(const udplb_group *g, udplb_totals *out)
 	}
 }
 
-size_t udplb_group_backend_count(const udplb_group *g) { return g->conf.n_backends; }
+size_t udplb_group_backend_count(const udplb_group *g) { return g->st->conf.n_backends; }
 
 void udplb_group_backend(const udplb_group *g, size_t i, char *addr, size_t addr_size, bool *up,
                          uint64_t *flows_created)
 {
-	udplb_addr_format(&g->conf.backends[i].addr, addr, addr_size);
-	*up = atomic_load(&g->up[i]) != 0;
+	const udplb_state *st = g->st;
+	udplb_addr_format(&st->conf.backends[i].addr, addr, addr_size);
+	*up = atomic_load(&st->up[i]) != 0;
 	*flows_created = 0;
 	for (size_t w = 0; w < g->n_workers; w++)
-		*flows_created += atomic_load_explicit(&udplb_group_counters(g, w)->backend_flows[i],
-		                                       memory_order_relaxed);
+		*flows_created += atomic_load_explicit(&st->backend_flows[w][i], memory_order_relaxed);
 }
 
 void udplb_group_write(const udplb_group *g, FILE *out)
 {
 	udplb_totals t;
 	udplb_group_totals(g, &t);
-	const char *tag = g->tag;
+	const char *tag = g->st->tag;
 	fprintf(out,
 	        "udp_lb %s: active_flows=%" PRIu64 " flows_created=%" PRIu64
 	        " flows_evicted=%" PRIu64 " flows_shed=%" PRIu64 " datagrams_to_backends=%" PRIu64
@@ -183,7 +314,7 @@ void udplb_group_write(const udplb_group *g, FILE *out)
 	for (unsigned i = 0; i < UDPLB_CLOSE_COUNT; i++)
 		fprintf(out, " %s=%" PRIu64, udplb_close_name((udplb_close_reason)i), t.evicted[i]);
 	fputc('\n', out);
-	for (size_t i = 0; i < g->conf.n_backends; i++) {
+	for (size_t i = 0; i < g->st->conf.n_backends; i++) {
 		char addr[UDPLB_ADDR_TEXT_MAX];
 		bool up;
 		uint64_t n;

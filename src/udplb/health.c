@@ -27,7 +27,7 @@ typedef struct probe {
 } probe;
 
 struct udplb_health {
-	udplb_group *g;
+	udplb_state *st; /* whose flags it writes: not touched once stopping */
 	uv_loop_t *loop;
 	bool tcp, udp;
 	uint64_t interval_ms, timeout_ms;
@@ -42,10 +42,10 @@ struct udplb_health {
 
 static void publish(probe *p)
 {
-	udplb_group *g = p->h->g;
-	atomic_store(&g->up[p->i], p->up ? 1 : 0);
-	atomic_fetch_add_explicit(&g->health_gen, 1, memory_order_release);
-	log_info("udplb", msgs[0], g->cluster_tag, p->addr, p->up ? "up" : "down");
+	udplb_state *st = p->h->st;
+	atomic_store(&st->up[p->i], p->up ? 1 : 0);
+	atomic_fetch_add_explicit(&st->health_gen, 1, memory_order_release);
+	log_info("udplb", msgs[0], st->cluster_tag, p->addr, p->up ? "up" : "down");
 }
 
 /* Rise/fall hysteresis (seed 001 section 10): a backend flips after rise
@@ -181,16 +181,18 @@ static void on_tick(uv_timer_t *t)
 		start_udp(p);
 }
 
-udplb_health *udplb_health_start(udplb_group *g, uv_loop_t *loop)
+/* The checks of st, every backend up, nothing started yet; NULL when st
+ * has no [cluster.health] or memory ran out. */
+static udplb_health *health_new(udplb_state *st, uv_loop_t *loop)
 {
-	const udplb_health_config *hc = &g->health;
-	if (!hc->enabled || g->conf.n_backends == 0)
+	const udplb_health_config *hc = &st->health;
+	if (!hc->enabled || st->conf.n_backends == 0)
 		return NULL;
-	size_t n = g->conf.n_backends;
+	size_t n = st->conf.n_backends;
 	udplb_health *h = calloc(1, sizeof *h + n * sizeof(probe));
 	if (!h)
 		return NULL;
-	h->g = g;
+	h->st = st;
 	h->loop = loop;
 	h->tcp = hc->tcp;
 	h->udp = hc->udp;
@@ -199,7 +201,7 @@ udplb_health *udplb_health_start(udplb_group *g, uv_loop_t *loop)
 	h->rise = hc->rise;
 	h->fall = hc->fall;
 	if (hc->udp) {
-		/* a copy of its own: h outlives a stop, which may outlive the group */
+		/* a copy of its own: h outlives a stop, which may outlive the state */
 		h->payload_bytes = malloc(hc->payload_len ? hc->payload_len : 1);
 		if (!h->payload_bytes) {
 			free(h);
@@ -212,7 +214,7 @@ udplb_health *udplb_health_start(udplb_group *g, uv_loop_t *loop)
 	h->n = n;
 	for (size_t i = 0; i < n; i++) {
 		probe *p = &h->probes[i];
-		const udplb_addr *a = &g->conf.backends[i].addr;
+		const udplb_addr *a = &st->conf.backends[i].addr;
 		p->h = h;
 		p->i = i;
 		p->up = true; /* backends start up: a fresh start serves at once */
@@ -222,13 +224,60 @@ udplb_health *udplb_health_start(udplb_group *g, uv_loop_t *loop)
 			tcp.port = hc->tcp_port;
 		(void)udplb_addr_to_sockaddr(&tcp, &p->tcp_to);
 		(void)udplb_addr_to_sockaddr(a, &p->udp_to);
-		uv_timer_init(loop, &p->tick);
-		uv_timer_init(loop, &p->deadline);
+	}
+	return h;
+}
+
+/* Starts every probe's timer: the first probe at once. */
+static void health_run(udplb_health *h)
+{
+	for (size_t i = 0; i < h->n; i++) {
+		probe *p = &h->probes[i];
+		uv_timer_init(h->loop, &p->tick);
+		uv_timer_init(h->loop, &p->deadline);
 		p->tick.data = p->deadline.data = p;
 		h->open_handles += 2;
 		uv_timer_start(&p->tick, on_tick, 0, h->interval_ms);
 	}
+}
+
+udplb_health *udplb_health_start(udplb_group *g, uv_loop_t *loop)
+{
+	udplb_health *h = health_new(g->st, loop);
+	if (h)
+		health_run(h);
 	return h;
+}
+
+static uint32_t at_most(uint32_t v, uint32_t cap) { return v < cap ? v : cap; }
+
+udplb_health *udplb_health_switch(udplb_health *h, udplb_group *g, uv_loop_t *loop)
+{
+	udplb_state *cur = g->st, *nx = g->next;
+	if (!nx)
+		return h;
+	/* The flags as the running checks leave them: they write them on
+	 * this loop, so nothing moves between this copy and their stop.
+	 * Without checks from here on every backend counts as up. */
+	for (size_t i = 0; i < nx->n_from; i++)
+		if (nx->from[i] >= 0)
+			atomic_store(&nx->up[nx->from[i]],
+			             nx->health.enabled ? atomic_load(&cur->up[i]) : 1);
+	atomic_fetch_add_explicit(&nx->health_gen, 1, memory_order_release);
+	udplb_health *nh = health_new(nx, loop);
+	for (size_t i = 0; nh && h && i < h->n && i < nx->n_from; i++) {
+		if (nx->from[i] < 0)
+			continue;
+		const probe *was = &h->probes[i];
+		probe *p = &nh->probes[nx->from[i]];
+		p->up = was->up;
+		p->oks = at_most(was->oks, nh->rise);
+		p->fails = at_most(was->fails, nh->fall);
+	}
+	udplb_health_stop(h);
+	if (nh)
+		health_run(nh);
+	return nh;
 }
 
 static void timer_closed(uv_handle_t *hd)

@@ -14,6 +14,7 @@ typedef enum bulk_work {
 	WORK_NONE,
 	WORK_EXPIRE,
 	WORK_CLOSE_ALL,
+	WORK_CLOSE_BACKEND,
 } bulk_work;
 
 /* A close takes two outputs (evicted, close); a round stops while one more
@@ -40,7 +41,8 @@ struct udplb_manager {
 
 	bulk_work work;
 	uint64_t work_now;     /* WORK_EXPIRE: the expiry's now */
-	uint32_t work_cursor;  /* WORK_CLOSE_ALL: the next slot to look at */
+	uint32_t work_cursor;  /* WORK_CLOSE_ALL, _BACKEND: the next slot to look at */
+	udplb_addr work_backend; /* WORK_CLOSE_BACKEND: whose flows close */
 
 	uint64_t created, evicted;
 
@@ -436,13 +438,16 @@ static bool pump(udplb_manager *m)
 		assert(!m->armed || m->armed_deadline > m->work_now);
 		return true;
 	}
-	if (m->work == WORK_CLOSE_ALL) {
+	if (m->work == WORK_CLOSE_ALL || m->work == WORK_CLOSE_BACKEND) {
+		bool all = m->work == WORK_CLOSE_ALL;
 		for (; m->work_cursor < m->ft.cap; m->work_cursor++) {
-			if (m->ft.flows[m->work_cursor].phase != FLOW_ESTABLISHED)
+			const udplb_flow *f = &m->ft.flows[m->work_cursor];
+			if (f->phase != FLOW_ESTABLISHED ||
+			    (!all && !udplb_addr_equal(&f->backend, &m->work_backend)))
 				continue;
 			if (room(m) < CLOSE_ROOM)
 				return false;
-			close_flow(m, m->work_cursor, UDPLB_CLOSE_ALL);
+			close_flow(m, m->work_cursor, all ? UDPLB_CLOSE_ALL : UDPLB_CLOSE_REMOVED);
 		}
 		m->work = WORK_NONE;
 		return true;
@@ -493,6 +498,15 @@ static int on_config(udplb_manager *m, const udplb_input *in)
 			close_flow(m, slot, UDPLB_CLOSE_ABORT);
 		return UDPLB_OK;
 	}
+	case UDPLB_CFG_CLOSE_BACKEND:
+		/* A scan of the table, as CLOSE_ALL: a reload removes few
+		 * backends, and a flow keeps no index into the view. */
+		m->work = WORK_CLOSE_BACKEND;
+		m->work_cursor = 0;
+		m->work_backend = in->u.config.backend;
+		canon(&m->work_backend);
+		(void)pump(m);
+		return UDPLB_OK;
 	}
 	return UDPLB_E_INVAL;
 }

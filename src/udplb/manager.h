@@ -40,11 +40,11 @@ static inline uint32_t udplb_flow_slot(udplb_flow_id id)
 	return (uint32_t)id;
 }
 
-/* The output queue's length. One input other than a timer expiry or
- * CLOSE_ALL emits at most 6 outputs (created, open, send, evicted, close,
- * arm); those two emit 2 per closed flow and are cut into rounds that
- * continue as the shell polls, so a table of any size drains through a
- * fixed queue. */
+/* The output queue's length. One input other than a timer expiry,
+ * CLOSE_ALL or CLOSE_BACKEND emits at most 6 outputs (created, open, send,
+ * evicted, close, arm); those three emit 2 per closed flow and are cut into
+ * rounds that continue as the shell polls, so a table of any size drains
+ * through a fixed queue. */
 #define UDPLB_OUTPUT_MAX 64
 
 typedef enum udplb_affinity {
@@ -125,6 +125,7 @@ typedef enum udplb_config_kind {
 	UDPLB_CFG_RESUME,        /* admit new flows again */
 	UDPLB_CFG_CLOSE_ALL,     /* close every flow (listener removed, hard stop) */
 	UDPLB_CFG_ABORT_FLOW,    /* flow: close it (e.g. its upstream socket failed to open) */
+	UDPLB_CFG_CLOSE_BACKEND, /* backend: close every flow on it (a reload removed it) */
 } udplb_config_kind;
 
 typedef struct udplb_input {
@@ -147,6 +148,7 @@ typedef struct udplb_input {
 			udplb_cluster cluster; /* SET_CLUSTER */
 			uint32_t value;        /* SET_MAX_FLOWS, SET_MAX_RX */
 			udplb_flow_id flow;    /* ABORT_FLOW */
+			udplb_addr backend;    /* CLOSE_BACKEND */
 		} config;
 	} u;
 } udplb_input;

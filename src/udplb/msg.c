@@ -53,6 +53,7 @@ static const struct {
 	[UDPLB_CLOSE_REQUESTS] = {"requests", "requests cap reached"},
 	[UDPLB_CLOSE_ALL] = {"closed", "listener removed or stopped"},
 	[UDPLB_CLOSE_ABORT] = {"aborted", "flow aborted"},
+	[UDPLB_CLOSE_REMOVED] = {"removed", "its backend was removed from the cluster"},
 };
 
 const char *udplb_strerror(int err)

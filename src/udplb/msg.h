@@ -57,8 +57,9 @@ typedef enum udplb_close_reason {
 	UDPLB_CLOSE_REQUESTS,  /* the requests cap was reached */
 	UDPLB_CLOSE_ALL,       /* the listener was removed or stopped (CLOSE_ALL) */
 	UDPLB_CLOSE_ABORT,     /* the shell aborted it (ABORT_FLOW: no socket, say) */
+	UDPLB_CLOSE_REMOVED,   /* its backend left the cluster (CLOSE_BACKEND) */
 } udplb_close_reason;
-#define UDPLB_CLOSE_COUNT 5
+#define UDPLB_CLOSE_COUNT 6
 
 /* The text of an error code; "unknown error" for a code not listed. */
 const char *udplb_strerror(int err);

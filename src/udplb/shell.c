@@ -14,12 +14,14 @@
 #include "runtime/listener.h"
 #include "udplb/shell_int.h"
 
-enum { MSG_REFUSED, MSG_NO_STEER };
+enum { MSG_REFUSED, MSG_NO_STEER, MSG_RESTEER };
 static const char *const msgs[] = {
 	[MSG_REFUSED] = "udp_lb %s: the core refused an input: %s",
 	[MSG_NO_STEER] = "udp_lb %s: cannot steer clients to workers by source IP (%s); the "
 			 "kernel's 4-tuple hash spreads them instead, so per-IP and per-subnet "
 			 "limits count per worker",
+	[MSG_RESTEER] = "udp_lb %s: clients are spread over the workers by %s now; a client "
+			"that lands on another worker opens a new flow there",
 };
 
 /* ---- acting on the core's outputs ---- */
@@ -87,7 +89,7 @@ void udplb_listener_feed(udplb_listener *l, const udplb_input *in)
 {
 	int rc = udplb_manager_input(l->m, in, uv_now(l->loop));
 	if (rc) {
-		log_warn("udplb", msgs[MSG_REFUSED], l->g->tag, udplb_strerror(rc));
+		log_warn("udplb", msgs[MSG_REFUSED], l->st->tag, udplb_strerror(rc));
 		return;
 	}
 	drain(l);
@@ -110,13 +112,14 @@ static void on_timer(uv_timer_t *t)
 
 static void sync_health(udplb_listener *l)
 {
-	uint64_t gen = atomic_load_explicit(&l->g->health_gen, memory_order_acquire);
+	const udplb_state *st = l->st;
+	uint64_t gen = atomic_load_explicit(&st->health_gen, memory_order_acquire);
 	if (gen == l->health_gen)
 		return;
 	l->health_gen = gen;
-	for (size_t i = 0; i < l->g->conf.n_backends; i++)
-		if (udplb_backends_set_health(l->view, i, atomic_load(&l->g->up[i]) != 0))
-			return; /* i is always in range: the view holds the group's list */
+	for (size_t i = 0; i < st->conf.n_backends; i++)
+		if (udplb_backends_set_health(l->view, i, atomic_load(&st->up[i]) != 0))
+			return; /* i is always in range: the view holds the state's list */
 }
 
 static void on_listener(uv_poll_t *p, int status, int events);
@@ -183,10 +186,38 @@ static void listener_free(udplb_listener *l)
 	udplb_rx_free(l);
 	udplb_backends_del(l->view);
 	udplb_manager_del(l->m);
+	udplb_group_unref(l->g); /* last: the frees above count drops in its counters */
 	free(l);
 }
 
-static int setup_socket(udplb_listener *l, const struct sockaddr_storage *ss, size_t worker_index)
+/* Whether clients go to the same worker under a and b: by IP, or by
+ * subnet of the same prefix lengths (a per-subnet limit needs a subnet on
+ * one worker). */
+static bool same_steering(const udplb_cluster *a, const udplb_cluster *b)
+{
+	bool sa = a->max_flows_per_subnet > 0, sb = b->max_flows_per_subnet > 0;
+	return sa == sb && (!sa || (a->subnet_prefix_v4 == b->subnet_prefix_v4 &&
+	                            a->subnet_prefix_v6 == b->subnet_prefix_v6));
+}
+
+/* Attaches the program that spreads clients over the workers' sockets: on
+ * worker 0's, which sets it for every socket of the port. Returns whether
+ * it was attached. */
+static bool steer(udplb_listener *l)
+{
+	const udplb_cluster *c = &l->st->conf.cluster;
+	bool by_subnet = c->max_flows_per_subnet > 0;
+	if (l->g->n_workers < 2 || l->worker != 0)
+		return false;
+	if (udplb_steer_by_source(l->fd, l->g->n_workers, by_subnet ? c->subnet_prefix_v4 : 32,
+	                          by_subnet ? c->subnet_prefix_v6 : 128)) {
+		log_warn("udplb", msgs[MSG_NO_STEER], l->st->tag, strerror(errno));
+		return false;
+	}
+	return true;
+}
+
+static int setup_socket(udplb_listener *l, const struct sockaddr_storage *ss)
 {
 	int one = 1;
 	socklen_t len = ss->ss_family == AF_INET ? sizeof(struct sockaddr_in)
@@ -214,13 +245,7 @@ static int setup_socket(udplb_listener *l, const struct sockaddr_storage *ss, si
 	(void)setsockopt(l->fd, SOL_SOCKET, SO_SNDBUF, &rcv, sizeof rcv);
 	if (bind(l->fd, (const struct sockaddr *)ss, len))
 		return -errno;
-	/* by subnet when a per-subnet limit needs a subnet on one worker */
-	const udplb_cluster *c = &l->g->conf.cluster;
-	bool by_subnet = c->max_flows_per_subnet > 0;
-	if (l->g->n_workers > 1 && worker_index == 0 &&
-	    udplb_steer_by_source(l->fd, l->g->n_workers, by_subnet ? c->subnet_prefix_v4 : 32,
-	                          by_subnet ? c->subnet_prefix_v6 : 128))
-		log_warn("udplb", msgs[MSG_NO_STEER], l->g->tag, strerror(errno));
+	(void)steer(l);
 	struct sockaddr_storage bound;
 	socklen_t blen = sizeof bound;
 	if (getsockname(l->fd, (struct sockaddr *)&bound, &blen) ||
@@ -252,21 +277,24 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 		listener_failed(err, err_size, ip, port, uv_strerror(UV_ENOMEM));
 		return NULL;
 	}
-	l->g = g;
+	l->g = udplb_group_ref(g);
+	l->st = g->st;
+	l->worker = worker_index;
 	l->ctr = udplb_group_counters(g, worker_index);
 	l->loop = loop;
 	l->fd = l->epfd = -1;
 	l->wildcard = is_wildcard(&ss);
-	udplb_manager_config mc = {.max_flows = g->max_flows, .max_rx_datagram_size = g->max_rx,
+	const udplb_state *st = l->st;
+	udplb_manager_config mc = {.max_flows = st->max_flows, .max_rx_datagram_size = st->max_rx,
 	                           .seed = g->seed, .checks = UDPLB_CHECK_CHEAP};
 	int rc = udplb_rx_init(l) && udplb_tx_init(l) && udplb_flows_init(l) ? 0 : UV_ENOMEM;
 	if (!rc && (udplb_manager_new(&l->m, &mc) ||
-	            udplb_backends_new(&l->view, g->conf.maglev_size) ||
-	            udplb_backends_set(l->view, g->conf.backends, g->conf.n_backends)))
+	            udplb_backends_new(&l->view, st->conf.maglev_size) ||
+	            udplb_backends_set(l->view, st->conf.backends, st->conf.n_backends)))
 		rc = UV_ENOMEM;
 	if (!rc) {
 		udplb_input in = {.kind = UDPLB_IN_CONFIG,
-		                  .u.config = {.kind = UDPLB_CFG_SET_CLUSTER, .cluster = g->conf.cluster}};
+		                  .u.config = {.kind = UDPLB_CFG_SET_CLUSTER, .cluster = st->conf.cluster}};
 		if (udplb_manager_input(l->m, &in, uv_now(loop)))
 			rc = UV_EINVAL;
 		else
@@ -274,7 +302,7 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 	}
 	l->health_gen = (uint64_t)-1;
 	if (!rc)
-		rc = setup_socket(l, &ss, worker_index);
+		rc = setup_socket(l, &ss);
 	if (rc) {
 		listener_failed(err, err_size, ip, port, uv_strerror(rc));
 		listener_free(l);
@@ -314,4 +342,66 @@ void udplb_listener_close(udplb_listener *l)
 	udplb_flows_stop(l, on_closed);
 	uv_close((uv_handle_t *)&l->poll, on_closed);
 	uv_close((uv_handle_t *)&l->lpoll, on_closed);
+}
+
+/* ---- a reload ---- */
+
+/* Feeds a config input that cannot be refused: each was checked when the
+ * state was prepared. */
+static void configure(udplb_listener *l, udplb_input *in)
+{
+	in->kind = UDPLB_IN_CONFIG;
+	udplb_listener_feed(l, in);
+}
+
+void udplb_listener_apply(udplb_listener *l)
+{
+	udplb_state *old = l->st, *nx = l->g->next;
+	if (!nx || nx == old)
+		return;
+	size_t w = l->worker;
+	/* A flow's backend index follows its backend into the new list (-1
+	 * for one that left: its socket is not pooled when it closes), and
+	 * each backend that stays keeps its count; this worker is the only
+	 * writer of both. */
+	for (size_t s = 0; s < l->flows.n_slots; s++) {
+		udplb_upstream *f = &l->flows.slots[s];
+		if (f->id && f->bi >= 0)
+			f->bi = (size_t)f->bi < nx->n_from ? nx->from[f->bi] : -1;
+	}
+	for (size_t i = 0; i < nx->n_from; i++)
+		if (nx->from[i] >= 0)
+			atomic_store_explicit(&nx->backend_flows[w][nx->from[i]],
+			                      atomic_load_explicit(&old->backend_flows[w][i],
+			                                           memory_order_relaxed),
+			                      memory_order_relaxed);
+	udplb_flows_swap_pool(l, nx->pools[w]);
+	nx->pools[w] = NULL;
+	udplb_backends_del(l->view);
+	l->view = nx->views[w];
+	nx->views[w] = NULL;
+	l->st = nx;
+	l->health_gen = (uint64_t)-1;
+	sync_health(l);
+
+	udplb_input in = {.u.config = {.kind = UDPLB_CFG_SET_CLUSTER, .cluster = nx->conf.cluster}};
+	configure(l, &in);
+	in = (udplb_input){.u.config = {.kind = UDPLB_CFG_SET_MAX_FLOWS, .value = nx->max_flows}};
+	configure(l, &in);
+	in = (udplb_input){.u.config = {.kind = UDPLB_CFG_SET_MAX_RX, .value = nx->max_rx}};
+	configure(l, &in);
+	/* A removed backend's flows end now (issue 16: they follow its
+	 * drain, and a cluster has no drain policy but at once); each
+	 * client's next datagram opens a flow on a backend that stays. */
+	for (size_t i = 0; i < nx->n_from; i++) {
+		if (nx->from[i] >= 0)
+			continue;
+		in = (udplb_input){.u.config = {.kind = UDPLB_CFG_CLOSE_BACKEND,
+		                                .backend = old->conf.backends[i].addr}};
+		configure(l, &in);
+	}
+	udplb_tx_flush_clients(l);
+	if (!same_steering(&old->conf.cluster, &nx->conf.cluster) && steer(l))
+		log_info("udplb", msgs[MSG_RESTEER], nx->tag,
+		         nx->conf.cluster.max_flows_per_subnet ? "subnet" : "source IP");
 }

@@ -16,7 +16,19 @@
  * workers; per worker one listener, which owns its core, its flow sockets
  * and its own copy of the backend view. The kernel spreads clients over the
  * workers' SO_REUSEPORT sockets by source IP (a classic BPF program), so a
- * worker owns every flow of the client IPs it sees. */
+ * worker owns every flow of the client IPs it sees.
+ *
+ * A reload changes a running group in three steps, the supervisor's
+ * prepare and commit (docs/reload.md):
+ *
+ *   udplb_group_prepare    control thread: builds the new state, or fails
+ *                          with nothing changed (udplb_group_abort drops it)
+ *   udplb_health_switch    on the checks' loop (worker 0's)
+ *   udplb_listener_apply   on each worker, for its listener
+ *   udplb_group_commit     control thread, once every worker has moved
+ *
+ * Live flows keep their backend while it stays in the cluster; the flows of
+ * a backend that left close at once (counted as evicted, removed). */
 
 /* Datagrams one recvmmsg / sendmmsg moves. */
 #define UDPLB_BATCH 32
@@ -68,7 +80,8 @@ typedef struct udplb_health udplb_health;
 
 /* What one udp_lb inbound's group is built from (supervisor/build_udplb.c
  * fills it from the spec). Every pointer is borrowed until udplb_group_new
- * returns: the group copies what it keeps, so the config may go after. */
+ * or udplb_group_prepare returns: the group copies what it keeps, so the
+ * config may go after. */
 typedef struct udplb_group_config {
 	const char *tag;         /* the inbound's: metric and log lines */
 	const char *cluster_tag; /* the cluster's: health log lines */
@@ -78,13 +91,48 @@ typedef struct udplb_group_config {
 	udplb_health_config health;
 } udplb_group_config;
 
-/* Builds the group of cfg for n_workers workers. flows_budget is the
- * automatic max_flows (used when cfg says 0). The random hash key is drawn
- * here, once, for every worker. Returns NULL with the reason in err. Keeps
- * no pointer into cfg. */
+/* Builds the group of cfg for n_workers workers, with one reference, the
+ * caller's. flows_budget is the automatic max_flows (used when cfg says 0).
+ * The random hash key is drawn here, once, for every worker and for the
+ * group's life. Returns NULL with the reason in err. Keeps no pointer into
+ * cfg. */
 udplb_group *udplb_group_new(const udplb_group_config *cfg, size_t n_workers,
                              uint32_t flows_budget, char *err, size_t err_size);
-void udplb_group_del(udplb_group *g);
+/* Gives the caller's reference back (NULL is fine). Each listener holds one
+ * too, until its memory goes after udplb_listener_close: the group lives on
+ * until the last is gone, so the owner may let go right after the close. */
+void udplb_group_unref(udplb_group *g);
+
+/* ---- reloads (the order is in the comment at the top) ---- */
+
+/* Control thread. Builds what cfg makes of the group: the cluster, its
+ * backends (health carried over for the addresses that stay, a new one
+ * starting up), limits, timeouts, health settings, names; and, for each
+ * worker, the view and reuse pool its listener will take, so that nothing
+ * after this can fail. Replaces a state prepared before and not committed.
+ * Returns 0, or -1 with "out of memory" or "cluster <tag>: <reason>" in
+ * err, and then nothing changed. */
+__attribute__((warn_unused_result)) int udplb_group_prepare(udplb_group *g,
+                                                            const udplb_group_config *cfg,
+                                                            uint32_t flows_budget, char *err,
+                                                            size_t err_size);
+/* Control thread. Drops the prepared state, if any. */
+void udplb_group_abort(udplb_group *g);
+/* Control thread, after udplb_health_switch and every listener's
+ * udplb_listener_apply: the prepared state becomes the group's, the old one
+ * goes. No-op without a prepared state. */
+void udplb_group_commit(udplb_group *g);
+
+/* On l's worker thread, between udplb_group_prepare and udplb_group_commit:
+ * the listener moves to the prepared state. New flows take the new cluster
+ * and limits (max_flows, max_rx_datagram_size); live flows keep their
+ * backend and the contract they were admitted with (timeouts, caps, PROXY
+ * header); the flows of a backend that left close now (evicted, removed);
+ * sockets waiting for reuse close. A change of how clients are spread over
+ * the workers (max_flows_per_subnet turned on or off, or its prefix
+ * lengths) re-steers them, and a client that lands on another worker opens
+ * a new flow there. Cannot fail. No-op when nothing is prepared. */
+void udplb_listener_apply(udplb_listener *l);
 
 /* The automatic max_flows budget of one inbound out of n_lb udp_lb
  * inbounds: UDPLB_AUTO_FLOWS_PERCENT of the soft RLIMIT_NOFILE, shared
@@ -113,6 +161,14 @@ void udplb_listener_close(udplb_listener *l);
 udplb_health *udplb_health_start(udplb_group *g, uv_loop_t *loop);
 /* Stops the probes; memory goes with the close callbacks. NULL is fine. */
 void udplb_health_stop(udplb_health *h);
+/* On the checks' loop, between udplb_group_prepare and udplb_group_commit:
+ * stops h (the checks of g's current state, NULL when none run) and starts
+ * those of the prepared state, at once. A backend that stays keeps its
+ * state, up or down, and its run of good or failed probes; a new one
+ * starts up. Returns the new checks, or NULL when the prepared cluster has
+ * no [cluster.health] (every backend then counts as up). With nothing
+ * prepared, returns h unchanged. */
+udplb_health *udplb_health_switch(udplb_health *h, udplb_group *g, uv_loop_t *loop);
 
 /* ---- counters ---- */
 

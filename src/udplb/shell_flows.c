@@ -192,7 +192,7 @@ void udplb_flows_open(udplb_listener *l, const udplb_output *o)
 		}
 	}
 	if (f->bi >= 0)
-		udplb_bump(&l->ctr->backend_flows[f->bi], 1);
+		udplb_bump(&l->st->backend_flows[l->worker][f->bi], 1);
 }
 
 void udplb_flows_close(udplb_listener *l, udplb_flow_id id)
@@ -219,25 +219,49 @@ void udplb_flows_round_start(udplb_listener *l)
 
 void udplb_flows_round_end(udplb_listener *l) { l->flows.pool_seen = false; }
 
-bool udplb_flows_init(udplb_listener *l)
+udplb_pool *udplb_flows_pool_new(const udplb_state *st)
 {
-	const udplb_group *g = l->g;
-	if (!g->conf.reuse_sockets)
-		return true;
 	/* half the worker's flows, at most 8192: descriptors held beyond
 	 * max_flows, given back when a socket() finds none */
-	size_t nb = g->conf.n_backends ? g->conf.n_backends : 1;
-	size_t total = g->max_flows / 2 < 8192 ? g->max_flows / 2 : 8192;
-	l->flows.pool = udplb_pool_new(nb, (uint32_t)(total / nb));
+	size_t nb = st->conf.n_backends ? st->conf.n_backends : 1;
+	size_t total = st->max_flows / 2 < 8192 ? st->max_flows / 2 : 8192;
+	return udplb_pool_new(nb, (uint32_t)(total / nb));
+}
+
+bool udplb_flows_init(udplb_listener *l)
+{
+	if (!l->st->conf.reuse_sockets)
+		return true;
+	l->flows.pool = udplb_flows_pool_new(l->st);
 	return l->flows.pool != NULL;
+}
+
+/* Closes the pooled sockets that waited too long, every second while a
+ * pool is kept. */
+static void pool_timer_follow(udplb_listener *l)
+{
+	if (l->flows.pool)
+		uv_timer_start(&l->flows.pool_timer, on_pool_timer, 1000, 1000);
+	else
+		uv_timer_stop(&l->flows.pool_timer);
 }
 
 void udplb_flows_start(udplb_listener *l)
 {
 	uv_timer_init(l->loop, &l->flows.pool_timer);
 	l->flows.pool_timer.data = l;
-	if (l->flows.pool)
-		uv_timer_start(&l->flows.pool_timer, on_pool_timer, 1000, 1000);
+	pool_timer_follow(l);
+}
+
+void udplb_flows_swap_pool(udplb_listener *l, udplb_pool *pool)
+{
+	/* A pooled socket is a backend index's, and the indexes move with
+	 * the list: closing them costs the next flows a socket() each. */
+	reuse_flush(l);
+	udplb_pool_free(l->flows.pool);
+	l->flows.pool = pool;
+	l->flows.pool_seen = false;
+	pool_timer_follow(l);
 }
 
 void udplb_flows_stop(udplb_listener *l, uv_close_cb cb)

@@ -9,7 +9,8 @@
 #include "udplb/shell.h"
 
 /* One worker's counters. Each has one writer, its worker, and any thread
- * may read them (relaxed loads): a metrics read never stops the datapath. */
+ * may read them (relaxed loads): a metrics read never stops the datapath.
+ * They count from the start of the process, across reloads. */
 typedef struct udplb_counters {
 	_Atomic uint64_t active_flows;
 	_Atomic uint64_t flows_created, flows_evicted, flows_shed;
@@ -19,24 +20,48 @@ typedef struct udplb_counters {
 	_Atomic uint64_t sockets_reused;
 	_Atomic uint64_t drops[UDPLB_SHELL_DROP_COUNT];
 	_Atomic uint64_t evicted[UDPLB_CLOSE_COUNT];
-	_Atomic uint64_t *backend_flows; /* per backend: flows given to it */
 } udplb_counters;
 
-struct udplb_group {
-	char *tag;         /* owned: the inbound's */
-	char *cluster_tag; /* owned: the cluster's */
-	udplb_conf conf;   /* owned */
+/* What a reload can change of a group: the names, the cluster with its
+ * backends and their health, the limits, the health checks' settings, and
+ * the per-backend counters, whose indexes are the backends'. The group's
+ * current state is what new listeners open with and what metrics read
+ * (control thread). A running listener reads the state it was last given
+ * (udplb_listener.st), so during a commit each worker moves from one state
+ * to the next on its own thread while the others still read the old one;
+ * the old one goes once every listener has moved (udplb_group_commit). */
+typedef struct udplb_state {
+	char *tag;                  /* owned: the inbound's */
+	char *cluster_tag;          /* owned: the cluster's */
+	udplb_conf conf;            /* owned */
 	udplb_health_config health; /* payload owned */
-	udplb_seed seed;
-	size_t n_workers;
-	uint32_t max_flows; /* per worker */
+	uint32_t max_flows;         /* per worker */
 	uint32_t max_rx;
 	/* Health, written by the checks' loop, read by every worker: a
 	 * worker copies the flags into its view when the generation moved. */
 	_Atomic unsigned char *up;
 	_Atomic uint64_t health_gen;
+	/* Per worker, per backend: the flows given to it; one writer each,
+	 * the worker (a reload's carry-over included). */
+	_Atomic uint64_t **backend_flows;
+	/* A prepared state only (udplb_group_prepare), what commit hands on: */
+	int *from;     /* per backend of the state it replaces: its index here, or -1 */
+	size_t n_from;
+	udplb_backends **views; /* per worker: its view, taken by its listener */
+	udplb_pool **pools;     /* per worker: its reuse pool or NULL, taken likewise */
+} udplb_state;
+
+struct udplb_group {
+	_Atomic size_t refs; /* the owner's, and one per listener until its memory goes */
+	udplb_seed seed;
+	size_t n_workers;
+	udplb_state *st;   /* current; control thread */
+	udplb_state *next; /* prepared, until commit or abort; control thread */
 	void *ctr; /* n_workers cache-line-aligned udplb_counters */
 };
+
+/* Another reference: a listener's, given back as its memory goes. */
+udplb_group *udplb_group_ref(udplb_group *g);
 
 udplb_counters *udplb_group_counters(const udplb_group *g, size_t worker);
 
@@ -161,7 +186,9 @@ typedef struct udplb_flows {
 } udplb_flows;
 
 struct udplb_listener {
-	udplb_group *g;
+	udplb_group *g;   /* a reference */
+	udplb_state *st;  /* the state it runs: its group's, or the one before during a commit */
+	size_t worker;    /* its worker's index */
 	udplb_counters *ctr;
 	uv_loop_t *loop;
 	udplb_manager *m;
@@ -261,8 +288,13 @@ static inline udplb_flow_id udplb_flows_owner(const udplb_listener *l, int fd)
 	return fd >= 0 && (size_t)fd < l->flows.n_owner ? l->flows.owner[fd] : UDPLB_FLOW_NONE;
 }
 
-/* The reuse pool, when the group asks for one; false without memory. */
+/* A reuse pool sized for one worker of st; NULL without memory. */
+udplb_pool *udplb_flows_pool_new(const udplb_state *st);
+/* The reuse pool, when the state asks for one; false without memory. */
 bool udplb_flows_init(udplb_listener *l);
+/* A reload: the pooled sockets close and pool (NULL: none) takes the
+ * old pool's place; live flows' sockets are left alone. */
+void udplb_flows_swap_pool(udplb_listener *l, udplb_pool *pool);
 /* Starts and stops the pool's expiry timer (a handle closed with cb). */
 void udplb_flows_start(udplb_listener *l);
 void udplb_flows_stop(udplb_listener *l, uv_close_cb cb);

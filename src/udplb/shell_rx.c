@@ -60,7 +60,7 @@ void udplb_rx_read_clients(udplb_listener *l)
 			if (mh->msg_flags & MSG_TRUNC) {
 				/* over the largest UDP payload: cannot happen, but if
 				 * it did, one datagram the core drops as truncated */
-				seg = len = (size_t)l->g->max_rx + 1;
+				seg = len = (size_t)l->st->max_rx + 1;
 			}
 			if (seg == 0 || seg > len)
 				seg = len;

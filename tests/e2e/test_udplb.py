@@ -1,7 +1,8 @@
 """The UDP load balancer end to end (seed 001; docs/udp-lb.md): flows spread
 under each selection mode, a flow sticks to its backend, health checks steer
 new flows, responses = 1 closes a flow after its answer, the PROXY v2 header a
-backend sees, the max_flows and per-source limits, and idle flows reaped.
+backend sees, the max_flows and per-source limits, idle flows reaped, and
+reloads that change the cluster or add and remove udp_lb inbounds.
 
 Three echo backends run in this process (udplbkit.EchoBackend): each answers
 a datagram with its name, "|" and the payload, after removing a PROXY v2
@@ -16,6 +17,7 @@ Run alone:
 """
 import collections
 import os
+import re
 import signal
 import socket
 import struct
@@ -768,3 +770,162 @@ def test_a_flow_with_an_answer_still_owed_does_not_hand_its_socket_on(lb, client
         assert m["sockets_reused"] == 0 and m["datagrams_to_clients"] == 2, m
     finally:
         b.close()
+
+
+# ---------------------------------------------------------------- reloads (issue 16)
+
+RELOAD_CLUSTER = "config reload: changed inbounds, clusters"
+
+
+class Asker:
+    """Keeps asking through every client, one after the other, in a thread,
+    until stop(): records which backend answered each client each time and
+    every question left without an answer."""
+
+    def __init__(self, flows):
+        self.flows = flows
+        self.seen = collections.defaultdict(set)
+        self.asked = 0
+        self.unanswered = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        n = 0
+        while not self._stop.is_set():
+            for i, c in enumerate(self.flows):
+                payload = b"q%d" % n
+                n += 1
+                c.send(payload)
+                got = c.recv(2.0)
+                if got is None or got[1] != payload:
+                    self.unanswered.append((i, payload, got))
+                    continue
+                self.seen[i].add(got[0])
+                self.asked += 1
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(10)
+
+
+def test_a_udp_lb_listener_keeps_every_flow_through_20_reloads_that_change_its_cluster(
+        lb, backends, clients):
+    """Issue 16: twenty saves of the config, each changing the cluster (a
+    third backend added and removed again, b's weight, the health checks'
+    rise), while twelve flows from four client IPs, so on both workers, keep
+    talking: every datagram is answered, by the backend the flow started
+    on, and no flow ends or is opened again."""
+    a, b, c = backends
+    health = {"interval": 1, "timeout": 1, "rise": 2, "fall": 2}
+
+    def text(i):
+        members = [a, f"{b.addr} weight={1 + i % 3}"] + ([c] if i % 2 else [])
+        return lb_config(members, workers=2, cluster={"selection": "hrw"},
+                         health=dict(health, rise=2 + i % 2)), len(members)
+
+    proxy = lb([a, b], workers=2, cluster={"selection": "hrw"}, health=health)
+    flows = [clients(proxy.port, "127.0.0.%d" % (2 + i % 4)) for i in range(12)]
+    started_on = [f.ask(b"hello") for f in flows]
+    assert set(started_on) <= {"a", "b"}, started_on
+    asker = Asker(flows)
+    try:
+        for i in range(1, 21):
+            body, n = text(i)
+            assert proxy.reload(body, n_backends=n) == RELOAD_CLUSTER, proxy.log()
+            time.sleep(0.05)  # a few questions between two saves
+    finally:
+        asker.stop()
+    assert not asker.unanswered, asker.unanswered[:5]
+    assert asker.asked >= 12 * 20, asker.asked
+    for i, names in asker.seen.items():
+        assert names == {started_on[i]}, (i, names, started_on[i])
+    m = proxy.metrics()
+    assert m["flows_created"] == 12 and m["active_flows"] == 12, m
+    assert sum(m["evicted"].values()) == 0, m
+    assert sum(m["drops"].values()) == 0, m
+    assert set(m["backends"]) == {a.addr, b.addr}, m  # the last save has no c
+    assert not proxy.lines_with("is now down"), proxy.log()
+
+
+def test_a_removed_backends_flows_end_and_new_flows_go_to_the_others(lb, backends, clients):
+    """A reload that removes c ends c's flow at once (evicted removed): its
+    client's next datagram opens a new flow on a or b and c hears nothing
+    more; the flows on a and b keep their backend; new flows spread over
+    the backends that stay."""
+    a, b, c = backends
+    proxy = lb(backends, workers=1, cluster={"selection": "round_robin"})
+    flows = [clients(proxy.port) for _ in range(3)]
+    on = {f.ask(b"first"): f for f in flows}
+    assert set(on) == {"a", "b", "c"}
+    heard_by_c = len(c.datagrams())
+
+    line = proxy.reload(lb_config([a, b], workers=1, cluster={"selection": "round_robin"}),
+                        n_backends=2)
+    assert line == RELOAD_CLUSTER, proxy.log()
+    m = proxy.metrics()
+    assert m["evicted"]["removed"] == 1 and m["active_flows"] == 2, m
+    assert set(m["backends"]) == {a.addr, b.addr}, m
+    assert m["backends"][a.addr][1] == 1 and m["backends"][b.addr][1] == 1, m  # counts kept
+
+    assert on["a"].ask(b"still") == "a"
+    assert on["b"].ask(b"still") == "b"
+    assert on["c"].ask(b"moved") in {"a", "b"}
+    names = [clients(proxy.port).ask(b"new") for _ in range(6)]
+    assert tally(names) == {"a": 3, "b": 3}, names
+    assert len(c.datagrams()) == heard_by_c
+    m = proxy.metrics()
+    assert m["flows_created"] == 3 + 1 + 6 and m["active_flows"] == 9, m
+
+
+def test_a_udp_lb_inbound_added_by_a_reload_serves_traffic(lb, backends, clients):
+    """A reload adds a second udp_lb inbound with a cluster of its own: it
+    listens and serves at once while the first keeps its flow; a later
+    reload removes it again: it stops answering and the first goes on."""
+    a, b, _ = backends
+    proxy = lb([a], workers=2)
+    old = clients(proxy.port)
+    assert old.ask(b"before") == "a"
+    second = ('\n[[inbound]]\ntag = "lb2"\nprotocol = "udp_lb"\nlisten = "127.0.0.1"\n'
+              'port = 0\n[inbound.settings]\ncluster = "pool2"\n'
+              f'\n[[cluster]]\ntag = "pool2"\nbackends = ["{b.addr}"]\n')
+    base = lb_config([a], workers=2)
+    assert proxy.reload(base + second) == "config reload: changed inbounds, clusters"
+    found = re.search(r"listening on 127\.0\.0\.1:(\d+) \(lb2, 2 workers\)",
+                      proxy.wait_line("(lb2, 2 workers)"))
+    port2 = int(found.group(1))
+    new = clients(port2)
+    assert new.ask(b"through lb2") == "b"
+    assert old.ask(b"after") == "a"
+    assert proxy.metrics()["flows_created"] == 1  # the first inbound's flow went on
+
+    assert proxy.reload(base) == "config reload: changed inbounds, clusters"
+    proxy.wait_line(f"stopped listening on 127.0.0.1:{port2} (lb2)")
+    new.silent(b"lb2 is gone", wait=0.5)
+    assert old.ask(b"still") == "a"
+    assert proxy.metrics()["flows_created"] == 1
+
+
+def test_a_reload_that_turns_on_a_per_subnet_limit_steers_by_subnet(lb, backends, clients):
+    """Two workers steered by client IP; a reload adds max_flows_per_subnet:
+    the listener steers by /24 from then on (and says so), so the limit is
+    exact across the workers, as it is from a start."""
+    proxy = lb(backends, workers=2)
+    assert clients(proxy.port, "127.0.0.2").ask(b"before") in {"a", "b", "c"}
+    line = proxy.reload(lb_config(backends, workers=2,
+                                  cluster={"max_flows_per_subnet": 2, "subnet_prefix_v4": 24}))
+    assert line == RELOAD_CLUSTER, proxy.log()
+    proxy.wait_line("udp_lb lb: clients are spread over the workers by subnet now; a client "
+                    "that lands on another worker opens a new flow there")
+    kept = []
+    for net in ("127.0.1", "127.0.2"):
+        for host in (2, 3):
+            kept.append(clients(proxy.port, "%s.%d" % (net, host)))
+            kept[-1].ask(b"in")
+        for host in (4, 5, 6, 7):
+            clients(proxy.port, "%s.%d" % (net, host)).silent(b"over", wait=0.05)
+    m = proxy.wait_metrics(lambda m: m["drops"]["shed_per_subnet"] >= 8)
+    assert m["drops"]["shed_per_subnet"] == 8, m
+    for c in kept:
+        assert c.ask(b"still") in {"a", "b", "c"}

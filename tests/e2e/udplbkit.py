@@ -10,6 +10,7 @@ datagram with its name, a "|" and the payload it received (after removing a
 PROXY v2 header, which it records). A backend also records every datagram
 as it arrived, so the PROXY tests can read the raw bytes.
 """
+import os
 import random
 import re
 import resource
@@ -339,6 +340,9 @@ def lb_config(backends, inbound=None, cluster=None, health=None, workers=None,
 # ---------------------------------------------------------------- the process under test
 
 _METRIC_PAIR = re.compile(r"(\w+)=(\d+)")
+# What one reload ends with: applied, nothing to apply, or refused.
+_RELOAD_LINE = re.compile(r"^\S+ [A-Z]+ +\S+: (config reload: .*"
+                          r"|reload: (?:parse|build) failed, keeping current config: .*)$", re.M)
 
 
 class LbApp:
@@ -415,40 +419,44 @@ class LbApp:
     # -- SIGUSR1
 
     def _blocks(self):
+        """The SIGUSR1 blocks of this inbound printed so far, each a dict
+        of its lines: "head", "drops", "evicted" (the text after the
+        prefix) and "backends" ({addr: (state, rest)}), in order."""
         prefix = f"udp_lb {self.tag}: "
-        heads, drops, evicted, backends = [], [], [], {}
+        blocks = []
         for line in self.log().splitlines():
             i = line.find(prefix)
             if i < 0:
                 continue
             rest = line[i + len(prefix):]
             if rest.startswith("active_flows="):
-                heads.append(rest)
+                blocks.append({"head": rest, "drops": None, "evicted": None, "backends": {}})
+            elif not blocks:
+                continue
             elif rest.startswith("drops "):
-                drops.append(rest)
+                blocks[-1]["drops"] = rest
             elif rest.startswith("evicted "):
-                evicted.append(rest)
+                blocks[-1]["evicted"] = rest
             elif rest.startswith("backend "):
                 _, addr, state, *more = rest.split()
-                backends.setdefault(addr, []).append((state, " ".join(more)))
-        return heads, drops, evicted, backends
+                blocks[-1]["backends"][addr] = (state, " ".join(more))
+        return blocks
 
     def metrics(self, timeout=3.0):
         """Sends SIGUSR1 and returns the block it printed for this inbound:
         a dict of the first line's counters, plus "drops" and "evicted"
         (dicts of their counters) and "backends" ({addr: (state,
-        flows_created)}), one line per backend of the cluster."""
-        n_backends = self.n_backends
-        heads, drops, evicted, backends = self._blocks()
-        want = len(heads) + 1
+        flows_created)}), one line per backend of the cluster: n_backends
+        of them (set it when a reload changes the cluster)."""
+        want = len(self._blocks()) + 1
         self.proc.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + timeout
         while True:
-            heads, drops, evicted, backends = self._blocks()
-            if (len(heads) >= want and len(drops) >= want and len(evicted) >= want
-                    and len(backends) >= n_backends
-                    and all(len(v) >= want for v in backends.values())):
-                break
+            blocks = self._blocks()
+            if len(blocks) >= want:
+                b = blocks[want - 1]
+                if b["drops"] and b["evicted"] and len(b["backends"]) >= self.n_backends:
+                    break
             if time.monotonic() > deadline:
                 raise AssertionError(f"no complete SIGUSR1 block #{want} for {self.tag} within "
                                      f"{timeout} s; log:\n" + self.log())
@@ -456,12 +464,11 @@ class LbApp:
                 raise AssertionError(f"etemenanki-app exited ({self.proc.returncode}) on SIGUSR1; "
                                      "log:\n" + self.log())
             time.sleep(0.02)
-        out = {k: int(v) for k, v in _METRIC_PAIR.findall(heads[want - 1])}
-        out["drops"] = {k: int(v) for k, v in _METRIC_PAIR.findall(drops[want - 1])}
-        out["evicted"] = {k: int(v) for k, v in _METRIC_PAIR.findall(evicted[want - 1])}
+        out = {k: int(v) for k, v in _METRIC_PAIR.findall(b["head"])}
+        out["drops"] = {k: int(v) for k, v in _METRIC_PAIR.findall(b["drops"])}
+        out["evicted"] = {k: int(v) for k, v in _METRIC_PAIR.findall(b["evicted"])}
         out["backends"] = {}
-        for addr, seen in backends.items():
-            state, more = seen[want - 1]
+        for addr, (state, more) in b["backends"].items():
             counts = {k: int(v) for k, v in _METRIC_PAIR.findall(more)}
             out["backends"][addr] = (state, counts.get("flows_created"))
         return out
@@ -478,6 +485,34 @@ class LbApp:
                 raise AssertionError(f"metrics never matched within {timeout} s; last: {m}\nlog:\n"
                                      + self.log())
             time.sleep(every)
+
+    # -- reloading
+
+    def reload(self, text, n_backends=None, timeout=5.0):
+        """Saves text as the config the way an editor does (a temporary
+        file renamed over it: the process's watch reloads it) and returns
+        the line that ends the reload: "config reload: ..." or "reload:
+        ... failed, keeping current config: ...". n_backends: the new
+        cluster's backend count, for metrics()."""
+        before = len(self._reload_lines())
+        self.text = text
+        tmp = self.cfg_path.with_name(f".{self.cfg_path.name}.swp")
+        tmp.write_text(text)
+        os.replace(tmp, self.cfg_path)
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self._reload_lines()
+            if len(found) > before:
+                if n_backends is not None:
+                    self.n_backends = n_backends
+                return found[before]
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise AssertionError(f"no reload line within {timeout} s (exit status "
+                                     f"{self.proc.poll()}); log:\n" + self.log())
+            time.sleep(0.02)
+
+    def _reload_lines(self):
+        return _RELOAD_LINE.findall(self.log())
 
     # -- stopping
 

@@ -1,4 +1,4 @@
-/* udplb_sim.c - deterministic simulation of the UDP load-balancer core: seeded random clients, bursts, replies, time jumps, early timer fires, health flips, backend and config changes, drains, checked against a shadow model after every step. */
+/* udplb_sim.c - deterministic simulation of the UDP load-balancer core: seeded random clients, bursts, replies, time jumps, early timer fires, health flips, backend and config changes (a removed backend's flows closed as a reload does), drains, checked against a shadow model after every step. */
 #include <inttypes.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -68,6 +68,7 @@ typedef struct sim {
 	bool trace;
 	bool probe_busy; /* try an input before draining the next one */
 	const char *action;
+	udplb_addr closing; /* the backend of the CLOSE_BACKEND being fed */
 
 	udplb_manager *m;
 	udplb_backends *view;
@@ -264,6 +265,12 @@ static void apply_common(sim *s, udplb_input_kind in_kind, udplb_config_kind cfg
 			case UDPLB_CLOSE_ABORT:
 				CHECK(s, in_kind == UDPLB_IN_CONFIG && cfg_kind == UDPLB_CFG_ABORT_FLOW,
 				      "an abort reason outside ABORT_FLOW");
+				break;
+			case UDPLB_CLOSE_REMOVED:
+				CHECK(s, in_kind == UDPLB_IN_CONFIG && cfg_kind == UDPLB_CFG_CLOSE_BACKEND,
+				      "a removed reason outside CLOSE_BACKEND");
+				CHECK(s, udplb_addr_equal(&f->backend, &s->closing),
+				      "CLOSE_BACKEND closed a flow of another backend");
 				break;
 			default:
 				fail(s, "unknown close reason %d", (int)o->u.metric.reason);
@@ -543,6 +550,24 @@ static void config(sim *s, udplb_config_kind kind, uint32_t value, udplb_flow_id
 	apply_common(s, UDPLB_IN_CONFIG, kind);
 }
 
+/* What a reload does to the flows of a backend it removed: CLOSE_BACKEND
+ * closes each of them once, and nothing else. */
+static void close_backend(sim *s, const udplb_addr *backend)
+{
+	uint32_t on_it = 0;
+	for (int i = 0; i < SHADOW_MAX; i++)
+		on_it += s->flows[i].live && udplb_addr_equal(&s->flows[i].backend, backend);
+	uint32_t before = s->live;
+	s->closing = *backend;
+	udplb_input in = {.kind = UDPLB_IN_CONFIG};
+	in.u.config.kind = UDPLB_CFG_CLOSE_BACKEND;
+	in.u.config.backend = *backend;
+	feed(s, &in, 0);
+	apply_common(s, UDPLB_IN_CONFIG, UDPLB_CFG_CLOSE_BACKEND);
+	CHECK(s, s->live == before - on_it && count_kind(s, UDPLB_OUT_CLOSE_FLOW) == on_it,
+	      "CLOSE_BACKEND closed %zu of %u flows", count_kind(s, UDPLB_OUT_CLOSE_FLOW), on_it);
+}
+
 static void random_cluster(sim *s, udplb_cluster *c)
 {
 	udplb_cluster_defaults(c);
@@ -701,8 +726,21 @@ static void step(sim *s)
 	} else if (r < 860) {
 		s->action = "backend set change";
 		uint64_t builds = udplb_backends_maglev_builds(s->view);
+		udplb_backend was[POOL_MAX];
+		size_t was_n = s->set_n;
+		memcpy(was, s->set, sizeof was[0] * was_n);
 		set_backends(s);
 		CHECK(s, udplb_backends_maglev_builds(s->view) <= builds + 1, "more than one rebuild");
+		/* most of the time as a reload does it: the flows of the
+		 * backends that left close, the others keep theirs */
+		bool reload = chance(70);
+		for (size_t i = 0; reload && i < was_n; i++) {
+			bool stays = false;
+			for (size_t j = 0; j < s->set_n; j++)
+				stays |= udplb_addr_equal(&was[i].addr, &s->set[j].addr);
+			if (!stays)
+				close_backend(s, &was[i].addr);
+		}
 	} else if (r < 900) {
 		s->action = "cluster change";
 		udplb_cluster c;

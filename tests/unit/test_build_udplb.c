@@ -87,7 +87,7 @@ static void group_outlives_its_spec(void **state)
 	assert_non_null(strstr(text, "udp_lb lb: active_flows=0 "));
 	assert_non_null(strstr(text, "udp_lb lb: backend 127.0.0.1:5301 up flows_created=0\n"));
 	free(text);
-	udplb_group_del(g);
+	udplb_group_unref(g);
 }
 
 int main(void)

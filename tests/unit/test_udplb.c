@@ -794,6 +794,47 @@ static void close_all_closes_every_flow_once(void **state)
 	assert_int_equal(stats(h).flows_created, stats(h).flows_evicted);
 }
 
+/* A reload that removes a backend closes that backend's flows, and only
+ * those, each once, with the reason removed, through the fixed queue
+ * (issue 16); the flows of the backends that stay keep their backend. */
+static void close_backend_closes_that_backends_flows_only(void **state)
+{
+	harness *h = *state;
+	assert_int_equal(config(h, UDPLB_CFG_SET_MAX_FLOWS, 300), 0);
+	udplb_cluster c = base_cluster();
+	c.selection = UDPLB_SELECT_ROUND_ROBIN; /* 100 flows to each of the three */
+	set_cluster(h, &c);
+	for (int i = 0; i < 300; i++)
+		client(h, V4(10, 8, (uint8_t)(i / 250), (uint8_t)(i % 250 + 1), 7000));
+	udplb_addr gone = V4(10, 1, 0, 2, 9000);
+	udplb_input in = {.kind = UDPLB_IN_CONFIG};
+	in.u.config.kind = UDPLB_CFG_CLOSE_BACKEND;
+	in.u.config.backend = gone;
+	assert_int_equal(feed(h, &in), 0);
+	assert_int_equal(count(h, UDPLB_OUT_CLOSE_FLOW), 100);
+	assert_int_equal(count(h, UDPLB_OUT_METRIC), 100);
+	assert_int_equal(h->n, 200); /* no timer moves: the earliest deadline did not come sooner */
+	for (size_t i = 0; i < h->n; i += 2) {
+		assert_int_equal(h->out[i].u.metric.reason, UDPLB_CLOSE_REMOVED);
+		assert_int_equal(h->out[i + 1].flow, h->out[i].flow);
+	}
+	assert_int_equal(stats(h).flows_live, 200);
+	for (int i = 0; i < 300; i++) {
+		udplb_flow_id id = find(h, V4(10, 8, (uint8_t)(i / 250), (uint8_t)(i % 250 + 1), 7000));
+		udplb_flow_info fi;
+		if (id == UDPLB_FLOW_NONE)
+			continue;
+		assert_true(udplb_manager_flow_info(h->m, id, &fi));
+		assert_false(udplb_addr_equal(&fi.backend, &gone));
+	}
+	assert_int_equal(feed(h, &in), 0); /* again: nothing left to close */
+	assert_int_equal(h->n, 0);
+	in.u.config.backend = V4(10, 1, 0, 9, 9000); /* no flow's */
+	assert_int_equal(feed(h, &in), 0);
+	assert_int_equal(h->n, 0);
+	assert_int_equal(stats(h).flows_live, 200);
+}
+
 static void an_undrained_queue_refuses_the_next_input(void **state)
 {
 	harness *h = *state;
@@ -974,6 +1015,7 @@ int main(void)
 		T(time_never_runs_backwards),
 		T(closing_a_missing_or_closed_flow_is_a_no_op),
 		T(close_all_closes_every_flow_once),
+		T(close_backend_closes_that_backends_flows_only),
 		T(an_undrained_queue_refuses_the_next_input),
 		T(config_refusals_change_nothing),
 		T(ppv2_first_prefixes_only_the_first_datagram),

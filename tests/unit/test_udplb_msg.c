@@ -65,6 +65,7 @@ static void texts_word_for_word(void **state)
 		{"requests", "requests cap reached"},
 		{"closed", "listener removed or stopped"},
 		{"aborted", "flow aborted"},
+		{"removed", "its backend was removed from the cluster"},
 	};
 	for (int r = 0; r < UDPLB_CLOSE_COUNT; r++) {
 		assert_string_equal(udplb_close_name((udplb_close_reason)r), closes[r][0]);
