@@ -13,12 +13,12 @@ from the issue and src/supervisor/plan.c) second. The `applied:` counts
 follow the planner (plan.c): every outbound, inbound and balancer is one
 entry, and the route, dns and log one each; a removed object counts in none
 of the four numbers; every old outbound version takes a drain step, under
-keep too.
+keep too. The configs, the save and SIGHUP and the reload's log lines come
+from reloadkit.py; the reloads under load are in test_reload_load.py.
 """
 import contextlib
 import os
 import re
-import signal
 import socket
 import threading
 import time
@@ -27,40 +27,13 @@ import pytest
 
 from proxykit import (LOOPBACK, Association, EchoServer, UdpEcho, assert_blackholed,
                       assert_echoes, free_port, socks_open, wait_closed)
+from reloadkit import (OUTCOME, config, lines, outbound, reload, render, sighup, socks_in,
+                       wait_lines)
 
 # ---------------------------------------------------------------- configs
 
-
-def socks_in(tag, port, *keys):
-    """A socks [[inbound]] on 127.0.0.1; port is a number or "{portN}"."""
-    text = (f'[[inbound]]\ntag = "{tag}"\nprotocol = "socks"\nlisten = "127.0.0.1"\n'
-            f"port = {port}\n")
-    return text + "".join(k + "\n" for k in keys) + "\n"
-
-
-def outbound(tag, protocol, *keys):
-    """An [[outbound]]; keys are TOML lines (`drain = "close"`)."""
-    return (f'[[outbound]]\ntag = "{tag}"\nprotocol = "{protocol}"\n'
-            + "".join(k + "\n" for k in keys) + "\n")
-
-
-def config(*parts, default=None):
-    """Debug logging, the parts, then [route]."""
-    text = '[log]\nlevel = "debug"\n\n' + "".join(parts)
-    if default is not None:
-        text += f'[route]\ndefault = "{default}"\n'
-    return text
-
-
 DIRECT_A = outbound("a", "freedom")
 BLOCK_B = outbound("b", "blackhole")
-
-
-def render(proxy, template):
-    """template with the proxy's {portN} filled in, as Proxy.start does."""
-    fill = {f"port{i}": p for i, p in enumerate(proxy.ports)}
-    fill.update(proxy.extra)
-    return template.format(**fill)
 
 
 # ---------------------------------------------------------------- fixtures
@@ -92,63 +65,7 @@ def aux(tmp_path):
 
 # ---------------------------------------------------------------- reloading and its log lines
 
-# What one reload ends with: applied, nothing to apply, or refused.
-OUTCOME = re.compile(r"^\S+ [A-Z]+ +\S+: (config reload: .*"
-                     r"|reload: (?:parse|build) failed, keeping current config: .*)$", re.M)
-APPLIED = re.compile(r"^\S+ DEBUG \S+: (applied: \d+ built, \d+ reused, \d+ swapped, "
-                     r"\d+ drained)$", re.M)
 DRAINED = "the outbound this flow was opened on was drained"
-
-
-def lines(proxy, pattern):
-    return pattern.findall(proxy.log())
-
-
-def wait_lines(proxy, pattern, count, timeout=3.0):
-    """The matches of pattern once there are count of them (or at timeout,
-    or once the process has exited)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        exited = proxy.proc.poll() is not None
-        found = lines(proxy, pattern)
-        if len(found) >= count or exited or time.monotonic() > deadline:
-            return found
-        time.sleep(0.02)
-
-
-def save(proxy, text):
-    """An editor's save: a temporary file in the config's directory, then
-    renamed over the config."""
-    tmp = proxy.cfg_path.with_name(f".{proxy.cfg_path.name}.swp")
-    tmp.write_text(text)
-    os.replace(tmp, proxy.cfg_path)
-
-
-def _await_reload(proxy, trigger, timeout=3.0):
-    """Runs trigger and returns (outcome line, applied line or None) of the
-    reload it causes; the applied line is awaited only when the outcome is
-    a change."""
-    n_out, n_applied = len(lines(proxy, OUTCOME)), len(lines(proxy, APPLIED))
-    trigger()
-    found = wait_lines(proxy, OUTCOME, n_out + 1, timeout)
-    assert len(found) > n_out, (f"no reload line within {timeout} s (exit status "
-                                f"{proxy.proc.poll()}); log:\n{proxy.log()}")
-    outcome = found[n_out]
-    if not outcome.startswith("config reload: changed "):
-        return outcome, None
-    applied = wait_lines(proxy, APPLIED, n_applied + 1, timeout)
-    assert len(applied) > n_applied, f"no applied: line; log:\n{proxy.log()}"
-    return outcome, applied[-1]
-
-
-def reload(proxy, template, timeout=3.0):
-    """Saves the config (editor style, no signal); returns what
-    _await_reload returns."""
-    return _await_reload(proxy, lambda: save(proxy, render(proxy, template)), timeout)
-
-
-def sighup(proxy, timeout=3.0):
-    return _await_reload(proxy, lambda: proxy.proc.send_signal(signal.SIGHUP), timeout)
 
 
 def drained_logged(proxy, sock, timeout=2.0):
