@@ -636,3 +636,37 @@ def test_a_reload_leaves_every_balancers_health_as_it_was(start_proxy, echo, mem
     wait_state(proxy, "dead", "down", count=2, timeout=3)
     assert carriers(proxy, echo, [dead, live]) == ["live"] * 3
     assert state_lines(proxy, "dead", "up") == []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "etm_supervisor_apply (src/supervisor/supervisor.c) stops the prober and starts a new one "
+    "over the new plane on every publish, even when every balancer is reused: each reload "
+    "cancels the probes in flight and starts every member's probe afresh, so while reloads "
+    "come faster than probe_timeout a member whose packets vanish is never marked down"))
+def test_route_reloads_faster_than_the_probe_timeout_still_let_a_member_go_down(
+        start_proxy, echo, members):
+    """Issue 16: an unchanged balancer is reused with its probers. flaky
+    stops answering (silenced: a probe of it times out after 2 s) while
+    the route changes every 0.75 s or so; the probe under way when it went
+    silent, or the next one a second later, still ends and marks it down
+    within about 3 s, as it does with no reload at all."""
+    flaky, live = members("flaky"), members("live")
+    template = config(
+        socks_in("in", "{port0}"), socks_member("flaky", flaky.port),
+        socks_member("live", live.port), BLOCK_B,
+        '[[balancer]]\ntag = "up"\noutbounds = ["flaky", "live"]\nstrategy = "failover"\n'
+        "probe_interval = 1\nprobe_timeout = 2\n\n",
+        default="up") + "{rule}"
+    proxy = start_proxy(template, extra={"rule": ""})
+    assert carriers(proxy, echo, [flaky, live]) == ["flaky"] * 3
+    flaky.silence()
+    silenced = time.monotonic()
+    port = 9
+    while time.monotonic() - silenced < 5 and not state_lines(proxy, "flaky", "down"):
+        port = 19 - port  # 9, 10, 9, ...: each reload changes the route alone
+        proxy.extra["rule"] = f'[[route.rule]]\noutbound = "b"\nport = {port}\n'
+        assert reload(proxy, template)[0] == "config reload: changed route"
+        time.sleep(0.5)
+    assert state_lines(proxy, "flaky", "down"), (
+        f"flaky not marked down {time.monotonic() - silenced:.1f} s after it went silent; "
+        f"log:\n{proxy.log()}")
