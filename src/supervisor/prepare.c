@@ -19,8 +19,9 @@ static const char *const msgs[MSG_COUNT_] = {
 };
 
 
-/* A signature of files: device, inode, size and change time of each, so a
- * save in place or by rename changes it (and a file gone too). */
+/* A signature of files: device, inode, size, modification and change time
+ * of each, so a save in place or by rename changes it (even one that sets
+ * the modification time back), and a file gone too. */
 static uint64_t files_sig(const char *const *paths, size_t n)
 {
 	uint64_t h = 0;
@@ -28,14 +29,16 @@ static uint64_t files_sig(const char *const *paths, size_t n)
 		if (!paths[i])
 			continue;
 		struct stat st;
-		uint64_t v[5] = {(uint64_t)i + 1};
+		uint64_t v[7] = {(uint64_t)i + 1};
 		if (stat(paths[i], &st) == 0) {
 			v[1] = (uint64_t)st.st_dev ^ ((uint64_t)st.st_ino << 1);
 			v[2] = (uint64_t)st.st_size;
 			v[3] = (uint64_t)st.st_mtim.tv_sec;
 			v[4] = (uint64_t)st.st_mtim.tv_nsec;
+			v[5] = (uint64_t)st.st_ctim.tv_sec;
+			v[6] = (uint64_t)st.st_ctim.tv_nsec;
 		}
-		for (size_t k = 0; k < 5; k++)
+		for (size_t k = 0; k < 7; k++)
 			h = hash_fmix64(h ^ v[k]);
 	}
 	return h;

@@ -250,9 +250,17 @@ int etm_supervisor_apply(etm_supervisor *s, etm_spec *spec, char *err, size_t er
 		etm_spec_free(spec);
 		return 0;
 	}
-	bool publish = pp.p.publish;
+	/* The probes follow the balancers: a reload that keeps every one (and
+	 * the resolver) leaves the prober running, its probes in flight and
+	 * its timing as they were (it holds the plane it started on, whose
+	 * balancers are the same objects as the new plane's). */
+	bool reprobe = false;
+	for (size_t k = 0; k < pp.p.n_entries; k++) {
+		const plan_entry *e = &pp.p.entries[k];
+		reprobe |= (e->kind == PLAN_BALANCER || e->kind == PLAN_DNS) && e->action != PLAN_REUSED;
+	}
 	sup_commit(s, &pp);
-	if (publish) { /* the balancers of the new plane; unchanged ones keep their health */
+	if (reprobe) { /* unchanged balancers keep their health; new ones probe at once */
 		prober_stop(s->probes);
 		s->probes = prober_start(s->plane, s->cache,
 		                         (const char *const *)s->spec.dns.servers.items,

@@ -3,7 +3,8 @@
 flow keeps the target it opened on while each UDP datagram takes the route
 current when it is sent; changed outbounds drain by the policy their old
 version ran under; a refused config changes nothing; inbounds that keep
-their address keep their socket.
+their address keep their socket, and a renewed certificate reaches new
+handshakes only; a balancer the reload keeps keeps its members' health.
 
 Every test starts the real binary on 127.0.0.1 with `[log] level = "debug"`
 in its config (in the file, not `-l`, so a reload reads the same level and
@@ -13,54 +14,31 @@ from the issue and src/supervisor/plan.c) second. The `applied:` counts
 follow the planner (plan.c): every outbound, inbound and balancer is one
 entry, and the route, dns and log one each; a removed object counts in none
 of the four numbers; every old outbound version takes a drain step, under
-keep too.
+keep too. The configs, the save and SIGHUP and the reload's log lines come
+from reloadkit.py; the reloads under load are in test_reload_load.py.
 """
 import contextlib
 import os
 import re
-import signal
 import socket
+import ssl
 import threading
 import time
 
 import pytest
 
-from proxykit import (LOOPBACK, Association, EchoServer, UdpEcho, assert_blackholed,
-                      assert_echoes, free_port, socks_open, wait_closed)
+from balancerkit import (MemberServer, lines_with, socks_flow, state_lines, wait_line,
+                         wait_state)
+from proxykit import (LOOPBACK, REP_OK, Association, EchoServer, UdpEcho, assert_blackholed,
+                      assert_echoes, free_port, make_cert, socks5_greet, socks5_request,
+                      socks_open, wait_closed)
+from reloadkit import (OUTCOME, config, lines, outbound, reload, render, sighup, socks_in,
+                       wait_lines)
 
 # ---------------------------------------------------------------- configs
 
-
-def socks_in(tag, port, *keys):
-    """A socks [[inbound]] on 127.0.0.1; port is a number or "{portN}"."""
-    text = (f'[[inbound]]\ntag = "{tag}"\nprotocol = "socks"\nlisten = "127.0.0.1"\n'
-            f"port = {port}\n")
-    return text + "".join(k + "\n" for k in keys) + "\n"
-
-
-def outbound(tag, protocol, *keys):
-    """An [[outbound]]; keys are TOML lines (`drain = "close"`)."""
-    return (f'[[outbound]]\ntag = "{tag}"\nprotocol = "{protocol}"\n'
-            + "".join(k + "\n" for k in keys) + "\n")
-
-
-def config(*parts, default=None):
-    """Debug logging, the parts, then [route]."""
-    text = '[log]\nlevel = "debug"\n\n' + "".join(parts)
-    if default is not None:
-        text += f'[route]\ndefault = "{default}"\n'
-    return text
-
-
 DIRECT_A = outbound("a", "freedom")
 BLOCK_B = outbound("b", "blackhole")
-
-
-def render(proxy, template):
-    """template with the proxy's {portN} filled in, as Proxy.start does."""
-    fill = {f"port{i}": p for i, p in enumerate(proxy.ports)}
-    fill.update(proxy.extra)
-    return template.format(**fill)
 
 
 # ---------------------------------------------------------------- fixtures
@@ -92,63 +70,7 @@ def aux(tmp_path):
 
 # ---------------------------------------------------------------- reloading and its log lines
 
-# What one reload ends with: applied, nothing to apply, or refused.
-OUTCOME = re.compile(r"^\S+ [A-Z]+ +\S+: (config reload: .*"
-                     r"|reload: (?:parse|build) failed, keeping current config: .*)$", re.M)
-APPLIED = re.compile(r"^\S+ DEBUG \S+: (applied: \d+ built, \d+ reused, \d+ swapped, "
-                     r"\d+ drained)$", re.M)
 DRAINED = "the outbound this flow was opened on was drained"
-
-
-def lines(proxy, pattern):
-    return pattern.findall(proxy.log())
-
-
-def wait_lines(proxy, pattern, count, timeout=3.0):
-    """The matches of pattern once there are count of them (or at timeout,
-    or once the process has exited)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        exited = proxy.proc.poll() is not None
-        found = lines(proxy, pattern)
-        if len(found) >= count or exited or time.monotonic() > deadline:
-            return found
-        time.sleep(0.02)
-
-
-def save(proxy, text):
-    """An editor's save: a temporary file in the config's directory, then
-    renamed over the config."""
-    tmp = proxy.cfg_path.with_name(f".{proxy.cfg_path.name}.swp")
-    tmp.write_text(text)
-    os.replace(tmp, proxy.cfg_path)
-
-
-def _await_reload(proxy, trigger, timeout=3.0):
-    """Runs trigger and returns (outcome line, applied line or None) of the
-    reload it causes; the applied line is awaited only when the outcome is
-    a change."""
-    n_out, n_applied = len(lines(proxy, OUTCOME)), len(lines(proxy, APPLIED))
-    trigger()
-    found = wait_lines(proxy, OUTCOME, n_out + 1, timeout)
-    assert len(found) > n_out, (f"no reload line within {timeout} s (exit status "
-                                f"{proxy.proc.poll()}); log:\n{proxy.log()}")
-    outcome = found[n_out]
-    if not outcome.startswith("config reload: changed "):
-        return outcome, None
-    applied = wait_lines(proxy, APPLIED, n_applied + 1, timeout)
-    assert len(applied) > n_applied, f"no applied: line; log:\n{proxy.log()}"
-    return outcome, applied[-1]
-
-
-def reload(proxy, template, timeout=3.0):
-    """Saves the config (editor style, no signal); returns what
-    _await_reload returns."""
-    return _await_reload(proxy, lambda: save(proxy, render(proxy, template)), timeout)
-
-
-def sighup(proxy, timeout=3.0):
-    return _await_reload(proxy, lambda: proxy.proc.send_signal(signal.SIGHUP), timeout)
 
 
 def drained_logged(proxy, sock, timeout=2.0):
@@ -562,6 +484,187 @@ def test_an_established_connection_survives_an_apply_that_keeps_its_inbound(star
         assert refused(proxy.ports[1]), "the removed inbound still accepts"
         assert_echoes(kept, b"still there")
 
+
+
+def tls_socks_open(port, echo):
+    """A SOCKS5 CONNECT to the echo server inside TLS, checking no
+    certificate (the test compares it itself); returns the TLS socket."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    t = ctx.wrap_socket(socket.create_connection((LOOPBACK, port), timeout=5),
+                        server_hostname="localhost")
+    try:
+        socks5_greet(t)
+        rep, _ = socks5_request(t, LOOPBACK, echo.port)
+        assert rep == REP_OK, f"REP {rep:#x}"
+        assert_echoes(t, b"first bytes")
+    except BaseException:
+        t.close()
+        raise
+    return t
+
+
+def der(cert):
+    return ssl.PEM_cert_to_DER_cert(cert.read_text())
+
+
+@pytest.mark.parametrize("how", ["in-place", "rename"])
+def test_a_changed_certificate_reaches_new_handshakes_only(start_proxy, echo, aux, how):
+    """docs/reload.md "Files": the config names the same files, whose
+    contents change from certificate A to B; SIGHUP swaps the inbound's
+    config on the same socket. A new handshake presents B; a connection
+    made on A goes on. in-place: both files rewritten (same inodes, new
+    size and time); rename: new files renamed over them (new inodes)."""
+    for d in ("a", "b", "live"):
+        (aux / d).mkdir()
+    cert_a, key_a = make_cert(aux / "a")
+    cert_b, key_b = make_cert(aux / "b")
+    assert der(cert_a) != der(cert_b)
+    live = aux / "live"
+    cert, key = live / "cert.pem", live / "key.pem"
+    cert.write_bytes(cert_a.read_bytes())
+    key.write_bytes(key_a.read_bytes())
+    proxy = start_proxy(config(
+        socks_in("in", "{port0}", "[inbound.stream]", 'network = "tls"', "[inbound.stream.tls]",
+                 f'certificate = "{cert}"', f'key = "{key}"'),
+        DIRECT_A))
+
+    with tls_socks_open(proxy.port, echo) as old:
+        assert old.getpeercert(binary_form=True) == der(cert_a)
+        for new, source in ((cert, cert_b), (key, key_b)):
+            if how == "in-place":
+                inode = new.stat().st_ino
+                new.write_bytes(source.read_bytes())
+                assert new.stat().st_ino == inode
+            else:
+                tmp = new.with_name(new.name + ".new")
+                tmp.write_bytes(source.read_bytes())
+                os.replace(tmp, new)
+        assert_echoes(old, b"the files changed, nothing reloaded yet")
+
+        # the config text is the same: only the files changed
+        assert sighup(proxy) == ("config reload: changed inbounds",
+                                 "applied: 0 built, 4 reused, 1 swapped, 0 drained")
+        with tls_socks_open(proxy.port, echo) as after:
+            assert after.getpeercert(binary_form=True) == der(cert_b)
+            assert_echoes(old, b"the old handshake's connection goes on")
+            assert_echoes(after, b"and the new one")
+        assert old.getpeercert(binary_form=True) == der(cert_a)
+
+        # what the swap read is the new record: the same files again are no change
+        assert sighup(proxy) == ("config reload: no changes", None)
+        assert_echoes(old, b"still there")
+
+
+# ---------------------------------------------------------------- balancers
+
+
+@pytest.fixture
+def members():
+    """members(name) -> a balancerkit.MemberServer; all closed at teardown."""
+    made = []
+
+    def _make(name):
+        made.append(MemberServer(name))
+        return made[-1]
+
+    yield _make
+    for m in made:
+        m.close()
+
+
+def socks_member(tag, port):
+    return outbound(tag, "socks", 'server = "127.0.0.1"', f"port = {port}")
+
+
+def carriers(proxy, echo, servers, n=3):
+    """n flows through proxy to the echo server, one after another; each must
+    succeed. Returns the name of the MemberServer that carried each."""
+    out = []
+    for _ in range(n):
+        before = [len(m.connects) for m in servers]
+        rep = socks_flow(proxy.port, LOOPBACK, echo.port)
+        assert rep == REP_OK, f"REP {rep:#x}; log:\n{proxy.log()}"
+        out += [m.name for m, k in zip(servers, before) if len(m.connects) != k]
+    return out
+
+
+# prober.c's debug line for a probe of member dead of balancer up that timed out
+PROBE_TIMED_OUT = "DEBUG balancer: balancer up: probe of dead: timed out"
+
+
+def test_a_reload_leaves_every_balancers_health_as_it_was(start_proxy, echo, members):
+    """A failover balancer over dead (silenced: a probe hangs until its
+    1 s timeout) and live. Once dead is marked down, a reload that changes
+    nothing, then one that changes the route alone, keep the balancer with
+    its health: dead is never announced up or down again and no flow
+    reaches it. A reload that changes the balancer itself starts it anew,
+    members up, so its first probe announces dead down a second time: the
+    line the first two reloads must not cause (issue 16, plan)."""
+    dead, live = members("dead"), members("live")
+    dead.silence()
+    template = config(
+        socks_in("in", "{port0}"), socks_member("dead", dead.port),
+        socks_member("live", live.port), BLOCK_B,
+        '[[balancer]]\ntag = "up"\noutbounds = ["dead", "live"]\nstrategy = "failover"\n'
+        "probe_interval = {interval}\nprobe_timeout = 1\n\n",
+        default="up") + "{rule}"
+    proxy = start_proxy(template, extra={"interval": 1, "rule": ""})
+    wait_state(proxy, "dead", "down", timeout=4)
+    assert carriers(proxy, echo, [dead, live]) == ["live"] * 3
+
+    assert sighup(proxy) == ("config reload: no changes", None)
+    assert carriers(proxy, echo, [dead, live]) == ["live"] * 3
+
+    # a rule for a port nothing here uses: the route is rebuilt, the rest kept
+    proxy.extra["rule"] = '[[route.rule]]\noutbound = "b"\nport = 9\n'
+    assert reload(proxy, template) == ("config reload: changed route",
+                                       "applied: 1 built, 7 reused, 0 swapped, 0 drained")
+    # the publish restarted the prober before the applied: line; its first
+    # probe of dead, at once, times out after a second and finds it down
+    probed = len(lines_with(proxy, PROBE_TIMED_OUT))
+    assert carriers(proxy, echo, [dead, live]) == ["live"] * 3
+    wait_line(proxy, PROBE_TIMED_OUT, count=probed + 1, timeout=3)
+    assert carriers(proxy, echo, [dead, live]) == ["live"] * 3
+    assert (state_lines(proxy, "dead", "up"), len(state_lines(proxy, "dead", "down"))) == ([], 1)
+    assert state_lines(proxy, "live", "down") == []
+    assert dead.connects == []
+
+    proxy.extra["interval"] = 2
+    assert reload(proxy, template)[0] == "config reload: changed balancers"
+    wait_state(proxy, "dead", "down", count=2, timeout=3)
+    assert carriers(proxy, echo, [dead, live]) == ["live"] * 3
+    assert state_lines(proxy, "dead", "up") == []
+
+
+def test_route_reloads_faster_than_the_probe_timeout_still_let_a_member_go_down(
+        start_proxy, echo, members):
+    """Issue 16: an unchanged balancer is reused with its probers. flaky
+    stops answering (silenced: a probe of it times out after 2 s) while
+    the route changes every 0.75 s or so; the probe under way when it went
+    silent, or the next one a second later, still ends and marks it down
+    within about 3 s, as it does with no reload at all."""
+    flaky, live = members("flaky"), members("live")
+    template = config(
+        socks_in("in", "{port0}"), socks_member("flaky", flaky.port),
+        socks_member("live", live.port), BLOCK_B,
+        '[[balancer]]\ntag = "up"\noutbounds = ["flaky", "live"]\nstrategy = "failover"\n'
+        "probe_interval = 1\nprobe_timeout = 2\n\n",
+        default="up") + "{rule}"
+    proxy = start_proxy(template, extra={"rule": ""})
+    assert carriers(proxy, echo, [flaky, live]) == ["flaky"] * 3
+    flaky.silence()
+    silenced = time.monotonic()
+    port = 9
+    while time.monotonic() - silenced < 5 and not state_lines(proxy, "flaky", "down"):
+        port = 19 - port  # 9, 10, 9, ...: each reload changes the route alone
+        proxy.extra["rule"] = f'[[route.rule]]\noutbound = "b"\nport = {port}\n'
+        assert reload(proxy, template)[0] == "config reload: changed route"
+        time.sleep(0.5)
+    assert state_lines(proxy, "flaky", "down"), (
+        f"flaky not marked down {time.monotonic() - silenced:.1f} s after it went silent; "
+        f"log:\n{proxy.log()}")
 
 
 # ---------------------------------------------------------------- balancers and drains
