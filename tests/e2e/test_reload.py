@@ -696,3 +696,28 @@ def test_a_balanced_stream_is_closed_by_its_members_drain_not_the_balancers(star
         assert drained_logged(proxy, carried)
         with flow(proxy, echo):  # the new version of the member carries new flows
             pass
+
+
+def test_a_drained_udp_sub_link_leaves_its_association_which_lives_on(start_proxy, udp_echo):
+    """Seed 002: a close drain drops the sub-links opened on the old version
+    from their association; the association goes on, and its next datagram
+    opens a sub-link on the new version (a new socket toward the peer)."""
+    template = config(socks_in("in", "{port0}"),
+                      outbound("a", "freedom", 'drain = "close"', 'address_family = "{af}"'),
+                      default="a")
+    proxy = start_proxy(template, extra={"af": "auto"})
+    with Association(proxy.port) as udp:
+        udp.echo(udp_echo, b"on a@v1")
+        first_source = udp_echo.received[-1][0]
+
+        proxy.extra["af"] = "ipv4_only"
+        outcome, applied = reload(proxy, template)
+        assert outcome == "config reload: changed outbounds"
+        assert applied == "applied: 1 built, 4 reused, 0 swapped, 1 drained"
+        assert wait_lines(proxy, re.compile(
+            r"^\S+ DEBUG \S+: udp fan-out: a sub-link ended: "
+            r"the outbound this flow was opened on was drained$", re.M), 1), proxy.log()
+        assert wait_lines(proxy, re.compile(r"outbound a@v1 drained: 1 flow\(s\) closed"), 1)
+
+        udp.echo(udp_echo, b"on a@v2")  # the same association, a new sub-link
+        assert udp_echo.received[-1][0] != first_source
