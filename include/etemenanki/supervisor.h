@@ -37,10 +37,14 @@ __attribute__((warn_unused_result)) int etm_supervisor_apply(etm_supervisor *s, 
  * that published (seed 002 Supervisor::epoch). */
 uint64_t etm_supervisor_epoch(const etm_supervisor *s);
 
-/* What --test runs after etm_spec_check: builds what a start would build
- * without binding or probing anything (the compiled routes, geodata
- * included). Returns 0, or -1 with the reason ("building route failed:
- * ...") in err. */
+/* What --test runs after etm_spec_check: etm_spec_check_available, then
+ * builds what a start would build, without binding, dialling or probing
+ * anything: every outbound (TLS contexts, CA files), balancer and inbound
+ * config (certificates and keys), the udp_lb clusters, the compiled
+ * routes with their geodata. Returns 0, or -1 with the reason in err, the
+ * text a start would print after "failed to start: " ("inbound x: tls:
+ * ...", "building route failed: ...", "outbound x: protocol vmess is not
+ * available yet"). */
 __attribute__((warn_unused_result)) int etm_supervisor_check(const etm_spec *spec, char *err,
                                                              size_t err_size);
 

@@ -35,17 +35,12 @@ void reloader_now(reloader *r, const char *why)
 	log_info("app", msgs[M_RELOADING], r->path, why);
 	etm_spec spec;
 	char msg[CONFIG_MSG_MAX];
-	/* exactly what --test runs before it says "Configuration OK." */
+	/* parsed, lowered and checked as --test does; what --test then builds
+	 * is prepare's (etm_supervisor_apply), whose failure is a build one */
 	if (config_load_file(r->path, &spec, msg, sizeof msg)) {
 		log_error("app", msgs[M_PARSE], msg);
 		return;
 	}
-	if (etm_supervisor_check(&spec, msg, sizeof msg)) {
-		etm_spec_free(&spec);
-		log_error("app", msgs[M_PARSE], msg);
-		return;
-	}
-	/* then what a start runs before it builds */
 	if (etm_spec_check_available(&spec, msg, sizeof msg)) {
 		etm_spec_free(&spec);
 		log_error("app", msgs[M_BUILD], msg);

@@ -279,11 +279,32 @@ uint64_t etm_supervisor_epoch(const etm_supervisor *s) { return s->epoch; }
 
 int etm_supervisor_check(const etm_spec *spec, char *err, size_t err_size)
 {
-	route_table *t;
-	if (build_route_table(spec, &t, err, err_size))
+	if (etm_spec_check_available(spec, err, err_size))
 		return -1;
-	route_table_free(t);
-	return 0;
+	/* the first plan and prepare of a start, with nothing running: every
+	 * outbound (TLS contexts, CA files), balancer, inbound config
+	 * (certificate and key) and the plane (the route with its geodata) */
+	etm_supervisor s = {0};
+	sup_connector_init(&s.conn, &s);
+	prepared pp;
+	int rc = sup_prepare(&s, (etm_spec *)spec /* read only: nothing commits it */, false, &pp,
+	                     err, err_size);
+	sup_prepared_free(&pp);
+	plan_versions_free(&s.versions);
+	/* the udp_lb clusters, as start_lb_groups builds them */
+	for (size_t i = 0; rc == 0 && i < spec->inbounds_len; i++) {
+		const etm_inbound_spec *in = &spec->inbounds[i];
+		if (in->protocol != ETM_PROTO_UDP_LB)
+			continue;
+		const etm_cluster_spec *cl = sup_cluster_of(spec, in->settings.cluster);
+		udplb_group_config cfg;
+		if (!cl)
+			rc = spec_format(err, err_size, SPEC_UNKNOWN_CLUSTER, in->tag,
+			                 in->settings.cluster ? in->settings.cluster : "");
+		else if ((rc = build_udplb(in, cl, &cfg, err, err_size)) == 0)
+			build_udplb_free(&cfg);
+	}
+	return rc;
 }
 
 uint16_t etm_supervisor_inbound_port(const etm_supervisor *s, size_t i)

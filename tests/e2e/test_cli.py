@@ -22,11 +22,18 @@ def gutter(line):
     return " " * len(str(line))
 
 
-def test_the_recipe_is_valid(run):
+def test_the_recipe_says_what_a_start_would(run):
+    """--test is the whole build (issue 22): the seed's recipe parses and
+    checks, and this build says, as a start would, the first member it
+    cannot run yet (its third is VMess over gRPC, issue 17)."""
     r = run("--test", "-c", str(FAILOVER))
-    assert r.returncode == 0, r.stderr
-    assert r.stdout == "Configuration OK.\n"
-    assert r.stderr == ""
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == ("configuration invalid: outbound tertiary: protocol vmess is not "
+                        "available yet\n")
+    start = run("-c", str(FAILOVER), timeout=5)
+    assert start.returncode == 1
+    assert start.stderr.splitlines()[-1] == ("failed to start: outbound tertiary: protocol vmess "
+                                             "is not available yet")
 
 
 def test_the_quickstart_is_valid(run):
