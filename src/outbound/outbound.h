@@ -49,6 +49,9 @@ typedef struct outbound_config {
 	/* Credentials, each NULL when not set: socks and http a user name and
 	 * password, trojan the password, vless the id (a UUID as text). */
 	const char *username, *password, *id;
+	/* vmess: the body security as vmess_security's wire value
+	 * (proto/vmess_crypto.h), 0 for auto (outbound_new picks). */
+	uint8_t vmess_security;
 } outbound_config;
 
 /* What a protocol is and can do as an outbound: one row per protocol in
