@@ -127,8 +127,8 @@ connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resol
                                          const addr_dest *dest, connect_cb cb, void *data);
 
 /* Opens a datagram link through o (seed 000 "connect_datagram"): freedom's
- * per-family sockets, blackhole's swallowing link, a Trojan or VLESS stream
- * carrying framed datagrams (VLESS: to `to` only), a SOCKS5 UDP association.
+ * per-family sockets, blackhole's swallowing link, a Trojan, VLESS or VMess
+ * stream carrying framed datagrams (VLESS and VMess: to `to` only), a SOCKS5 UDP association.
  * What it receives goes to h with ud. done runs exactly once unless the
  * returned handle is cancelled; it may run before this returns (then NULL is
  * returned). http fails with "http carries no datagrams". */
