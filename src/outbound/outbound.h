@@ -49,6 +49,9 @@ typedef struct outbound_config {
 	/* Credentials, each NULL when not set: socks and http a user name and
 	 * password, trojan the password, vless the id (a UUID as text). */
 	const char *username, *password, *id;
+	/* vmess: the body security as vmess_security's wire value
+	 * (proto/vmess_crypto.h), 0 for auto (outbound_new picks). */
+	uint8_t vmess_security;
 } outbound_config;
 
 /* What a protocol is and can do as an outbound: one row per protocol in
@@ -124,8 +127,8 @@ connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resol
                                          const addr_dest *dest, connect_cb cb, void *data);
 
 /* Opens a datagram link through o (seed 000 "connect_datagram"): freedom's
- * per-family sockets, blackhole's swallowing link, a Trojan or VLESS stream
- * carrying framed datagrams (VLESS: to `to` only), a SOCKS5 UDP association.
+ * per-family sockets, blackhole's swallowing link, a Trojan, VLESS or VMess
+ * stream carrying framed datagrams (VLESS and VMess: to `to` only), a SOCKS5 UDP association.
  * What it receives goes to h with ud. done runs exactly once unless the
  * returned handle is cancelled; it may run before this returns (then NULL is
  * returned). http fails with "http carries no datagrams". */

@@ -29,7 +29,7 @@ static const char *const msgs[MSG_COUNT_] = {
 	[MSG_NO_MEMORY] = "out of memory",
 };
 
-/* ---- framed datagrams: Trojan and VLESS ---- */
+/* ---- framed datagrams: Trojan, VLESS and VMess (VLESS framing above its layer) ---- */
 
 typedef struct sudp {
 	dgram_link base;
@@ -44,7 +44,12 @@ typedef struct sudp {
 	uint8_t out[DGRAM_HEADROOM + TROJAN_UDP_FRAME_MAX]; /* one datagram being delivered or sent */
 } sudp;
 
-static const char *kind_name(const sudp *u) { return u->framing == STREAM_UDP_VLESS ? "vless" : "trojan"; }
+static const char *kind_name(const sudp *u)
+{
+	return u->framing == STREAM_UDP_VLESS   ? "vless"
+	       : u->framing == STREAM_UDP_VMESS ? "vmess"
+	                                        : "trojan";
+}
 
 /* The link is freed once it is closed and no call to its owner is under way
  * (the owner may close it from inside one). */
@@ -82,7 +87,7 @@ static bool sudp_deliver(sudp *u)
 		if (u->framing == STREAM_UDP_TROJAN) {
 			r = trojan_udp_decode(d, n, &from, &off, &plen);
 		} else {
-			r = vless_udp_decode(d, n, &plen);
+			r = vless_udp_decode(d, n, &plen); /* VLESS and VMess */
 			off = VLESS_UDP_HEADER_LEN;
 		}
 		if (r == 0)

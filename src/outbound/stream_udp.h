@@ -12,6 +12,8 @@
 typedef enum stream_udp_framing {
 	STREAM_UDP_TROJAN, /* every packet names its destination (ATYP ADDR PORT LEN CRLF) */
 	STREAM_UDP_VLESS,  /* 2-byte length; the stream's one target is every packet's */
+	STREAM_UDP_VMESS,  /* VLESS's framing, which the vmess layer turns into one chunk a
+	                      datagram (vmess_client_new) */
 } stream_udp_framing;
 
 /* A link that frames datagrams into the connected stream ep (taken over). target is the VLESS stream's one target (reported as every

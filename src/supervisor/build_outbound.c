@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 
+#include "proto/vmess_crypto.h"
 #include "transport/tls.h"
 
 enum { MSG_BAD_SETTING, MSG_NO_MEMORY, MSG_NOT_A_HOST, MSG_NO_SERVER, MSG_COUNT_ };
@@ -103,6 +104,24 @@ static void set_ws(outbound_config *c, const etm_outbound_spec *spec)
 	                                   : spec->server;
 }
 
+/* The config's VMess security as the wire value outbound_config takes. */
+static uint8_t vmess_wire_security(etm_vmess_security s)
+{
+	switch (s) {
+	case ETM_VMESS_AES_128_GCM:
+		return VMESS_SEC_AES_128_GCM;
+	case ETM_VMESS_CHACHA20_POLY1305:
+		return VMESS_SEC_CHACHA20_POLY1305;
+	case ETM_VMESS_NONE:
+		return VMESS_SEC_NONE;
+	case ETM_VMESS_ZERO:
+		return VMESS_SEC_ZERO;
+	case ETM_VMESS_AUTO:
+		break;
+	}
+	return 0;
+}
+
 /* Fills c from spec; c borrows spec's strings and holds a TLS context
  * reference that config_release drops. 0, or -1 with the reason in err. */
 static int config_fill(outbound_config *c, const etm_outbound_spec *spec, char *err,
@@ -116,6 +135,7 @@ static int config_fill(outbound_config *c, const etm_outbound_spec *spec, char *
 		.username = set->username,
 		.password = set->password,
 		.id = set->id,
+		.vmess_security = vmess_wire_security(set->security),
 	};
 	/* only a runnable proxy client has a server and transport: any other
 	 * protocol fails in outbound_new with its own reason */

@@ -103,9 +103,12 @@ class Peer:
             path.write_text(json.dumps(self.make_config(*self.ports), indent=1))
             self.log_path = self.workdir / f"{self.kind}-{n}.log"
             self._log = open(self.log_path, "wb")
+            # v2ray's VMess inbound takes only AEAD headers with this set
+            # (issue 17: our client must never need the legacy form)
+            env = dict(os.environ, V2RAY_VMESS_AEAD_FORCED="true")
             self.proc = subprocess.Popen(self.argv(path), stdin=subprocess.DEVNULL,
                                          stdout=self._log, stderr=subprocess.STDOUT,
-                                         cwd=str(self.workdir))
+                                         cwd=str(self.workdir), env=env)
             if self._wait_ready(10.0):
                 return self
             rc = self.proc.poll()
@@ -429,13 +432,17 @@ def our_socks_inbound(users=()):
 FREEDOM = '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n'
 
 
-def our_client(protocol, server_port, transport, pki, path="/", credential=None):
-    """socks inbound -> protocol outbound to 127.0.0.1:server_port."""
-    key = {"vless": "id", "trojan": "password"}.get(protocol)
+def our_client(protocol, server_port, transport, pki, path="/", credential=None,
+               security=None):
+    """socks inbound -> protocol outbound to 127.0.0.1:server_port; security
+    is vmess's settings.security."""
+    key = {"vless": "id", "vmess": "id", "trojan": "password"}.get(protocol)
     text = (our_socks_inbound() + f'[[outbound]]\ntag = "up"\nprotocol = "{protocol}"\n'
             f'server = "127.0.0.1"\nport = {server_port}\n')
     if key:
         text += f'[outbound.settings]\n{key} = "{credential}"\n'
+        if security:
+            text += f'security = "{security}"\n'
     elif credential:
         text += (f'[outbound.settings]\nusername = "{credential[0]}"\n'
                  f'password = "{credential[1]}"\n')
@@ -498,6 +505,8 @@ def v2_server(protocol, transport, pki, path="/", credential=None):
             settings = {"clients": [{"id": credential}], "decryption": "none"}
         elif protocol == "trojan":
             settings = {"clients": [{"password": credential}]}
+        elif protocol == "vmess":
+            settings = {"clients": [{"id": credential, "alterId": 0}]}
         else:
             return v2_config(v2_socks_inbound(port, [credential] if credential else ()),
                              V2_FREEDOM)
@@ -584,6 +593,45 @@ def test_vless_v2ray_to_ours(chain, pki, echo, transport):
     client = chain.v2ray(v2_client("vless", server.port, transport, pki, "/vl", UUID))
     echo_check(client.port, echo.port, chain.logs)
     chain.saw(echo.port)
+
+
+# ---------------------------------------------------------------- VMess (AEAD)
+
+VMESS_TRANSPORTS = ["tcp", "tls", "ws+tls"]
+VMESS_CELLS = ([pytest.param(t, "aes-128-gcm", id=f"{t}-aes-128-gcm") for t in VMESS_TRANSPORTS] +
+               [pytest.param("tcp", sec, id=f"tcp-{sec}")
+                for sec in ("chacha20-poly1305", "none", "zero", "auto")] +
+               [pytest.param("ws+tls", "chacha20-poly1305", id="ws+tls-chacha20-poly1305")])
+
+
+@needs_v2ray
+@pytest.mark.parametrize("transport,security", VMESS_CELLS)
+def test_vmess_ours_to_v2ray(chain, pki, echo, transport, security):
+    """Our vmess client against v2ray 4.34's vmess server (alterId 0, AEAD
+    forced): 16 MiB echoed byte for byte, then a burst of connections."""
+    server = chain.v2ray(v2_server("vmess", transport, pki, "/vm", UUID))
+    client = chain.proxy(our_client("vmess", server.port, transport, pki, "/vm", UUID,
+                                    security=security))
+    echo_check(client.port, echo.port, chain.logs)
+    chain.saw(echo.port)
+
+
+VMESS_UDP_CELLS = ([pytest.param(t, "aes-128-gcm", id=f"{t}-aes-128-gcm")
+                    for t in VMESS_TRANSPORTS] +
+                   [pytest.param("tcp", sec, id=f"tcp-{sec}")
+                    for sec in ("chacha20-poly1305", "none")])
+
+
+@needs_v2ray
+@pytest.mark.parametrize("transport,security", VMESS_UDP_CELLS)
+def test_vmess_udp_ours_to_v2ray(chain, pki, udp_echo, transport, security):
+    """app --SOCKS5 UDP--> our socks inbound -> our vmess outbound (command
+    UDP, a chunk a datagram) -> v2ray's vmess inbound -> freedom -> UDP echo."""
+    server = chain.v2ray(v2_server("vmess", transport, pki, "/vu", UUID))
+    client = chain.proxy(our_client("vmess", server.port, transport, pki, "/vu", UUID,
+                                    security=security))
+    udp_socks_check(client.port, udp_echo, chain.logs)
+    assert_logged(server, f"accepted udp:127.0.0.1:{udp_echo.port}", chain.logs)
 
 
 # ---------------------------------------------------------------- Trojan

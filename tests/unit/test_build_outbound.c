@@ -119,7 +119,9 @@ static void failed_builds_say_why(void **state)
 	etm_outbound_spec *v = add_outbound(&s, "v", ETM_PROTO_VLESS, "10.0.0.1", 443);
 	v->settings.id = sdup("not-a-uuid");
 	etm_outbound_spec *m = add_outbound(&s, "m", ETM_PROTO_VMESS, "10.0.0.2", 443);
-	m->settings.id = sdup("11111111-2222-3333-4444-555555555555");
+	m->settings.id = sdup("11111111-2222-3333-4444-55555555555"); /* a digit short */
+	etm_outbound_spec *h = add_outbound(&s, "h", ETM_PROTO_HYSTERIA2, "10.0.0.3", 443);
+	h->settings.password = sdup("secret");
 	add_balancer(&s, "b", LIST("direct"));
 	add_balancer(&s, "c", LIST("v"));
 	char err[256] = "";
@@ -127,10 +129,12 @@ static void failed_builds_say_why(void **state)
 	assert_null(build_outbound(&s.outbounds[1], err, sizeof err));
 	assert_string_equal(err, "outbound v: settings.id is not a UUID");
 	assert_null(build_outbound(&s.outbounds[2], err, sizeof err));
-	assert_string_equal(err, "outbound m: protocol vmess is not available yet");
+	assert_string_equal(err, "outbound m: settings.id is not a UUID");
+	assert_null(build_outbound(&s.outbounds[3], err, sizeof err));
+	assert_string_equal(err, "outbound h: protocol hysteria2 is not available yet");
 	outbound *direct = build_outbound(&s.outbounds[0], err, sizeof err);
 	assert_non_null(direct);
-	outbound *obs[] = {direct, NULL, NULL};
+	outbound *obs[] = {direct, NULL, NULL, NULL};
 	assert_null(build_balanced(&s, &s.balancers[0], obs, err, sizeof err));
 	assert_string_equal(err, "balancer b: member direct has no server");
 	outbound_unref(direct);

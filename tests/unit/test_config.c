@@ -276,6 +276,11 @@ static void variants(void **state)
 	expect_detail("[[outbound]]\ntag = \"o\"\nprotocol = \"socks\"\n[outbound.stream]\nsecurity = "
 	              "\"reality\"\n",
 	              "unknown variant `reality`, expected `none` or `tls`");
+	expect_detail("[[outbound]]\ntag = \"o\"\nprotocol = \"vmess\"\nserver = \"h\"\nport = 1\n"
+	              "[outbound.settings]\nid = \"5783a3e7-e373-51cd-8642-c83782b807c5\"\n"
+	              "security = \"aes-256-gcm\"\n",
+	              "unknown variant `aes-256-gcm`, expected one of `auto`, `aes-128-gcm`, "
+	              "`chacha20-poly1305`, `none`, `zero`");
 	expect_detail("[[route.rule]]\noutbound = \"d\"\nnetwork = \"icmp\"\n",
 	              "unknown variant `icmp`, expected `tcp` or `udp`");
 }
