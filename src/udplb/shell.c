@@ -17,11 +17,11 @@
 enum { MSG_REFUSED, MSG_NO_STEER, MSG_RESTEER };
 static const char *const msgs[] = {
 	[MSG_REFUSED] = "udp_lb %s: the core refused an input: %s",
-	[MSG_NO_STEER] = "udp_lb %s: cannot steer clients to workers by source IP (%s); the "
-			 "kernel's 4-tuple hash spreads them instead, so per-IP and per-subnet "
-			 "limits count per worker",
-	[MSG_RESTEER] = "udp_lb %s: clients are spread over the workers by %s now; a client "
-			"that lands on another worker opens a new flow there",
+	[MSG_NO_STEER] = ("udp_lb %s: cannot steer clients to workers by source IP (%s); the "
+			  "kernel's 4-tuple hash spreads them instead, so per-IP and per-subnet "
+			  "limits count per worker"),
+	[MSG_RESTEER] = ("udp_lb %s: clients are spread over the workers by %s now; a client "
+			 "that lands on another worker opens a new flow there"),
 };
 
 /* ---- acting on the core's outputs ---- */

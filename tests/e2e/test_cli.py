@@ -25,15 +25,16 @@ def gutter(line):
 def test_the_recipe_says_what_a_start_would(run):
     """--test is the whole build (issue 22): the seed's recipe parses and
     checks, and this build says, as a start would, the first member it
-    cannot run yet (its third is VMess over gRPC, issue 17)."""
+    cannot run yet (its third is VMess over gRPC: VMess runs, the gRPC
+    transport is issue 17's)."""
     r = run("--test", "-c", str(FAILOVER))
     assert (r.returncode, r.stdout) == (1, "")
-    assert r.stderr == ("configuration invalid: outbound tertiary: protocol vmess is not "
+    assert r.stderr == ("configuration invalid: outbound tertiary: the grpc transport is not "
                         "available yet\n")
     start = run("-c", str(FAILOVER), timeout=5)
     assert start.returncode == 1
-    assert start.stderr.splitlines()[-1] == ("failed to start: outbound tertiary: protocol vmess "
-                                             "is not available yet")
+    assert start.stderr.splitlines()[-1] == ("failed to start: outbound tertiary: the grpc "
+                                             "transport is not available yet")
 
 
 def test_the_quickstart_is_valid(run):
