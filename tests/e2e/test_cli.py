@@ -1,5 +1,6 @@
 """etemenanki-app's command line against the seed's recipe and its "Common errors" table."""
 import pathlib
+import subprocess
 import re
 
 import pytest
@@ -212,3 +213,93 @@ def test_usage_errors(run):
     r = run("--test")
     assert r.returncode == 2
     assert r.stderr == "etemenanki-app: no configuration file given; use -c FILE (see --help)\n"
+
+
+# ---------------------------------------------------------------- --test is the whole build
+# Issue 22: --test builds what a start builds (TLS contexts, certificates,
+# keys, CAs, what this build can run), without binding or dialling, and
+# prints what a start would after "configuration invalid: ".
+
+def make_pair(directory, name):
+    """A self-signed certificate and its key, via the openssl CLI."""
+    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=30)
+    return cert, key
+
+
+def tls_socks_config(cert, key, extra=""):
+    return ('[[inbound]]\ntag = "secure"\nprotocol = "socks"\nlisten = "127.0.0.1"\nport = 0\n'
+            '[inbound.stream]\nnetwork = "tls"\n'
+            f'[inbound.stream.tls]\ncertificate = "{cert}"\nkey = "{key}"\n\n'
+            '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n' + extra)
+
+
+def same_failure(run, path):
+    """The message --test prints after "configuration invalid: ", checked to
+    be what a start prints after "failed to start: "."""
+    t = run("--test", "-c", str(path))
+    assert (t.returncode, t.stdout) == (1, ""), t.stderr
+    assert t.stderr.startswith("configuration invalid: "), t.stderr
+    said = t.stderr[len("configuration invalid: "):].rstrip("\n")
+    s = run("-c", str(path), timeout=5)
+    assert s.returncode == 1, s.stderr
+    assert s.stderr.splitlines()[-1] == "failed to start: " + said
+    return said
+
+
+def test_the_test_of_a_good_tls_config_passes(run, tmp_path):
+    cert, key = make_pair(tmp_path, "a")
+    path = tmp_path / "c.toml"
+    path.write_text(tls_socks_config(cert, key))
+    r = run("--test", "-c", str(path))
+    assert (r.returncode, r.stdout, r.stderr) == (0, "Configuration OK.\n", "")
+
+
+def test_a_missing_certificate_fails_the_test(run, tmp_path):
+    _, key = make_pair(tmp_path, "a")
+    path = tmp_path / "c.toml"
+    path.write_text(tls_socks_config(tmp_path / "gone.pem", key))
+    said = same_failure(run, path)
+    assert said.startswith("inbound secure: tls: "), said
+    assert "gone.pem" in said, said
+
+
+def test_a_missing_key_fails_the_test(run, tmp_path):
+    cert, _ = make_pair(tmp_path, "a")
+    path = tmp_path / "c.toml"
+    path.write_text(tls_socks_config(cert, tmp_path / "gone.key"))
+    said = same_failure(run, path)
+    assert said.startswith("inbound secure: tls: "), said
+    assert "gone.key" in said, said
+
+
+def test_a_key_that_does_not_match_its_certificate_fails_the_test(run, tmp_path):
+    cert, _ = make_pair(tmp_path, "a")
+    _, other_key = make_pair(tmp_path, "b")
+    path = tmp_path / "c.toml"
+    path.write_text(tls_socks_config(cert, other_key))
+    said = same_failure(run, path)
+    assert said.startswith("inbound secure: tls: "), said
+
+
+def test_a_missing_ca_fails_the_test(run, tmp_path):
+    cert, key = make_pair(tmp_path, "a")
+    path = tmp_path / "c.toml"
+    path.write_text(tls_socks_config(cert, key, (
+        '[[outbound]]\ntag = "up"\nprotocol = "trojan"\nserver = "127.0.0.1"\nport = 1\n'
+        '[outbound.settings]\npassword = "p"\n[outbound.stream]\nnetwork = "tls"\n'
+        f'[outbound.stream.tls]\nca = "{tmp_path / "gone-ca.pem"}"\n')))
+    said = same_failure(run, path)
+    assert said.startswith("outbound up: "), said
+    assert "gone-ca.pem" in said, said
+
+
+def test_a_protocol_this_build_cannot_run_fails_the_test(run, tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[[inbound]]\ntag = "vm"\nprotocol = "vmess"\nlisten = "127.0.0.1"\nport = 0\n'
+                    '[[inbound.settings.users]]\nid = "11111111-2222-3333-4444-555555555555"\n\n'
+                    '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
+    assert same_failure(run, path) == "inbound vm: protocol vmess is not available yet"
