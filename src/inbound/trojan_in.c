@@ -52,6 +52,21 @@ static int timeout(in_conn *ic, proto_event *ev)
 	return trojan_server_timeout(&t->core, ev);
 }
 
+/* Trojan answers nothing: a flow may wait for a sniff of its first bytes
+ * (often in the same segment as the request) before it is dialled. */
+static bool sniffs(in_conn *ic)
+{
+	(void)ic;
+	return true;
+}
+
+static int opened(in_conn *ic, const connect_result *r)
+{
+	(void)ic;
+	(void)r;
+	return 0;
+}
+
 static const stream_udp_codec codec = {.decode = trojan_udp_decode, .encode = trojan_udp_encode};
 
 static void udp_open(in_conn *ic, const proto_event *ev)
@@ -75,6 +90,8 @@ const inbound_proto_ops trojan_in_ops = {
 	.feed = feed,
 	.wants_fallback = wants_fallback,
 	.timeout = timeout,
+	.sniffs = sniffs,
+	.opened = opened,
 	.udp_open = udp_open,
 	.free = free_state,
 };

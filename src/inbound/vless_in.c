@@ -74,6 +74,14 @@ static void free_state(in_conn *ic)
 	stream_udp_in_stop(&v->udp);
 }
 
+/* The response header (version, no addons) needs nothing from the dial:
+ * it is written first, and the flow waits for a sniff of its first bytes. */
+static bool sniffs(in_conn *ic)
+{
+	(void)ic;
+	return true;
+}
+
 const inbound_proto_ops vless_in_ops = {
 	.size = sizeof(vless_in),
 	.account_size = VLESS_UUID_LEN,
@@ -81,6 +89,7 @@ const inbound_proto_ops vless_in_ops = {
 	.init = init,
 	.feed = feed,
 	.udp_open = udp_open,
+	.sniffs = sniffs,
 	.opened = opened,
 	.free = free_state,
 };

@@ -12,10 +12,12 @@ swallowed datagram gets no answer; a direct flow reaches the server); the
 interface.
 """
 import asyncio
+import hashlib
 import re
 import socket
 import socketserver
 import ssl
+import struct
 import threading
 import time
 
@@ -960,3 +962,66 @@ def test_check_reads_geodata_only_when_a_matcher_uses_it(run, tmp_path):
                           geoip=str(missing / "geoip.dat"), geosite=str(missing / "geosite.dat")))
     r = run("--test", "-c", str(cfg))
     assert (r.returncode, r.stdout.strip(), r.stderr) == (0, "Configuration OK.", "")
+
+
+# ---------------------------------------------------------------- sniffing on trojan and vless
+
+SNIFF_PASSWORD = "sniff-pass"
+SNIFF_UUID = "0b5c0e8a-6f2c-4c55-9a1b-3f0f5f3c7d21"
+
+
+def carried_inbound(protocol, sniffing):
+    """A plain trojan or vless inbound with one user (issue 22: sniffing on
+    every inbound that carries flows)."""
+    user = (f'password = "{SNIFF_PASSWORD}"' if protocol == "trojan"
+            else f'id = "{SNIFF_UUID}"')
+    return (f'[[inbound]]\ntag = "in"\nprotocol = "{protocol}"\nlisten = "127.0.0.1"\n'
+            f'port = {{port0}}\nsniffing = {"true" if sniffing else "false"}\n'
+            f'[[inbound.settings.users]]\n{user}\n\n')
+
+
+def carried_request(protocol, port, payload):
+    """The protocol's request for 127.0.0.1:port, the payload in the same
+    segment, as clients send it."""
+    addr = socket.inet_aton(LOOPBACK)
+    if protocol == "trojan":
+        pw = hashlib.sha224(SNIFF_PASSWORD.encode()).hexdigest().encode()
+        return pw + b"\r\n\x01\x01" + addr + struct.pack(">H", port) + b"\r\n" + payload
+    uuid = bytes.fromhex(SNIFF_UUID.replace("-", ""))
+    return b"\x00" + uuid + b"\x00\x01" + struct.pack(">H", port) + b"\x01" + addr + payload
+
+
+@pytest.mark.parametrize("protocol", ["trojan", "vless"])
+def test_a_trojan_or_vless_inbound_sniffs_its_flows(start_proxy, origin, protocol):
+    """sniffing = true on a trojan or vless inbound is read, not ignored:
+    the HTTP Host of an IP-addressed flow meets a domain rule; with
+    sniffing off the same flow passes the rule by."""
+    get = http_get_for("sniffed.example")
+    on = start_proxy(config(carried_inbound(protocol, True), DIRECT, BLOCK,
+                            rule("block", domain=["sniffed.example"])))
+    before = len(origin.requests)
+    with socket.create_connection((LOOPBACK, on.port), timeout=3) as s:
+        s.sendall(carried_request(protocol, origin.port, get))
+        s.settimeout(2)
+        got = b""
+        try:
+            while chunk := s.recv(4096):
+                got += chunk
+        except socket.timeout:
+            pass
+    assert b"HTTP/1.1" not in got, got
+    assert len(origin.requests) == before, "the blocked request reached the server"
+    assert decision(on, "tcp", f"127.0.0.1:{origin.port}") == ("in", "block", "rule #1")
+
+    off = start_proxy(config(carried_inbound(protocol, False), DIRECT, BLOCK,
+                             rule("block", domain=["sniffed.example"])))
+    with socket.create_connection((LOOPBACK, off.port), timeout=3) as s:
+        s.sendall(carried_request(protocol, origin.port, get))
+        s.settimeout(3)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+    assert b" 200 " in got.split(b"\r\n", 1)[0] or b" 200 " in got, got[:80]
+    assert origin.requests[-1][:3] == ("GET", "/sniff", "sniffed.example")
