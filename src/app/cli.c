@@ -8,6 +8,11 @@
 #include <sys/resource.h>
 #include <uv.h>
 
+#include <ares.h>
+#include <openssl/crypto.h>
+#include <wslay/wslayver.h>
+
+#include "commit.h" /* generated from app/commit.h.in */
 #include "app/config.h"
 #include "app/reload.h"
 #include "base/log.h"
@@ -46,7 +51,7 @@ static const char *const msgs[CLI_MSG_COUNT_] = {
 		      "  -h, --help            print this help and exit\n"
 		      "\n"
 		      "Documentation: docs/README.md\n",
-	[CLI_VERSION] = "etemenanki-app %s\n",
+	[CLI_VERSION] = "etemenanki-app %s (commit %s)\nlibuv %s, %s, c-ares %s, wslay %s\n",
 	[CLI_CONFIG_OK] = "Configuration OK.\n",
 	[CLI_CONFIG_INVALID] = "configuration invalid: %s\n",
 	[CLI_START_FAILED] = "failed to start: %s\n",
@@ -124,7 +129,8 @@ static int parse(int argc, char **argv, cli_opts *o, FILE *out, FILE *err)
 			say0(out, CLI_USAGE);
 			return 0;
 		} else if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
-			say(out, CLI_VERSION, etm_version());
+			say(out, CLI_VERSION, etm_version(), ETM_COMMIT, uv_version_string(),
+			    OpenSSL_version(OPENSSL_VERSION), ares_version(NULL), WSLAY_VERSION);
 			return 0;
 		} else if (strcmp(a, "-t") == 0 || strcmp(a, "--test") == 0) {
 			o->test = true;

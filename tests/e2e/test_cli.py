@@ -197,9 +197,21 @@ def test_a_bad_log_level(run):
                         "debug or trace)\n")
 
 
+def built_commit():
+    """The commit the binary names: the checkout's (make test builds it
+    right before the tests), "unknown" outside git."""
+    git = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
+                         capture_output=True, text=True)
+    return git.stdout.strip() if git.returncode == 0 else "unknown"
+
+
 def test_version_and_help(run):
     r = run("--version")
-    assert (r.returncode, r.stdout) == (0, "etemenanki-app 0.1.0\n")
+    assert r.returncode == 0
+    first, libraries = r.stdout.splitlines()
+    assert first == f"etemenanki-app 0.1.0 (commit {built_commit()})"
+    assert re.fullmatch(r"libuv \d+\.\d+\.\d+, OpenSSL \d+\.\d+\.\d+\S* .+, "
+                        r"c-ares \d+\.\d+\.\d+, wslay \S+", libraries), libraries
     r = run("--help")
     assert r.returncode == 0
     assert r.stdout.startswith("Usage: etemenanki-app -c FILE [--test] [-l LEVEL]\n")
