@@ -9,6 +9,8 @@ packages=(
   libuv1-dev libssl-dev libc-ares-dev libpcre2-dev
   libprotobuf-c-dev protobuf-c-compiler libwslay-dev libnghttp2-dev
   openssl
+  # the toml-test corpus for tests/toml (shipped inside the Go module source)
+  golang-github-burntsushi-toml-dev
   # real peers for the interop tests
   v2ray trojan
   # more peers for `make bench`

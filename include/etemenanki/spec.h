@@ -265,7 +265,11 @@ typedef struct etm_cluster_spec {
 	etm_strlist backends; /* "ip:port" or "ip:port weight=N" */
 	etm_lb_selection selection;
 	etm_lb_affinity affinity;
-	uint64_t idle_timeout; /* seconds, front and back */
+	uint64_t idle_timeout; /* seconds: the shorthand for front and back */
+	uint64_t front_timeout; /* seconds after the client's last datagram; read
+	                           etm_cluster_front_timeout, which applies the shorthand */
+	uint64_t back_timeout;  /* seconds after the backend's last datagram; likewise */
+	bool has_front_timeout, has_back_timeout; /* the key was given */
 	uint64_t responses;    /* 0 = no cap */
 	uint64_t requests;     /* 0 = no cap */
 	uint64_t max_flows_per_ip;
@@ -351,6 +355,22 @@ __attribute__((warn_unused_result)) int etm_spec_check(etm_spec *spec, char *msg
 /* The tag flows go to when no rule matches: [route].default when set, else the
  * first outbound's tag; NULL when there is neither. Borrowed from the spec. */
 const char *etm_spec_default_tag(const etm_spec *spec);
+
+/* How long a flow of cluster c lives after its client's (front) or its
+ * backend's (back) last datagram, in seconds: the specific key when given,
+ * else idle_timeout, the shorthand for both. The specific key wins whatever
+ * the order in the file, as a narrower setting overrides a general one.
+ * Cannot fail. Inline, so that the sans-io planner (plan_equal.c) reads the
+ * same rule without linking the spec checks. */
+static inline uint64_t etm_cluster_front_timeout(const etm_cluster_spec *c)
+{
+	return c->has_front_timeout ? c->front_timeout : c->idle_timeout;
+}
+
+static inline uint64_t etm_cluster_back_timeout(const etm_cluster_spec *c)
+{
+	return c->has_back_timeout ? c->back_timeout : c->idle_timeout;
+}
 
 /* Whether this build can run the protocol (on an inbound when inbound is
  * true, else on an outbound). Protocols that are not built yet still parse

@@ -481,7 +481,16 @@ static const schema_field cluster_fields[] = {
 	     "What hrw and maglev hash: source_ip (every socket of a client alike) or "
 	     "source_ip_port."),
 	U64(etm_cluster_spec, idle_timeout, "idle_timeout", ETM_DEFAULT_LB_IDLE_TIMEOUT, "30",
-	    "Seconds a flow lives after the last datagram of either side (1-86400)."),
+	    "Shorthand for front_timeout and back_timeout together (1-86400); a specific key "
+	    "given beside it wins."),
+	{.name = "front_timeout", .kind = SK_U64, .offset = offsetof(etm_cluster_spec, front_timeout),
+	 .aux_offset = offsetof(etm_cluster_spec, has_front_timeout), .default_doc = "idle_timeout",
+	 .doc = "Seconds a flow lives after the client's last datagram (1-86400); the flow ends "
+	        "when this and back_timeout have both run out."},
+	{.name = "back_timeout", .kind = SK_U64, .offset = offsetof(etm_cluster_spec, back_timeout),
+	 .aux_offset = offsetof(etm_cluster_spec, has_back_timeout), .default_doc = "idle_timeout",
+	 .doc = "Seconds a flow lives after the backend's last datagram (1-86400); a backend that "
+	        "never answered leaves front_timeout alone to count."},
 	U64(etm_cluster_spec, responses, "responses", 0, "0",
 	    "Close a flow after this many backend datagrams; 0 = no cap (DNS: 1)."),
 	U64(etm_cluster_spec, requests, "requests", 0, "0",

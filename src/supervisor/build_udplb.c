@@ -35,8 +35,8 @@ int build_udplb_conf(const etm_cluster_spec *c, udplb_conf *out, size_t *bad)
 	                                                        : (udplb_select)-1;
 	k->affinity = c->affinity == ETM_LB_SOURCE_IP_PORT ? UDPLB_AFFINITY_SOURCE_IP_PORT
 	                                                   : UDPLB_AFFINITY_SOURCE_IP;
-	uint64_t idle_ms = c->idle_timeout * 1000;
-	k->front_timeout_ms = k->back_timeout_ms = clamp32(idle_ms);
+	k->front_timeout_ms = clamp32(etm_cluster_front_timeout(c) * 1000);
+	k->back_timeout_ms = clamp32(etm_cluster_back_timeout(c) * 1000);
 	k->responses = clamp32(c->responses);
 	k->requests = clamp32(c->requests);
 	k->max_flows_per_ip = clamp32(c->max_flows_per_ip);

@@ -17,7 +17,7 @@ _Static_assert(sizeof(etm_settings_spec) == 136, "compare the new field in setti
 _Static_assert(sizeof(etm_inbound_spec) == 256, "compare the new field in plan_inbound_equal");
 _Static_assert(sizeof(etm_outbound_spec) == 280, "compare the new field in plan_outbound_equal");
 _Static_assert(sizeof(etm_balancer_spec) == 80, "compare the new field in plan_balancer_equal");
-_Static_assert(sizeof(etm_cluster_spec) == 168, "compare the new field in plan_cluster_equal");
+_Static_assert(sizeof(etm_cluster_spec) == 192, "compare the new field in plan_cluster_equal");
 _Static_assert(sizeof(etm_rule_spec) == 176, "compare the new field in rule_eq");
 _Static_assert(sizeof(etm_route_spec) == 40, "compare the new field in plan_route_equal");
 _Static_assert(sizeof(etm_dns_spec) == 16, "compare the new field in plan_dns_equal");
@@ -125,7 +125,9 @@ bool plan_cluster_equal(const etm_cluster_spec *a, const etm_cluster_spec *b)
 {
 	return str_eq(a->tag, b->tag) && strlist_eq(&a->backends, &b->backends) &&
 	       a->selection == b->selection && a->affinity == b->affinity &&
-	       a->idle_timeout == b->idle_timeout && a->responses == b->responses &&
+	       etm_cluster_front_timeout(a) == etm_cluster_front_timeout(b) &&
+	       etm_cluster_back_timeout(a) == etm_cluster_back_timeout(b) &&
+	       a->responses == b->responses &&
 	       a->requests == b->requests && a->max_flows_per_ip == b->max_flows_per_ip &&
 	       a->max_flows_per_subnet == b->max_flows_per_subnet &&
 	       a->subnet_prefix_v4 == b->subnet_prefix_v4 &&

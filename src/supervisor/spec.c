@@ -563,30 +563,38 @@ static const etm_cluster_spec *find_cluster(const etm_spec *s, const char *tag)
 
 static int check_cluster(const etm_cluster_spec *c, char *msg, size_t size)
 {
+	/* has: offset of the bool saying the key was given, 0 when the value
+	 * always counts (a key left out then holds its in-range default). */
 	static const struct {
-		size_t off;
+		size_t off, has;
 		const char *name;
 		uint64_t min, max;
 		const char *range;
 	} ranges[] = {
-		{offsetof(etm_cluster_spec, idle_timeout), "idle_timeout", 1, 86400, "1 to 86400"},
-		{offsetof(etm_cluster_spec, responses), "responses", 0, UINT32_MAX, "0 to 4294967295"},
-		{offsetof(etm_cluster_spec, requests), "requests", 0, UINT32_MAX, "0 to 4294967295"},
-		{offsetof(etm_cluster_spec, max_flows_per_ip), "max_flows_per_ip", 0, UINT32_MAX,
+		{offsetof(etm_cluster_spec, idle_timeout), 0, "idle_timeout", 1, 86400, "1 to 86400"},
+		{offsetof(etm_cluster_spec, front_timeout), offsetof(etm_cluster_spec, has_front_timeout),
+		 "front_timeout", 1, 86400, "1 to 86400"},
+		{offsetof(etm_cluster_spec, back_timeout), offsetof(etm_cluster_spec, has_back_timeout),
+		 "back_timeout", 1, 86400, "1 to 86400"},
+		{offsetof(etm_cluster_spec, responses), 0, "responses", 0, UINT32_MAX, "0 to 4294967295"},
+		{offsetof(etm_cluster_spec, requests), 0, "requests", 0, UINT32_MAX, "0 to 4294967295"},
+		{offsetof(etm_cluster_spec, max_flows_per_ip), 0, "max_flows_per_ip", 0, UINT32_MAX,
 		 "0 to 4294967295"},
-		{offsetof(etm_cluster_spec, max_flows_per_subnet), "max_flows_per_subnet", 0,
+		{offsetof(etm_cluster_spec, max_flows_per_subnet), 0, "max_flows_per_subnet", 0,
 		 UINT32_MAX, "0 to 4294967295"},
-		{offsetof(etm_cluster_spec, subnet_prefix_v4), "subnet_prefix_v4", 0, 32, "0 to 32"},
-		{offsetof(etm_cluster_spec, subnet_prefix_v6), "subnet_prefix_v6", 0, 128, "0 to 128"},
-		{offsetof(etm_cluster_spec, health.interval), "health.interval", 1, 86400,
+		{offsetof(etm_cluster_spec, subnet_prefix_v4), 0, "subnet_prefix_v4", 0, 32, "0 to 32"},
+		{offsetof(etm_cluster_spec, subnet_prefix_v6), 0, "subnet_prefix_v6", 0, 128, "0 to 128"},
+		{offsetof(etm_cluster_spec, health.interval), 0, "health.interval", 1, 86400,
 		 "1 to 86400"},
-		{offsetof(etm_cluster_spec, health.timeout), "health.timeout", 1, 86400, "1 to 86400"},
-		{offsetof(etm_cluster_spec, health.rise), "health.rise", 1, 100, "1 to 100"},
-		{offsetof(etm_cluster_spec, health.fall), "health.fall", 1, 100, "1 to 100"},
+		{offsetof(etm_cluster_spec, health.timeout), 0, "health.timeout", 1, 86400, "1 to 86400"},
+		{offsetof(etm_cluster_spec, health.rise), 0, "health.rise", 1, 100, "1 to 100"},
+		{offsetof(etm_cluster_spec, health.fall), 0, "health.fall", 1, 100, "1 to 100"},
 	};
 	if (c->backends.len == 0)
 		return spec_format(msg, size, SPEC_CLUSTER_EMPTY, c->tag);
 	for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+		if (ranges[i].has && !*(const bool *)((const char *)c + ranges[i].has))
+			continue;
 		uint64_t v = *(const uint64_t *)((const char *)c + ranges[i].off);
 		if (v < ranges[i].min || v > ranges[i].max)
 			return spec_format(msg, size, SPEC_CLUSTER_RANGE, c->tag, ranges[i].name,

@@ -1,8 +1,9 @@
 """The UDP load balancer end to end (seed 001; docs/udp-lb.md): flows spread
 under each selection mode, a flow sticks to its backend, health checks steer
 new flows, responses = 1 closes a flow after its answer, the PROXY v2 header a
-backend sees, the max_flows and per-source limits, idle flows reaped, and
-reloads that change the cluster or add and remove udp_lb inbounds.
+backend sees, the max_flows and per-source limits, idle flows reaped
+(front_timeout and back_timeout counted apart), and reloads that change the
+cluster or add and remove udp_lb inbounds.
 
 Three echo backends run in this process (udplbkit.EchoBackend): each answers
 a datagram with its name, "|" and the payload, after removing a PROXY v2
@@ -303,6 +304,75 @@ def test_idle_flows_are_reaped(lb, backends, clients):
     assert flows[0].ask(b"back") == names[0]
     m = proxy.metrics()
     assert m["flows_created"] == 6 and m["active_flows"] == 1, m
+
+
+class SilentBackend(ScriptedBackend):
+    """Hears every datagram and answers none, as a backend whose service
+    stopped while its port stayed bound."""
+
+    def answer(self, data, src):
+        pass
+
+
+class PushBackend(ScriptedBackend):
+    """Answers a flow's first datagram with `count` datagrams `every`
+    seconds apart, as a server pushing state to a quiet client; `pushed`
+    holds the time.monotonic() of each send."""
+
+    def __init__(self, count, every):
+        self.count, self.every, self.pushed = count, every, []
+        super().__init__()
+
+    def answer(self, data, src):
+        for i in range(self.count):
+            if i:
+                time.sleep(self.every)
+            self.sock.sendto(b"push|%d" % i, src)
+            self.pushed.append(time.monotonic())
+
+
+def test_front_timeout_alone_holds_a_flow_whose_backend_never_answers(lb, clients):
+    """front_timeout = 1, back_timeout = 30: a client that keeps sending to
+    a backend that never answers keeps its one flow (each datagram counts
+    front_timeout again); once it stops, the flow ends front_timeout after
+    its last datagram. back_timeout counts only from a backend datagram, so
+    its 30 s never hold this flow (seed 001 section 7: each datagram pushes
+    the flow's one idle deadline by its direction's timeout)."""
+    backend = SilentBackend()
+    try:
+        proxy = lb([backend.addr], workers=1, cluster={"front_timeout": 1, "back_timeout": 30})
+        c = clients(proxy.port)
+        sent = []
+        while not sent or sent[-1] - sent[0] < 2.0:  # twice front_timeout
+            sent.append(time.monotonic())
+            c.silent(b"anyone?", wait=0.25)
+        m = proxy.metrics()
+        assert m["flows_created"] == 1 and m["active_flows"] == 1, m
+        m = proxy.wait_metrics(lambda m: m["active_flows"] == 0, timeout=1 + SLACK)
+        assert m["evicted"]["idle"] == 1 and m["datagrams_to_clients"] == 0, m
+        lived = (sent[-1] - sent[0]) * 1000 + 1000  # the traffic, then front_timeout
+        assert lived - 100 <= m["flow_duration_ms"] < lived + SLACK * 1000, (lived, m)
+    finally:
+        backend.close()
+
+
+def test_back_timeout_holds_a_flow_while_its_backend_pushes(lb, clients):
+    """front_timeout = 1, back_timeout = 2: one client datagram, then the
+    backend pushes six datagrams 0.3 s apart to the quiet client. The flow
+    lives on the backend's datagrams and ends back_timeout after the last
+    push, long after front_timeout ran out."""
+    backend = PushBackend(count=6, every=0.3)
+    try:
+        proxy = lb([backend.addr], workers=1, cluster={"front_timeout": 1, "back_timeout": 2})
+        c = clients(proxy.port)
+        c.send(b"subscribe")
+        assert [c.recv() for _ in range(6)] == [("push", b"%d" % i) for i in range(6)]
+        m = proxy.wait_metrics(lambda m: m["active_flows"] == 0, timeout=2 + SLACK)
+        assert m["flows_created"] == 1 and m["evicted"]["idle"] == 1, m
+        lived = (backend.pushed[-1] - backend.pushed[0]) * 1000 + 2000  # pushes, back_timeout
+        assert lived - 100 <= m["flow_duration_ms"] < lived + SLACK * 1000, (lived, m)
+    finally:
+        backend.close()
 
 
 def test_per_ip_limit_is_exact_across_workers(lb, backends, clients):

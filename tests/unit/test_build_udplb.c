@@ -48,6 +48,36 @@ static void reads_settings_and_health(void **state)
 	etm_spec_free(&s);
 }
 
+/* The core gets the two timeouts apart, in milliseconds: the specific keys
+ * when given, idle_timeout for the others. */
+static void core_gets_front_and_back_timeouts(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *keys;
+		uint32_t front_ms, back_ms;
+	} cases[] = {
+		{"", 30000, 30000},
+		{"idle_timeout = 5\n", 5000, 5000},
+		{"front_timeout = 4\nback_timeout = 9\n", 4000, 9000},
+		{"idle_timeout = 5\nback_timeout = 1\n", 5000, 1000},
+		{"front_timeout = 86400\nidle_timeout = 2\n", 86400000, 2000},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char toml[512], err[256];
+		etm_spec s;
+		snprintf(toml, sizeof toml, LB_IN LB_CL "backends = [\"127.0.0.1:5301\"]\n%s",
+		         cases[i].keys);
+		load_spec(toml, &s);
+		udplb_group_config cfg;
+		assert_int_equal(build_udplb(&s.inbounds[0], &s.clusters[0], &cfg, err, sizeof err), 0);
+		assert_int_equal(cfg.conf.cluster.front_timeout_ms, cases[i].front_ms);
+		assert_int_equal(cfg.conf.cluster.back_timeout_ms, cases[i].back_ms);
+		build_udplb_free(&cfg);
+		etm_spec_free(&s);
+	}
+}
+
 static void refusal_names_the_cluster(void **state)
 {
 	(void)state;
@@ -94,6 +124,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(reads_settings_and_health),
+		cmocka_unit_test(core_gets_front_and_back_timeouts),
 		cmocka_unit_test(refusal_names_the_cluster),
 		cmocka_unit_test(group_outlives_its_spec),
 	};

@@ -368,6 +368,17 @@ static void udp_lb_errors(void **state)
 	               "at most 655373");
 	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\nidle_timeout = 0\n",
 	               "cluster c: idle_timeout must be 1 to 86400");
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\nfront_timeout = 0\n",
+	               "cluster c: front_timeout must be 1 to 86400");
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\nback_timeout = 86401\n",
+	               "cluster c: back_timeout must be 1 to 86400");
+	/* The shorthand is checked even when both specific keys override it:
+	 * a value out of range is a mistake wherever it is written. */
+	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\nidle_timeout = 0\n"
+	               "front_timeout = 5\nback_timeout = 5\n",
+	               "cluster c: idle_timeout must be 1 to 86400");
+	expect_detail(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\nback_timeout = -1\n",
+	              "invalid value: integer `-1`, expected u64");
 	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\nsubnet_prefix_v4 = 33\n",
 	               "cluster c: subnet_prefix_v4 must be 0 to 32");
 	expect_message(LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\n[cluster.health]\nrise = 0\n",
@@ -411,6 +422,37 @@ static void udp_lb_errors(void **state)
 	              "unknown variant `random`, expected one of `round_robin`, `hrw`, `maglev`");
 }
 
+/* idle_timeout is the shorthand for front_timeout and back_timeout; a
+ * specific key beside it wins, whichever comes first in the file. */
+static void udp_lb_timeouts(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *keys;
+		uint64_t front, back;
+	} cases[] = {
+		{"", 30, 30},
+		{"idle_timeout = 7\n", 7, 7},
+		{"front_timeout = 4\n", 4, 30},
+		{"back_timeout = 9\n", 30, 9},
+		{"front_timeout = 4\nback_timeout = 9\n", 4, 9},
+		{"idle_timeout = 7\nback_timeout = 2\n", 7, 2},
+		{"back_timeout = 2\nidle_timeout = 7\n", 7, 2},
+		{"front_timeout = 3\nidle_timeout = 7\n", 3, 7},
+		{"idle_timeout = 7\nfront_timeout = 3\nback_timeout = 86400\n", 3, 86400},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char toml[512], msg[CONFIG_MSG_MAX];
+		etm_spec s;
+		snprintf(toml, sizeof toml, LB_IN_C LB_CL "backends = [\"1.2.3.4:53\"]\n%s",
+		         cases[i].keys);
+		assert_int_equal(config_load(toml, strlen(toml), &s, msg, sizeof msg), 0);
+		assert_int_equal(etm_cluster_front_timeout(&s.clusters[0]), cases[i].front);
+		assert_int_equal(etm_cluster_back_timeout(&s.clusters[0]), cases[i].back);
+		etm_spec_free(&s);
+	}
+}
+
 /* A file of udp_lb listeners only needs no [[outbound]]; the defaults are
  * the documented ones; weights and IPv6 backends parse. */
 static void udp_lb_lowers(void **state)
@@ -429,6 +471,10 @@ static void udp_lb_lowers(void **state)
 	assert_int_equal(c->selection, ETM_LB_HRW);
 	assert_int_equal(c->affinity, ETM_LB_SOURCE_IP);
 	assert_int_equal(c->idle_timeout, 30);
+	assert_false(c->has_front_timeout);
+	assert_false(c->has_back_timeout);
+	assert_int_equal(etm_cluster_front_timeout(c), 30);
+	assert_int_equal(etm_cluster_back_timeout(c), 30);
 	assert_int_equal(c->subnet_prefix_v4, 24);
 	assert_int_equal(c->subnet_prefix_v6, 64);
 	assert_int_equal(c->maglev_size, 65537);
@@ -564,6 +610,7 @@ int main(void)
 		cmocka_unit_test(ports),
 		cmocka_unit_test(semantic_errors_pass_through),
 		cmocka_unit_test(udp_lb_errors),
+		cmocka_unit_test(udp_lb_timeouts),
 		cmocka_unit_test(udp_lb_lowers),
 		cmocka_unit_test(syntax_errors_are_reported_with_a_line),
 		cmocka_unit_test(a_long_line_is_cut_in_the_excerpt),

@@ -609,6 +609,24 @@ static void a_changed_cluster_swaps_its_listener_in_place(void **state)
 	world_free(&w);
 }
 
+/* A cluster is compared by the timeouts in force, not by how they were
+ * written: idle_timeout = 5 and front_timeout = back_timeout = 5 are the
+ * same cluster; a changed back_timeout alone is a change. */
+static void cluster_timeouts_compare_as_in_force(void **state)
+{
+	(void)state;
+	world w;
+	start(&w, IN_LB CLUSTER("\"127.0.0.1:5301\"") "idle_timeout = 5\n");
+	const plan *p = reload(&w, IN_LB CLUSTER("\"127.0.0.1:5301\"") "front_timeout = 5\n"
+	                                                              "back_timeout = 5\n");
+	assert_int_equal(entry(p, PLAN_CLUSTER, "c")->action, PLAN_REUSED);
+	commit(&w);
+	p = reload(&w, IN_LB CLUSTER("\"127.0.0.1:5301\"") "front_timeout = 5\nback_timeout = 6\n");
+	assert_int_equal(entry(p, PLAN_CLUSTER, "c")->action, PLAN_SWAPPED);
+	commit(&w);
+	world_free(&w);
+}
+
 /* ---- the route, dns, log and [runtime] ---- */
 
 static void the_route_dns_log_and_runtime(void **state)
@@ -764,6 +782,7 @@ int main(void)
 		cmocka_unit_test(a_users_only_change_does_not_republish),
 		cmocka_unit_test(a_renamed_inbound_keeps_its_socket),
 		cmocka_unit_test(a_changed_cluster_swaps_its_listener_in_place),
+		cmocka_unit_test(cluster_timeouts_compare_as_in_force),
 		cmocka_unit_test(the_route_dns_log_and_runtime),
 		cmocka_unit_test(files_are_flagged_and_only_a_changed_path_counts),
 		cmocka_unit_test(every_field_counts_but_an_outbounds_drain_keys),
