@@ -159,4 +159,26 @@ __attribute__((warn_unused_result)) int vmess_server_body_init(const vmess_serve
                                                                vmess_body *rx, vmess_body *tx,
                                                                const uint8_t pad_seed[32]);
 
+/* ---- the body as a layer ---- */
+
+/* The body of an opened request as a layer for the top of the
+ * upstream's stack (the shell pushes it on the dialled endpoint, so the
+ * relay moves bytes as for any stacked upstream): the other way up from a
+ * client layer. from_above takes the client's bytes (chunks, or raw for
+ * zero) and passes their payload down to the upstream; from_below takes the
+ * upstream's bytes and passes them up sealed as chunks (at most
+ * VMESS_CHUNK_PAYLOAD_MAX a chunk). The client's end chunk ends its body:
+ * bytes after it are swallowed. Ready at once; no start, no shutdown (the
+ * relay's FIN ends either side). pad_seed (32 bytes) keys the padding
+ * bytes.
+ *
+ * For a UDP request the shell speaks the VLESS length framing (vless.h)
+ * above, as vmess_client_new's udp does: each chunk from the client comes
+ * out of from_above as one frame, each frame into from_below goes up as
+ * one chunk (a datagram over VMESS_CHUNK_PAYLOAD_MAX is dropped).
+ *
+ * Returns NULL when out of memory or s is not opened. Name
+ * "vmess"; error LAYER_ERR_PROTO, error() "vmess: bad chunk". */
+layer *vmess_server_body_new(const vmess_server *s, const uint8_t pad_seed[32]);
+
 #endif
