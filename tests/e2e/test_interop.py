@@ -686,6 +686,20 @@ def test_vmess_ours_to_ours(chain, pki, echo, udp_echo, transport, security):
         udp_socks_check(client.port, udp_echo, chain.logs)
 
 
+@needs_v2ray
+def test_vmess_inbound_to_a_proxied_upstream(chain, pki, echo, udp_echo):
+    """v2ray's vmess client -> our vmess inbound -> our vless outbound (ws+tls)
+    -> our vless inbound -> freedom: the vmess body goes on top of an
+    upstream that has layers of its own (TLS, WebSocket, VLESS)."""
+    far = chain.proxy(our_server("vless", "ws+tls", pki, "/vl", UUID))
+    inbound = our_server("vmess", "tcp", pki, credential=UUID)[:-len(FREEDOM)]
+    outbound = our_client("vless", far.port, "ws+tls", pki, "/vl", UUID)[len(our_socks_inbound()):]
+    mid = chain.proxy(inbound + outbound)
+    client = chain.v2ray(v2_client("vmess", mid.port, "tcp", pki, credential=UUID))
+    echo_check(client.port, echo.port, chain.logs)
+    chain.saw(echo.port)
+
+
 def test_vmess_refusal_is_drained_not_answered(chain, pki, echo):
     """A prober's bytes that are no VMess request (a wrong AuthID, as a
     legacy MD5 header's) get no answer and no prompt close: the connection

@@ -1,4 +1,4 @@
-/* test_vmess_server.c - the VMess AEAD server core: vectors from tools/vmess_vectors.py, round trips with the client core, the AuthID window and replay filter, truncated and corrupted headers. */
+/* test_vmess_server.c - the VMess AEAD server core and body layer: vectors from tools/vmess_vectors.py, round trips with the client core, the AuthID window and replay filter, truncated and corrupted headers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -840,6 +840,122 @@ static void client_core_round_trips(void **state)
 	}
 }
 
+/* The body layer against the client layer, 16 KiB each way in 1000-byte
+ * pieces (TCP), or two datagrams each way (UDP). */
+static void body_layer_with(vmess_security sec, bool udp)
+{
+	static bufs x;
+	vmess_client_random r = fixed_random();
+	r.auth_rand[2] = (uint8_t)(sec * 2 + udp);
+	addr_dest d = {.kind = ADDR_IPV4, .port = 7, .u.v4 = {127, 0, 0, 1}};
+	layer *c = vmess_client_new(users[1].cmd_key, sec, &d, udp, NOW, &r);
+	assert_non_null(c);
+	reset(&x);
+	assert_int_equal(c->ops->start(c, &x.down), 0);
+	vmess_server s;
+	vmess_server_init(&s, users, 2, NULL, NULL);
+	outcome o = feed_split(&s, x.b, x.down.len, 1000, NOW);
+	assert_int_equal(o.ev.kind, PROTO_EV_OPEN);
+	proto_out resp;
+	assert_int_equal(vmess_server_opened(&s, &resp), 0);
+	layer *b = vmess_server_body_new(&s, r.pad_seed);
+	assert_non_null(b);
+	assert_true(b->ops->ready(b));
+
+	static uint8_t data[16384], got[16384 + 64];
+	for (size_t i = 0; i < sizeof data; i++)
+		data[i] = (uint8_t)(i * 7 + 3);
+	const uint8_t dg[2][7] = {{0, 5, 'h', 'e', 'l', 'l', 'o'}, {0, 3, 'b', 'y', 'e'}};
+
+	/* client -> server */
+	size_t total = udp ? 0 : sizeof data, got_len = 0;
+	for (size_t off = 0, k = 0; udp ? k < 2 : off < total; k++) {
+		reset(&x);
+		const uint8_t *p = udp ? dg[k] : data + off;
+		size_t n = udp ? 2 + (size_t)dg[k][1] : (total - off < 1000 ? total - off : 1000);
+		assert_int_equal(c->ops->from_above(c, p, n, &x.down), n);
+		off += n;
+		layer_buf down = {got + got_len, 0, sizeof got - got_len};
+		assert_int_equal(b->ops->from_above(b, x.b, x.down.len, &down), x.down.len);
+		if (udp)
+			assert_memory_equal(down.data, dg[k], n);
+		got_len += down.len;
+	}
+	if (!udp) {
+		assert_int_equal(got_len, sizeof data);
+		assert_memory_equal(got, data, sizeof data);
+	}
+
+	/* server -> client, after the response header */
+	reset(&x);
+	assert_int_equal(c->ops->from_below(c, resp.buf, resp.len, &x.up, &x.down), resp.len);
+	got_len = 0;
+	for (size_t off = 0, k = 0; udp ? k < 2 : off < total; k++) {
+		static uint8_t wire[32768];
+		layer_buf up = {wire, 0, sizeof wire};
+		const uint8_t *p = udp ? dg[k] : data + off;
+		size_t n = udp ? 2 + (size_t)dg[k][1] : (total - off < 1000 ? total - off : 1000);
+		assert_int_equal(b->ops->from_below(b, p, n, &up, NULL), n);
+		off += n;
+		reset(&x);
+		assert_int_equal(c->ops->from_below(c, wire, up.len, &x.up, &x.down), up.len);
+		if (udp)
+			assert_memory_equal(x.a, dg[k], n);
+		else
+			memcpy(got + got_len, x.a, x.up.len);
+		got_len += x.up.len;
+	}
+	if (!udp) {
+		assert_int_equal(got_len, sizeof data);
+		assert_memory_equal(got, data, sizeof data);
+	}
+
+	/* the client's end chunk ends its body: what follows is swallowed */
+	if (sec != VMESS_SEC_ZERO) {
+		reset(&x);
+		assert_int_equal(c->ops->shutdown(c, &x.down), 0);
+		memcpy(x.b + x.down.len, "junk", 4);
+		layer_buf down = {got, 0, sizeof got};
+		assert_int_equal(b->ops->from_above(b, x.b, x.down.len + 4, &down), x.down.len + 4);
+		assert_int_equal(down.len, 0);
+		/* a changed byte of a first chunk is refused (the same keys: the
+		 * same random bytes) */
+		layer *c2 = vmess_client_new(users[1].cmd_key, sec, &d, udp, NOW, &r);
+		layer *b2 = vmess_server_body_new(&s, r.pad_seed);
+		assert_non_null(c2);
+		assert_non_null(b2);
+		reset(&x);
+		assert_int_equal(c2->ops->start(c2, &x.down), 0);
+		size_t head = x.down.len;
+		assert_int_equal(c2->ops->from_above(c2, dg[0], 7, &x.down), 7);
+		x.b[head + 2] ^= 1;
+		down.len = 0;
+		ssize_t n = b2->ops->from_above(b2, x.b + head, x.down.len - head, &down);
+		if (sec != VMESS_SEC_NONE) {
+			assert_int_equal(n, LAYER_ERR_PROTO);
+			assert_string_equal(b2->ops->error(b2), "vmess: bad chunk");
+		} else {
+			assert_int_equal(n, x.down.len - head); /* none: nothing to check */
+		}
+		c2->ops->free(c2);
+		b2->ops->free(b2);
+	}
+	c->ops->free(c);
+	b->ops->free(b);
+}
+
+static void body_layer_round_trips(void **state)
+{
+	(void)state;
+	const vmess_security secs[] = {VMESS_SEC_AES_128_GCM, VMESS_SEC_CHACHA20_POLY1305,
+	                               VMESS_SEC_NONE, VMESS_SEC_ZERO};
+	for (size_t i = 0; i < 4; i++) {
+		body_layer_with(secs[i], false);
+		if (secs[i] != VMESS_SEC_ZERO)
+			body_layer_with(secs[i], true);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -854,6 +970,7 @@ int main(void)
 		cmocka_unit_test(malformed_headers_refused),
 		cmocka_unit_test(calls_out_of_order),
 		cmocka_unit_test(client_core_round_trips),
+		cmocka_unit_test(body_layer_round_trips),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }
