@@ -120,9 +120,11 @@ def response(v, opt):
             AESGCM(pk).encrypt(pn, plain, None))
 
 
-def chunks(sec, masking, padding, payloads):
-    """The body a writer with BODY_KEY / BODY_IV sends: each payload one
-    chunk, the padding bytes from ChaCha20(PAD_SEED, zero IV)."""
+def chunks(sec, masking, padding, payloads, key=BODY_KEY, iv=BODY_IV):
+    """The body a writer with key / iv (the request's BODY_KEY / BODY_IV, or
+    the server's RespKey / RespIV) sends: each payload one chunk, the
+    padding bytes from ChaCha20(PAD_SEED, zero IV)."""
+    BODY_KEY, BODY_IV = key, iv
     stream = shake(BODY_IV, 4 * len(payloads))
     pos = 0
     pad_ks = Cipher(algorithms.ChaCha20(PAD_SEED, bytes(16)), None).encryptor()
@@ -171,6 +173,15 @@ def main():
     print(c_array("CHUNKS_AES", chunks(3, True, True, body)))
     print(c_array("CHUNKS_CHACHA", chunks(4, True, True, body)))
     print(c_array("CHUNKS_NONE", chunks(5, True, False, body)))
+    # The server side (tests/unit/test_vmess_server.c reads the requests
+    # and RESPONSE above too): TCP to [::1]:443 with chacha20-poly1305 and
+    # S|M|P; the legacy AES-128-CFB security (1), which a server refuses;
+    # and the body the server sends back, keyed by RespKey / RespIV.
+    print(c_array("REQUEST_CHACHA_V6", request(4, 0x0d, 1, 443, 3, bytes(15) + b"\x01")))
+    print(c_array("REQUEST_LEGACY_SEC", request(1, 0x0d, 1, 8080, 1, bytes([127, 0, 0, 1]))))
+    rk = hashlib.sha256(BODY_KEY).digest()[:16]
+    ri = hashlib.sha256(BODY_IV).digest()[:16]
+    print(c_array("CHUNKS_RESP_AES", chunks(3, True, True, body, rk, ri)))
 
 
 if __name__ == "__main__":

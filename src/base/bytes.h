@@ -8,6 +8,11 @@
 
 static inline uint16_t bytes_get16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
 
+static inline uint32_t bytes_get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
 static inline void bytes_put16(uint8_t *p, uint16_t v)
 {
 	p[0] = (uint8_t)(v >> 8);

@@ -12,6 +12,7 @@
 #include "inbound/socks_in.h"
 #include "inbound/trojan_in.h"
 #include "inbound/vless_in.h"
+#include "inbound/vmess_in.h"
 
 /* The rows, by the inbound's protocol. A new protocol is a module
  * <name>_in.{c,h}: the .c defines a `const inbound_proto_ops` with its
@@ -28,6 +29,7 @@ static const inbound_proto_ops *const rows[INBOUND_PROTO_COUNT_] = {
 	[INBOUND_PROTO_HTTP] = &http_in_ops,
 	[INBOUND_PROTO_TROJAN] = &trojan_in_ops,
 	[INBOUND_PROTO_VLESS] = &vless_in_ops,
+	[INBOUND_PROTO_VMESS] = &vmess_in_ops,
 };
 
 /* The protocol's own row; NULL for mixed and for a protocol with none. */
@@ -212,6 +214,8 @@ static void on_deadline(conn *c, void *drv)
 	in_conn *ic = drv;
 	if (ic->sniffing)
 		in_conn_sniff_give_up(ic); /* the client sent nothing sniffable in time */
+	else if (ic->ops && ic->ops->deadline)
+		ic->ops->deadline(ic);
 }
 
 static void on_written(conn *c, void *drv)
@@ -361,6 +365,10 @@ int inbound_rt_build(inbound_rt *in, const inbound_user *users, size_t n_users,
 		return 0;
 	if (p->account_size && build_accounts(in, p, users, n_users, err, err_size))
 		return -1;
+	if (p->shared_new && !(in->shared = p->shared_new())) {
+		snprintf(err, err_size, build_msgs[BUILD_NO_MEMORY], in->tag);
+		return -1;
+	}
 	if (p->wants_fallback && fallback) {
 		if (addr_dest_parse(&in->fallback, fallback)) {
 			snprintf(err, err_size, build_msgs[BUILD_FALLBACK], in->tag, fallback);
@@ -378,5 +386,8 @@ void inbound_rt_free(inbound_rt *in)
 	free(in->ws_path);
 	free(in->logins);
 	free(in->accounts);
+	const inbound_proto_ops *p = row(in->protocol);
+	if (in->shared && p && p->shared_free)
+		p->shared_free(in->shared);
 	*in = (inbound_rt){0};
 }

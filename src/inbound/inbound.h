@@ -23,11 +23,12 @@ typedef enum inbound_protocol {
 	INBOUND_PROTO_MIXED, /* SOCKS or HTTP by the first byte */
 	INBOUND_PROTO_TROJAN,
 	INBOUND_PROTO_VLESS,
+	INBOUND_PROTO_VMESS,
 	INBOUND_PROTO_COUNT_,
 } inbound_protocol;
 
 /* One configured user as inbound_rt_build reads it: username/password for
- * SOCKS and HTTP, password for Trojan, id (a UUID) for VLESS; unused fields
+ * SOCKS and HTTP, password for Trojan, id (a UUID) for VLESS and VMess; unused fields
  * NULL. Borrowed for the call only. */
 typedef struct inbound_user {
 	const char *username;
@@ -56,8 +57,10 @@ typedef struct inbound_rt {
 	size_t n_logins;
 	uint8_t *accounts;          /* owned: one credential per user, made by the
 	                             * protocol's row (Trojan password hashes, VLESS
-	                             * UUIDs); NULL: none */
+	                             * UUIDs, VMess keys); NULL: none */
 	size_t n_accounts;
+	void *shared;               /* owned: the row's shared_new state (VMess's
+	                             * replay filter); NULL: none */
 	bool has_fallback;
 	addr_dest fallback;         /* where what the protocol refuses goes (Trojan) */
 } inbound_rt;

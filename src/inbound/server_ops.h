@@ -27,6 +27,7 @@
  *   client EOF   client_end
  *   write done   written
  *   stall        timeout, then as CLOSE
+ *   deadline     deadline (one the row set with conn_set_deadline)
  *   close        free
  *
  * Only size, init and feed are required. */
@@ -42,6 +43,12 @@ typedef struct inbound_proto_ops {
 	 * credential into out[0, account_size). Returns NULL, or why it cannot
 	 * (static text, reported as "inbound <tag>: <why>"). */
 	const char *(*account)(const inbound_user *u, uint8_t *out);
+	/* On the control thread, by inbound_rt_build: state the inbound's
+	 * connections share across workers (VMess's replay filter), kept as
+	 * in->shared until inbound_rt_free calls shared_free. NULL on no
+	 * memory (the build fails). Both NULL: none. */
+	void *(*shared_new)(void);
+	void (*shared_free)(void *shared);
 	/* The client's first byte came: starts the core in ic->state. Returns
 	 * 0, or -1 when it cannot (the connection closes; free is not called). */
 	int (*init)(in_conn *ic);
@@ -89,6 +96,9 @@ typedef struct inbound_proto_ops {
 	 * answer is still to be delivered (as conn_driver.on_client_end).
 	 * NULL: close. */
 	bool (*client_end)(in_conn *ic);
+	/* The deadline the row set with conn_set_deadline passed (VMess: the
+	 * drain of a refused client ends). May be NULL. */
+	void (*deadline)(in_conn *ic);
 	/* A client write finished (as conn_driver.on_written). May be NULL. */
 	void (*written)(in_conn *ic);
 	/* The connection closed: release what ic->state holds, not the state

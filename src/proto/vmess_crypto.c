@@ -113,13 +113,35 @@ static uint32_t crc32_ieee(const uint8_t *p, size_t n)
 	return ~c;
 }
 
-int vmess_auth_id(const uint8_t cmd_key[VMESS_KEY_LEN], int64_t now, const uint8_t rand4[4],
-                  uint8_t out[VMESS_KEY_LEN])
+int vmess_auth_key(const uint8_t cmd_key[VMESS_KEY_LEN], uint8_t out[VMESS_KEY_LEN])
 {
 	uint8_t k[VMESS_KDF_LEN];
 	const vmess_slice path[1] = {
 		{(const uint8_t *)VMESS_KDF_AUTH_ID_KEY, sizeof VMESS_KDF_AUTH_ID_KEY - 1}};
 	if (vmess_kdf(cmd_key, VMESS_KEY_LEN, path, 1, k))
+		return -1;
+	memcpy(out, k, VMESS_KEY_LEN);
+	OPENSSL_cleanse(k, sizeof k);
+	return 0;
+}
+
+/* One AES-128 block with key, either way (ECB, no padding). */
+static int aes_block(const uint8_t key[VMESS_KEY_LEN], bool enc, const uint8_t in[16],
+                     uint8_t out[16])
+{
+	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+	int n = 0, ok = c && EVP_CipherInit_ex(c, EVP_aes_128_ecb(), NULL, key, NULL, enc) &&
+	                EVP_CIPHER_CTX_set_padding(c, 0) && EVP_CipherUpdate(c, out, &n, in, 16) &&
+	                n == 16;
+	EVP_CIPHER_CTX_free(c);
+	return ok ? 0 : -1;
+}
+
+int vmess_auth_id(const uint8_t cmd_key[VMESS_KEY_LEN], int64_t now, const uint8_t rand4[4],
+                  uint8_t out[VMESS_KEY_LEN])
+{
+	uint8_t k[VMESS_KEY_LEN];
+	if (vmess_auth_key(cmd_key, k))
 		return -1;
 	uint8_t p[16];
 	uint64_t t = (uint64_t)now;
@@ -129,13 +151,27 @@ int vmess_auth_id(const uint8_t cmd_key[VMESS_KEY_LEN], int64_t now, const uint8
 	uint32_t crc = crc32_ieee(p, 12);
 	for (int i = 0; i < 4; i++)
 		p[12 + i] = (uint8_t)(crc >> (24 - 8 * i));
-	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
-	int n = 0, ok = c && EVP_EncryptInit_ex(c, EVP_aes_128_ecb(), NULL, k, NULL) &&
-	                EVP_CIPHER_CTX_set_padding(c, 0) && EVP_EncryptUpdate(c, out, &n, p, 16) &&
-	                n == 16;
-	EVP_CIPHER_CTX_free(c);
+	int r = aes_block(k, true, p, out);
 	OPENSSL_cleanse(k, sizeof k);
-	return ok ? 0 : -1;
+	return r;
+}
+
+int vmess_auth_id_open(const uint8_t auth_key[VMESS_KEY_LEN], const uint8_t id[VMESS_KEY_LEN],
+                       int64_t *time)
+{
+	uint8_t p[16];
+	if (aes_block(auth_key, false, id, p))
+		return -1;
+	uint32_t crc = 0;
+	uint64_t t = 0;
+	for (int i = 0; i < 4; i++)
+		crc = crc << 8 | p[12 + i];
+	for (int i = 0; i < 8; i++)
+		t = t << 8 | p[i];
+	if (crc != crc32_ieee(p, 12))
+		return -1;
+	*time = (int64_t)t;
+	return 0;
 }
 
 void vmess_chacha_key(const uint8_t key[VMESS_KEY_LEN], uint8_t out[32])

@@ -58,6 +58,18 @@ __attribute__((warn_unused_result)) int vmess_auth_id(const uint8_t cmd_key[VMES
                                                       int64_t now, const uint8_t rand4[4],
                                                       uint8_t out[VMESS_KEY_LEN]);
 
+/* The AuthID key of a user: KDF(cmd_key, "AES Auth ID Encryption")[:16].
+ * 0 or -1 (OpenSSL failed). */
+__attribute__((warn_unused_result)) int vmess_auth_key(const uint8_t cmd_key[VMESS_KEY_LEN],
+                                                       uint8_t out[VMESS_KEY_LEN]);
+
+/* Decrypts AuthID id with a user's AuthID key and checks its CRC32: 0 with
+ * *time the client's clock (unix seconds), or -1 (not this user's, or
+ * OpenSSL failed). The time window is the caller's to check. */
+__attribute__((warn_unused_result)) int vmess_auth_id_open(const uint8_t auth_key[VMESS_KEY_LEN],
+                                                           const uint8_t id[VMESS_KEY_LEN],
+                                                           int64_t *time);
+
 /* One AES-128-GCM seal or open with a 12-byte nonce and optional AAD.
  * seal writes len + VMESS_TAG_LEN bytes into out; open takes len bytes
  * that end in the tag and writes len - VMESS_TAG_LEN. 0, or -1 (a tag that

@@ -30,6 +30,8 @@ static inbound_protocol protocol_of(etm_protocol p)
 		return INBOUND_PROTO_TROJAN;
 	case ETM_PROTO_VLESS:
 		return INBOUND_PROTO_VLESS;
+	case ETM_PROTO_VMESS:
+		return INBOUND_PROTO_VMESS;
 	default:
 		return INBOUND_PROTO_NONE;
 	}

@@ -104,7 +104,8 @@ bool etm_protocol_available(etm_protocol p, bool inbound)
 	 * validates, and a start names it. */
 	if (inbound)
 		return p == ETM_PROTO_SOCKS || p == ETM_PROTO_HTTP || p == ETM_PROTO_MIXED ||
-		       p == ETM_PROTO_TROJAN || p == ETM_PROTO_VLESS || p == ETM_PROTO_UDP_LB;
+		       p == ETM_PROTO_TROJAN || p == ETM_PROTO_VLESS || p == ETM_PROTO_VMESS ||
+		       p == ETM_PROTO_UDP_LB;
 	const outbound_proto *op = build_outbound_proto(p);
 	return op && op->available;
 }

@@ -311,7 +311,7 @@ def test_a_missing_ca_fails_the_test(run, tmp_path):
 
 def test_a_protocol_this_build_cannot_run_fails_the_test(run, tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text('[[inbound]]\ntag = "vm"\nprotocol = "vmess"\nlisten = "127.0.0.1"\nport = 0\n'
-                    '[[inbound.settings.users]]\nid = "11111111-2222-3333-4444-555555555555"\n\n'
+    path.write_text('[[inbound]]\ntag = "ss"\nprotocol = "shadowsocks"\nlisten = "127.0.0.1"\n'
+                    'port = 0\n[inbound.settings]\nmethod = "aes-128-gcm"\npassword = "secret"\n\n'
                     '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
-    assert same_failure(run, path) == "inbound vm: protocol vmess is not available yet"
+    assert same_failure(run, path) == "inbound ss: protocol shadowsocks is not available yet"

@@ -455,7 +455,7 @@ def our_server(protocol, transport, pki, path="/", credential=None, fallback=Non
             'port = {port0}\n')
     if fallback:
         text += f'[inbound.settings]\nfallback = "{fallback}"\n'
-    if protocol == "vless":
+    if protocol in ("vless", "vmess"):
         text += f'[[inbound.settings.users]]\nname = "u"\nid = "{credential}"\n'
     elif protocol == "trojan":
         text += f'[[inbound.settings.users]]\nname = "u"\npassword = "{credential}"\n'
@@ -516,8 +516,13 @@ def v2_server(protocol, transport, pki, path="/", credential=None):
     return make
 
 
-def v2_outbound(protocol, server_port, transport, pki, path="/", credential=None):
-    if protocol == "vless":
+def v2_outbound(protocol, server_port, transport, pki, path="/", credential=None,
+                security=None):
+    if protocol == "vmess":
+        settings = {"vnext": [{"address": "127.0.0.1", "port": server_port,
+                               "users": [{"id": credential, "alterId": 0,
+                                          "security": security or "aes-128-gcm"}]}]}
+    elif protocol == "vless":
         settings = {"vnext": [{"address": "127.0.0.1", "port": server_port,
                                "users": [{"id": credential, "encryption": "none"}]}]}
     elif protocol == "trojan":
@@ -532,22 +537,24 @@ def v2_outbound(protocol, server_port, transport, pki, path="/", credential=None
             "streamSettings": v2_stream(transport, False, pki, path)}
 
 
-def v2_client(protocol, server_port, transport, pki, path="/", credential=None):
+def v2_client(protocol, server_port, transport, pki, path="/", credential=None, security=None):
     """socks inbound on the first port -> protocol outbound."""
     def make(port):
         return v2_config(v2_socks_inbound(port),
-                         v2_outbound(protocol, server_port, transport, pki, path, credential))
+                         v2_outbound(protocol, server_port, transport, pki, path, credential,
+                                     security))
     return make
 
 
-def v2_udp_client(target_port, protocol, server_port, transport, pki, path="/", credential=None):
+def v2_udp_client(target_port, protocol, server_port, transport, pki, path="/", credential=None,
+                  security=None):
     """dokodemo-door (UDP only) on the first port, forwarding to
     127.0.0.1:target_port -> protocol outbound."""
     def make(port):
         door = {"tag": "app", "listen": "127.0.0.1", "port": port, "protocol": "dokodemo-door",
                 "settings": {"address": "127.0.0.1", "port": target_port, "network": "udp"}}
         return v2_config(door, v2_outbound(protocol, server_port, transport, pki, path,
-                                           credential))
+                                           credential, security))
     return make
 
 
@@ -632,6 +639,84 @@ def test_vmess_udp_ours_to_v2ray(chain, pki, udp_echo, transport, security):
                                     security=security))
     udp_socks_check(client.port, udp_echo, chain.logs)
     assert_logged(server, f"accepted udp:127.0.0.1:{udp_echo.port}", chain.logs)
+
+
+VMESS_IN_CELLS = ([pytest.param(t, "aes-128-gcm", id=f"{t}-aes-128-gcm")
+                   for t in VMESS_TRANSPORTS] +
+                  [pytest.param("tcp", sec, id=f"tcp-{sec}")
+                   for sec in ("chacha20-poly1305", "none", "zero")])
+
+
+@needs_v2ray
+@pytest.mark.parametrize("transport,security", VMESS_IN_CELLS)
+def test_vmess_v2ray_to_ours(chain, pki, echo, transport, security):
+    """v2ray 4.34's vmess client (AEAD) against our vmess inbound: 16 MiB
+    echoed byte for byte, then a burst of connections."""
+    server = chain.proxy(our_server("vmess", transport, pki, "/vm", UUID))
+    client = chain.v2ray(v2_client("vmess", server.port, transport, pki, "/vm", UUID, security))
+    echo_check(client.port, echo.port, chain.logs)
+    chain.saw(echo.port)
+
+
+@needs_v2ray
+@pytest.mark.parametrize("transport,security", VMESS_UDP_CELLS)
+def test_vmess_udp_v2ray_to_ours(chain, pki, udp_echo, transport, security):
+    """app --UDP--> v2ray dokodemo-door -> v2ray's vmess outbound (command
+    UDP) -> our vmess inbound -> freedom -> UDP echo."""
+    server = chain.proxy(our_server("vmess", transport, pki, "/vu", UUID))
+    door = chain.v2ray(v2_udp_client(udp_echo.port, "vmess", server.port, transport, pki, "/vu",
+                                     UUID, security), udp=[0])
+    udp_direct_check(door.port, udp_echo, chain.logs)
+    assert_logged(server, f"udp flow to 127.0.0.1:{udp_echo.port} from inbound in", chain.logs)
+
+
+@pytest.mark.parametrize("transport,security",
+                         [pytest.param("tcp", s, id=f"tcp-{s}")
+                          for s in ("aes-128-gcm", "chacha20-poly1305", "none", "zero")] +
+                         [pytest.param("ws+tls", "aes-128-gcm", id="ws+tls-aes-128-gcm")])
+def test_vmess_ours_to_ours(chain, pki, echo, udp_echo, transport, security):
+    """Our vmess client against our vmess inbound: TCP echo, and UDP where
+    the security has chunks to carry datagrams."""
+    server = chain.proxy(our_server("vmess", transport, pki, "/vm", UUID))
+    client = chain.proxy(our_client("vmess", server.port, transport, pki, "/vm", UUID,
+                                    security=security))
+    echo_check(client.port, echo.port, chain.logs)
+    chain.saw(echo.port)
+    if security != "zero":
+        udp_socks_check(client.port, udp_echo, chain.logs)
+
+
+@needs_v2ray
+def test_vmess_inbound_to_a_proxied_upstream(chain, pki, echo, udp_echo):
+    """v2ray's vmess client -> our vmess inbound -> our vless outbound (ws+tls)
+    -> our vless inbound -> freedom: the vmess body goes on top of an
+    upstream that has layers of its own (TLS, WebSocket, VLESS)."""
+    far = chain.proxy(our_server("vless", "ws+tls", pki, "/vl", UUID))
+    inbound = our_server("vmess", "tcp", pki, credential=UUID)[:-len(FREEDOM)]
+    outbound = our_client("vless", far.port, "ws+tls", pki, "/vl", UUID)[len(our_socks_inbound()):]
+    mid = chain.proxy(inbound + outbound)
+    client = chain.v2ray(v2_client("vmess", mid.port, "tcp", pki, credential=UUID))
+    echo_check(client.port, echo.port, chain.logs)
+    chain.saw(echo.port)
+
+
+def test_vmess_refusal_is_drained_not_answered(chain, pki, echo):
+    """A prober's bytes that are no VMess request (a wrong AuthID, as a
+    legacy MD5 header's) get no answer and no prompt close: the connection
+    is read and discarded for 2 to 6 s, then closed; the refusal is logged."""
+    server = chain.proxy(our_server("vmess", "tcp", pki, credential=UUID))
+    before = echo.connections
+    start = time.monotonic()
+    with connect(server.port, timeout=10) as s:
+        s.sendall(os.urandom(100))
+        time.sleep(1.0)
+        s.sendall(os.urandom(100))  # still open, still reading
+        rest = recv_until_closed(s, timeout=10)
+    took = time.monotonic() - start
+    assert rest == b"", f"bytes came back: {rest!r}\n{chain.logs()}"
+    assert 1.9 < took < 7.5, f"closed after {took:.1f} s\n{chain.logs()}"
+    assert_logged(server, "refused: vmess: authentication failed", chain.logs)
+    assert echo.connections == before
 
 
 # ---------------------------------------------------------------- Trojan

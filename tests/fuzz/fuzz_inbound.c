@@ -1,4 +1,4 @@
-/* fuzz_inbound.c - libFuzzer target: client bytes over loopback TCP into the inbound dispatch and the connection shell (socks, http, mixed, trojan, vless, plain and over WebSocket) on a live worker. */
+/* fuzz_inbound.c - libFuzzer target: client bytes over loopback TCP into the inbound dispatch and the connection shell (socks, http, mixed, trojan, vless, vmess, plain and over WebSocket) on a live worker. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -87,6 +87,7 @@ static etm_inbound_spec SPECS[] = {
 	SPEC("trojan-ws", ETM_PROTO_TROJAN, TROJAN_USERS, 1, false, ETM_NET_WS, "/t", "127.0.0.1:1"),
 	SPEC("socks-sniff", ETM_PROTO_SOCKS, NULL, 0, true, ETM_NET_TCP, NULL, NULL),
 	SPEC("http-sniff", ETM_PROTO_HTTP, NULL, 0, true, ETM_NET_TCP, NULL, NULL),
+	SPEC("vmess", ETM_PROTO_VMESS, VLESS_USERS, 1, false, ETM_NET_TCP, NULL, NULL),
 };
 #define N_SPECS (sizeof SPECS / sizeof SPECS[0])
 

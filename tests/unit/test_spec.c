@@ -385,7 +385,7 @@ static void availability_names_what_is_not_built(void **state)
 	etm_spec_free(&s);
 
 	/* the recipe's members all run now that vmess is built (issue 17); its
-	 * grpc transport does not, nor does a vmess inbound */
+	 * grpc transport does not; a vmess inbound runs, a shadowsocks one not */
 	s = recipe();
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
 	s.outbounds[3].stream.network = ETM_NET_GRPC;
@@ -393,8 +393,10 @@ static void availability_names_what_is_not_built(void **state)
 	assert_string_equal(msg, "outbound tertiary: the grpc transport is not available yet");
 	s.outbounds[3].stream.network = ETM_NET_TCP;
 	add_inbound(&s, "vm-in", ETM_PROTO_VMESS);
+	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
+	add_inbound(&s, "ss-in", ETM_PROTO_SHADOWSOCKS);
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), -1);
-	assert_string_equal(msg, "inbound vm-in: protocol vmess is not available yet");
+	assert_string_equal(msg, "inbound ss-in: protocol shadowsocks is not available yet");
 	etm_spec_free(&s);
 
 	/* what runs today: socks, http, mixed, trojan, vless in; freedom,
