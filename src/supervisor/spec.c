@@ -736,6 +736,11 @@ int etm_spec_check_available(const etm_spec *s, char *msg, size_t size)
 		if (!stream_available(&in->stream))
 			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag,
 			                   "the grpc transport");
+		/* a key this build would accept and ignore is refused (issue 22):
+		 * VMess's first bytes are sealed chunks, not the client's */
+		if (in->sniffing && in->protocol == ETM_PROTO_VMESS)
+			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag,
+			                   "sniffing on a vmess inbound");
 	}
 	for (size_t i = 0; i < s->outbounds_len; i++) {
 		const etm_outbound_spec *o = &s->outbounds[i];

@@ -315,3 +315,15 @@ def test_a_protocol_this_build_cannot_run_fails_the_test(run, tmp_path):
                     'port = 0\n[inbound.settings]\nmethod = "aes-128-gcm"\npassword = "secret"\n\n'
                     '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
     assert same_failure(run, path) == "inbound ss: protocol shadowsocks is not available yet"
+
+
+def test_sniffing_on_a_vmess_inbound_is_refused_not_ignored(run, tmp_path):
+    """Issue 22: a key that would do nothing is refused. A vmess inbound's
+    first bytes are sealed chunks, which this build does not sniff."""
+    path = tmp_path / "c.toml"
+    path.write_text('[[inbound]]\ntag = "vm"\nprotocol = "vmess"\nlisten = "127.0.0.1"\nport = 0\n'
+                    'sniffing = true\n'
+                    '[[inbound.settings.users]]\nid = "11111111-2222-3333-4444-555555555555"\n\n'
+                    '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
+    assert same_failure(run, path) == ("inbound vm: sniffing on a vmess inbound is not "
+                                       "available yet")
