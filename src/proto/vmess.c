@@ -283,7 +283,7 @@ ssize_t vmess_body_seal(vmess_body *b, const uint8_t *in, size_t len, uint8_t *o
 		    !EVP_EncryptFinal_ex(b->aead, c + n, &n) ||
 		    !EVP_CIPHER_CTX_ctrl(b->aead, EVP_CTRL_AEAD_GET_TAG, VMESS_TAG_LEN, c + len))
 			return PROTO_ERR_STATE;
-	} else {
+	} else if (len) { /* the end chunk carries nothing, and in may be NULL */
 		memmove(c, in, len);
 	}
 	if (pad) {
