@@ -327,6 +327,7 @@ typedef struct etm_policy_spec {
 
 typedef struct etm_spec {
 	etm_log_level log_level;
+	char *log_access; /* [log] access: "off" (or NULL), "stderr" or a path */
 	etm_runtime_spec runtime;
 	etm_policy_spec policy;
 	etm_inbound_spec *inbounds; /* owned */

@@ -15,6 +15,7 @@
 #include "commit.h" /* generated from app/commit.h.in */
 #include "app/config.h"
 #include "app/reload.h"
+#include "base/access_log.h"
 #include "base/log.h"
 #include "etemenanki/etemenanki.h"
 #include "etemenanki/supervisor.h"
@@ -255,6 +256,8 @@ int cli_main(int argc, char **argv, FILE *out, FILE *err)
 	}
 	if (o.test) {
 		rc = etm_supervisor_check(&spec, msg, sizeof msg);
+		if (rc == 0)
+			rc = access_log_check(spec.log_access, msg, sizeof msg);
 		etm_spec_free(&spec);
 		if (rc) {
 			say(err, CLI_CONFIG_INVALID, msg);
@@ -272,5 +275,12 @@ int cli_main(int argc, char **argv, FILE *out, FILE *err)
 		say(err, CLI_START_FAILED, msg);
 		return 1;
 	}
-	return run(&spec, &o, err);
+	if (access_log_open(spec.log_access, msg, sizeof msg)) {
+		etm_spec_free(&spec);
+		say(err, CLI_START_FAILED, msg);
+		return 1;
+	}
+	rc = run(&spec, &o, err);
+	access_log_close(); /* the workers have stopped */
+	return rc;
 }

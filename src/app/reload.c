@@ -7,16 +7,19 @@
 
 #include "app/cli.h"
 #include "app/config.h"
+#include "base/access_log.h"
 #include "base/log.h"
 #include "etemenanki/etemenanki.h"
 
-enum { M_PARSE, M_BUILD, M_RELOADING, M_NO_WATCH, M_SAVED };
+enum { M_PARSE, M_BUILD, M_RELOADING, M_NO_WATCH, M_SAVED, M_ACCESS, M_NO_MEMORY };
 static const char *const msgs[] = {
 	[M_PARSE] = "reload: parse failed, keeping current config: %s",
 	[M_BUILD] = "reload: build failed, keeping current config: %s",
 	[M_RELOADING] = "reloading %s (%s)",
 	[M_NO_WATCH] = "reload: cannot watch %s for saves (%s); SIGHUP still reloads",
 	[M_SAVED] = "saved",
+	[M_ACCESS] = "reload: %s; keeping the current access log",
+	[M_NO_MEMORY] = "out of memory",
 };
 
 struct reloader {
@@ -47,12 +50,26 @@ void reloader_now(reloader *r, const char *why)
 		return;
 	}
 	int level = log_level_of(spec.log_level);
+	/* apply takes the spec; the access log is reopened once it succeeded */
+	char *access = spec.log_access ? strdup(spec.log_access) : NULL;
+	if (spec.log_access && !access) {
+		etm_spec_free(&spec);
+		log_error("app", msgs[M_BUILD], msgs[M_NO_MEMORY]);
+		return;
+	}
 	if (etm_supervisor_apply(r->sup, &spec, msg, sizeof msg)) {
+		free(access);
 		log_error("app", msgs[M_BUILD], msg);
 		return;
 	}
 	if (!r->keep_level)
 		log_set_level(level);
+	/* Reopened on every reload, so that logrotate's rename then kill -HUP
+	 * moves the lines to a new file at the path. */
+	char err[ACCESS_LOG_ERR_MAX];
+	if (access_log_open(access, err, sizeof err))
+		log_warn("app", msgs[M_ACCESS], err);
+	free(access);
 }
 
 static void on_quiet(uv_timer_t *t) { reloader_now(t->data, msgs[M_SAVED]); }

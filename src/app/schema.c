@@ -335,8 +335,12 @@ const schema_table *schema_settings(etm_protocol p, bool inbound)
 static const schema_field log_fields[] = {
 	ENUM(etm_spec, log_level, "level", log_levels, ETM_LOG_INFO, "\"info\"",
 	     "error, warn, info, debug or trace. The -l option overrides it."),
+	STR(etm_spec, log_access, "access", "\"off\"",
+	    "The access log, one line per flow: \"off\", \"stderr\" or the path of a file, "
+	    "opened for append and reopened on every reload (docs/cli.md, \"Access log\")."),
 };
-static const schema_table log_table = TABLE_OF("[log]", "Logging. Lines go to stderr.", log_fields);
+static const schema_table log_table =
+	TABLE_OF("[log]", "Logging. Event lines go to stderr.", log_fields);
 
 static const schema_field inbound_fields[] = {
 	REQ_STR(etm_inbound_spec, tag, "tag", "Name of the inbound; rules match it with inbound_tag."),

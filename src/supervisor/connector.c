@@ -3,7 +3,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
+#include "base/access_log.h"
 #include "base/log.h"
 #include "outbound/fanout.h"
 #include "runtime/conn.h"
@@ -33,6 +35,27 @@ static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, in
 	          (unsigned long long)(t->ob ? t->ob->version : t->bal->version), why);
 }
 
+/* The access log's line for a flow routed to t (docs/cli.md "Access log"). */
+static void log_access(const flow *f, const flow_ctx *ctx, const target *t, int32_t rule)
+{
+	if (!access_log_enabled())
+		return;
+	addr_dest src = {0};
+	if (ctx && addr_dest_from_sockaddr(&src, (const struct sockaddr *)&ctx->peer))
+		src = (addr_dest){0};
+	access_log_entry e = {
+		.source = &src,
+		.dest = &f->dest,
+		.sniffed = &f->sniffed,
+		.inbound = ctx ? ctx->inbound_tag : NULL,
+		.rule = rule,
+		.outbound = t->ob ? t->ob->tag : t->bal->tag,
+		.version = (unsigned long long)(t->ob ? t->ob->version : t->bal->version),
+	};
+	clock_gettime(CLOCK_REALTIME, &e.when);
+	access_log_write(&e);
+}
+
 static connect_pending *sup_connect(void *self, worker *w, const flow *f, const flow_ctx *ctx,
                                     connect_cb cb, void *data)
 {
@@ -41,6 +64,7 @@ static connect_pending *sup_connect(void *self, worker *w, const flow *f, const 
 	int32_t rule;
 	const target *t = plane_route(rs->plane, f, ctx, &rule);
 	log_decision(f, ctx, t, rule);
+	log_access(f, ctx, t, rule);
 	if (t->bal)
 		return balanced_connect_stream(t->bal, w, rs->dns, &f->dest, cb, data);
 	return outbound_connect_stream(t->ob, w, rs->dns, &f->dest, cb, data);
@@ -66,6 +90,7 @@ typedef struct assoc_env {
 	worker *w;
 	flow f; /* the association's flow; dest is replaced per datagram */
 	flow_ctx ctx;
+	int32_t rule; /* of the last datagram routed: the one a sub-link opens for */
 } assoc_env;
 
 static uint64_t assoc_route(void *env, const addr_dest *to, const void **out)
@@ -78,6 +103,7 @@ static uint64_t assoc_route(void *env, const addr_dest *to, const void **out)
 	int32_t rule;
 	const target *t = plane_route(rs->plane, &f, &e->ctx, &rule);
 	log_decision(&f, &e->ctx, t, rule);
+	e->rule = rule;
 	*out = t;
 	/* A balancer's sub-link is keyed by the balancer: its member is
 	 * selected once, when the sub-link opens (seed 000). */
@@ -91,6 +117,12 @@ static connect_pending *assoc_open(void *env, const void *tgt, const addr_dest *
 	assoc_env *e = env;
 	sup_route *rs = worker_slot(e->w);
 	const target *t = tgt;
+	/* One access-log line per sub-link, not per datagram: fanout calls open
+	 * right after route for the datagram that needs the new sub-link. */
+	flow f = e->f;
+	f.dest = *to;
+	f.dest.network = ADDR_UDP;
+	log_access(&f, &e->ctx, t, e->rule);
 	if (t->bal)
 		return balanced_connect_datagram(t->bal, e->w, rs->dns, to, h, rud, opened, oud);
 	return outbound_connect_datagram(t->ob, e->w, rs->dns, to, h, rud, opened, oud);

@@ -49,6 +49,7 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_RULE_BAD_REGEX] = "route rule #%s: bad domain_regex %s",
 	[SPEC_BAD_WS_PATH] = "%s %s: stream.ws.path \"%s\" must start with /",
 	[SPEC_BAD_DNS_SERVER] = "dns server \"%s\" is not an IP address with an optional port",
+	[SPEC_BAD_ACCESS_LOG] = "[log] access \"%s\" is not \"off\", \"stderr\" or a file path",
 	[SPEC_UNAVAILABLE_INBOUND] = "inbound %s: protocol %s is not available yet",
 	[SPEC_UNAVAILABLE_OUTBOUND] = "outbound %s: protocol %s is not available yet",
 	[SPEC_UNAVAILABLE_FEATURE] = "%s is not available yet",
@@ -227,6 +228,7 @@ void etm_spec_free(etm_spec *spec)
 		rule_free(&spec->route.rules[i]);
 	free(spec->route.rules);
 	strlist_free(&spec->dns.servers);
+	free(spec->log_access);
 	*spec = (etm_spec){0};
 }
 
@@ -671,6 +673,14 @@ static int add_direct(etm_spec *s)
 
 /* The order follows seed 000 "Where outbounds live": outbounds, then
  * balancers, then the router; inbounds last, as they are bound last. */
+/* An empty string or a directory name ("logs/") cannot be opened for
+ * append; every other string is a path the start tries. */
+static bool access_target_valid(const char *t)
+{
+	size_t n = strlen(t);
+	return n > 0 && t[n - 1] != '/';
+}
+
 int etm_spec_check(etm_spec *s, char *msg, size_t size)
 {
 	if (size)
@@ -683,6 +693,8 @@ int etm_spec_check(etm_spec *s, char *msg, size_t size)
 		return spec_format(msg, size, SPEC_NO_OUTBOUND);
 	if (check_drain(&s->policy.drain, NULL, msg, size))
 		return -1;
+	if (s->log_access && !access_target_valid(s->log_access))
+		return spec_format(msg, size, SPEC_BAD_ACCESS_LOG, s->log_access);
 	for (size_t i = 0; i < s->outbounds_len; i++) {
 		const etm_outbound_spec *o = &s->outbounds[i];
 		if (find_outbound(s, o->tag) != o)

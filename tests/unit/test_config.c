@@ -62,6 +62,7 @@ static void defaults(void **state)
 	                     "endpoint = \"h:51820\"\n"
 	                     "[[balancer]]\ntag = \"b\"\noutbounds = [\"p\"]\n");
 	assert_int_equal(s.log_level, ETM_LOG_INFO);
+	assert_null(s.log_access); /* "off" */
 	assert_int_equal(s.runtime.workers, 0);
 	assert_true(s.runtime.splice);
 	assert_int_equal(s.policy.handshake_timeout, 10);
@@ -114,7 +115,7 @@ static void everything_lowers(void **state)
 {
 	(void)state;
 	etm_spec s = load_ok(
-		"[log]\nlevel = \"debug\"\n"
+		"[log]\nlevel = \"debug\"\naccess = \"/var/log/etemenanki/access.log\"\n"
 		"[runtime]\nworkers = 3\nsplice = false\n[policy]\nhandshake_timeout = 4\nidle_timeout = 60\n"
 		"[dns]\nservers = [\"1.1.1.1\", \"9.9.9.9:53\"]\n"
 		"[[inbound]]\ntag = \"tr\"\nprotocol = \"trojan\"\nlisten = \"::\"\nport = 443\n"
@@ -142,6 +143,7 @@ static void everything_lowers(void **state)
 		"source_cidr = [\"::1/128\"]\n"
 		"[[route.rule]]\noutbound = \"ss\"\nport = 53\nnetwork = [\"tcp\", \"udp\"]\n");
 	assert_int_equal(s.log_level, ETM_LOG_DEBUG);
+	assert_string_equal(s.log_access, "/var/log/etemenanki/access.log");
 	assert_int_equal(s.runtime.workers, 3);
 	assert_false(s.runtime.splice);
 	assert_int_equal(s.policy.handshake_timeout, 4);
@@ -258,6 +260,27 @@ static void wrong_types(void **state)
 	              "invalid type: integer `1`, expected a string");
 	expect_detail("[[outbound]]\ntag = [\"q\\\"\\n\"]\n",
 	              "invalid type: sequence, expected a string");
+}
+
+/* [log] access: "off", "stderr" or a path; what cannot be a file is refused. */
+static void access_log_key(void **state)
+{
+	(void)state;
+	const char *ok[] = {"off", "stderr", "access.log", "/tmp/a b/access.log"};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		char toml[256];
+		snprintf(toml, sizeof toml, "[log]\naccess = \"%s\"\n[[outbound]]\ntag = \"d\"\n"
+		         "protocol = \"direct\"\n", ok[i]);
+		etm_spec s = load_ok(toml);
+		assert_string_equal(s.log_access, ok[i]);
+		etm_spec_free(&s);
+	}
+	expect_message("[log]\naccess = \"\"\n[[outbound]]\ntag = \"d\"\nprotocol = \"direct\"\n",
+	               "[log] access \"\" is not \"off\", \"stderr\" or a file path");
+	expect_message("[log]\naccess = \"logs/\"\n[[outbound]]\ntag = \"d\"\nprotocol = \"direct\"\n",
+	               "[log] access \"logs/\" is not \"off\", \"stderr\" or a file path");
+	expect_detail("[log]\naccess = true\n", "invalid type: boolean `true`, expected a string");
+	expect_detail("[log]\naccess = 1\n", "invalid type: integer `1`, expected a string");
 }
 
 static void variants(void **state)
@@ -606,6 +629,7 @@ int main(void)
 		cmocka_unit_test(unknown_fields),
 		cmocka_unit_test(wrong_types),
 		cmocka_unit_test(variants),
+		cmocka_unit_test(access_log_key),
 		cmocka_unit_test(missing_fields),
 		cmocka_unit_test(ports),
 		cmocka_unit_test(semantic_errors_pass_through),
