@@ -179,7 +179,13 @@ bool plan_dns_equal(const etm_dns_spec *a, const etm_dns_spec *b)
 	return strlist_eq(&a->servers, &b->servers); /* in order: the resolver tries them so */
 }
 
-bool plan_log_equal(const etm_spec *a, const etm_spec *b) { return a->log_level == b->log_level; }
+/* [log] access unset is "off". */
+static const char *access_of(const etm_spec *s) { return s->log_access ? s->log_access : "off"; }
+
+bool plan_log_equal(const etm_spec *a, const etm_spec *b)
+{
+	return a->log_level == b->log_level && str_eq(access_of(a), access_of(b));
+}
 
 bool plan_policy_limits_equal(const etm_policy_spec *a, const etm_policy_spec *b)
 {

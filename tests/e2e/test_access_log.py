@@ -189,6 +189,9 @@ def test_a_reload_that_cannot_open_keeps_the_current_file(start_proxy, echo, tmp
     found = wait_lines(proxy, want, 1)
     assert found == [f"reload: cannot open the access log {bad}: No such file or directory; "
                      "keeping the current access log"]
+    # the reload itself says what it changed: [log]
+    changed = re.compile(r"^\S+ INFO  supervisor: (config reload: .*)$", re.M)
+    assert wait_lines(proxy, changed, 1) == ["config reload: changed log"], proxy.log()
     source = tcp_flow(proxy, echo)
     assert [l[1] for l in wait_for(lambda: read_file(path), 1)] == [source]
 
