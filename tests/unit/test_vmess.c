@@ -215,29 +215,7 @@ static const uint8_t CHUNKS_NONE[779] = {
 	0xf7, 0xf8, 0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe, 0xff, 0x75, 0x82,
 };
 
-/* The fixed inputs the script used. */
-static const uint8_t UUID[16] = {0x6c, 0x1b, 0x0e, 0x6a, 0x6e, 0x3d, 0x4c, 0x1e,
-                                 0x9d, 0x8a, 0x1a, 0x2b, 0x3c, 0x4d, 0x5e, 0x6f};
-#define NOW 1700000000
 
-static vmess_client_random fixed_random(void)
-{
-	vmess_client_random r;
-	for (int i = 0; i < 16; i++) {
-		r.body_key[i] = (uint8_t)(0x10 + i);
-		r.body_iv[i] = (uint8_t)(0x20 + i);
-	}
-	r.auth_v = 0x5a;
-	r.padding_len = 0x15; /* % 16 = 5 */
-	for (int i = 0; i < 15; i++)
-		r.padding[i] = (uint8_t)(0x40 + i);
-	memcpy(r.auth_rand, (uint8_t[]){1, 2, 3, 4}, 4);
-	for (int i = 0; i < 8; i++)
-		r.nonce[i] = (uint8_t)(0x50 + i);
-	for (int i = 0; i < 32; i++)
-		r.pad_seed[i] = (uint8_t)(0x60 + i);
-	return r;
-}
 
 static vmess_slice s(const char *t) { return (vmess_slice){(const uint8_t *)t, strlen(t)}; }
 

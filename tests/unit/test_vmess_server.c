@@ -119,34 +119,12 @@ static const uint8_t CHUNKS_RESP_AES[928] = {
 	0x7b, 0x78, 0x98, 0xa0,
 };
 
-static const uint8_t UUID[16] = {0x6c, 0x1b, 0x0e, 0x6a, 0x6e, 0x3d, 0x4c, 0x1e,
-                                 0x9d, 0x8a, 0x1a, 0x2b, 0x3c, 0x4d, 0x5e, 0x6f};
 static const uint8_t OTHER[16] = {0xb8, 0x31, 0x38, 0x1d, 0x63, 0x24, 0x4d, 0x53,
                                   0xad, 0x4f, 0x8c, 0xda, 0x48, 0xb3, 0x08, 0x11};
-#define NOW 1700000000
 
 static const char *const AUTH_FAILED =
 	"vmess: authentication failed (no user's AuthID; legacy MD5 headers are refused)";
 
-/* The vectors' random inputs, as tools/vmess_vectors.py fixes them. */
-static vmess_client_random fixed_random(void)
-{
-	vmess_client_random r;
-	for (int i = 0; i < 16; i++) {
-		r.body_key[i] = (uint8_t)(0x10 + i);
-		r.body_iv[i] = (uint8_t)(0x20 + i);
-	}
-	r.auth_v = 0x5a;
-	r.padding_len = 0x15; /* % 16 = 5 */
-	for (int i = 0; i < 15; i++)
-		r.padding[i] = (uint8_t)(0x40 + i);
-	memcpy(r.auth_rand, (uint8_t[]){1, 2, 3, 4}, 4);
-	for (int i = 0; i < 8; i++)
-		r.nonce[i] = (uint8_t)(0x50 + i);
-	for (int i = 0; i < 32; i++)
-		r.pad_seed[i] = (uint8_t)(0x60 + i);
-	return r;
-}
 
 /* Two users; the vectors' one is the second. */
 static vmess_account users[2];

@@ -3,6 +3,9 @@
 #define ETM_TESTS_VMESS_VECTORS_H
 
 #include <stdint.h>
+#include <string.h>
+
+#include "proto/vmess.h"
 
 static const uint8_t REQUEST_AES_V4[112] = {
 	0xf8, 0x6f, 0x87, 0x98, 0xc0, 0x04, 0xfc, 0x1b, 0xba, 0xf2, 0xa9, 0xf2,
@@ -113,5 +116,30 @@ static const uint8_t CHUNKS_AES[882] = {
 	0x39, 0xab, 0x7e, 0xbf, 0x31, 0x18, 0x2c, 0xc2, 0xb7, 0x86, 0xc7, 0xda,
 	0x99, 0x41, 0x8f, 0x91, 0xdb, 0x33,
 };
+
+/* The script's fixed inputs: the user, the time and the random values the
+ * client core is handed. */
+static const uint8_t UUID[16] = {0x6c, 0x1b, 0x0e, 0x6a, 0x6e, 0x3d, 0x4c, 0x1e,
+                                 0x9d, 0x8a, 0x1a, 0x2b, 0x3c, 0x4d, 0x5e, 0x6f};
+#define NOW 1700000000
+
+static inline vmess_client_random fixed_random(void)
+{
+	vmess_client_random r;
+	for (int i = 0; i < 16; i++) {
+		r.body_key[i] = (uint8_t)(0x10 + i);
+		r.body_iv[i] = (uint8_t)(0x20 + i);
+	}
+	r.auth_v = 0x5a;
+	r.padding_len = 0x15; /* % 16 = 5 */
+	for (int i = 0; i < 15; i++)
+		r.padding[i] = (uint8_t)(0x40 + i);
+	memcpy(r.auth_rand, (uint8_t[]){1, 2, 3, 4}, 4);
+	for (int i = 0; i < 8; i++)
+		r.nonce[i] = (uint8_t)(0x50 + i);
+	for (int i = 0; i < 32; i++)
+		r.pad_seed[i] = (uint8_t)(0x60 + i);
+	return r;
+}
 
 #endif
