@@ -137,12 +137,18 @@ static layer *http_request(const outbound *o, const addr_dest *dest)
 	return http_client_new(dest, u->username, u->password);
 }
 
-/* ---- trojan and vless: a stream that frames datagrams ---- */
+/* ---- trojan, vless and vmess: a stream that frames datagrams ---- */
 
-static dgram_link *framed_dgram(endpoint *ep, stream_udp_framing framing, const addr_dest *to,
-                                const dgram_handlers *h, void *ud, char *err, size_t err_size)
+/* The dgram_over of every row that frames datagrams in its stream, the
+ * row's framing saying how. */
+static dgram_link *framed_dgram_over(const outbound *o, worker *w, endpoint *ep,
+                                     const layer *request, const addr_dest *to,
+                                     const dgram_handlers *h, void *ud, char *err,
+                                     size_t err_size)
 {
-	dgram_link *l = stream_udp_open(ep, framing, to, h, ud);
+	(void)w;
+	(void)request;
+	dgram_link *l = stream_udp_open(ep, (stream_udp_framing)o->proto->framing, to, h, ud);
 	if (!l)
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 	return l;
@@ -168,17 +174,6 @@ static layer *trojan_request(const outbound *o, const addr_dest *dest)
 	return trojan_client_new(t->hash, dest);
 }
 
-static dgram_link *trojan_dgram_over(const outbound *o, worker *w, endpoint *ep,
-                                     const layer *request, const addr_dest *to,
-                                     const dgram_handlers *h, void *ud, char *err,
-                                     size_t err_size)
-{
-	(void)o;
-	(void)w;
-	(void)request;
-	return framed_dgram(ep, STREAM_UDP_TROJAN, to, h, ud, err, err_size);
-}
-
 typedef struct vless_cred {
 	uint8_t uuid[VLESS_UUID_LEN];
 } vless_cred;
@@ -197,17 +192,6 @@ static layer *vless_request(const outbound *o, const addr_dest *dest)
 {
 	const vless_cred *v = o->state;
 	return vless_client_new(v->uuid, dest, dest->network == ADDR_UDP);
-}
-
-static dgram_link *vless_dgram_over(const outbound *o, worker *w, endpoint *ep,
-                                    const layer *request, const addr_dest *to,
-                                    const dgram_handlers *h, void *ud, char *err,
-                                    size_t err_size)
-{
-	(void)o;
-	(void)w;
-	(void)request;
-	return framed_dgram(ep, STREAM_UDP_VLESS, to, h, ud, err, err_size);
 }
 
 typedef struct vmess_cred {
@@ -242,17 +226,6 @@ static layer *vmess_request(const outbound *o, const addr_dest *dest)
 	return l;
 }
 
-static dgram_link *vmess_dgram_over(const outbound *o, worker *w, endpoint *ep,
-                                    const layer *request, const addr_dest *to,
-                                    const dgram_handlers *h, void *ud, char *err,
-                                    size_t err_size)
-{
-	(void)o;
-	(void)w;
-	(void)request;
-	return framed_dgram(ep, STREAM_UDP_VMESS, to, h, ud, err, err_size);
-}
-
 /* ---- the table ---- */
 
 /* Every protocol an outbound may name. shadowsocks, hysteria2 and
@@ -283,19 +256,22 @@ static const outbound_proto protos[] = {
 		.name = "trojan", .proxy_client = true, .udp = true, .available = true,
 		.state_size = sizeof(trojan_cred), .build = trojan_build,
 		.connect_stream = proxy_connect_stream, .connect_datagram = proxy_connect_datagram,
-		.request = trojan_request, .dgram_over = trojan_dgram_over,
+		.request = trojan_request, .dgram_over = framed_dgram_over,
+		.framing = STREAM_UDP_TROJAN,
 	},
 	{
 		.name = "vless", .proxy_client = true, .udp = true, .available = true,
 		.state_size = sizeof(vless_cred), .build = vless_build,
 		.connect_stream = proxy_connect_stream, .connect_datagram = proxy_connect_datagram,
-		.request = vless_request, .dgram_over = vless_dgram_over,
+		.request = vless_request, .dgram_over = framed_dgram_over,
+		.framing = STREAM_UDP_VLESS,
 	},
 	{
 		.name = "vmess", .proxy_client = true, .udp = true, .available = true,
 		.state_size = sizeof(vmess_cred), .build = vmess_build,
 		.connect_stream = proxy_connect_stream, .connect_datagram = proxy_connect_datagram,
-		.request = vmess_request, .dgram_over = vmess_dgram_over,
+		.request = vmess_request, .dgram_over = framed_dgram_over,
+		.framing = STREAM_UDP_VMESS,
 	},
 	{.name = "shadowsocks", .proxy_client = true, .udp = true},
 	{.name = "hysteria2", .proxy_client = true, .udp = true},

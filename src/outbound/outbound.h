@@ -97,6 +97,9 @@ struct outbound_proto {
 	dgram_link *(*dgram_over)(const outbound *o, worker *w, endpoint *ep,
 	                          const layer *request, const addr_dest *to, const dgram_handlers *h,
 	                          void *ud, char *err, size_t err_size);
+	/* Rows whose dgram_over frames datagrams inside the stream (Trojan,
+	 * VLESS, VMess): how (stream_udp.h's stream_udp_framing). */
+	int framing;
 };
 
 /* The row of the protocol called name; NULL for one no outbound speaks
