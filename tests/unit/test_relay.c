@@ -594,6 +594,18 @@ static const endpoint_events dialled_events = {
 	.on_error = dialled_error,
 };
 
+/* A worker and two loopback pairs, nothing on them yet. */
+static void dialled_init(dialled *d)
+{
+	memset(d, 0, sizeof *d);
+	char err[128];
+	d->h.ws = workers_start(1, err, sizeof err);
+	assert_non_null(d->h.ws);
+	d->h.w = workers_at(d->h.ws, 0);
+	tcp_pair(&d->h.app_a, &d->h.srv_a, false);
+	tcp_pair(&d->h.app_b, &d->h.srv_b, false);
+}
+
 static void put_layers_on_worker(worker *w, void *arg)
 {
 	dialled *d = arg;
@@ -624,13 +636,7 @@ static void layers_put_on_a_dialled_endpoint(void **state)
 {
 	(void)state;
 	dialled d;
-	memset(&d, 0, sizeof d);
-	char err[128];
-	d.h.ws = workers_start(1, err, sizeof err);
-	assert_non_null(d.h.ws);
-	d.h.w = workers_at(d.h.ws, 0);
-	tcp_pair(&d.h.app_a, &d.h.srv_a, false);
-	tcp_pair(&d.h.app_b, &d.h.srv_b, false);
+	dialled_init(&d);
 	worker_run(d.h.w, put_layers_on_worker, &d);
 	expect_text(d.h.app_a, "HELLO");
 	assert_int_equal(atomic_load(&d.readies), 0);
@@ -661,13 +667,7 @@ static void a_second_stack_is_refused(void **state)
 {
 	(void)state;
 	dialled d;
-	memset(&d, 0, sizeof d);
-	char err[128];
-	d.h.ws = workers_start(1, err, sizeof err);
-	assert_non_null(d.h.ws);
-	d.h.w = workers_at(d.h.ws, 0);
-	tcp_pair(&d.h.app_a, &d.h.srv_a, false);
-	tcp_pair(&d.h.app_b, &d.h.srv_b, false);
+	dialled_init(&d);
 	close(d.h.srv_b);
 	worker_run(d.h.w, second_start_on_worker, &d);
 	workers_stop(d.h.ws, NULL, NULL);
