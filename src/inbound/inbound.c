@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "transport/grpc.h"
 #include "transport/tls.h"
 #include "transport/ws.h"
 #include "inbound/http_in.h"
@@ -248,7 +249,7 @@ void inbound_accept(listener *l, int fd, void *data)
 	ic->in = in;
 	inbound_rt_hold(in);
 	stack *cst = NULL;
-	if (in->tls || in->ws_path) {
+	if (in->tls || in->ws_path || in->grpc_service) {
 		char err[200];
 		layer *ly;
 		cst = stack_new();
@@ -261,6 +262,11 @@ void inbound_accept(listener *l, int fd, void *data)
 		}
 		if (in->ws_path) {
 			ly = ws_server_new(in->ws_path, err, sizeof err);
+			if (!ly || stack_push(cst, ly))
+				goto fail;
+		}
+		if (in->grpc_service) {
+			ly = grpc_server_new(in->grpc_service, err, sizeof err);
 			if (!ly || stack_push(cst, ly))
 				goto fail;
 		}
@@ -384,6 +390,7 @@ void inbound_rt_free(inbound_rt *in)
 	tls_server_ctx_unref(in->tls);
 	free(in->tag);
 	free(in->ws_path);
+	free(in->grpc_service);
 	free(in->logins);
 	free(in->accounts);
 	const inbound_proto_ops *p = row(in->protocol);

@@ -51,6 +51,7 @@ typedef struct inbound_rt {
 	conn_limits limits;
 	tls_server_ctx *tls;        /* a reference; NULL: no TLS */
 	char *ws_path;              /* owned; NULL: no WebSocket transport */
+	char *grpc_service;         /* owned; NULL: no gRPC transport */
 
 	/* Made by inbound_rt_build, released by inbound_rt_free. */
 	proto_account *logins;      /* owned, strings too: SOCKS/HTTP accounts */

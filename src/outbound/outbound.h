@@ -46,6 +46,8 @@ typedef struct outbound_config {
 	const char *tls_name; /* the name TLS verifies and sends; with tls */
 	bool ws;
 	const char *ws_path, *ws_host; /* with ws */
+	bool grpc;
+	const char *grpc_service, *grpc_host; /* with grpc */
 	/* Credentials, each NULL when not set: socks and http a user name and
 	 * password, trojan the password, vless the id (a UUID as text). */
 	const char *username, *password, *id;

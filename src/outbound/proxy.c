@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "runtime/dial_stream.h"
+#include "transport/grpc.h"
 #include "transport/tls.h"
 #include "transport/ws.h"
 
@@ -22,6 +23,7 @@ struct proxy_transport {
 	char *tls_name;      /* owned when tls: the name verified */
 	bool ws;
 	char *ws_path, *ws_host; /* owned when ws */
+	char *grpc_service, *grpc_host; /* owned when grpc */
 };
 
 void proxy_transport_del(proxy_transport *t)
@@ -32,6 +34,8 @@ void proxy_transport_del(proxy_transport *t)
 	free(t->tls_name);
 	free(t->ws_path);
 	free(t->ws_host);
+	free(t->grpc_service);
+	free(t->grpc_host);
 	free(t);
 }
 
@@ -50,6 +54,15 @@ proxy_transport *proxy_transport_new(const outbound_config *cfg, char *err, size
 	if (cfg->ws) {
 		t->ws = true;
 		if (!(t->ws_path = strdup(cfg->ws_path)) || !(t->ws_host = strdup(cfg->ws_host)))
+			goto nomem;
+	}
+	if (cfg->grpc) {
+		if (!grpc_service_name_ok(cfg->grpc_service, err, err_size)) {
+			proxy_transport_del(t);
+			return NULL;
+		}
+		if (!(t->grpc_service = strdup(cfg->grpc_service)) ||
+		    !(t->grpc_host = strdup(cfg->grpc_host)))
 			goto nomem;
 	}
 	return t;
@@ -84,6 +97,13 @@ static stack *build_stack(const outbound *o, const addr_dest *dest, layer **top,
 			goto fail;
 		}
 		l = ws_client_new(&cfg, err, err_size);
+		if (!l || stack_push(st, l))
+			goto fail;
+	}
+	if (t->grpc_service) {
+		grpc_client_config cfg = {.service_name = t->grpc_service, .host = t->grpc_host,
+		                          .tls = t->tls != NULL};
+		l = grpc_client_new(&cfg, err, err_size);
 		if (!l || stack_push(st, l))
 			goto fail;
 	}

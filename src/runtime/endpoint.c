@@ -178,6 +178,12 @@ static void maybe_fin(endpoint *e)
 	if (!e->shut_wanted || e->shut_issued || e->failed ||
 	    (e->st && stack_wire_out(e->st, &d) > 0))
 		return;
+	if (e->st && !stack_fin_on_shutdown(e->st)) {
+		/* the end went in band (a gRPC END_STREAM): done once written */
+		if (e->pending == 0 && e->extra == 0)
+			e->shut_issued = e->shut_done = true;
+		return;
+	}
 	e->shut_issued = true;
 	e->shut.data = e;
 	/* libuv runs the shutdown after the writes already queued */
@@ -451,6 +457,8 @@ int endpoint_app_done(endpoint *e, size_t n)
 bool endpoint_at_eof(const endpoint *e)
 {
 	const uint8_t *d;
+	if (e->st && stack_peer_ended(e->st))
+		return true; /* the peer ended in band, its socket still open */
 	return e->eof && e->rlen == 0 && (!e->st || stack_app_in(e->st, &d) == 0);
 }
 

@@ -71,7 +71,8 @@ size_t endpoint_app_in(endpoint *e, const uint8_t **d);
  * (endpoint_error says why; no on_error follows for it). */
 __attribute__((warn_unused_result)) int endpoint_app_done(endpoint *e, size_t n);
 
-/* The peer's end was read and every app byte before it taken. */
+/* The peer's end was read and every app byte before it taken: the
+ * socket's EOF, or an end inside a layer (stack_peer_ended). */
 bool endpoint_at_eof(const endpoint *e);
 
 /* A plain endpoint's waiting bytes, handed over without a copy: the pool
@@ -119,7 +120,8 @@ bool endpoint_plain(const endpoint *e);
 bool endpoint_idle(const endpoint *e);
 
 /* The app sends nothing more: the layers' orderly end (TLS close_notify,
- * a WebSocket close), then the TCP FIN once everything queued is written.
+ * a WebSocket close), then the TCP FIN once everything queued is written;
+ * no FIN when a layer ends in band (gRPC), shut_done once it is written.
  * endpoint_shut_done tells when the FIN is out. */
 __attribute__((warn_unused_result)) int endpoint_shutdown(endpoint *e);
 bool endpoint_shut_done(const endpoint *e);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "transport/grpc.h"
 #include "transport/tls.h"
 
 /* ALPN names passed to the TLS context; more are ignored (as before the
@@ -52,9 +53,13 @@ static int build_tls(inbound_rt *in, const etm_stream_spec *st, char *err, size_
 	const char *alpn[BUILD_ALPN_MAX + 1] = {0};
 	for (size_t i = 0; i < st->tls.alpn.len && i < BUILD_ALPN_MAX; i++)
 		alpn[i] = st->tls.alpn.items[i];
+	/* a gRPC inbound needs HTTP/2: "h2" unless the config names its list */
+	static const char *const h2[] = {"h2", NULL};
+	const char *const *accept = st->tls.alpn.len            ? alpn
+	                            : st->network == ETM_NET_GRPC ? h2
+	                                                          : NULL;
 	char why[256];
-	in->tls = tls_server_ctx_new(st->tls.certificate, st->tls.key, st->tls.alpn.len ? alpn : NULL,
-	                             why, sizeof why);
+	in->tls = tls_server_ctx_new(st->tls.certificate, st->tls.key, accept, why, sizeof why);
 	if (!in->tls) {
 		snprintf(err, err_size, msgs[BUILD_REASON], in->tag, why);
 		return -1;
@@ -77,6 +82,10 @@ int build_inbound(inbound_rt *in, const etm_inbound_spec *sp, const connector *c
 	};
 	if (st->network == ETM_NET_WS)
 		in->ws_path = copy(st->ws.path ? st->ws.path : "/", &failed);
+	if (st->network == ETM_NET_GRPC)
+		in->grpc_service = copy(st->grpc.service_name ? st->grpc.service_name
+		                                              : GRPC_DEFAULT_SERVICE,
+		                        &failed);
 	/* The users as the row reads them, borrowed from sp for the call:
 	 * inbound_rt_build copies what it keeps. */
 	inbound_user *users = calloc(set->users_len ? set->users_len : 1, sizeof *users);
@@ -90,7 +99,12 @@ int build_inbound(inbound_rt *in, const etm_inbound_spec *sp, const connector *c
 		                          .password = set->users[i].password,
 		                          .id = set->users[i].id};
 	int rc = 0;
-	if (st->network == ETM_NET_TLS || st->security == ETM_SEC_TLS)
+	char why[GRPC_SERVICE_MAX + 64];
+	if (in->grpc_service && !grpc_service_name_ok(in->grpc_service, why, sizeof why)) {
+		snprintf(err, err_size, msgs[BUILD_REASON], in->tag, why);
+		rc = -1;
+	}
+	if (rc == 0 && (st->network == ETM_NET_TLS || st->security == ETM_SEC_TLS))
 		rc = build_tls(in, st, err, err_size);
 	if (rc == 0)
 		rc = inbound_rt_build(in, users, set->users_len, set->fallback, err, err_size);

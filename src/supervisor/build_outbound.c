@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 
 #include "proto/vmess_crypto.h"
+#include "transport/grpc.h"
 #include "transport/tls.h"
 
 enum { MSG_BAD_SETTING, MSG_NO_MEMORY, MSG_NOT_A_HOST, MSG_NO_SERVER, MSG_COUNT_ };
@@ -78,9 +79,14 @@ static int set_tls(outbound_config *c, const etm_outbound_spec *spec, char *err,
 	const char *alpn[BUILD_ALPN_MAX + 1] = {0};
 	for (size_t i = 0; i < ts->alpn.len && i < BUILD_ALPN_MAX; i++)
 		alpn[i] = ts->alpn.items[i];
+	/* gRPC needs HTTP/2: "h2" unless the config names its own list */
+	static const char *const h2[] = {"h2", NULL};
+	const char *const *offer = ts->alpn.len                     ? alpn
+	                           : spec->stream.network == ETM_NET_GRPC ? h2
+	                                                                  : NULL;
 	tls_client_config cfg = {
 		.server_name = ts->server_name,
-		.alpn = ts->alpn.len ? alpn : NULL,
+		.alpn = offer,
 		.allow_insecure = ts->allow_insecure,
 		.ca_file = ts->ca,
 	};
@@ -102,6 +108,14 @@ static void set_ws(outbound_config *c, const etm_outbound_spec *spec)
 	c->ws_host = st->ws.host          ? st->ws.host
 	             : st->tls.server_name ? st->tls.server_name
 	                                   : spec->server;
+}
+
+static void set_grpc(outbound_config *c, const etm_outbound_spec *spec)
+{
+	const etm_stream_spec *st = &spec->stream;
+	c->grpc = true;
+	c->grpc_service = st->grpc.service_name ? st->grpc.service_name : GRPC_DEFAULT_SERVICE;
+	c->grpc_host = st->tls.server_name ? st->tls.server_name : spec->server;
 }
 
 /* The config's VMess security as the wire value outbound_config takes. */
@@ -150,6 +164,8 @@ static int config_fill(outbound_config *c, const etm_outbound_spec *spec, char *
 		return -1;
 	if (st->network == ETM_NET_WS)
 		set_ws(c, spec);
+	if (st->network == ETM_NET_GRPC)
+		set_grpc(c, spec);
 	return 0;
 }
 

@@ -54,7 +54,6 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_UNAVAILABLE_OUTBOUND] = "outbound %s: protocol %s is not available yet",
 	[SPEC_UNAVAILABLE_FEATURE] = "%s is not available yet",
 	[SPEC_UNAVAILABLE_IN_FEATURE] = "inbound %s: %s is not available yet",
-	[SPEC_UNAVAILABLE_OUT_FEATURE] = "outbound %s: %s is not available yet",
 	[SPEC_DUPLICATE_CLUSTER] = "duplicate cluster tag: %s",
 	[SPEC_CLUSTER_EMPTY] = "cluster %s needs at least one backend",
 	[SPEC_CLUSTER_BACKEND] = "cluster %s: backend \"%s\": %s",
@@ -735,8 +734,6 @@ int etm_spec_check(etm_spec *s, char *msg, size_t size)
 	return 0;
 }
 
-/* tcp, tls and ws run today; grpc comes later. */
-static bool stream_available(const etm_stream_spec *st) { return st->network != ETM_NET_GRPC; }
 
 int etm_spec_check_available(const etm_spec *s, char *msg, size_t size)
 {
@@ -745,9 +742,6 @@ int etm_spec_check_available(const etm_spec *s, char *msg, size_t size)
 		if (!etm_protocol_available(in->protocol, true))
 			return spec_format(msg, size, SPEC_UNAVAILABLE_INBOUND, in->tag,
 			                   etm_protocol_name(in->protocol));
-		if (!stream_available(&in->stream))
-			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag,
-			                   "the grpc transport");
 		/* a key this build would accept and ignore is refused (issue 22):
 		 * VMess's first bytes are sealed chunks, not the client's */
 		if (in->sniffing && in->protocol == ETM_PROTO_VMESS)
@@ -759,9 +753,6 @@ int etm_spec_check_available(const etm_spec *s, char *msg, size_t size)
 		if (!etm_protocol_available(o->protocol, false))
 			return spec_format(msg, size, SPEC_UNAVAILABLE_OUTBOUND, o->tag,
 			                   etm_protocol_name(o->protocol));
-		if (!stream_available(&o->stream))
-			return spec_format(msg, size, SPEC_UNAVAILABLE_OUT_FEATURE, o->tag,
-			                   "the grpc transport");
 	}
 	return 0;
 }

@@ -241,8 +241,30 @@ int stack_shutdown(stack *s)
 		rc = pump(s);
 		if (rc)
 			return rc;
+		if (l->ops->shutdown_in_band)
+			break;
 	}
 	return 0;
+}
+
+bool stack_fin_on_shutdown(const stack *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (s->layers[i]->ops->shutdown_in_band)
+			return false;
+	return true;
+}
+
+bool stack_peer_ended(const stack *s)
+{
+	for (size_t i = s->n; i-- > 0;) {
+		const layer *l = s->layers[i];
+		if (s->up[i + 1].len)
+			return false; /* bytes still on their way to the app */
+		if (l->ops->peer_ended && l->ops->peer_ended(l))
+			return true;
+	}
+	return false;
 }
 
 const char *stack_waiting_layer(const stack *s)

@@ -4,11 +4,12 @@ etemenanki-app server instance, behind a failover balancer."""
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-
-from proxykit import (EchoServer, Proxy, big_chunks, big_sha256, recv_exact, socks5_connect,
+from proxykit import (EchoServer, Proxy, UdpEcho, big_chunks, big_sha256, parse_udp_header,
+                      recv_exact, socks5_connect, socks5_greet, socks5_request, socks_addr,
                       Sha256Sink)
 
 UUID = "11111111-2222-3333-4444-555555555555"
@@ -226,3 +227,121 @@ def test_a_failed_dial_moves_to_the_next_member_with_retry(procs, cert):
                 assert recv_exact(sock, 7) == b"hello %d" % i
     finally:
         echo.close()
+
+
+# ------------------------------------------- examples/failover.toml as written
+
+RECIPE = Path(__file__).resolve().parents[2] / "examples" / "failover.toml"
+VMESS_UUID = "11111111-2222-3333-4444-666666666666"
+
+
+def vmess_grpc_server(cert, key):
+    return f"""
+[[inbound]]
+tag = "vmess-in"
+protocol = "vmess"
+port = {{port0}}
+[inbound.stream]
+network = "grpc"
+security = "tls"
+[inbound.stream.grpc]
+service_name = "tunnel"
+[inbound.stream.tls]
+certificate = "{cert}"
+key = "{key}"
+[[inbound.settings.users]]
+id = "{VMESS_UUID}"
+
+[[outbound]]
+tag = "direct"
+protocol = "freedom"
+"""
+
+
+def recipe_for(cert, ports):
+    """examples/failover.toml with only what a test must change: the
+    servers are our three on loopback, whose certificate the client trusts
+    (the CA line), the SOCKS port is free, and probes run every second."""
+    text = RECIPE.read_text()
+    for n, name in enumerate(["proxy1", "proxy2", "proxy3"]):
+        text = text.replace(f'server = "{name}.example.com"\nport = 443',
+                            f'server = "127.0.0.1"\nport = {ports[n]}')
+        text = text.replace(f'server_name = "{name}.example.com"',
+                            f'server_name = "proxy.test"\nca = "{cert}"')
+    text = text.replace("port = 1080", "port = {port0}")
+    text = text.replace('password = "replace-with-a-long-random-password"',
+                        'password = "correct horse"')
+    text = text.replace("probe_interval = 15", "probe_interval = 1")
+    text = text.replace("probe_timeout = 5", "probe_timeout = 1")
+    # the recipe sends private addresses direct: the echo servers are on
+    # 127.0.0.1, so that rule is the one line taken out
+    text = text.replace('"127.0.0.0/8", ', "")
+    assert "example.com" not in text and "{port0}" in text
+    return text
+
+
+def echo_once(proxy_port, echo, payload):
+    with socks5_connect(proxy_port, "127.0.0.1", echo.port) as s:
+        s.sendall(payload)
+        assert recv_exact(s, len(payload)) == payload
+
+
+def udp_echoed(proxy_port, udp_echo, logs):
+    """Datagrams through one SOCKS5 UDP association come back from the echo."""
+    with socket.create_connection(("127.0.0.1", proxy_port), timeout=5) as ctl, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+        socks5_greet(ctl)
+        rep, relay = socks5_request(ctl, "0.0.0.0", 0, cmd=3)
+        assert rep == 0, logs()
+        relay = ("127.0.0.1" if relay[0] in ("0.0.0.0", "::") else relay[0], relay[1])
+        a.settimeout(5)
+        for i, n in enumerate([1, 100, 1400, 8000]):
+            msg = bytes([i]) * n
+            a.sendto(b"\0\0\0" + socks_addr("127.0.0.1", udp_echo.port) + msg, relay)
+            try:
+                pkt, _ = a.recvfrom(65535)
+            except socket.timeout:
+                raise AssertionError(f"no answer to datagram {i}\n{logs()}")
+            source, data = parse_udp_header(pkt)
+            assert (source, data) == (("127.0.0.1", udp_echo.port), msg)
+
+
+INBOUND_OF = ["trojan-in", "vless-in", "vmess-in"]
+
+
+def flows_seen(server, n, before):
+    """The tcp and udp flows server n routed since its log was `before`
+    long: {"tcp", "udp"} when both came through it."""
+    log = server.log()[before:]
+    return {net for net in ("tcp", "udp")
+            if f"route: {net} flow to " in log and f"from inbound {INBOUND_OF[n]} takes" in log}
+
+
+def test_the_seed_recipe_runs_as_written_through_each_member_in_order(procs, cert):
+    """Issue 17: examples/failover.toml starts and carries TCP and UDP
+    through each member (trojan+tls, vless+ws+tls, vmess+grpc+tls, each one
+    of our servers), in the failover order, as the members before it stop."""
+    c, k = cert
+    servers = [procs(trojan_server(c, k), log_level="debug"),
+               procs(vless_server(c, k), log_level="debug"),
+               procs(vmess_grpc_server(c, k), log_level="debug")]
+    front = procs(recipe_for(c, [s.port for s in servers]), log_level="debug")
+    echo = EchoServer()
+    udp = UdpEcho()
+    try:
+        for n, name in enumerate(["primary", "secondary", "tertiary"]):
+            marks = [len(s.log()) for s in servers]
+            echo_once(front.port, echo, b"through %s" % name.encode())
+            assert ten_mib_echoed(front.port, echo) == big_sha256(TEN_MIB)
+            udp_echoed(front.port, udp, front.log)
+            # this member's server carried both, the ones after it nothing
+            for m, s in enumerate(servers[n:], start=n):
+                assert flows_seen(s, m, marks[m]) == ({"tcp", "udp"} if m == n else set()), \
+                    (name, m, s.log()[marks[m]:])
+            if n < 2:
+                servers[n].stop()
+                assert wait_for(lambda: f"balancer member {name} is now down" in front.log(),
+                                5), front.log()
+    finally:
+        echo.close()
+        udp.close()

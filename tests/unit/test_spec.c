@@ -384,13 +384,12 @@ static void availability_names_what_is_not_built(void **state)
 	assert_string_equal(msg, "inbound ss-in: protocol shadowsocks is not available yet");
 	etm_spec_free(&s);
 
-	/* the recipe's members all run now that vmess is built (issue 17); its
-	 * grpc transport does not; a vmess inbound runs, a shadowsocks one not */
+	/* the recipe's members all run now that vmess and grpc are built
+	 * (issue 17); a vmess inbound runs, a shadowsocks one not */
 	s = recipe();
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
 	s.outbounds[3].stream.network = ETM_NET_GRPC;
-	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), -1);
-	assert_string_equal(msg, "outbound tertiary: the grpc transport is not available yet");
+	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
 	s.outbounds[3].stream.network = ETM_NET_TCP;
 	add_inbound(&s, "vm-in", ETM_PROTO_VMESS);
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
@@ -414,15 +413,9 @@ static void availability_names_what_is_not_built(void **state)
 
 	s.inbounds[2].stream.network = ETM_NET_WS; /* built, as are tls and ws + tls */
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
-	s.inbounds[2].stream.network = ETM_NET_GRPC;
-	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), -1);
-	assert_string_equal(msg, "inbound c: the grpc transport is not available yet");
+	s.inbounds[2].stream.network = ETM_NET_GRPC; /* built, as is grpc + tls */
+	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
 	s.inbounds[2].stream.network = ETM_NET_TCP;
-
-	s.outbounds[0].stream.network = ETM_NET_GRPC;
-	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), -1);
-	assert_string_equal(msg, "outbound direct: the grpc transport is not available yet");
-	s.outbounds[0].stream.network = ETM_NET_TCP;
 
 	add_rule(&s, "direct")->networks = ETM_RULE_NET_TCP; /* built */
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
