@@ -13,6 +13,8 @@ packages=(
   golang-github-burntsushi-toml-dev
   # real peers for the interop tests
   v2ray trojan
+  # the independent gRPC peer (python3-grpcio: its own HTTP/2 and gRPC stack)
+  python3-grpcio
   # more peers for `make bench`
   nginx libnginx-mod-stream shadowsocks-libev dante-server microsocks strace
 )

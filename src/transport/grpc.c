@@ -59,6 +59,7 @@ typedef struct grpc_layer {
 	bool app_ended;  /* shutdown ran */
 	bool deferred;   /* the data source waits for bytes */
 	int fail_next;   /* an error to return from the next call (after the answer) */
+	int refused;     /* a refusal answered: fails once the peer closed the stream */
 	int err;
 	char err_text[200];
 
@@ -180,23 +181,34 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
 		(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE \
 	}
 
+/* A request refused with an answer: the error waits until the peer has
+ * closed the stream, so the answer is read before the connection closes
+ * (a close with the peer's bytes unread would reset it). */
+static void refuse(grpc_layer *g, int code, int msg, const char *a, const char *b)
+{
+	if (g->refused)
+		return;
+	g->refused = code;
+	snprintf(g->err_text, sizeof g->err_text, msgs[msg], a ? a : "?", b ? b : "?");
+}
+
 /* The server's verdict on the request headers. */
 static int answer_request(nghttp2_session *s, grpc_layer *g)
 {
 	if (strcmp(g->h_method, "POST") != 0) {
 		const nghttp2_nv nv[] = {NV(":status", "405")};
-		fail_later(g, LAYER_ERR_PROTO, M_BAD_METHOD, g->h_method, NULL);
+		refuse(g, LAYER_ERR_PROTO, M_BAD_METHOD, g->h_method, NULL);
 		return nghttp2_submit_response(s, g->stream, nv, 1, NULL);
 	}
 	if (strncmp(g->h_type, "application/grpc", 16) != 0) {
 		const nghttp2_nv nv[] = {NV(":status", "415")};
-		fail_later(g, LAYER_ERR_PROTO, M_BAD_TYPE, g->h_type, NULL);
+		refuse(g, LAYER_ERR_PROTO, M_BAD_TYPE, g->h_type, NULL);
 		return nghttp2_submit_response(s, g->stream, nv, 1, NULL);
 	}
 	if (strcmp(g->h_path, g->path) != 0) {
 		const nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
 		                         NV("grpc-status", "12")};
-		fail_later(g, LAYER_ERR_AUTH, M_WRONG_PATH, g->h_path, g->path);
+		refuse(g, LAYER_ERR_AUTH, M_WRONG_PATH, g->h_path, g->path);
 		return nghttp2_submit_response(s, g->stream, nv, 3, NULL);
 	}
 	const nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
@@ -245,8 +257,8 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t 
 	(void)s;
 	(void)flags;
 	grpc_layer *g = ud;
-	if (id != g->stream || g->fail_next || g->err)
-		return 0;
+	if (id != g->stream || g->fail_next || g->err || g->refused)
+		return 0; /* a refused stream's data is dropped */
 	layer_buf out = {.data = g->rx, .len = g->rx_len, .cap = RX_CAP};
 	ssize_t n = gun_read(&g->rd, data, len, &out);
 	if (n < 0) {
@@ -264,7 +276,13 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *
 {
 	(void)s;
 	grpc_layer *g = ud;
-	if (id != g->stream || code == NGHTTP2_NO_ERROR)
+	if (id != g->stream)
+		return 0;
+	if (g->refused && !g->fail_next && !g->err) {
+		g->fail_next = g->refused;
+		return 0;
+	}
+	if (code == NGHTTP2_NO_ERROR)
 		return 0;
 	if (!g->peer_ended || !g->app_ended)
 		fail_later(g, LAYER_ERR_CLOSED, M_RESET, nghttp2_http2_strerror(code), NULL);

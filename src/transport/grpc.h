@@ -42,8 +42,11 @@
  *                            "grpc: refused: grpc-status <n>[: <grpc-message>]"
  *   server  LAYER_ERR_AUTH   "grpc: wrong path \"<path>\" (expected \"<path>\")"
  *                            (answered grpc-status 12, UNIMPLEMENTED)
- *           LAYER_ERR_PROTO  "grpc: bad request: <what>" (answered :status 415
- *                            for a content-type, 405 for a method)
+ *           LAYER_ERR_PROTO  "grpc: bad request: method <m>" (answered :status 405)
+ *                            "grpc: bad request: content-type \"<t>\"" (415)
+ *           A refusal's error comes once the peer closed the refused stream,
+ *           so the answer is read before the connection closes; until then
+ *           the layer is not ready (the handshake timeout bounds it).
  *   both    LAYER_ERR_CLOSED "grpc: the peer reset the stream: <HTTP/2 error>"
  *           LAYER_ERR_CLOSED "grpc: the stream ended in the middle of a message"
  *           LAYER_ERR_PROTO  "grpc: http2: <nghttp2's text>"

@@ -1,0 +1,344 @@
+"""The gRPC transport ("gun") against an independent HTTP/2 and gRPC stack:
+Debian's python3-grpcio, as a Gun server and as a Gun client.
+
+Each peer is a bridge between a Gun stream and a TCP connection, so a VLESS
+flow of ours crosses it unchanged:
+
+  our client  socks -> vless over grpc  -> [grpcio Gun server -> TCP] -> our vless inbound (tcp)
+  our server  socks -> vless over tcp   -> [TCP -> grpcio Gun client] -> our vless inbound over grpc
+
+The Hunk message (bytes data = 1) is written and read here from the
+protobuf encoding rules, not by our code. A test skips only when grpcio is
+missing (scripts/deps.sh installs it)."""
+import hashlib
+import socket
+import subprocess
+import threading
+from concurrent import futures
+
+import pytest
+
+from proxykit import (EchoServer, Proxy, UdpEcho, big_chunks, big_sha256, parse_udp_header,
+                      recv_exact, socks5_connect, socks5_greet, socks5_request, socks_addr)
+
+try:
+    import grpc
+except ImportError:  # only when the peer is really absent
+    grpc = None
+
+needs_grpcio = pytest.mark.skipif(grpc is None,
+                                  reason="python3-grpcio is not installed (scripts/deps.sh)")
+
+UUID = "5aa8b1e4-1f0c-4a8e-9d3f-2b6c7e8f9a01"
+SERVICE = "tunnel"
+SIXTEEN_MIB = 16 << 20
+
+
+def varint(n):
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def hunk_encode(data):
+    return b"\x0a" + varint(len(data)) + data
+
+
+def hunk_decode(msg):
+    """The bytes of every field 1 in the message (a Hunk or a MultiHunk)."""
+    out, i = bytearray(), 0
+    while i < len(msg):
+        key, shift = 0, 0
+        while True:
+            b = msg[i]
+            i += 1
+            key |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        assert key == 0x0A, f"unexpected field key {key:#x}"
+        n, shift = 0, 0
+        while True:
+            b = msg[i]
+            i += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        out += msg[i:i + n]
+        i += n
+    return bytes(out)
+
+
+def pipe_to_stream(sock):
+    """A request iterator: what the socket reads, then the end (END_STREAM)."""
+    while True:
+        d = sock.recv(16384)
+        if not d:
+            return
+        yield d
+
+
+class GunServer:
+    """A grpcio server for /<SERVICE>/Tun: each stream becomes a TCP
+    connection to target_port, both ways, half-close passed on."""
+
+    def __init__(self, target_port, creds=None):
+        def tun(requests, context):
+            s = socket.create_connection(("127.0.0.1", target_port))
+
+            def up():
+                try:
+                    for d in requests:
+                        s.sendall(d)
+                    s.shutdown(socket.SHUT_WR)
+                except (grpc.RpcError, OSError):
+                    pass  # the call was cancelled: the reader below ends too
+
+            t = threading.Thread(target=up, daemon=True)
+            t.start()
+            try:
+                while True:
+                    d = s.recv(65536)
+                    if not d:
+                        break
+                    yield d
+            finally:
+                t.join(10)
+                s.close()
+
+        handler = grpc.method_handlers_generic_handler(SERVICE, {
+            "Tun": grpc.stream_stream_rpc_method_handler(
+                tun, request_deserializer=hunk_decode, response_serializer=hunk_encode)})
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        self.server.add_generic_rpc_handlers((handler,))
+        addr = "127.0.0.1:0"
+        self.port = (self.server.add_secure_port(addr, creds) if creds
+                     else self.server.add_insecure_port(addr))
+        self.server.start()
+
+    def close(self):
+        self.server.stop(0)
+
+
+class GunClient:
+    """A TCP listener whose every connection becomes a grpcio Gun stream to
+    127.0.0.1:server_port (a channel each)."""
+
+    def __init__(self, server_port, creds=None, name=None):
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(16)
+        self.port = self.lsock.getsockname()[1]
+        self.target = f"127.0.0.1:{server_port}"
+        self.creds = creds
+        self.options = [("grpc.ssl_target_name_override", name)] if name else []
+        self.channels = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        ch = (grpc.secure_channel(self.target, self.creds, self.options) if self.creds
+              else grpc.insecure_channel(self.target))
+        self.channels.append(ch)
+        tun = ch.stream_stream(f"/{SERVICE}/Tun", request_serializer=hunk_encode,
+                               response_deserializer=hunk_decode)
+        try:
+            for d in tun(pipe_to_stream(c)):
+                c.sendall(d)
+            c.shutdown(socket.SHUT_WR)
+        except (grpc.RpcError, OSError):
+            pass
+        finally:
+            c.close()
+
+    def close(self):
+        self.lsock.close()
+        for ch in self.channels:
+            ch.close()
+
+
+@pytest.fixture
+def pki(tmp_path):
+    c, k = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
+                    "-subj", "/CN=proxy.test", "-addext", "subjectAltName=DNS:proxy.test",
+                    "-keyout", str(k), "-out", str(c)],
+                   check=True, capture_output=True, timeout=30)
+    return c, k
+
+
+@pytest.fixture
+def procs(app, tmp_path):
+    started = []
+
+    def _start(text, **kw):
+        p = Proxy(app, tmp_path, text, **kw)
+        started.append(p)
+        return p.start()
+
+    yield _start
+    for p in started:
+        p.stop()
+
+
+def vless_inbound(stream=""):
+    return f"""
+[[inbound]]
+tag = "vless-in"
+protocol = "vless"
+port = {{port0}}
+{stream}
+[[inbound.settings.users]]
+id = "{UUID}"
+
+[[outbound]]
+tag = "direct"
+protocol = "freedom"
+"""
+
+
+def socks_to_vless(port, stream=""):
+    return f"""
+[[inbound]]
+tag = "socks-in"
+protocol = "socks"
+port = {{port0}}
+
+[[outbound]]
+tag = "out"
+protocol = "vless"
+server = "127.0.0.1"
+port = {port}
+{stream}
+[outbound.settings]
+id = "{UUID}"
+"""
+
+
+def grpc_stream(tls, side, cert=None, key=None):
+    text = f'[{side}.stream]\nnetwork = "grpc"\n'
+    if tls:
+        text += 'security = "tls"\n'
+    text += f'[{side}.stream.grpc]\nservice_name = "{SERVICE}"\n'
+    if tls and side == "outbound":
+        text += f'[outbound.stream.tls]\nserver_name = "proxy.test"\nca = "{cert}"\n'
+    if tls and side == "inbound":
+        text += f'[inbound.stream.tls]\ncertificate = "{cert}"\nkey = "{key}"\n'
+    return text
+
+
+def sixteen_mib_echoed(proxy_port, echo):
+    """16 MiB to the echo server and back, read while written."""
+    with socks5_connect(proxy_port, "127.0.0.1", echo.port) as s:
+        sender = threading.Thread(target=lambda: [s.sendall(c) for c in big_chunks(SIXTEEN_MIB)])
+        sender.start()
+        h, got = hashlib.sha256(), 0
+        s.settimeout(30)
+        while got < SIXTEEN_MIB:
+            chunk = s.recv(1 << 20)
+            assert chunk, f"EOF after {got} bytes"
+            h.update(chunk)
+            got += len(chunk)
+        sender.join(30)
+        return h.hexdigest()
+
+
+def half_close_answered(proxy_port, echo):
+    """The client's FIN crosses the Gun stream (END_STREAM) and the answer
+    still comes back after it: the stream half-closes, it does not end."""
+    with socks5_connect(proxy_port, "127.0.0.1", echo.port) as s:
+        s.sendall(b"before the end")
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(10)
+        got = b""
+        while True:
+            d = s.recv(4096)
+            if not d:
+                break
+            got += d
+        return got
+
+
+def udp_round_trip(proxy_port, udp_echo, logs):
+    with socket.create_connection(("127.0.0.1", proxy_port), timeout=5) as ctl, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+        socks5_greet(ctl)
+        rep, relay = socks5_request(ctl, "0.0.0.0", 0, cmd=3)
+        assert rep == 0, logs()
+        relay = ("127.0.0.1" if relay[0] in ("0.0.0.0", "::") else relay[0], relay[1])
+        a.settimeout(5)
+        # VLESS carries at most 8192 bytes a datagram (VLESS_UDP_PAYLOAD_MAX)
+        for i, n in enumerate([1, 512, 1400, 8000]):
+            msg = bytes([i + 1]) * n
+            a.sendto(b"\0\0\0" + socks_addr("127.0.0.1", udp_echo.port) + msg, relay)
+            try:
+                pkt, _ = a.recvfrom(65535)
+            except socket.timeout:
+                raise AssertionError(f"no answer to datagram {i}\n{logs()}")
+            assert parse_udp_header(pkt) == (("127.0.0.1", udp_echo.port), msg)
+
+
+@needs_grpcio
+@pytest.mark.parametrize("tls", [True, False], ids=["tls", "h2c"])
+def test_our_gun_client_through_a_grpcio_server(procs, pki, tls):
+    cert, key = pki
+    server = procs(vless_inbound(), log_level="debug")
+    creds = (grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
+             if tls else None)
+    gun = GunServer(server.port, creds)
+    front = procs(socks_to_vless(gun.port, grpc_stream(tls, "outbound", cert)),
+                  log_level="debug")
+    echo, udp = EchoServer(), UdpEcho()
+    try:
+        assert sixteen_mib_echoed(front.port, echo) == big_sha256(SIXTEEN_MIB)
+        assert half_close_answered(front.port, echo) == b"before the end"
+        udp_round_trip(front.port, udp, lambda: front.log() + server.log())
+    finally:
+        echo.close()
+        udp.close()
+        gun.close()
+
+
+@needs_grpcio
+@pytest.mark.parametrize("tls", [True, False], ids=["tls", "h2c"])
+def test_a_grpcio_client_through_our_gun_server(procs, pki, tls):
+    cert, key = pki
+    server = procs(vless_inbound(grpc_stream(tls, "inbound", cert, key)), log_level="debug")
+    creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes()) if tls else None
+    gun = GunClient(server.port, creds, "proxy.test" if tls else None)
+    front = procs(socks_to_vless(gun.port), log_level="debug")
+    echo, udp = EchoServer(), UdpEcho()
+    try:
+        assert sixteen_mib_echoed(front.port, echo) == big_sha256(SIXTEEN_MIB)
+        assert half_close_answered(front.port, echo) == b"before the end"
+        udp_round_trip(front.port, udp, lambda: front.log() + server.log())
+    finally:
+        echo.close()
+        udp.close()
+        gun.close()
+
+
+@needs_grpcio
+def test_a_grpcio_call_to_another_path_is_answered_unimplemented(procs, pki):
+    """A Gun client naming another service gets grpc-status 12 from our
+    server, which logs the refusal with the exact text."""
+    server = procs(vless_inbound(grpc_stream(False, "inbound")), log_level="debug")
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        tun = ch.stream_stream("/other/Tun", request_serializer=hunk_encode,
+                               response_deserializer=hunk_decode)
+        with pytest.raises(grpc.RpcError) as e:
+            list(tun(iter([b"x"]), timeout=5))
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert 'grpc: wrong path "/other/Tun" (expected "/tunnel/Tun")' in server.log()
