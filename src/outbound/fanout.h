@@ -10,7 +10,8 @@
 /* Open sub-links per association, whatever their key; the least recently
  * sent-to (or opened) one is closed first (seed 000 "Limits", MAX_SUBS).
  * Sub-links kept per destination count against the same cap, so one
- * association never holds more than 64 upstream connections. */
+ * association never holds more than 64 upstream sockets or proxy
+ * connections. */
 #define FANOUT_MAX_SUBS 64
 
 /* Datagrams held while a sub-link opens (one open runs at a time; packets
