@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bytes.h"
+
 static const uint8_t V4_MAPPED[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
 int addr_dest_from_sockaddr(addr_dest *d, const struct sockaddr *sa)
@@ -65,6 +67,23 @@ socklen_t addr_dest_to_sockaddr(const addr_dest *d, struct sockaddr_storage *ss)
 		return sizeof *in6;
 	}
 	return 0;
+}
+
+bool addr_dest_same(const addr_dest *a, const addr_dest *b)
+{
+	if (a->kind != b->kind || a->port != b->port)
+		return false;
+	switch (a->kind) {
+	case ADDR_IPV4:
+		return memcmp(a->u.v4, b->u.v4, 4) == 0;
+	case ADDR_IPV6:
+		return memcmp(a->u.v6, b->u.v6, 16) == 0;
+	case ADDR_DOMAIN:
+		return bytes_ascii_ieq(a->u.domain.name, a->u.domain.len, b->u.domain.name,
+		                       b->u.domain.len);
+	default:
+		return false;
+	}
 }
 
 size_t addr_dest_format(const addr_dest *d, char *out, size_t size)

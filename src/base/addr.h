@@ -64,6 +64,11 @@ size_t addr_dest_format(const addr_dest *d, char *out, size_t size);
  * Returns 0 or -1. */
 __attribute__((warn_unused_result)) int addr_dest_parse(addr_dest *d, const char *text);
 
+/* Whether a and b name the same place: kind, port and address equal, a
+ * domain's name without regard to ASCII case (RFC 4343); the network is not
+ * compared. Two unset destinations are not the same. */
+bool addr_dest_same(const addr_dest *a, const addr_dest *b);
+
 /* Whether two socket addresses are the same endpoint: canonical IP (a
  * v4-mapped v6 address equals its v4) and port; flow info and scope are left
  * out (seed 000, SocksUdpLink). */

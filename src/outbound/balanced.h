@@ -18,6 +18,11 @@ typedef struct balanced {
 	char *tag;    /* owned */
 	uint64_t version; /* the N of tag@vN (seed 002), set by whoever builds it */
 	balancer *core; /* owned */
+	/* Some member's datagram link reaches only the destination it was
+	 * opened for (outbound_proto.udp_one_dest): which member a sub-link
+	 * gets is known only when it opens, so a fan-out opens the
+	 * balancer's sub-links per destination. */
+	bool udp_one_dest;
 	size_t n;
 	outbound **members; /* owned, n: a tag listed twice is two members */
 	addr_dest *probe;   /* owned, n: each member's server and port (TCP) */

@@ -1,4 +1,4 @@
-/* fanout.c - route every datagram on its own; keep one sub-link per target, most recent last. */
+/* fanout.c - route every datagram on its own; keep one sub-link per target (per target and destination for one-destination links), most recent last. */
 #include "outbound/fanout.h"
 
 #include <stdbool.h>
@@ -7,19 +7,23 @@
 
 #include "base/log.h"
 
-enum { MSG_OPEN_FAILED, MSG_SUB_ENDED, MSG_TOO_MANY_WAITING, MSG_COUNT_ };
+enum { MSG_OPEN_FAILED, MSG_SUB_ENDED, MSG_TOO_MANY_WAITING, MSG_EVICTED, MSG_COUNT_ };
 static const char *const msgs[MSG_COUNT_] = {
 	[MSG_OPEN_FAILED] = "udp fan-out: opening an outbound failed: %s",
 	[MSG_SUB_ENDED] = "udp fan-out: a sub-link ended: %s",
 	[MSG_TOO_MANY_WAITING] = "udp fan-out: dropping a datagram: %d are waiting for an open",
+	[MSG_EVICTED] = "udp fan-out: closing the least recently used sub-link: %d are open",
 };
 
 typedef struct fanout fanout;
 
-/* A sub-link: what it forwards to the fan-out carries this as its ud. */
+/* A sub-link: what it forwards to the fan-out carries this as its ud. Its
+ * key is id, and dest too when one_dest is set. */
 typedef struct sub {
 	fanout *fo;
 	uint64_t id;
+	bool one_dest; /* the link reaches only dest (env route's one_dest) */
+	addr_dest dest; /* with one_dest: the destination it was opened for */
 	dgram_link *link;
 } sub;
 
@@ -56,11 +60,13 @@ static void sub_recv(const addr_dest *from, uint8_t *data, size_t len, void *ud)
 static void sub_end(void *ud, const char *why);
 static const dgram_handlers sub_handlers = {.recv = sub_recv, .end = sub_end};
 
+/* A one-destination link's replies carry no address of their own: they
+ * come from the destination the sub-link was opened for. */
 static void sub_recv(const addr_dest *from, uint8_t *data, size_t len, void *ud)
 {
 	sub *s = ud;
 	if (!s->fo->closed)
-		s->fo->h->recv(from, data, len, s->fo->ud);
+		s->fo->h->recv(s->one_dest ? &s->dest : from, data, len, s->fo->ud);
 }
 
 static void remove_at(fanout *fo, size_t i)
@@ -86,10 +92,13 @@ static void sub_end(void *ud, const char *why)
 		}
 }
 
-static size_t find(const fanout *fo, uint64_t id)
+/* The sub-link a datagram to `to` routed to target id takes: the target's
+ * one, or with one_dest its one for that destination. A linear scan over
+ * at most FANOUT_MAX_SUBS keys, as the LRU order needs the array anyway. */
+static size_t find(const fanout *fo, uint64_t id, bool one_dest, const addr_dest *to)
 {
 	for (size_t i = 0; i < fo->n_subs; i++)
-		if (fo->subs[i]->id == id)
+		if (fo->subs[i]->id == id && (!one_dest || addr_dest_same(&fo->subs[i]->dest, to)))
 			return i;
 	return SIZE_MAX;
 }
@@ -105,8 +114,10 @@ static void touch(fanout *fo, size_t i)
 static void push(fanout *fo, sub *s)
 {
 	fo->subs[fo->n_subs++] = s;
-	if (fo->n_subs > FANOUT_MAX_SUBS)
+	if (fo->n_subs > FANOUT_MAX_SUBS) {
+		log_debug("outbound", msgs[MSG_EVICTED], FANOUT_MAX_SUBS);
 		remove_at(fo, 0); /* the least recently used */
+	}
 }
 
 static int route_and_send(fanout *fo, const addr_dest *to, const uint8_t *data, size_t len);
@@ -176,8 +187,9 @@ static int hold(waiting *w, const addr_dest *to, const uint8_t *data, size_t len
 static int route_and_send(fanout *fo, const addr_dest *to, const uint8_t *data, size_t len)
 {
 	const void *target = NULL;
-	uint64_t id = fo->ops->route(fo->env, to, &target);
-	size_t i = find(fo, id);
+	bool one_dest = false;
+	uint64_t id = fo->ops->route(fo->env, to, &target, &one_dest);
+	size_t i = find(fo, id, one_dest, to);
 	if (i != SIZE_MAX) {
 		touch(fo, i);
 		sub *s = fo->subs[fo->n_subs - 1];
@@ -200,6 +212,11 @@ static int route_and_send(fanout *fo, const addr_dest *to, const uint8_t *data, 
 	}
 	s->fo = fo;
 	s->id = id;
+	s->one_dest = one_dest;
+	if (one_dest) {
+		s->dest = *to;
+		s->dest.network = ADDR_UDP;
+	}
 	fo->opening = true;
 	fo->opening_id = id;
 	fo->opening_sub = s;

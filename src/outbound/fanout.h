@@ -1,13 +1,17 @@
-/* fanout.h - the per-packet UDP fan-out (seed 000 FanOutLink): one association, a sub-link per routed target. */
+/* fanout.h - the per-packet UDP fan-out (seed 000 FanOutLink): one association, a sub-link per routed target (per target and destination where the target's link carries one destination). */
 #ifndef ETM_OUTBOUND_FANOUT_H
 #define ETM_OUTBOUND_FANOUT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "runtime/connector.h"
 
-/* Open sub-links per association; the least recently sent-to (or opened)
- * one is closed first (seed 000 "Limits", MAX_SUBS). */
+/* Open sub-links per association, whatever their key; the least recently
+ * sent-to (or opened) one is closed first (seed 000 "Limits", MAX_SUBS).
+ * Sub-links kept per destination count against the same cap, so one
+ * association never holds more than 64 upstream sockets or proxy
+ * connections. */
 #define FANOUT_MAX_SUBS 64
 
 /* Datagrams held while a sub-link opens (one open runs at a time; packets
@@ -25,10 +29,15 @@ typedef struct fanout_env_ops {
 	/* Routes one datagram against the current plane. Returns the
 	 * identity of the target it goes to, unique for the process's life
 	 * (never a reusable pointer value), and sets *target to what open
-	 * needs. */
-	uint64_t (*route)(void *env, const addr_dest *to, const void **target);
-	/* Opens a sub-link on target for a datagram to `to` (the one target
-	 * of a VLESS UDP sub-link); what it receives goes to h with rud.
+	 * needs. Sets *one_dest when that target's datagram link reaches only
+	 * the destination it is opened for (outbound_proto.udp_one_dest:
+	 * VLESS, VMess); the fan-out then keys its sub-links by (target,
+	 * destination) instead of by target, so every peer reaches its own
+	 * destination. */
+	uint64_t (*route)(void *env, const addr_dest *to, const void **target, bool *one_dest);
+	/* Opens a sub-link on target for a datagram to `to` (the one
+	 * destination of a VLESS or VMess sub-link); what it receives goes to
+	 * h with rud.
 	 * Calls opened(oud, ...) exactly once unless the returned handle is
 	 * cancelled; it may call it before returning, and then returns NULL. */
 	connect_pending *(*open)(void *env, const void *target, const addr_dest *to,
@@ -40,7 +49,8 @@ typedef struct fanout_env_ops {
 
 /* A fan-out link. Datagrams received on any sub-link go to h->recv with
  * the source the sub-link reports, so replies stay attributed to the peer
- * that sent them. The link itself never reports an error: a sub-link that
+ * that sent them; on a sub-link kept per destination, with the destination
+ * it was opened for. The link itself never reports an error: a sub-link that
  * ends is dropped, and the association goes on. Returns NULL when memory
  * runs out. */
 dgram_link *fanout_new(const fanout_env_ops *ops, void *env, const dgram_handlers *h, void *ud);

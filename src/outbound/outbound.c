@@ -260,14 +260,16 @@ static const outbound_proto protos[] = {
 		.framing = STREAM_UDP_TROJAN,
 	},
 	{
-		.name = "vless", .proxy_client = true, .udp = true, .available = true,
+		.name = "vless", .proxy_client = true, .udp = true, .udp_one_dest = true,
+		.available = true,
 		.state_size = sizeof(vless_cred), .build = vless_build,
 		.connect_stream = proxy_connect_stream, .connect_datagram = proxy_connect_datagram,
 		.request = vless_request, .dgram_over = framed_dgram_over,
 		.framing = STREAM_UDP_VLESS,
 	},
 	{
-		.name = "vmess", .proxy_client = true, .udp = true, .available = true,
+		.name = "vmess", .proxy_client = true, .udp = true, .udp_one_dest = true,
+		.available = true,
 		.state_size = sizeof(vmess_cred), .build = vmess_build,
 		.connect_stream = proxy_connect_stream, .connect_datagram = proxy_connect_datagram,
 		.request = vmess_request, .dgram_over = framed_dgram_over,

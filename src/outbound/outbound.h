@@ -69,6 +69,11 @@ struct outbound_proto {
 	 * from the config's server, TLS and WebSocket fields. */
 	bool proxy_client;
 	bool udp;       /* carries datagrams: connect_datagram is set */
+	/* Its datagram link reaches only the destination it was opened for:
+	 * the request names that one target and the datagrams carry no address
+	 * (VLESS, VMess; seed 000 "VLESS and VMess sub-links carry one
+	 * target"). A fan-out opens a sub-link per destination for it. */
+	bool udp_one_dest;
 	bool available; /* this build runs it; the others parse, validate and are
 	                   refused at start ("... is not available yet") */
 
@@ -133,7 +138,8 @@ connect_pending *outbound_connect_stream(const outbound *o, worker *w, dns_resol
 
 /* Opens a datagram link through o (seed 000 "connect_datagram"): freedom's
  * per-family sockets, blackhole's swallowing link, a Trojan, VLESS or VMess
- * stream carrying framed datagrams (VLESS and VMess: to `to` only), a SOCKS5 UDP association.
+ * stream carrying framed datagrams (VLESS and VMess: to `to` only, see
+ * udp_one_dest), a SOCKS5 UDP association.
  * What it receives goes to h with ud. done runs exactly once unless the
  * returned handle is cancelled; it may run before this returns (then NULL is
  * returned). http fails with "http carries no datagrams". */

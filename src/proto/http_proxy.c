@@ -214,23 +214,6 @@ static int check_basic(const http_server *s, const uint8_t *v, size_t n)
 	return found;
 }
 
-static bool same_dest(const addr_dest *a, const addr_dest *b)
-{
-	if (a->kind != b->kind || a->port != b->port)
-		return false;
-	switch (a->kind) {
-	case ADDR_IPV4:
-		return memcmp(a->u.v4, b->u.v4, 4) == 0;
-	case ADDR_IPV6:
-		return memcmp(a->u.v6, b->u.v6, 16) == 0;
-	case ADDR_DOMAIN:
-		return bytes_ascii_ieq(a->u.domain.name, a->u.domain.len,
-		                 (const uint8_t *)b->u.domain.name, b->u.domain.len);
-	default:
-		return false;
-	}
-}
-
 static enum text request_parse_text(ssize_t r)
 {
 	switch (r) {
@@ -394,7 +377,7 @@ static ssize_t on_request(http_server *s, const uint8_t *in, const http_head *h,
 	                m.cl);
 	s->resp_phase = RESP_HEAD;
 	s->scan = 0;
-	bool reuse = s->up_open && s->up_reusable && s->up_user == user && same_dest(&s->up_dest, &dest);
+	bool reuse = s->up_open && s->up_reusable && s->up_user == user && addr_dest_same(&s->up_dest, &dest);
 	s->dest = dest;
 	s->user = user;
 	if (!reuse) {

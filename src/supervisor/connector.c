@@ -93,7 +93,7 @@ typedef struct assoc_env {
 	int32_t rule; /* of the last datagram routed: the one a sub-link opens for */
 } assoc_env;
 
-static uint64_t assoc_route(void *env, const addr_dest *to, const void **out)
+static uint64_t assoc_route(void *env, const addr_dest *to, const void **out, bool *one_dest)
 {
 	assoc_env *e = env;
 	sup_route *rs = worker_slot(e->w);
@@ -105,6 +105,7 @@ static uint64_t assoc_route(void *env, const addr_dest *to, const void **out)
 	log_decision(&f, &e->ctx, t, rule);
 	e->rule = rule;
 	*out = t;
+	*one_dest = t->ob ? t->ob->proto->udp_one_dest : t->bal->udp_one_dest;
 	/* A balancer's sub-link is keyed by the balancer: its member is
 	 * selected once, when the sub-link opens (seed 000). */
 	return t->ob ? t->ob->id : t->bal->id;

@@ -253,6 +253,15 @@ def udp_echo():
 
 
 @pytest.fixture(scope="module")
+def udp_echo_b():
+    """A second UDP echo, on a port of its own: a second peer of one
+    association."""
+    s = UdpEcho()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
 def origin():
     s = HttpTarget("fallback-origin")
     yield s
@@ -396,6 +405,42 @@ def udp_socks_check(socks_port, udp_echo, logs):
         assert sorted(got) == sorted(burst), \
             f"{len(got)} of a burst of {len(burst)} answered\n{logs()}"
     assert len(udp_echo.received) - before == len(UDP_SIZES) + UDP_BURST
+
+
+UDP_PEER_ROUNDS = 5
+
+
+def udp_two_peers_check(socks_port, echoes, logs):
+    """One SOCKS5 UDP ASSOCIATE on socks_port, datagrams to two UDP echoes
+    in turn, all routed to the same outbound: each echo answers its own
+    datagrams only, and each answer names the echo it came from (issue 17:
+    a VLESS or VMess sub-link reaches one destination, so an association
+    opens one per destination; Trojan and SOCKS carry the address in every
+    datagram)."""
+    before = [len(e.received) for e in echoes]
+    sent = [[] for _ in echoes]
+    with connect(socks_port) as ctl, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+        socks5_greet(ctl)
+        rep, relay = socks5_request(ctl, "0.0.0.0", 0, cmd=3)
+        assert rep == 0, f"UDP ASSOCIATE: REP {rep}\n{logs()}"
+        relay = (LOOPBACK if relay[0] in ("0.0.0.0", "::") else relay[0], relay[1])
+        a.bind((LOOPBACK, 0))
+        a.settimeout(3)
+        for r in range(UDP_PEER_ROUNDS):
+            for k, e in enumerate(echoes):
+                msg = b"peer %d round %d:" % (k, r) + os.urandom(32)
+                sent[k].append(msg)
+                a.sendto(b"\0\0\0" + socks_addr(LOOPBACK, e.port) + msg, relay)
+                try:
+                    pkt = a.recvfrom(65535)[0]
+                except socket.timeout:
+                    raise AssertionError(f"no answer to peer {k}, round {r}\n{logs()}")
+                source, data = parse_udp_header(pkt)
+                assert (source, data) == ((LOOPBACK, e.port), msg), \
+                    f"peer {k}, round {r}: {data[:16]!r} from {source}\n{logs()}"
+    for k, e in enumerate(echoes):
+        got = [data for _, data in e.received[before[k]:]]
+        assert got == sent[k], f"echo {k} received {[g[:16] for g in got]}\n{logs()}"
 
 
 # ---------------------------------------------------------------- our configs (TOML)
@@ -631,14 +676,17 @@ VMESS_UDP_CELLS = ([pytest.param(t, "aes-128-gcm", id=f"{t}-aes-128-gcm")
 
 @needs_v2ray
 @pytest.mark.parametrize("transport,security", VMESS_UDP_CELLS)
-def test_vmess_udp_ours_to_v2ray(chain, pki, udp_echo, transport, security):
+def test_vmess_udp_ours_to_v2ray(chain, pki, udp_echo, udp_echo_b, transport, security):
     """app --SOCKS5 UDP--> our socks inbound -> our vmess outbound (command
-    UDP, a chunk a datagram) -> v2ray's vmess inbound -> freedom -> UDP echo."""
+    UDP, a chunk a datagram) -> v2ray's vmess inbound -> freedom -> UDP echo;
+    then two echoes through one association, each reached on its own."""
     server = chain.v2ray(v2_server("vmess", transport, pki, "/vu", UUID))
     client = chain.proxy(our_client("vmess", server.port, transport, pki, "/vu", UUID,
                                     security=security))
     udp_socks_check(client.port, udp_echo, chain.logs)
     assert_logged(server, f"accepted udp:127.0.0.1:{udp_echo.port}", chain.logs)
+    udp_two_peers_check(client.port, [udp_echo, udp_echo_b], chain.logs)
+    assert_logged(server, f"accepted udp:127.0.0.1:{udp_echo_b.port}", chain.logs)
 
 
 VMESS_IN_CELLS = ([pytest.param(t, "aes-128-gcm", id=f"{t}-aes-128-gcm")
@@ -674,9 +722,10 @@ def test_vmess_udp_v2ray_to_ours(chain, pki, udp_echo, transport, security):
                          [pytest.param("tcp", s, id=f"tcp-{s}")
                           for s in ("aes-128-gcm", "chacha20-poly1305", "none", "zero")] +
                          [pytest.param("ws+tls", "aes-128-gcm", id="ws+tls-aes-128-gcm")])
-def test_vmess_ours_to_ours(chain, pki, echo, udp_echo, transport, security):
+def test_vmess_ours_to_ours(chain, pki, echo, udp_echo, udp_echo_b, transport, security):
     """Our vmess client against our vmess inbound: TCP echo, and UDP where
-    the security has chunks to carry datagrams."""
+    the security has chunks to carry datagrams, to one echo and to two
+    through one association."""
     server = chain.proxy(our_server("vmess", transport, pki, "/vm", UUID))
     client = chain.proxy(our_client("vmess", server.port, transport, pki, "/vm", UUID,
                                     security=security))
@@ -684,6 +733,7 @@ def test_vmess_ours_to_ours(chain, pki, echo, udp_echo, transport, security):
     chain.saw(echo.port)
     if security != "zero":
         udp_socks_check(client.port, udp_echo, chain.logs)
+        udp_two_peers_check(client.port, [udp_echo, udp_echo_b], chain.logs)
 
 
 @needs_v2ray
@@ -813,13 +863,16 @@ UDP_CELLS = [pytest.param("trojan", "tls", PASSWORD, id="trojan-tls"),
 
 @needs_v2ray
 @pytest.mark.parametrize("protocol,transport,credential", UDP_CELLS)
-def test_udp_ours_to_v2ray(chain, pki, udp_echo, protocol, transport, credential):
+def test_udp_ours_to_v2ray(chain, pki, udp_echo, udp_echo_b, protocol, transport, credential):
     """app --SOCKS5 UDP--> our socks inbound -> our outbound -> v2ray inbound
-    -> freedom -> UDP echo."""
+    -> freedom -> UDP echo; then two echoes through one association, each
+    reached on its own."""
     server = chain.v2ray(v2_server(protocol, transport, pki, "/u", credential))
     client = chain.proxy(our_client(protocol, server.port, transport, pki, "/u", credential))
     udp_socks_check(client.port, udp_echo, chain.logs)
     assert_logged(server, f"accepted udp:127.0.0.1:{udp_echo.port}", chain.logs)
+    udp_two_peers_check(client.port, [udp_echo, udp_echo_b], chain.logs)
+    assert_logged(server, f"accepted udp:127.0.0.1:{udp_echo_b.port}", chain.logs)
 
 
 @needs_v2ray

@@ -110,6 +110,38 @@ static void endpoints_compare_canonically(void **state)
 	assert_false(addr_same_ip((struct sockaddr *)&v4, (struct sockaddr *)&other));
 }
 
+static void destinations_compare_by_place(void **state)
+{
+	(void)state;
+	static const char *const same[][2] = {
+		{"192.0.2.1:53", "192.0.2.1:53"},
+		{"[2001:db8::1]:443", "[2001:db8::1]:443"},
+		{"dns.example:53", "DNS.Example:53"},
+	};
+	static const char *const differ[][2] = {
+		{"192.0.2.1:53", "192.0.2.1:54"},
+		{"192.0.2.1:53", "192.0.2.2:53"},
+		{"[2001:db8::1]:443", "[2001:db8::2]:443"},
+		{"dns.example:53", "dns.example.:53"},
+		{"127.0.0.1:53", "localhost:53"},
+		{"[::ffff:127.0.0.1]:53", "127.0.0.1:53"},
+	};
+	for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+		addr_dest a = {0}, b = {.network = ADDR_UDP};
+		assert_int_equal(addr_dest_parse(&a, same[i][0]), 0);
+		assert_int_equal(addr_dest_parse(&b, same[i][1]), 0);
+		assert_true(addr_dest_same(&a, &b)); /* the network is not compared */
+	}
+	for (size_t i = 0; i < sizeof differ / sizeof differ[0]; i++) {
+		addr_dest a = {0}, b = {0};
+		assert_int_equal(addr_dest_parse(&a, differ[i][0]), 0);
+		assert_int_equal(addr_dest_parse(&b, differ[i][1]), 0);
+		assert_false(addr_dest_same(&a, &b));
+	}
+	addr_dest none = {0};
+	assert_false(addr_dest_same(&none, &none));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -117,6 +149,7 @@ int main(void)
 		cmocka_unit_test(domains_are_bounded),
 		cmocka_unit_test(sockaddr_round_trip),
 		cmocka_unit_test(endpoints_compare_canonically),
+		cmocka_unit_test(destinations_compare_by_place),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

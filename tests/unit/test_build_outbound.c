@@ -105,6 +105,7 @@ static void objects_outlive_their_spec(void **state)
 	assert_int_equal(balancer_strategy(b->core), BALANCER_ROUND_ROBIN);
 	assert_int_equal(balancer_retry(b->core), 1);
 	assert_int_equal(balancer_size(b->core), 3);
+	assert_false(b->udp_one_dest); /* trojan and socks datagrams carry their address */
 
 	outbound_unref(t);
 	outbound_unref(k);
@@ -154,6 +155,39 @@ static void rows_match_the_spec_catalogue(void **state)
 	}
 	assert_true(build_outbound_proto(ETM_PROTO_SOCKS)->proxy_client);
 	assert_false(build_outbound_proto(ETM_PROTO_FREEDOM)->proxy_client);
+	/* only a link whose request names its one destination is kept per
+	 * destination by a fan-out (issue 17) */
+	for (int p = 0; p < ETM_PROTO_COUNT_; p++) {
+		const outbound_proto *op = build_outbound_proto((etm_protocol)p);
+		if (op)
+			assert_int_equal(op->udp_one_dest, p == ETM_PROTO_VLESS || p == ETM_PROTO_VMESS);
+	}
+}
+
+/* One VLESS member makes the balancer's UDP sub-links per destination: the
+ * member a sub-link gets is known only when it opens. */
+static void a_balancer_with_a_one_destination_member_says_so(void **state)
+{
+	(void)state;
+	etm_spec s = {0};
+	add_outbound(&s, "t", ETM_PROTO_TROJAN, "proxy.example.com", 443)->settings.password =
+		sdup("secret");
+	add_outbound(&s, "v", ETM_PROTO_VLESS, "proxy.example.com", 443)->settings.id =
+		sdup("6c1b0e6a-6e3d-4c1e-9d8a-1a2b3c4d5e6f");
+	add_balancer(&s, "up", LIST("t", "v"));
+	char err[256] = "";
+	outbound *t = build_outbound(&s.outbounds[0], err, sizeof err);
+	outbound *v = build_outbound(&s.outbounds[1], err, sizeof err);
+	assert_non_null(t);
+	assert_non_null(v);
+	outbound *obs[] = {t, v};
+	balanced *b = build_balanced(&s, &s.balancers[0], obs, err, sizeof err);
+	assert_non_null(b);
+	assert_true(b->udp_one_dest);
+	etm_spec_free(&s);
+	outbound_unref(t);
+	outbound_unref(v);
+	balanced_unref(b);
 }
 
 int main(void)
@@ -162,6 +196,7 @@ int main(void)
 		cmocka_unit_test(objects_outlive_their_spec),
 		cmocka_unit_test(failed_builds_say_why),
 		cmocka_unit_test(rows_match_the_spec_catalogue),
+		cmocka_unit_test(a_balancer_with_a_one_destination_member_says_so),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* test_fanout.c - the UDP fan-out with stub outbounds: eviction, one open at a time, failed opens, attribution. */
+/* test_fanout.c - the UDP fan-out with stub outbounds: eviction, one open at a time, failed opens, attribution, sub-links per destination. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,32 +8,45 @@
 
 #include <cmocka.h>
 
+#include "base/log.h"
 #include "outbound/fanout.h"
 
-/* The stub plane: a datagram to port p goes to target p (identity p). */
+/* The stub plane: a datagram to port p goes to target p (identity p),
+ * except that every port at or above ONE_DEST_PORT goes to the one target
+ * ONE_DEST_TARGET when the test routes that way (a VLESS-like outbound
+ * whose link reaches one destination), or MULTI_DEST_TARGET (a
+ * Trojan-like one whose datagrams carry their address). */
 #define MAX_LOG 512
+#define ONE_DEST_PORT 1000
+#define ONE_DEST_TARGET 900
+#define MULTI_DEST_TARGET 901
 
 typedef struct stub_link {
 	dgram_link base;
 	uint64_t id;
+	uint16_t opened_for; /* the port of the datagram that opened it */
 	const dgram_handlers *h;
 	void *rud;
 } stub_link;
 
 typedef struct stub_env {
 	bool async;         /* opens complete only when the test says */
+	uint64_t high_ports; /* ONE_DEST_TARGET, MULTI_DEST_TARGET or 0: per port */
 	int fail_next;      /* this many opens fail first */
 	int opens;          /* opens started */
 	fanout_opened_cb pending_cb;
 	void *pending_oud;
 	uint64_t pending_id;
+	uint16_t pending_port;
 	const dgram_handlers *pending_h;
 	void *pending_rud;
 	bool cancelled;
-	/* what reached the stub links: "id:payload" */
+	/* what reached the stub links: "id/opened_for>to:payload" for the
+	 * high ports, "id:payload" for the others */
 	char sent[MAX_LOG][32];
 	size_t n_sent;
 	uint64_t closed[MAX_LOG];
+	uint16_t closed_port[MAX_LOG]; /* each closed link's opened_for */
 	size_t n_closed;
 	stub_link *links[MAX_LOG];
 	size_t n_links;
@@ -44,16 +57,21 @@ static stub_env *current;
 
 static int stub_send(dgram_link *l, const addr_dest *to, const uint8_t *data, size_t len)
 {
-	(void)to;
 	stub_link *s = (stub_link *)l;
-	snprintf(current->sent[current->n_sent++], 32, "%llu:%.*s", (unsigned long long)s->id,
-	         (int)len, (const char *)data);
+	char *out = current->sent[current->n_sent++];
+	if (to->port >= ONE_DEST_PORT)
+		snprintf(out, 32, "%llu/%u>%u:%.*s", (unsigned long long)s->id, s->opened_for,
+		         to->port, (int)len, (const char *)data);
+	else
+		snprintf(out, 32, "%llu:%.*s", (unsigned long long)s->id, (int)len,
+		         (const char *)data);
 	return 0;
 }
 
 static void stub_close(dgram_link *l)
 {
 	stub_link *s = (stub_link *)l;
+	current->closed_port[current->n_closed] = s->opened_for;
 	current->closed[current->n_closed++] = s->id;
 	for (size_t i = 0; i < current->n_links; i++)
 		if (current->links[i] == s)
@@ -63,17 +81,23 @@ static void stub_close(dgram_link *l)
 
 static const dgram_link_ops stub_ops = {.send_to = stub_send, .close = stub_close};
 
-static uint64_t route(void *env, const addr_dest *to, const void **target)
+static uint64_t route(void *env, const addr_dest *to, const void **target, bool *one_dest)
 {
-	(void)env;
-	*target = (const void *)(uintptr_t)to->port;
-	return to->port;
+	stub_env *e = env;
+	uint64_t id = to->port;
+	if (e->high_ports && to->port >= ONE_DEST_PORT)
+		id = e->high_ports;
+	*one_dest = id == ONE_DEST_TARGET;
+	*target = (const void *)(uintptr_t)id;
+	return id;
 }
 
-static stub_link *make_link(uint64_t id, const dgram_handlers *h, void *rud)
+static stub_link *make_link(uint64_t id, uint16_t opened_for, const dgram_handlers *h,
+                            void *rud)
 {
 	stub_link *s = calloc(1, sizeof *s);
-	*s = (stub_link){.base.ops = &stub_ops, .id = id, .h = h, .rud = rud};
+	*s = (stub_link){.base.ops = &stub_ops, .id = id, .opened_for = opened_for, .h = h,
+	                 .rud = rud};
 	current->links[current->n_links++] = s;
 	return s;
 }
@@ -89,14 +113,16 @@ static connect_pending *open_(void *env, const void *target, const addr_dest *to
                               const dgram_handlers *h, void *rud, fanout_opened_cb opened,
                               void *oud)
 {
-	assert_int_equal(to->port, (uint16_t)(uintptr_t)target); /* the datagram that opened it */
 	stub_env *e = env;
 	uint64_t id = (uint64_t)(uintptr_t)target;
+	if (!e->high_ports || to->port < ONE_DEST_PORT)
+		assert_int_equal(to->port, id); /* the datagram that opened it */
 	e->opens++;
 	if (e->async) {
 		e->pending_cb = opened;
 		e->pending_oud = oud;
 		e->pending_id = id;
+		e->pending_port = to->port;
 		e->pending_h = h;
 		e->pending_rud = rud;
 		return &pending_handle;
@@ -106,7 +132,7 @@ static connect_pending *open_(void *env, const void *target, const addr_dest *to
 		opened(oud, NULL, "stub refused");
 		return NULL;
 	}
-	opened(oud, &make_link(id, h, rud)->base, NULL);
+	opened(oud, &make_link(id, to->port, h, rud)->base, NULL);
 	return NULL;
 }
 
@@ -124,10 +150,34 @@ static void on_reply(const addr_dest *from, uint8_t *data, size_t len, void *ud)
 }
 static const dgram_handlers assoc = {.recv = on_reply};
 
+static void send_to_host(dgram_link *l, uint8_t host, uint16_t port, const char *payload)
+{
+	addr_dest to = {.kind = ADDR_IPV4, .network = ADDR_UDP, .port = port,
+	                .u.v4 = {192, 0, 2, host}};
+	(void)l->ops->send_to(l, &to, (const uint8_t *)payload, strlen(payload));
+}
+
 static void send_to(dgram_link *l, uint16_t port, const char *payload)
 {
-	addr_dest to = {.kind = ADDR_IPV4, .network = ADDR_UDP, .port = port, .u.v4 = {192, 0, 2, 1}};
-	(void)l->ops->send_to(l, &to, (const uint8_t *)payload, strlen(payload));
+	send_to_host(l, 1, port, payload);
+}
+
+/* The async open in flight succeeds. */
+static void finish_open(stub_env *e)
+{
+	stub_link *s = make_link(e->pending_id, e->pending_port, e->pending_h, e->pending_rud);
+	e->pending_cb(e->pending_oud, &s->base, NULL);
+}
+
+/* A reply arrives on links[i], reported by the link as from `port`. */
+static void reply_on(stub_env *e, size_t i, uint16_t port, const char *payload)
+{
+	addr_dest from = {.kind = ADDR_IPV4, .network = ADDR_UDP, .port = port,
+	                  .u.v4 = {192, 0, 2, 1}};
+	uint8_t buf[16];
+	size_t len = strlen(payload);
+	memcpy(buf, payload, len);
+	e->links[i]->h->recv(&from, buf, len, e->links[i]->rud);
 }
 
 static dgram_link *start(stub_env *e)
@@ -173,13 +223,13 @@ static void a_second_new_target_waits_for_the_open_in_flight(void **state)
 
 	/* the open for 10 completes: a1 goes, then b1 starts the next open
 	 * and a2, now with a sub-link, still waits behind it */
-	e.pending_cb(e.pending_oud, &make_link(e.pending_id, e.pending_h, e.pending_rud)->base, NULL);
+	finish_open(&e);
 	assert_int_equal(e.n_sent, 1);
 	assert_string_equal(e.sent[0], "10:a1");
 	assert_int_equal(e.opens, 2);
 	assert_int_equal(e.pending_id, 20);
 
-	e.pending_cb(e.pending_oud, &make_link(e.pending_id, e.pending_h, e.pending_rud)->base, NULL);
+	finish_open(&e);
 	assert_int_equal(e.n_sent, 3);
 	assert_string_equal(e.sent[1], "20:b1");
 	assert_string_equal(e.sent[2], "10:a2");
@@ -245,6 +295,137 @@ static void replies_keep_their_source_and_an_ended_sub_link_goes_alone(void **st
 	l->ops->close(l);
 }
 
+static void each_destination_of_a_one_destination_target_gets_its_own_sub_link(void **state)
+{
+	(void)state;
+	static stub_env e;
+	dgram_link *l = start(&e);
+	e.high_ports = ONE_DEST_TARGET;
+	send_to(l, 1001, "a1");
+	send_to(l, 1002, "b1");
+	send_to(l, 1001, "a2");
+	send_to(l, 1002, "b2");
+	assert_int_equal(e.opens, 2);
+	assert_int_equal(fanout_sub_count(l), 2);
+	/* every datagram on the sub-link opened for its own destination */
+	assert_int_equal(e.n_sent, 4);
+	assert_string_equal(e.sent[0], "900/1001>1001:a1");
+	assert_string_equal(e.sent[1], "900/1002>1002:b1");
+	assert_string_equal(e.sent[2], "900/1001>1001:a2");
+	assert_string_equal(e.sent[3], "900/1002>1002:b2");
+	/* the address is part of the key, not only the port */
+	send_to_host(l, 2, 1001, "c1");
+	assert_int_equal(e.opens, 3);
+	assert_int_equal(e.links[2]->opened_for, 1001);
+
+	/* replies are the destination's the sub-link was opened for, whatever
+	 * source the link reports */
+	reply_on(&e, 1, 7, "rb");
+	reply_on(&e, 0, 7, "ra");
+	assert_int_equal(n_replies, 2);
+	assert_string_equal(replies[0], "1002:rb");
+	assert_string_equal(replies[1], "1001:ra");
+
+	/* one ending leaves the other destinations' sub-links */
+	e.links[0]->h->end(e.links[0]->rud, "stub ended");
+	assert_int_equal(fanout_sub_count(l), 2);
+	send_to(l, 1002, "b3");
+	assert_string_equal(e.sent[e.n_sent - 1], "900/1002>1002:b3");
+	assert_int_equal(e.opens, 3);
+	send_to(l, 1001, "a3");
+	assert_int_equal(e.opens, 4);
+	assert_string_equal(e.sent[e.n_sent - 1], "900/1001>1001:a3");
+	l->ops->close(l);
+}
+
+static void a_second_destination_waits_for_the_open_in_flight_then_opens_its_own(void **state)
+{
+	(void)state;
+	static stub_env e;
+	dgram_link *l = start(&e);
+	e.high_ports = ONE_DEST_TARGET;
+	e.async = true;
+	send_to(l, 1001, "a1");
+	send_to(l, 1002, "b1");
+	assert_int_equal(e.opens, 1);
+	finish_open(&e);
+	assert_int_equal(e.n_sent, 1);
+	assert_string_equal(e.sent[0], "900/1001>1001:a1");
+	assert_int_equal(e.opens, 2);
+	assert_int_equal(e.pending_port, 1002);
+	finish_open(&e);
+	assert_int_equal(e.n_sent, 2);
+	assert_string_equal(e.sent[1], "900/1002>1002:b1");
+	assert_int_equal(fanout_sub_count(l), 2);
+	l->ops->close(l);
+}
+
+static void the_65th_destination_evicts_the_least_recent_and_says_so(void **state)
+{
+	(void)state;
+	static stub_env e;
+	dgram_link *l = start(&e);
+	e.high_ports = ONE_DEST_TARGET;
+	char *log = NULL;
+	size_t log_len = 0;
+	FILE *mem = open_memstream(&log, &log_len);
+	log_set_stream(mem);
+	log_set_level(LOG_LEVEL_DEBUG);
+	for (uint16_t p = 0; p < FANOUT_MAX_SUBS; p++)
+		send_to(l, (uint16_t)(ONE_DEST_PORT + p), "x");
+	assert_int_equal(fanout_sub_count(l), FANOUT_MAX_SUBS);
+	assert_int_equal(e.opens, FANOUT_MAX_SUBS);
+	assert_int_equal(e.n_closed, 0);
+	fflush(mem);
+	assert_int_equal(log_len, 0);
+	send_to(l, 1000, "again"); /* 1000 becomes the most recent; 1001 the least */
+	send_to(l, 1000 + FANOUT_MAX_SUBS, "new");
+	assert_int_equal(fanout_sub_count(l), FANOUT_MAX_SUBS);
+	assert_int_equal(e.n_closed, 1);
+	assert_int_equal(e.closed_port[0], 1001);
+	assert_string_equal(e.sent[e.n_sent - 1], "900/1064>1064:new");
+	log_set_stream(NULL);
+	log_set_level(LOG_LEVEL_INFO);
+	fclose(mem);
+	static const char line[] =
+		" outbound: udp fan-out: closing the least recently used sub-link: 64 are open\n";
+	assert_true(log_len > strlen(line));
+	assert_string_equal(log + log_len - strlen(line), line);
+	assert_null(memchr(log, '\n', log_len - 1)); /* one line */
+	free(log);
+
+	send_to(l, 1000, "kept"); /* still open */
+	assert_int_equal(e.opens, FANOUT_MAX_SUBS + 1);
+	assert_string_equal(e.sent[e.n_sent - 1], "900/1000>1000:kept");
+	send_to(l, 1001, "back"); /* evicted: opens again, evicting 1002 */
+	assert_int_equal(e.opens, FANOUT_MAX_SUBS + 2);
+	assert_int_equal(e.closed_port[1], 1002);
+	l->ops->close(l);
+	assert_int_equal(e.n_closed, FANOUT_MAX_SUBS + 2);
+}
+
+static void a_target_whose_datagrams_carry_their_address_keeps_one_sub_link(void **state)
+{
+	(void)state;
+	static stub_env e;
+	dgram_link *l = start(&e);
+	e.high_ports = MULTI_DEST_TARGET;
+	send_to(l, 1001, "a");
+	send_to(l, 1002, "b");
+	send_to_host(l, 2, 1001, "c");
+	assert_int_equal(e.opens, 1);
+	assert_int_equal(fanout_sub_count(l), 1);
+	/* one sub-link, each datagram with its own address */
+	assert_string_equal(e.sent[0], "901/1001>1001:a");
+	assert_string_equal(e.sent[1], "901/1001>1002:b");
+	assert_string_equal(e.sent[2], "901/1001>1001:c");
+	/* replies keep the source the link reports */
+	reply_on(&e, 0, 1002, "rb");
+	assert_int_equal(n_replies, 1);
+	assert_string_equal(replies[0], "1002:rb");
+	l->ops->close(l);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -253,6 +434,10 @@ int main(void)
 		cmocka_unit_test(closing_cancels_the_open_in_flight),
 		cmocka_unit_test(a_failed_open_drops_its_packet_and_the_next_retries),
 		cmocka_unit_test(replies_keep_their_source_and_an_ended_sub_link_goes_alone),
+		cmocka_unit_test(each_destination_of_a_one_destination_target_gets_its_own_sub_link),
+		cmocka_unit_test(a_second_destination_waits_for_the_open_in_flight_then_opens_its_own),
+		cmocka_unit_test(the_65th_destination_evicts_the_least_recent_and_says_so),
+		cmocka_unit_test(a_target_whose_datagrams_carry_their_address_keeps_one_sub_link),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
