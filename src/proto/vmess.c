@@ -2,12 +2,14 @@
 #include "proto/vmess.h"
 
 #include <assert.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/crypto.h>
 
 #include "base/bytes.h"
 #include "base/hash.h"
+#include "proto/vless.h"
 
 enum { ATYP_IPV4 = 0x01, ATYP_DOMAIN = 0x02, ATYP_IPV6 = 0x03 };
 
@@ -327,4 +329,106 @@ ssize_t vmess_body_open(vmess_body *b, uint8_t *buf, size_t chunk_len, size_t pa
 	    EVP_DecryptFinal_ex(b->aead, buf + n, &n) <= 0)
 		return PROTO_ERR_MALFORMED;
 	return (ssize_t)len;
+}
+
+/* The receive buffer's first size, and its largest (a 16-bit size and a
+ * UDP frame's 2 bytes before it): v2ray writes about 2 KiB a chunk, so
+ * most flows never grow it past the first. */
+#define READER_START 4096
+#define READER_MAX (2 + VMESS_CHUNK_SIZE_MAX)
+
+/* Passes pending payload out; true when none is left. A UDP frame goes
+ * whole or not at all. */
+static bool reader_deliver(vmess_reader *r, layer_buf *out)
+{
+	size_t n = r->out_len - r->out_off;
+	if (n == 0)
+		return true;
+	if (r->udp && layer_buf_room(out) < n)
+		return false;
+	r->out_off += layer_buf_put(out, r->buf + r->out_off, n);
+	return r->out_off == r->out_len;
+}
+
+/* The chunk in buf + 2 is complete: open it and queue its payload. */
+static int reader_chunk_done(vmess_reader *r)
+{
+	ssize_t n = vmess_body_open(&r->body, r->buf + 2, r->chunk_len, r->pad_len);
+	if (n < 0)
+		return LAYER_ERR_PROTO;
+	r->have_size = false;
+	r->size_fill = r->fill = 0;
+	if (!r->udp) {
+		r->out_off = 2;
+		r->out_len = 2 + (size_t)n;
+	} else if (n > 0 && n <= VLESS_UDP_PAYLOAD_MAX) {
+		bytes_put16(r->buf, (uint16_t)n);
+		r->out_off = 0;
+		r->out_len = 2 + (size_t)n;
+	} /* else: an empty or oversized datagram is dropped */
+	return 0;
+}
+
+/* The size field is complete: the chunk's length, the end, or an error;
+ * grows the buffer to hold the chunk. */
+static int reader_size_done(vmess_reader *r)
+{
+	int k = vmess_body_open_size(&r->body, r->size2, &r->chunk_len, &r->pad_len);
+	if (k < 0)
+		return LAYER_ERR_PROTO;
+	if (k == 0) {
+		r->ended = true;
+		return 0;
+	}
+	r->have_size = true;
+	size_t need = 2 + r->chunk_len;
+	if (need > r->cap) {
+		size_t cap = need <= READER_START ? READER_START : READER_MAX;
+		uint8_t *b = realloc(r->buf, cap);
+		if (!b)
+			return LAYER_ERR_NOMEM;
+		r->buf = b;
+		r->cap = cap;
+	}
+	return 0;
+}
+
+ssize_t vmess_reader_feed(vmess_reader *r, const uint8_t *in, size_t len, layer_buf *out)
+{
+	size_t used = 0;
+	while (reader_deliver(r, out)) {
+		if (r->ended)
+			return (ssize_t)len; /* after the end chunk: ignored */
+		if (used == len)
+			break;
+		if (!r->have_size) {
+			while (r->size_fill < 2 && used < len)
+				r->size2[r->size_fill++] = in[used++];
+			if (r->size_fill < 2)
+				break;
+			int rc = reader_size_done(r);
+			if (rc)
+				return rc;
+			if (r->ended)
+				continue;
+		}
+		size_t want = r->chunk_len - r->fill, take = len - used < want ? len - used : want;
+		memcpy(r->buf + 2 + r->fill, in + used, take);
+		r->fill += take;
+		used += take;
+		if (r->fill < r->chunk_len)
+			break;
+		int rc = reader_chunk_done(r);
+		if (rc)
+			return rc;
+	}
+	return (ssize_t)used;
+}
+
+void vmess_reader_free(vmess_reader *r)
+{
+	vmess_body_free(&r->body);
+	free(r->buf);
+	r->buf = NULL;
+	r->cap = 0;
 }

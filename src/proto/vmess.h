@@ -173,6 +173,38 @@ __attribute__((warn_unused_result)) int vmess_body_open_size(vmess_body *b, cons
 __attribute__((warn_unused_result)) ssize_t vmess_body_open(vmess_body *b, uint8_t *buf,
                                                             size_t chunk_len, size_t pad_len);
 
+/* Reading one direction's chunks off a byte stream, for the client layer
+ * (the server's response body) and the server's body layer (the client's
+ * request body) alike: the size field, the chunk (however it is split),
+ * its payload passed on. The receive buffer grows on the first chunk and
+ * again, once, to the largest a 16-bit size allows. A zeroed struct is
+ * empty; init body with vmess_body_init (seal false) before the first
+ * feed. */
+typedef struct vmess_reader {
+	vmess_body body; /* owned: the opening codec */
+	bool udp;        /* payloads go out as VLESS UDP frames (vless.h) */
+	bool ended;      /* the end chunk has been read */
+	uint8_t size2[2];
+	size_t size_fill;
+	bool have_size;
+	size_t chunk_len, pad_len;
+	uint8_t *buf; /* owned, cap bytes; the chunk at buf + 2 */
+	size_t cap, fill;
+	size_t out_off, out_len; /* buf[out_off, out_len) still goes out */
+} vmess_reader;
+
+/* Reads chunks from in[0, len) and passes their payload into out: raw, or
+ * for udp one frame a chunk, whole or not at all (an empty datagram, or
+ * one over VLESS_UDP_PAYLOAD_MAX, is dropped). What does not fit in out
+ * waits inside; feed again (len 0 drains it). After the end chunk every
+ * byte is consumed and ignored. Returns the bytes consumed, or (as the
+ * layers that use it return them) LAYER_ERR_PROTO, a bad chunk (a tag that
+ * does not match, a size shorter than its tag and padding; the reader is
+ * then spent), or LAYER_ERR_NOMEM (no memory for the buffer). */
+__attribute__((warn_unused_result)) ssize_t vmess_reader_feed(vmess_reader *r, const uint8_t *in,
+                                                              size_t len, layer_buf *out);
+void vmess_reader_free(vmess_reader *r);
+
 /* The options v2ray 4.34's client sends for a security (its outbound.go):
  * chunk stream and masking, and global padding for the AEADs; none for
  * zero. */

@@ -5,7 +5,6 @@
 
 #include <openssl/crypto.h>
 
-#include "base/bytes.h"
 #include "proto/vless.h"
 #include "proto/vmess.h"
 
@@ -18,32 +17,19 @@ static const char *const TEXTS[T_COUNT_] = {
 /* The largest chunk we write: a full payload with tag and padding. */
 #define TX_MAX (VMESS_CHUNK_PAYLOAD_MAX + VMESS_CHUNK_OVERHEAD_MAX)
 
-/* The receive buffer starts at this and grows to the largest chunk seen
- * (at most a 16-bit size plus the UDP frame's 2 bytes before it): v2ray
- * writes about 2 KiB a chunk, so most flows never grow it. */
-#define RX_START 4096
-#define RX_MAX (2 + VMESS_CHUNK_SIZE_MAX)
-
 typedef struct vmess_client {
 	layer base;
 	vmess_security sec;
-	bool udp, started, got_response, ended;
+	bool udp, started, got_response;
 	const char *err;
 	uint8_t v;
 	uint8_t resp_key[16], resp_iv[16];
-	vmess_body tx, rx;
+	vmess_body tx;
+	vmess_reader rx; /* the response body */
 	/* the request, then sealed chunks, waiting for room below */
 	uint8_t *pend; /* owned: TX_MAX + VMESS_REQUEST_MAX bytes */
 	size_t pend_len, pend_off;
 	bool fin_pending, fin_sent;
-	/* receiving: the size field, then the chunk, then its plaintext going up */
-	uint8_t size2[2];
-	size_t size_fill;
-	bool have_size;
-	size_t chunk_len, pad_len;
-	uint8_t *rbuf; /* owned, rcap bytes; the chunk at rbuf + 2 */
-	size_t rcap, rfill;
-	size_t out_off, out_len; /* rbuf[out_off, out_len) still goes up */
 } vmess_client;
 
 static bool chunked(const vmess_client *c) { return c->sec != VMESS_SEC_ZERO; }
@@ -72,42 +58,10 @@ static int client_start(layer *l, layer_buf *down)
 	return 0;
 }
 
-/* Passes pending plaintext up; true when none is left. A UDP frame goes
- * whole or not at all. */
-static bool deliver(vmess_client *c, layer_buf *up)
-{
-	size_t n = c->out_len - c->out_off;
-	if (n == 0)
-		return true;
-	if (c->udp && layer_buf_room(up) < n)
-		return false;
-	c->out_off += layer_buf_put(up, c->rbuf + c->out_off, n);
-	return c->out_off == c->out_len;
-}
-
 static int fail(vmess_client *c, enum text t)
 {
 	c->err = TEXTS[t];
 	return LAYER_ERR_PROTO;
-}
-
-/* The chunk in rbuf + 2 is complete: open it and queue its payload. */
-static int chunk_done(vmess_client *c)
-{
-	ssize_t n = vmess_body_open(&c->rx, c->rbuf + 2, c->chunk_len, c->pad_len);
-	if (n < 0)
-		return fail(c, T_CHUNK);
-	c->have_size = false;
-	c->size_fill = c->rfill = 0;
-	if (!c->udp) {
-		c->out_off = 2;
-		c->out_len = 2 + (size_t)n;
-	} else if (n > 0 && n <= VLESS_UDP_PAYLOAD_MAX) {
-		bytes_put16(c->rbuf, (uint16_t)n);
-		c->out_off = 0;
-		c->out_len = 2 + (size_t)n;
-	} /* else: an empty or oversized datagram is dropped */
-	return 0;
 }
 
 static ssize_t client_from_below(layer *l, const uint8_t *in, size_t len, layer_buf *up,
@@ -131,43 +85,12 @@ static ssize_t client_from_below(layer *l, const uint8_t *in, size_t len, layer_
 	}
 	if (!chunked(c))
 		return (ssize_t)(used + layer_buf_put(up, in + used, len - used));
-	while (deliver(c, up)) {
-		if (c->ended)
-			return (ssize_t)len; /* after the end chunk: ignored */
-		if (used == len)
-			break;
-		if (!c->have_size) {
-			while (c->size_fill < 2 && used < len)
-				c->size2[c->size_fill++] = in[used++];
-			if (c->size_fill < 2)
-				break;
-			int r = vmess_body_open_size(&c->rx, c->size2, &c->chunk_len, &c->pad_len);
-			if (r < 0)
-				return fail(c, T_CHUNK);
-			if (r == 0) {
-				c->ended = true;
-				continue;
-			}
-			c->have_size = true;
-			if (2 + c->chunk_len > c->rcap) {
-				uint8_t *b = realloc(c->rbuf, RX_MAX);
-				if (!b)
-					return LAYER_ERR_NOMEM;
-				c->rbuf = b;
-				c->rcap = RX_MAX;
-			}
-		}
-		size_t want = c->chunk_len - c->rfill, take = len - used < want ? len - used : want;
-		memcpy(c->rbuf + 2 + c->rfill, in + used, take);
-		c->rfill += take;
-		used += take;
-		if (c->rfill < c->chunk_len)
-			break;
-		int rc = chunk_done(c);
-		if (rc)
-			return rc;
-	}
-	return (ssize_t)used;
+	ssize_t n = vmess_reader_feed(&c->rx, in + used, len - used, up);
+	if (n == LAYER_ERR_PROTO)
+		return fail(c, T_CHUNK);
+	if (n < 0)
+		return n;
+	return (ssize_t)used + n;
 }
 
 static ssize_t client_from_above(layer *l, const uint8_t *in, size_t len, layer_buf *down)
@@ -237,9 +160,8 @@ static void client_free(layer *l)
 	if (!c)
 		return;
 	vmess_body_free(&c->tx);
-	vmess_body_free(&c->rx);
+	vmess_reader_free(&c->rx);
 	free(c->pend);
-	free(c->rbuf);
 	OPENSSL_cleanse(c, sizeof *c);
 	free(c);
 }
@@ -272,10 +194,9 @@ layer *vmess_client_new(const uint8_t cmd_key[VMESS_KEY_LEN], vmess_security sec
 	/* zero goes on the wire as none without the chunk stream */
 	uint8_t wire_sec = sec == VMESS_SEC_ZERO ? VMESS_SEC_NONE : (uint8_t)sec;
 	vmess_response_keys(r->body_key, r->body_iv, c->resp_key, c->resp_iv);
+	c->rx.udp = udp;
 	c->pend = malloc(TX_MAX + VMESS_REQUEST_MAX);
-	c->rbuf = malloc(RX_START);
-	c->rcap = RX_START;
-	if (!c->pend || !c->rbuf)
+	if (!c->pend)
 		goto fail;
 	ssize_t n = vmess_request_seal(cmd_key, now, r, wire_sec, opt,
 	                               udp ? VMESS_CMD_UDP : VMESS_CMD_TCP, dest, c->pend,
@@ -285,7 +206,7 @@ layer *vmess_client_new(const uint8_t cmd_key[VMESS_KEY_LEN], vmess_security sec
 	c->pend_len = (size_t)n;
 	if (chunked(c) &&
 	    (vmess_body_init(&c->tx, wire_sec, opt, r->body_key, r->body_iv, true, r->pad_seed) ||
-	     vmess_body_init(&c->rx, wire_sec, opt, c->resp_key, c->resp_iv, false, NULL)))
+	     vmess_body_init(&c->rx.body, wire_sec, opt, c->resp_key, c->resp_iv, false, NULL)))
 		goto fail;
 	return &c->base;
 fail:

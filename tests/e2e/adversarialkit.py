@@ -16,7 +16,8 @@ well-formed answer of a documented status, an origin response, or a clean
 close; the origin (StrictOrigin) meanwhile records every request that
 reaches it in a form the proxy must never forward.
 
-Standard library only. Everything binds and dials 127.0.0.1.
+Standard library only (vmesskit reaches the proxy's libcrypto through
+ctypes for AES). Everything binds and dials 127.0.0.1.
 """
 import base64
 import concurrent.futures
@@ -33,6 +34,7 @@ import threading
 import time
 import zlib
 
+import vmesskit
 from proxykit import LOOPBACK, Acceptor
 
 # ---------------------------------------------------------------- knobs
@@ -44,6 +46,10 @@ CASE_DEADLINE = HANDSHAKE_TIMEOUT + SLACK
 DEFAULT_CASES = 24      # random cases per random group and inbound (ETM_ADVERSARIAL_CASES)
 QUICK_WORKERS = 8       # cases in flight at once
 STALL_WORKERS = 200     # stalled cases in flight at once (they only wait)
+# A refused VMess connection is read and discarded for a random 2 to 6 s,
+# then closed (docs/inbound-vmess.md): such a case reads that long.
+DRAIN_MIN, DRAIN_MAX = 2.0, 6.0
+DRAIN_DEADLINE = DRAIN_MAX + SLACK
 
 CLOSED = ("eof", "reset", "alert")  # ways a connection may end cleanly
 
@@ -91,6 +97,7 @@ class Case:
     pieces: int = 1          # data is sent in this many writes
     seed: str = ""           # the seed string the case was drawn from (random cases)
     strict: bool = False     # ws + fin: hold the reply to the whole of it (see run_case)
+    wait: float = CASE_DEADLINE  # seconds from connect the case reads for at most
 
     def describe(self):
         s = f"{self.id} [{self.mode}, {self.layer}] {self.desc}"
@@ -758,7 +765,7 @@ class Target:
 def run_case(target, case):
     """Runs one case; returns None when it passed, else the failure text."""
     t0 = time.monotonic()
-    deadline = t0 + CASE_DEADLINE
+    deadline = t0 + case.wait
     rng = random.Random(case.id)
     try:
         sock, pipe = target.open(case.layer, deadline, rng)
@@ -1216,7 +1223,37 @@ def vless_model(data, uuids, dests):
     return Reply(b"", then="close", note="refused")
 
 
-# ---------------------------------------------------------------- servers
+# ---------------------------------------------------------------- VMess
+
+class Drained(Expect):
+    """A refused VMess request (docs/inbound-vmess.md): never answered,
+    read and discarded until the client ends it or DRAIN_MIN to DRAIN_MAX
+    seconds pass, then closed. Cases that expect it read for DRAIN_DEADLINE."""
+
+    def __repr__(self):
+        return "Drained()"
+
+    def check(self, got, end, elapsed, mode):
+        if got:
+            return f"expected no reply (a refusal is drained, not answered), got {show(got)} ({end})"
+        if end not in CLOSED:
+            return f"not closed within the {DRAIN_MAX:.0f} s drain: {end} after {elapsed:.1f} s"
+        if mode == "stall" and elapsed < DRAIN_MIN * 0.9:
+            return f"closed after {elapsed:.2f} s, before the {DRAIN_MIN:.0f} s drain"
+        return None
+
+
+class VmessReply(AnyClose):
+    """What the server may send on req (a vmesskit.Request) before a clean
+    close: nothing, its response header, chunks carrying a prefix of
+    payload (vmesskit.response_problem)."""
+
+    def __init__(self, req, payload):
+        self.req, self.payload = req, payload
+        super().__init__(lambda got: vmesskit.response_problem(req, got, payload),
+                         f"nothing or the response and a prefix of {payload!r}")
+
+
 
 class SlowEcho(Acceptor):
     """Echoes each read 0.3 s late, until EOF: a destination whose answer

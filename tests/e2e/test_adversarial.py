@@ -3,7 +3,7 @@ cut off sends, and what the proxy must do with it.
 
 One test per inbound (socks, http and mixed with and without accounts,
 trojan over TLS with a fallback, vless over TLS and over WebSocket + TLS,
-udp_lb) starts the real binary with a config it writes and runs groups of
+vmess over TCP, udp_lb) starts the real binary with a config it writes and runs groups of
 cases against it:
 
 - truncation: every byte-boundary prefix of valid handshakes, then a
@@ -14,6 +14,9 @@ cases against it:
 - status / smuggling (HTTP): the documented 400/403/407/431/501/505
   answers, and the framing that two parsers could read two ways;
 - credentials: wrong SOCKS accounts, Trojan password hashes, VLESS UUIDs;
+- vmess: truncated and refused requests (a valid AuthID before a header
+  the inbound refuses, a replayed request, a flood of unauthenticated
+  connections), each refusal unanswered and drained 2 to 6 s;
 - garbage and mutation: seeded random bytes and random edits of valid
   handshakes, judged by a model of the documented replies
   (adversarialkit.socks_model, trojan_model, vless_model) or, for HTTP, by
@@ -30,7 +33,8 @@ test_bad_input stays a signal for new ones.
 
 Each case asserts its documented reply (a SOCKS REP byte, an HTTP status
 line, the Trojan fallback's answer) or a clean close (EOF or reset) within
-a few seconds: never a hang past the handshake timeout configured here
+a few seconds (a refused VMess request: none, and a close within the
+drain): never a hang past the handshake timeout configured here
 (adversarialkit.HANDSHAKE_TIMEOUT). After each group a normal client must
 still get a full flow through to an echo server, the process must be alive
 and its log free of sanitizer reports; at teardown it must exit 0 on
@@ -63,25 +67,27 @@ import types
 
 import pytest
 
-from adversarialkit import (AnyClose, Case, CASE_DEADLINE, Dests, ESTABLISHED, FallbackServer, SlowEcho,
-                            HttpAnswer, HttpForm, OriginReplies, RawPipe, Reply, ServerFrames,
+from adversarialkit import (AnyClose, Case, CASE_DEADLINE, Dests, DRAIN_DEADLINE, DRAIN_MIN,
+                            Drained, ESTABLISHED, FallbackServer, SlowEcho, HttpAnswer, HttpForm, OriginReplies, RawPipe, Reply, ServerFrames,
                             StrictOrigin, Target, Timer, TlsAlert, addr4, addr_name, base_seed,
                             case_budget, case_rng, client_hello, fallback_answer, garbage, mutate,
                             only_filter, policy_config, route_config, run_cases, sanitizer_report,
                             select, show, socks4_handshake, socks5_handshake, socks_model,
                             tls_records_problem, trojan_hash, trojan_model, trojan_request,
                             uuid_bytes, vless_model, vless_request, ws_client_stream, ws_frame,
-                            ws_response_problem, ws_upgrade_request)
+                            VmessReply, ws_response_problem, ws_upgrade_request)
+import vmesskit
 from proxykit import EchoServer, Proxy, UdpEcho, make_cert, stop_cleanly
 from udplbkit import Client, LbApp, ScriptedBackend, lb_config
 
 USERS = [("alice", "wonderland"), ("bob", "b" * 255)]  # bob: the longest RFC 1929 password
 TROJAN_PASSWORD = "correct horse battery staple"
 VLESS_UUID = "5783a3e7-e373-51cd-8642-c83782b807c5"
+VMESS_UUID = "0e0bb8b4-6cf2-4a43-8a3f-3c2a8e3b4f21"
 WS_PATH = b"/vless"
 
 INBOUNDS = ["socks", "socks-auth", "http", "http-auth", "mixed", "mixed-auth",
-            "trojan-tls", "vless-tls", "vless-ws-tls"]
+            "trojan-tls", "vless-tls", "vless-ws-tls", "vmess"]
 
 
 # ---------------------------------------------------------------- servers shared by the module
@@ -128,6 +134,8 @@ def inbound_config(inbound, s):
         text += f'[[inbound.settings.users]]\nname = "u"\npassword = "{TROJAN_PASSWORD}"\n'
     if protocol == "vless":
         text += f'[[inbound.settings.users]]\nname = "u"\nid = "{VLESS_UUID}"\n'
+    if protocol == "vmess":
+        text += f'[[inbound.settings.users]]\nname = "u"\nid = "{VMESS_UUID}"\n'
     if inbound.endswith("-tls"):
         if "ws" in inbound:
             text += ('[inbound.stream]\nnetwork = "ws"\nsecurity = "tls"\n'
@@ -176,13 +184,13 @@ class Builder:
         return f"{base_seed()}/{self.inbound}/{self.name}/{len(self.cases)}"
 
     def add(self, desc, data, expect, mode="fin", layer="raw", prelude=(), pieces=1, seeded=False,
-            strict=False):
+            strict=False, wait=CASE_DEADLINE):
         if expect is None:
             return
         self.cases.append(Case(id=f"{self.inbound}/{self.name}/{len(self.cases)}", desc=desc,
                                data=data, expect=expect, layer=layer, mode=mode,
                                prelude=tuple(prelude), pieces=pieces,
-                               seed=self.seed() if seeded else "", strict=strict))
+                               seed=self.seed() if seeded else "", strict=strict, wait=wait))
 
     def group(self, custom=None):
         return Group(self.name, self.cases, custom)
@@ -1044,6 +1052,187 @@ def vless_groups(env, layer):
     return groups
 
 
+# ---------------------------------------------------------------- VMess
+
+VMESS_FLOOD = 300            # unauthenticated connections held at once by the flood group
+VMESS_FLOOD_RSS_KIB = 64 * 1024  # what they may add to the process's RSS, all together
+
+
+def vmess_groups(env):
+    inb, echo = env.inbound, env.echo
+    u = uuid_bytes(VMESS_UUID)
+    groups = []
+
+    def fresh(b, **kw):
+        """A request for the builder's next case, drawn from its seed: an
+        AuthID of its own, which the replay filter has never seen."""
+        return vmesskit.Request(kw.pop("uuid", u), kw.pop("port", echo), b.rng(), **kw)
+
+    b = Builder(inb, "truncation")
+    sample = vmesskit.Request(u, echo)
+    head_len, n = len(sample.seal()), len(sample.seal() + sample.chunks(b"ping"))
+    for k in range(n + 1):
+        for mode in ("fin", "stall" if k < head_len and k % 4 == 0 else ("close", "rst")[k % 2]):
+            req = fresh(b)
+            data = (req.seal() + req.chunks(b"ping"))[:k]
+            # incomplete: closed on our end, or at the handshake deadline
+            expect = Reply(b"", then="wait") if k < head_len else VmessReply(req, b"ping")
+            b.add(f"a request and its first chunk cut after {k} of {n} bytes, then {mode}", data,
+                  expect, mode=mode)
+    groups.append(b.group())
+
+    b = Builder(inb, "header")
+    now = int(time.time())
+    auth, window = ("authentication failed (no user's AuthID; legacy MD5 headers are refused)",
+                    "AuthID outside the time window")
+    security, command, atyp = ("body security not supported", "command not supported",
+                               "address type not supported")
+    refused = [  # (what, the request's fields, the reason docs/inbound-vmess.md gives)
+        ("a user the inbound does not have", dict(uuid=uuid_bytes(VLESS_UUID)), auth),
+        ("the client's clock 200 s behind", dict(now=now - 200), window),
+        ("the client's clock 200 s ahead", dict(now=now + 200), window),
+        ("version 0", dict(version=0), "unsupported version"),
+        ("version 2", dict(version=2), "unsupported version"),
+        ("security 1 (legacy AES-128-CFB)", dict(sec=1), security),
+        ("security 0", dict(sec=0), security), ("security 7", dict(sec=7), security),
+        ("UDP with security zero", dict(sec=vmesskit.SEC_NONE, opt=0, cmd=2),
+         "UDP needs the chunk stream"),
+        ("command 0", dict(cmd=0), command), ("command 3 (Mux)", dict(cmd=3), command),
+        ("command 0xff", dict(cmd=0xff), command),
+        ("address type 0", dict(atyp=0), atyp), ("address type 4", dict(atyp=4), atyp),
+        ("a domain with a NUL", dict(atyp=2, addr=b"\x03a\x00b"), "empty or malformed domain name"),
+        ("a wrong checksum", dict(checksum=0), "bad header checksum"),
+        ("4 bytes after the checksum", dict(extra=bytes(4)), "header length out of bounds"),
+    ]
+    reasons = {why for _, _, why in refused} | {"bad header seal"}
+    for desc, kw, _ in refused:
+        for mode in ("fin", "stall"):
+            req = fresh(b, **kw)
+            data = req.seal() + req.chunks(b"ping")
+            b.add(f"a valid AuthID, then {desc}, then {mode}", data, Drained(), mode=mode,
+                  wait=DRAIN_DEADLINE)
+    for desc, at in [("the sealed length", vmesskit.AUTH_ID_LEN + 3),
+                     ("the nonce", vmesskit.AUTH_ID_LEN + 18 + 2),
+                     ("the sealed header", head_len - 5)]:
+        for mode in ("fin", "stall"):
+            data = bytearray(fresh(b).seal())
+            data[at] ^= 0x40
+            b.add(f"a valid AuthID, then a bit of {desc} flipped, then {mode}", bytes(data),
+                  Drained(), mode=mode, wait=DRAIN_DEADLINE)
+    b.add("16 random bytes (a legacy MD5 header's place) and 200 more, then silence",
+          b.rng().randbytes(216), Drained(), mode="stall", wait=DRAIN_DEADLINE)
+    groups.append(b.group(lambda env: vmess_refusals_logged(env, reasons)))
+
+    groups.append(Group("replay", custom=vmess_replay))
+
+    b = Builder(inb, "garbage")
+
+    def make_garbage(rng):
+        data = garbage(rng, 2048)
+        r = rng.random()
+        if r < 0.4:
+            sealed = vmesskit.Request(u, echo, rng).seal()
+            # its AuthID, or all before the sealed header
+            data = sealed[:vmesskit.AUTH_ID_LEN if r < 0.2 else vmesskit.AUTH_ID_LEN + 18 + 8] + data
+        return "random bytes", data, AnyClose()
+    random_cases(b, make_garbage, case_budget())
+    groups.append(b.group())
+
+    b = Builder(inb, "mutation")
+
+    def make_mutation(rng):
+        req = vmesskit.Request(u, echo, rng)
+        return "a request and its first chunk, mutated", \
+            mutate(rng, req.seal() + req.chunks(b"ping")), VmessReply(req, b"ping")
+    random_cases(b, make_mutation, case_budget())
+    groups.append(b.group())
+
+    groups.append(Group("flood", custom=vmess_flood))
+    return groups
+
+
+def vmess_refusals_logged(env, reasons):
+    """Each refusal is logged at debug with its reason, word for word."""
+    log = env.log()
+    return [f"no log line ends in \"refused: vmess: {why}\"" for why in sorted(reasons)
+            if f" refused: vmess: {why}\n" not in log]
+
+
+def vmess_replay(env):
+    """A request that flowed, sent again as it was: refused as a replay,
+    so drained, never answered (with a FIN: closed; silent: held at least
+    DRAIN_MIN s)."""
+    rng = case_rng(env.inbound, "replay", 0)
+    req = vmesskit.Request(uuid_bytes(VMESS_UUID), env.echo, rng)
+    try:
+        vmess_flow(env, b"once", rng, time.monotonic() + CASE_DEADLINE, req)
+    except (AssertionError, OSError, EOFError, TimeoutError) as e:
+        return [f"the request to replay did not flow: {type(e).__name__}: {e}"]
+    data = req.seal() + req.chunks(b"once")
+    cases = [Case(id=f"{env.inbound}/replay/{i}", desc=f"the request again{how}", data=data,
+                  expect=Drained(), mode=mode, pieces=pieces, wait=DRAIN_DEADLINE)
+             for i, (how, mode, pieces) in enumerate([(", then FIN", "fin", 1),
+                                                      (", then silence", "stall", 1),
+                                                      (" in 3 writes, then silence", "stall", 3)])]
+    return ([f"{c.describe()}\n    expected {c.expect!r}: {why}" for c, why in run_cases(env.target, cases)]
+            + vmess_refusals_logged(env, ["replayed AuthID"]))
+
+
+def vmess_flood(env):
+    """VMESS_FLOOD connections at once, each 64 random bytes and then
+    silence: none is answered or closed before DRAIN_MIN s, every one is
+    closed within DRAIN_MAX s, the RSS grows by less than
+    VMESS_FLOOD_RSS_KIB meanwhile, and a normal client is served while
+    they are held."""
+    rng = case_rng(env.inbound, "flood", 0)
+    pid, failures, conns = env.proc.proc.pid, [], []
+    before = rss_kib(pid)
+    t0 = time.monotonic()
+    try:
+        for _ in range(VMESS_FLOOD):
+            c = socket.create_connection(("127.0.0.1", env.target.port), timeout=CASE_DEADLINE)
+            c.sendall(rng.randbytes(64))
+            conns.append(c)
+        try:
+            vmess_flow(env, b"during the flood", rng, time.monotonic() + CASE_DEADLINE)
+        except (AssertionError, OSError, EOFError, TimeoutError) as e:
+            failures.append(f"a normal client during the flood: {type(e).__name__}: {e}")
+        grown = rss_kib(pid) - before
+        print(f"vmess flood: {VMESS_FLOOD} connections in {time.monotonic() - t0:.2f} s, RSS {grown:+d} KiB")
+        if grown > VMESS_FLOOD_RSS_KIB:
+            failures.append(f"the RSS grew by {grown} KiB with {VMESS_FLOOD} refused connections held")
+        early = time.monotonic() - t0 < DRAIN_MIN * 0.9
+        ends = {}
+        for i, c in enumerate(conns):
+            c.setblocking(False)
+            try:
+                got = c.recv(1)
+                ends[i] = "answered" if got else "closed"
+            except BlockingIOError:
+                pass
+            except OSError:
+                ends[i] = "closed"
+        if early and ends:
+            failures.append(f"{len(ends)} of the flood's connections answered or closed before "
+                            f"the {DRAIN_MIN:.0f} s drain: {sorted(ends.items())[:8]}")
+        deadline = t0 + DRAIN_DEADLINE
+        open_ = []
+        for i, c in enumerate(conns):
+            pipe = RawPipe(c)
+            got, end = pipe.read_all(deadline)
+            if got:
+                failures.append(f"flood connection {i} answered: {show(got)}")
+            elif end not in ("eof", "reset"):
+                open_.append(i)
+        if open_:
+            failures.append(f"{len(open_)} flood connections still open {DRAIN_DEADLINE:.0f} s "
+                            "after they were refused")
+    finally:
+        for c in conns:
+            c.close()
+    return failures
+
+
 # ---------------------------------------------------------------- WebSocket
 
 class WsUpgraded(AnyClose):
@@ -1291,6 +1480,25 @@ def normal_client(env):
             pipe.send(data)
             got = pipe.read_exact(2 + len(payload), deadline)
             assert got == b"\x00\x00" + payload, f"vless: the echo came back wrong: {show(got)}"
+    if inb.startswith("vmess"):
+        vmess_flow(env, payload, rng, deadline)
+
+
+def vmess_flow(env, payload, rng, deadline, req=None):
+    """One VMess request (req, or a new one) with payload to the echo;
+    raises unless the response and the echo come back."""
+    req = req or vmesskit.Request(uuid_bytes(VMESS_UUID), env.echo, rng)
+    with socket.create_connection(("127.0.0.1", env.target.port), timeout=CASE_DEADLINE) as c:
+        pipe = RawPipe(c)
+        pipe.send(req.seal() + req.chunks(payload))
+        got, data = b"", b""
+        while data != payload:
+            chunk = pipe.recv_some(deadline)
+            assert chunk, f"vmess: EOF after {show(got)}"
+            got += chunk
+            data, why = vmesskit.read_response(req, got)
+            assert why is None and payload.startswith(data), \
+                f"vmess: the echo came back wrong: {why or show(data)}"
 
 
 def fallback_client(env):
@@ -1344,6 +1552,8 @@ def suite(env):
         return vless_groups(env, "tls")
     if inb == "vless-ws-tls":
         return vless_groups(env, "ws")
+    if inb == "vmess":
+        return vmess_groups(env)
     raise AssertionError(inb)
 
 
