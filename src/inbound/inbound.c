@@ -5,7 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "transport/grpc.h"
+#include "runtime/gun_conn.h"
+#include "runtime/guard.h"
 #include "transport/tls.h"
 #include "transport/ws.h"
 #include "inbound/http_in.h"
@@ -237,10 +238,109 @@ static const conn_driver driver = {
 	.on_close = on_close,
 };
 
+/* ---- gRPC: a connection whose every call is a flow ---- */
+
+typedef struct gun_in {
+	const inbound_rt *in; /* held */
+	worker *w;
+	struct sockaddr_storage peer;
+	bool counted; /* peer holds one of the guard's counts */
+} gun_in;
+
+/* A call's endpoint becomes a client connection of the inbound. */
+static void gun_accept(void *ud, endpoint *flow)
+{
+	gun_in *g = ud;
+	in_conn *ic = calloc(1, sizeof *ic);
+	if (!ic) {
+		endpoint_close(flow, false);
+		return;
+	}
+	ic->in = g->in;
+	inbound_rt_hold(g->in);
+	if (!conn_adopt(g->w, flow, &driver, ic, &g->in->limits)) {
+		inbound_rt_release(g->in);
+		free(ic);
+	}
+}
+
+static void gun_release(void *ud)
+{
+	gun_in *g = ud;
+	if (g->counted)
+		guard_source_put(worker_guard(g->w), (struct sockaddr *)&g->peer);
+	inbound_rt_release(g->in);
+	free(g);
+}
+
+static void free_handle(uv_handle_t *h) { free(h); }
+
+/* Serves fd's HTTP/2 connection (cst: its TLS, or NULL), counted against
+ * its source as a connection is. */
+static void serve_gun(worker *w, int fd, const inbound_rt *in, stack *cst)
+{
+	gun_in *g = calloc(1, sizeof *g);
+	uv_tcp_t *tcp = malloc(sizeof *tcp);
+	if (!g || !tcp) {
+		free(g);
+		free(tcp);
+		stack_free(cst);
+		close(fd);
+		return;
+	}
+	g->w = w;
+	socklen_t plen = sizeof g->peer;
+	g->counted = getpeername(fd, (struct sockaddr *)&g->peer, &plen) == 0 && worker_guard(w);
+	if (g->counted && !guard_source_take(worker_guard(w), (struct sockaddr *)&g->peer)) {
+		free(g);
+		free(tcp);
+		stack_free(cst);
+		close(fd);
+		return;
+	}
+	g->in = in;
+	inbound_rt_hold(in);
+	uv_tcp_init(worker_loop(w), tcp);
+	if (uv_tcp_open(tcp, fd)) {
+		close(fd);
+		uv_close((uv_handle_t *)tcp, free_handle);
+		stack_free(cst);
+		gun_release(g);
+		return;
+	}
+	uv_tcp_nodelay(tcp, 1);
+	endpoint *below = endpoint_new(w, tcp, cst, NULL, NULL); /* takes tcp and cst */
+	if (!below || (cst && stack_start(cst) < 0)) {
+		if (below)
+			endpoint_close(below, true);
+		gun_release(g);
+		return;
+	}
+	gun_server_config cfg = {.service = in->grpc_service,
+	                         .handshake_ms = in->limits.handshake_ms,
+	                         .accept = gun_accept,
+	                         .release = gun_release,
+	                         .ud = g};
+	(void)gun_serve(w, below, &cfg); /* -1: released already */
+}
+
 void inbound_accept(listener *l, int fd, void *data)
 {
 	const inbound_rt *in = data;
 	worker *w = listener_worker(l);
+	if (in->grpc_service) {
+		stack *cst = NULL;
+		char err[200];
+		layer *ly = NULL;
+		if (in->tls && (!(cst = stack_new()) || !(ly = tls_server_new(in->tls, err, sizeof err)) ||
+		                stack_push(cst, ly))) {
+			stack_free(cst);
+			close(fd);
+			return;
+		}
+		serve_gun(w, fd, in, cst);
+		return;
+	}
 	in_conn *ic = calloc(1, sizeof *ic);
 	if (!ic) {
 		close(fd);
@@ -249,7 +349,7 @@ void inbound_accept(listener *l, int fd, void *data)
 	ic->in = in;
 	inbound_rt_hold(in);
 	stack *cst = NULL;
-	if (in->tls || in->ws_path || in->grpc_service) {
+	if (in->tls || in->ws_path) {
 		char err[200];
 		layer *ly;
 		cst = stack_new();
@@ -265,11 +365,7 @@ void inbound_accept(listener *l, int fd, void *data)
 			if (!ly || stack_push(cst, ly))
 				goto fail;
 		}
-		if (in->grpc_service) {
-			ly = grpc_server_new(in->grpc_service, err, sizeof err);
-			if (!ly || stack_push(cst, ly))
-				goto fail;
-		}
+
 	}
 	if (!conn_accept(w, fd, &driver, ic, &in->limits, cst)) {
 		inbound_rt_release(in);

@@ -44,8 +44,7 @@ static int opened(in_conn *ic, const connect_result *r)
 	addr_dest bound = {0};
 	if (r && r->ep) {
 		struct sockaddr_storage ss;
-		int len = sizeof ss;
-		if (uv_tcp_getsockname(endpoint_tcp(r->ep), (struct sockaddr *)&ss, &len) == 0)
+		if (endpoint_sockname(r->ep, &ss) == 0)
 			if (addr_dest_from_sockaddr(&bound, (struct sockaddr *)&ss))
 				bound = (addr_dest){0};
 	}

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "runtime/dial_stream.h"
+#include "runtime/gun_conn.h"
 #include "transport/grpc.h"
 #include "transport/tls.h"
 #include "transport/ws.h"
@@ -74,7 +75,9 @@ nomem:
 
 /* One stream's layers, bottom up: TLS, WebSocket, the proxy request. For a
  * datagram link (dest->network UDP) the request is the protocol's UDP one;
- * *top gets the request layer (the SOCKS association reads its relay). */
+ * *top gets the request layer (the SOCKS association reads its relay).
+ * Over gRPC the stream is a call on a shared connection (gun_conn.h),
+ * which has the TLS: the stack holds the request only. */
 static stack *build_stack(const outbound *o, const addr_dest *dest, layer **top, char *err,
                           size_t err_size)
 {
@@ -85,7 +88,7 @@ static stack *build_stack(const outbound *o, const addr_dest *dest, layer **top,
 		return NULL;
 	}
 	layer *l;
-	if (t->tls) {
+	if (t->tls && !t->grpc_service) {
 		l = tls_client_new(t->tls, t->tls_name, err, err_size);
 		if (!l || stack_push(st, l))
 			goto fail;
@@ -97,13 +100,6 @@ static stack *build_stack(const outbound *o, const addr_dest *dest, layer **top,
 			goto fail;
 		}
 		l = ws_client_new(&cfg, err, err_size);
-		if (!l || stack_push(st, l))
-			goto fail;
-	}
-	if (t->grpc_service) {
-		grpc_client_config cfg = {.service_name = t->grpc_service, .host = t->grpc_host,
-		                          .tls = t->tls != NULL};
-		l = grpc_client_new(&cfg, err, err_size);
 		if (!l || stack_push(st, l))
 			goto fail;
 	}
@@ -122,6 +118,19 @@ fail:
 	return NULL;
 }
 
+/* Dials st's stream: a socket of its own, or a call on a gRPC connection. */
+static connect_pending *dial(const outbound *o, worker *w, dns_resolver *dns, stack *st,
+                             connect_cb cb, void *data)
+{
+	const proxy_transport *t = o->proxy;
+	if (!t->grpc_service)
+		return dial_stream(w, dns, &t->server, o->af, o->id, st, cb, data);
+	gun_client_config cfg = {.server = t->server, .af = o->af, .origin = o->id,
+	                         .tls = t->tls, .tls_name = t->tls_name,
+	                         .service = t->grpc_service, .host = t->grpc_host};
+	return gun_open(w, dns, &cfg, st, cb, data);
+}
+
 connect_pending *proxy_connect_stream(const outbound *o, worker *w, dns_resolver *dns,
                                       const addr_dest *dest, connect_cb cb, void *data)
 {
@@ -131,7 +140,7 @@ connect_pending *proxy_connect_stream(const outbound *o, worker *w, dns_resolver
 		cb(&(connect_result){.msg = err}, data);
 		return NULL;
 	}
-	connect_pending *p = dial_stream(w, dns, &o->proxy->server, o->af, o->id, st, cb, data);
+	connect_pending *p = dial(o, w, dns, st, cb, data);
 	if (!p)
 		cb(&(connect_result){.msg = msgs[MSG_NO_MEMORY]}, data);
 	return p;
@@ -198,7 +207,7 @@ connect_pending *proxy_connect_datagram(const outbound *o, worker *w, dns_resolv
 		done(oud, NULL, err);
 		return NULL;
 	}
-	d->dial = dial_stream(w, dns, &o->proxy->server, o->af, o->id, st, on_dgram_stream, d);
+	d->dial = dial(o, w, dns, st, on_dgram_stream, d);
 	if (!d->dial) {
 		dgram_open_free(d);
 		done(oud, NULL, msgs[MSG_NO_MEMORY]);

@@ -313,8 +313,7 @@ dgram_link *socks_udp_link_open(worker *w, endpoint *ep, const layer *control,
 	if ((relay->kind == ADDR_IPV4 && memcmp(relay->u.v4, zero, 4) == 0) ||
 	    (relay->kind == ADDR_IPV6 && memcmp(relay->u.v6, zero, 16) == 0)) {
 		struct sockaddr_storage peer;
-		int plen = sizeof peer;
-		if (uv_tcp_getpeername(endpoint_tcp(ep), (struct sockaddr *)&peer, &plen) == 0) {
+		if (endpoint_peername(ep, &peer) == 0) {
 			uint16_t port = relay->port;
 			rs = peer;
 			if (rs.ss_family == AF_INET)

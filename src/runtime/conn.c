@@ -151,7 +151,8 @@ void conn_close_all(worker *w)
  * unless its bytes have all been read already (EOF) or layers own it. */
 static void close_answered(conn *c)
 {
-	if (c->state != CLOSING && c->client && endpoint_plain(c->client) && !c->client_eof)
+	if (c->state != CLOSING && c->client && endpoint_plain(c->client) && !c->client_eof &&
+	    endpoint_tcp(c->client))
 		linger_start(c->w, endpoint_tcp(c->client));
 	conn_close(c);
 }
@@ -325,6 +326,9 @@ static const endpoint_events client_events = {
 
 /* ---- accepting ---- */
 
+static void opened(conn *c);
+static conn *started(conn *c, stack *cst);
+
 conn *conn_accept(worker *w, int fd, const conn_driver *driver, void *drv,
                   const conn_limits *limits, stack *cst)
 {
@@ -350,24 +354,13 @@ conn *conn_accept(worker *w, int fd, const conn_driver *driver, void *drv,
 		close(fd);
 		return NULL;
 	}
-	uv_loop_t *loop = worker_loop(w);
 	*c = (conn){.w = w, .driver = driver, .drv = drv, .limits = *limits, .hs = hs,
 	            .peer = peer, .source_counted = counted};
 	socklen_t llen = sizeof c->local;
 	getsockname(fd, (struct sockaddr *)&c->local, &llen);
-	uv_timer_init(loop, &c->timer);
-	uv_timer_init(loop, &c->deadline);
-	c->timer.data = c;
-	c->deadline.data = c;
-	c->open_handles = 2;
+	opened(c);
 
-	worker_conns *all = worker_conn_list(w);
-	list_push_front(&all->conns, &c->node);
-	all->n++;
-	if (driver->on_open)
-		driver->on_open(c, drv);
-
-	uv_tcp_init(loop, tcp);
+	uv_tcp_init(worker_loop(w), tcp);
 	int rc = uv_tcp_open(tcp, fd);
 	c->client = endpoint_new(w, tcp, cst, &client_events, c); /* takes tcp and cst */
 	if (rc || !c->client) {
@@ -379,6 +372,49 @@ conn *conn_accept(worker *w, int fd, const conn_driver *driver, void *drv,
 		return c;
 	}
 	uv_tcp_nodelay(tcp, 1);
+	return started(c, cst);
+}
+
+conn *conn_adopt(worker *w, endpoint *client, const conn_driver *driver, void *drv,
+                 const conn_limits *limits)
+{
+	conn *c = calloc(1, sizeof *c);
+	uint8_t *hs = pool_get(worker_pool(w));
+	if (!c || !hs) {
+		free(c);
+		pool_put(worker_pool(w), hs);
+		endpoint_close(client, false);
+		return NULL;
+	}
+	*c = (conn){.w = w, .driver = driver, .drv = drv, .limits = *limits, .hs = hs};
+	(void)endpoint_peername(client, &c->peer);
+	(void)endpoint_sockname(client, &c->local);
+	opened(c);
+	c->client = client;
+	endpoint_set_events(client, &client_events, c);
+	return started(c, endpoint_stack(client));
+}
+
+/* The connection's timers and its place in the worker's list; the
+ * driver's on_open. */
+static void opened(conn *c)
+{
+	uv_loop_t *loop = worker_loop(c->w);
+	uv_timer_init(loop, &c->timer);
+	uv_timer_init(loop, &c->deadline);
+	c->timer.data = c;
+	c->deadline.data = c;
+	c->open_handles = 2;
+	worker_conns *all = worker_conn_list(c->w);
+	list_push_front(&all->conns, &c->node);
+	all->n++;
+	if (c->driver->on_open)
+		c->driver->on_open(c, c->drv);
+}
+
+/* The client endpoint is in place: the handshake starts. */
+static conn *started(conn *c, stack *cst)
+{
 	if (c->limits.handshake_ms)
 		uv_timer_start(&c->timer, on_timer, c->limits.handshake_ms, 0);
 	if (cst && stack_start(cst) < 0) {

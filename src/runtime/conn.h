@@ -67,6 +67,14 @@ typedef struct conn_limits {
 conn *conn_accept(worker *w, int fd, const conn_driver *driver, void *drv,
                   const conn_limits *limits, stack *cst);
 
+/* Serves client, an endpoint on a channel of a carrier (an HTTP/2 stream
+ * of a gRPC connection), as conn_accept serves a socket: the carrier
+ * counted its connection's source; the addresses are the carrier's. The
+ * connection takes client in every case. Returns NULL when memory runs
+ * out (client closed; drv stays the caller's). */
+conn *conn_adopt(worker *w, endpoint *client, const conn_driver *driver, void *drv,
+                 const conn_limits *limits);
+
 worker *conn_worker(const conn *c);
 
 /* The client's address and the local address it connected to. */

@@ -25,7 +25,8 @@ typedef struct wslot {
 
 struct endpoint {
 	worker *w;
-	uv_tcp_t *tcp;   /* owned; its data points back here */
+	uv_tcp_t *tcp;   /* owned; its data points back here; NULL on a channel */
+	chan *ch;        /* the carrier's channel in place of a socket (chan.h) */
 	uv_timer_t timer; /* bounds a flushing close */
 	stack *st;       /* owned; NULL: plain */
 	const endpoint_events *ev;
@@ -69,6 +70,14 @@ static void on_closed(uv_handle_t *h)
 
 static void close_now(endpoint *e)
 {
+	if (e->ch) {
+		if (e->handles == 2) {
+			e->ch->ops->close(e->ch); /* reports nothing after this */
+			e->handles = 1;
+			uv_close((uv_handle_t *)&e->timer, on_closed);
+		}
+		return;
+	}
 	if (e->handles == 2 && !uv_is_closing((uv_handle_t *)e->tcp)) {
 		uv_close((uv_handle_t *)e->tcp, on_closed);
 		uv_close((uv_handle_t *)&e->timer, on_closed);
@@ -92,6 +101,15 @@ static int slot_write(endpoint *e, wslot *slot, uint8_t *buf, size_t off, size_t
 {
 	slot->buf = buf;
 	slot->req.data = e;
+	if (e->ch) {
+		if (e->ch->ops->write(e->ch, buf + off, len, &slot->req)) {
+			slot->buf = NULL;
+			pool_put(bufs(e), buf);
+			return -1;
+		}
+		e->pending++;
+		return 0;
+	}
 	uv_buf_t b = uv_buf_init((char *)buf + off, (unsigned)len);
 	if (uv_write(&slot->req, (uv_stream_t *)e->tcp, &b, 1, on_written)) {
 		slot->buf = NULL;
@@ -102,16 +120,23 @@ static int slot_write(endpoint *e, wslot *slot, uint8_t *buf, size_t off, size_t
 	return 0;
 }
 
+static void read_stop(endpoint *e)
+{
+	if (e->ch)
+		e->ch->ops->read(e->ch, false);
+	else
+		uv_read_stop((uv_stream_t *)e->tcp);
+	e->reading = false;
+}
+
 static int fail(endpoint *e, const char *why)
 {
 	if (!e->failed) {
 		e->failed = true;
 		e->why = why;
 	}
-	if (e->reading) {
-		uv_read_stop((uv_stream_t *)e->tcp);
-		e->reading = false;
-	}
+	if (e->reading)
+		read_stop(e);
 	return -1;
 }
 
@@ -186,6 +211,11 @@ static void maybe_fin(endpoint *e)
 	}
 	e->shut_issued = true;
 	e->shut.data = e;
+	if (e->ch) { /* the carrier ends the direction after the writes queued */
+		if (e->ch->ops->shutdown(e->ch))
+			e->shut_done = true;
+		return;
+	}
 	/* libuv runs the shutdown after the writes already queued */
 	if (uv_shutdown(&e->shut, (uv_stream_t *)e->tcp, on_shutdown))
 		e->shut_done = true;
@@ -207,11 +237,14 @@ static void update_reading(endpoint *e)
 {
 	bool want = e->want && !e->eof && !e->failed && !e->closing && e->rlen == 0;
 	if (want && !e->reading) {
-		if (uv_read_start((uv_stream_t *)e->tcp, alloc_buf, on_read) == 0)
+		if (e->ch) {
 			e->reading = true;
+			e->ch->ops->read(e->ch, true);
+		} else if (uv_read_start((uv_stream_t *)e->tcp, alloc_buf, on_read) == 0) {
+			e->reading = true;
+		}
 	} else if (!want && e->reading) {
-		uv_read_stop((uv_stream_t *)e->tcp);
-		e->reading = false;
+		read_stop(e);
 	}
 }
 
@@ -267,6 +300,16 @@ static void on_deadline(uv_timer_t *t)
 		(void)push(e);
 }
 
+static void at_eof(endpoint *e)
+{
+	e->eof = true;
+	update_reading(e);
+	if (!e->closing)
+		e->ev->on_readable(e->ud);
+}
+
+static void got(endpoint *e, uint8_t *buf, size_t n);
+
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
 	endpoint *e = s->data;
@@ -274,19 +317,21 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 		pool_put(bufs(e), (uint8_t *)buf->base);
 		if (n == 0)
 			return;
-		if (n != UV_EOF) {
+		if (n != UV_EOF)
 			fail_report(e, uv_strerror((int)n));
-			return;
-		}
-		e->eof = true;
-		update_reading(e);
-		if (!e->closing)
-			e->ev->on_readable(e->ud);
+		else
+			at_eof(e);
 		return;
 	}
-	e->rbuf = (uint8_t *)buf->base;
+	got(e, (uint8_t *)buf->base, (size_t)n);
+}
+
+/* n bytes read into the pool buffer buf (the endpoint's now). */
+static void got(endpoint *e, uint8_t *buf, size_t n)
+{
+	e->rbuf = buf;
 	e->roff = 0;
-	e->rlen = (size_t)n;
+	e->rlen = n;
 	if (e->st && feed(e)) {
 		report_error(e);
 		return;
@@ -315,14 +360,17 @@ static void written(endpoint *e, int status)
 		e->ev->on_writable(e->ud);
 }
 
-static void on_written(uv_write_t *req, int status)
+static void slot_written(endpoint *e, wslot *slot, int status)
 {
-	endpoint *e = req->data;
-	wslot *slot = (wslot *)req;
 	pool_put(bufs(e), slot->buf);
 	slot->buf = NULL;
 	e->pending--;
 	written(e, status);
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+	slot_written(req->data, (wslot *)req, status);
 }
 
 static void free_handle(uv_handle_t *h) { free(h); }
@@ -353,7 +401,8 @@ int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)
 	memcpy(b->data, d, n);
 	b->req.data = e;
 	uv_buf_t ub = uv_buf_init((char *)b->data, (unsigned)n);
-	if (uv_write(&b->req, (uv_stream_t *)e->tcp, &ub, 1, on_big_written)) {
+	if (e->ch ? e->ch->ops->write(e->ch, b->data, n, &b->req)
+	          : uv_write(&b->req, (uv_stream_t *)e->tcp, &ub, 1, on_big_written)) {
 		free(b);
 		return fail(e, uv_strerror(UV_EPIPE));
 	}
@@ -361,7 +410,10 @@ int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)
 	return 0;
 }
 
-size_t endpoint_queued(const endpoint *e) { return e->tcp->write_queue_size; }
+size_t endpoint_queued(const endpoint *e)
+{
+	return e->ch ? e->ch->ops->queued(e->ch) : e->tcp->write_queue_size;
+}
 
 static void ignore(void *ud) { (void)ud; }
 static void ignore_error(void *ud, const char *why)
@@ -519,7 +571,7 @@ int endpoint_send_buf(endpoint *e, uint8_t *buf, size_t off, size_t len)
 	}
 	/* most writes finish at once: no request, no callback */
 	uv_buf_t b = uv_buf_init((char *)buf + off, (unsigned)len);
-	int k = uv_try_write((uv_stream_t *)e->tcp, &b, 1);
+	int k = e->ch ? UV_EAGAIN : uv_try_write((uv_stream_t *)e->tcp, &b, 1);
 	if (k == (int)len) {
 		pool_put(bufs(e), buf);
 		return 0;
@@ -568,7 +620,23 @@ const char *endpoint_error(const endpoint *e) { return e->why ? e->why : "?"; }
 int endpoint_fd(const endpoint *e)
 {
 	uv_os_fd_t fd;
-	return uv_fileno((const uv_handle_t *)e->tcp, &fd) ? -1 : fd;
+	return !e->tcp || uv_fileno((const uv_handle_t *)e->tcp, &fd) ? -1 : fd;
+}
+
+int endpoint_peername(const endpoint *e, struct sockaddr_storage *ss)
+{
+	if (e->ch)
+		return e->ch->ops->peername(e->ch, ss);
+	int len = sizeof *ss;
+	return uv_tcp_getpeername(e->tcp, (struct sockaddr *)ss, &len) ? -1 : 0;
+}
+
+int endpoint_sockname(const endpoint *e, struct sockaddr_storage *ss)
+{
+	if (e->ch)
+		return e->ch->ops->sockname(e->ch, ss);
+	int len = sizeof *ss;
+	return uv_tcp_getsockname(e->tcp, (struct sockaddr *)ss, &len) ? -1 : 0;
 }
 
 void endpoint_set_origin(endpoint *e, uint64_t origin) { e->origin = origin; }
@@ -584,7 +652,7 @@ void endpoint_close(endpoint *e, bool flush_first)
 	e->closing = true;
 	e->want = false;
 	update_reading(e);
-	if (flush_first && !uv_is_closing((uv_handle_t *)e->tcp)) {
+	if (flush_first && (e->ch ? e->handles == 2 : !uv_is_closing((uv_handle_t *)e->tcp))) {
 		flush(e);
 		if (!endpoint_idle(e)) {
 			e->flushing = true;
@@ -594,3 +662,59 @@ void endpoint_close(endpoint *e, bool flush_first)
 	}
 	close_now(e);
 }
+
+endpoint *endpoint_new_chan(worker *w, chan *ch, stack *st, const endpoint_events *ev, void *ud)
+{
+	endpoint *e = calloc(1, sizeof *e);
+	if (!e) {
+		stack_free(st);
+		ch->ops->close(ch);
+		return NULL;
+	}
+	*e = (endpoint){.w = w, .ch = ch, .st = st, .ev = ev ? ev : &nowhere, .ud = ud,
+	                .handles = 2};
+	ch->ep = e;
+	uv_timer_init(worker_loop(w), &e->timer);
+	e->timer.data = e;
+	arm(e);
+	return e;
+}
+
+size_t endpoint_chan_input(endpoint *e, const uint8_t *d, size_t n)
+{
+	if (!e->reading || e->rlen || e->closing || n == 0)
+		return 0;
+	uint8_t *b = pool_get(bufs(e));
+	if (!b) {
+		fail_report(e, msgs[M_NOMEM]);
+		return 0;
+	}
+	size_t m = n < POOL_BUF_SIZE ? n : POOL_BUF_SIZE;
+	memcpy(b, d, m);
+	got(e, b, m);
+	return m;
+}
+
+void endpoint_chan_eof(endpoint *e)
+{
+	if (!e->closing && !e->eof)
+		at_eof(e);
+}
+
+void endpoint_chan_fail(endpoint *e, const char *why)
+{
+	if (!e->closing && !e->failed)
+		fail_report(e, why);
+}
+
+void endpoint_chan_written(endpoint *e, void *req, int status)
+{
+	uv_write_t *r = req;
+	wslot *slot = (wslot *)r;
+	if (slot >= e->slots && slot < e->slots + ENDPOINT_MAX_PENDING)
+		slot_written(e, slot, status);
+	else
+		on_big_written(r, status);
+}
+
+void endpoint_chan_shut(endpoint *e) { on_shutdown(&e->shut, 0); }

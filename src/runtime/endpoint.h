@@ -8,6 +8,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "runtime/chan.h"
 #include "runtime/worker.h"
 #include "transport/stack.h"
 
@@ -47,6 +48,28 @@ typedef struct endpoint endpoint;
  * out (tcp and st are closed and freed then). Worker thread only, as every
  * call below. */
 endpoint *endpoint_new(worker *w, uv_tcp_t *tcp, stack *st, const endpoint_events *ev, void *ud);
+
+/* An endpoint on a carrier's channel (chan.h: an HTTP/2 stream, a mux
+ * sub-flow) in place of a socket; otherwise as endpoint_new. It takes ch
+ * (closing it when memory runs out) and st. */
+endpoint *endpoint_new_chan(worker *w, chan *ch, stack *st, const endpoint_events *ev,
+                            void *ud);
+
+/* What a carrier reports to a channel's endpoint, from its own libuv
+ * callbacks only (chan.h), never after chan_ops.close:
+ *   input    bytes arrived while reading is on: returns how many it took
+ *            (0 while it holds bytes not yet taken by the owner; offer
+ *            them again after the next read(on))
+ *   eof      the peer ended its direction, after every byte before it
+ *   fail     the channel broke (why: static text, or the carrier's until
+ *            close)
+ *   written  a write is done with (status < 0: it was not sent)
+ *   shut     the direction toward the peer ended (after a shutdown) */
+size_t endpoint_chan_input(endpoint *e, const uint8_t *d, size_t n);
+void endpoint_chan_eof(endpoint *e);
+void endpoint_chan_fail(endpoint *e, const char *why);
+void endpoint_chan_written(endpoint *e, void *req, int status);
+void endpoint_chan_shut(endpoint *e);
 
 /* Puts st (which it takes over in every case) on a plain endpoint that has
  * read and sent nothing yet, and starts the layers' handshake: their first
@@ -138,6 +161,12 @@ uint64_t endpoint_origin(const endpoint *e);
  * has none. */
 int endpoint_fd(const endpoint *e);
 
+/* The addresses of the connection under the endpoint (a channel's: its
+ * carrier's). 0, or -1 when there is none. */
+int endpoint_peername(const endpoint *e, struct sockaddr_storage *ss);
+int endpoint_sockname(const endpoint *e, struct sockaddr_storage *ss);
+
+/* The socket; NULL on a channel. */
 uv_tcp_t *endpoint_tcp(endpoint *e);
 stack *endpoint_stack(endpoint *e);
 

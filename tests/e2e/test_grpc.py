@@ -342,3 +342,56 @@ def test_a_grpcio_call_to_another_path_is_answered_unimplemented(procs, pki):
             list(tun(iter([b"x"]), timeout=5))
         assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert 'grpc: wrong path "/other/Tun" (expected "/tunnel/Tun")' in server.log()
+
+
+def test_many_flows_share_one_connection_up_to_the_stream_limit(procs, pki, tmp_path):
+    """One HTTP/2 connection carries up to GUN_STREAMS_MAX (64) flows of one
+    outbound: 70 flows open at once from one client use two connections
+    (the server's access log names the source of each, and every flow of a
+    connection has its source), and every flow carries its own bytes."""
+    cert, key = pki
+    access = tmp_path / "access.log"
+    server = procs(f'[log]\naccess = "{access}"\n' +
+                   vless_inbound(grpc_stream(True, "inbound", cert, key)), log_level="debug")
+    front = procs(socks_to_vless(server.port, grpc_stream(True, "outbound", cert)),
+                  log_level="debug")
+    echo = EchoServer()
+    socks = []
+    try:
+        for i in range(70):
+            socks.append(socks5_connect(front.port, "127.0.0.1", echo.port))
+        for i, s in enumerate(socks):
+            s.sendall(b"flow %03d" % i)
+        for i, s in enumerate(socks):
+            assert recv_exact(s, 8) == b"flow %03d" % i
+        lines = access.read_text().splitlines()
+        assert len(lines) == 70, lines
+        sources = {line.split()[1] for line in lines}
+        assert len(sources) == 2, sources
+    finally:
+        for s in socks:
+            s.close()
+        echo.close()
+
+
+def test_a_reset_flow_leaves_the_others_on_its_connection(procs, pki):
+    """Closing one flow resets its stream only: the flows beside it on the
+    same connection go on."""
+    cert, key = pki
+    server = procs(vless_inbound(grpc_stream(False, "inbound")), log_level="debug")
+    front = procs(socks_to_vless(server.port, grpc_stream(False, "outbound")), log_level="debug")
+    echo = EchoServer()
+    try:
+        a = socks5_connect(front.port, "127.0.0.1", echo.port)
+        b = socks5_connect(front.port, "127.0.0.1", echo.port)
+        a.sendall(b"a1")
+        b.sendall(b"b1")
+        assert recv_exact(a, 2) == b"a1" and recv_exact(b, 2) == b"b1"
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+        a.close()  # a reset: the flow ends at once
+        for i in range(20):
+            b.sendall(b"b%02d" % i)
+            assert recv_exact(b, 3) == b"b%02d" % i
+        b.close()
+    finally:
+        echo.close()
