@@ -79,14 +79,8 @@ typedef struct layer_ops {
 	 * (close_notify, a close frame) into down. NULL when the layer has
 	 * none (the shell then just shuts the socket's write side). */
 	int (*shutdown)(layer *l, layer_buf *down);
-	/* The layer's orderly end is all its peer needs: the layers below it
-	 * are not shut and the socket gets no FIN (a gRPC stream ends with
-	 * END_STREAM while its HTTP/2 connection stays open). The shell closes
-	 * the socket when the owner closes. */
-	bool shutdown_in_band;
-
 	/* Whether the peer ended its side inside this layer and every byte
-	 * before the end went up (a gRPC stream's END_STREAM): the stack
+	 * before the end went up (VMess's end chunk): the stack
 	 * reports EOF above once they are taken, though the socket is still
 	 * open. NULL: the end is the socket's. */
 	bool (*peer_ended)(const layer *l);

@@ -166,6 +166,14 @@ static void client_free(layer *l)
 	free(c);
 }
 
+/* The server's end chunk came and every payload before it went up: the
+ * relay passes the end on at once (v2ray sends it without a FIN). */
+static bool client_peer_ended(const layer *l)
+{
+	const vmess_client *c = (const vmess_client *)l;
+	return c->rx.ended && c->rx.out_off >= c->rx.out_len;
+}
+
 static const layer_ops client_ops = {
 	.name = "vmess",
 	.start = client_start,
@@ -173,6 +181,7 @@ static const layer_ops client_ops = {
 	.from_above = client_from_above,
 	.ready = client_ready,
 	.shutdown = client_shutdown,
+	.peer_ended = client_peer_ended,
 	.error = client_error,
 	.free = client_free,
 };

@@ -203,12 +203,6 @@ static void maybe_fin(endpoint *e)
 	if (!e->shut_wanted || e->shut_issued || e->failed ||
 	    (e->st && stack_wire_out(e->st, &d) > 0))
 		return;
-	if (e->st && !stack_fin_on_shutdown(e->st)) {
-		/* the end went in band (a gRPC END_STREAM): done once written */
-		if (e->pending == 0 && e->extra == 0)
-			e->shut_issued = e->shut_done = true;
-		return;
-	}
 	e->shut_issued = true;
 	e->shut.data = e;
 	if (e->ch) { /* the carrier ends the direction after the writes queued */

@@ -143,8 +143,8 @@ bool endpoint_plain(const endpoint *e);
 bool endpoint_idle(const endpoint *e);
 
 /* The app sends nothing more: the layers' orderly end (TLS close_notify,
- * a WebSocket close), then the TCP FIN once everything queued is written;
- * no FIN when a layer ends in band (gRPC), shut_done once it is written.
+ * a WebSocket close), then the TCP FIN once everything queued is written
+ * (on a channel: its carrier's end of the stream's direction).
  * endpoint_shut_done tells when the FIN is out. */
 __attribute__((warn_unused_result)) int endpoint_shutdown(endpoint *e);
 bool endpoint_shut_done(const endpoint *e);

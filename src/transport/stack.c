@@ -241,18 +241,8 @@ int stack_shutdown(stack *s)
 		rc = pump(s);
 		if (rc)
 			return rc;
-		if (l->ops->shutdown_in_band)
-			break;
 	}
 	return 0;
-}
-
-bool stack_fin_on_shutdown(const stack *s)
-{
-	for (size_t i = 0; i < s->n; i++)
-		if (s->layers[i]->ops->shutdown_in_band)
-			return false;
-	return true;
 }
 
 bool stack_peer_ended(const stack *s)

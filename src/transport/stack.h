@@ -65,12 +65,8 @@ bool stack_ready(const stack *s);
 size_t stack_app_room(const stack *s);
 
 /* The app will send nothing more: each layer's orderly end goes out
- * (top to bottom), down to the first that ends in band (layer.h). Returns 0 or a LAYER_ERR_*. */
+ * (top to bottom). Returns 0 or a LAYER_ERR_*. */
 __attribute__((warn_unused_result)) int stack_shutdown(stack *s);
-
-/* Whether the socket's FIN follows stack_shutdown: false when a layer
- * ends its stream in band (layer.h shutdown_in_band). */
-bool stack_fin_on_shutdown(const stack *s);
 
 /* A layer saw its peer's end (layer.h peer_ended) and every app byte
  * before it was taken: the app's EOF, though the socket is open. */

@@ -540,6 +540,8 @@ static void client_tcp_any_split(void **state)
 			assert_int_equal(o.up_len, 5 + sizeof BIG);
 			assert_memory_equal(o.up, "hello", 5);
 			assert_memory_equal(o.up + 5, BIG, sizeof BIG);
+			/* the end chunk is the peer's end, once its bytes went up */
+			assert_true(l->ops->peer_ended(l));
 			/* after the end chunk, bytes are ignored */
 			uint8_t up_b[16], down_b[16];
 			layer_buf up = {.data = up_b, .cap = sizeof up_b};
