@@ -201,8 +201,8 @@ static void maybe_fin(endpoint *e)
 {
 	const uint8_t *d;
 	if (!e->shut_wanted || e->shut_issued || e->failed ||
-	    (e->st && stack_wire_out(e->st, &d) > 0))
-		return;
+	    (e->st && (stack_wire_out(e->st, &d) > 0 || stack_shut_pending(e->st))))
+		return; /* the FIN follows the layers' ends */
 	e->shut_issued = true;
 	e->shut.data = e;
 	if (e->ch) { /* the carrier ends the direction after the writes queued */

@@ -19,6 +19,11 @@ struct stack {
 	size_t n;
 	queue up[STACK_MAX_LAYERS + 1];
 	queue down[STACK_MAX_LAYERS + 1];
+	/* stack_shutdown ran and layers[shut_next - 1] is the next whose
+	 * orderly end is due (0: none left): it waits until the queue above
+	 * that layer is empty, so the bytes sent before the end go first. */
+	bool shutting;
+	size_t shut_next;
 	int err;
 	char err_text[160];
 };
@@ -102,10 +107,8 @@ static void eat(queue *q, size_t n)
 }
 
 /* Moves bytes through every layer both ways until nothing moves. */
-static int pump(stack *s)
+static int move(stack *s)
 {
-	if (s->err)
-		return s->err;
 	for (size_t i = 0; i <= s->n; i++)
 		if (!ensure(&s->up[i]) || !ensure(&s->down[i]))
 			return fail(s, LAYER_ERR_NOMEM, NULL);
@@ -139,6 +142,44 @@ static int pump(stack *s)
 		}
 	}
 	return 0;
+}
+
+/* Whether a layer's orderly end is due: every byte above it went in. */
+static bool shut_due(const stack *s)
+{
+	return s->shutting && s->shut_next > 0 && s->down[s->shut_next].len == 0;
+}
+
+/* The next layer's orderly end, top to bottom. */
+static int shut_one(stack *s)
+{
+	layer *l = s->layers[s->shut_next - 1];
+	queue *q = &s->down[s->shut_next - 1];
+	s->shut_next--;
+	if (!l->ops->shutdown)
+		return 0;
+	layer_buf down = tail(q);
+	int rc = l->ops->shutdown(l, &down);
+	if (rc < 0)
+		return fail(s, rc, l);
+	q->len += down.len;
+	return 0;
+}
+
+/* Moves bytes until nothing moves, running the orderly ends as they fall
+ * due. */
+static int pump(stack *s)
+{
+	if (s->err)
+		return s->err;
+	for (;;) {
+		int rc = move(s);
+		if (rc || !shut_due(s))
+			return rc;
+		rc = shut_one(s);
+		if (rc)
+			return rc;
+	}
 }
 
 int stack_start(stack *s)
@@ -226,24 +267,14 @@ int stack_shutdown(stack *s)
 {
 	if (s->err)
 		return s->err;
-	int rc = pump(s); /* what the app sent first goes first */
-	if (rc)
-		return rc;
-	for (size_t k = s->n; k-- > 0;) {
-		layer *l = s->layers[k];
-		if (!l->ops->shutdown)
-			continue;
-		layer_buf down = tail(&s->down[k]);
-		rc = l->ops->shutdown(l, &down);
-		if (rc < 0)
-			return fail(s, rc, l);
-		s->down[k].len += down.len;
-		rc = pump(s);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	if (s->shutting)
+		return 0;
+	s->shutting = true;
+	s->shut_next = s->n;
+	return pump(s); /* what the app sent first goes first */
 }
+
+bool stack_shut_pending(const stack *s) { return s->shutting && s->shut_next > 0; }
 
 bool stack_peer_ended(const stack *s)
 {

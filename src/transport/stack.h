@@ -65,8 +65,14 @@ bool stack_ready(const stack *s);
 size_t stack_app_room(const stack *s);
 
 /* The app will send nothing more: each layer's orderly end goes out
- * (top to bottom). Returns 0 or a LAYER_ERR_*. */
+ * (top to bottom). A layer's end waits until it has taken every byte sent
+ * before it (a layer whose room below is full holds them); the moves of
+ * later calls run it once it has (stack_shut_pending says whether one
+ * waits). Returns 0 or a LAYER_ERR_*; a second call does nothing. */
 __attribute__((warn_unused_result)) int stack_shutdown(stack *s);
+
+/* stack_shutdown ran and a layer's orderly end has not yet. */
+bool stack_shut_pending(const stack *s);
 
 /* A layer saw its peer's end (layer.h peer_ended) and every app byte
  * before it was taken: the app's EOF, though the socket is open. */

@@ -64,6 +64,7 @@ typedef struct frame_layer {
 	bool hello_due;  /* owes the peer a hello byte */
 	bool bye_due;    /* owes the peer the end byte */
 	bool peer_ended;
+	bool shut;       /* its end was asked for: more app bytes are refused */
 	const char *err;
 } frame_layer;
 
@@ -113,6 +114,10 @@ static ssize_t frame_above(layer *l, const uint8_t *in, size_t len, layer_buf *d
 {
 	frame_layer *f = (frame_layer *)l;
 	frame_owe(f, down);
+	if (len && f->shut) {
+		f->err = "frame: send after shutdown";
+		return LAYER_ERR_STATE;
+	}
 	if (!f->ready || f->hello_due)
 		return 0;
 	size_t used = 0;
@@ -144,6 +149,7 @@ static int frame_shutdown(layer *l, layer_buf *down)
 {
 	frame_layer *f = (frame_layer *)l;
 	f->bye_due = true;
+	f->shut = true;
 	frame_owe(f, down);
 	return 0;
 }
@@ -413,14 +419,44 @@ static void shutdown_after_data(void **state)
 	(void)state;
 	end c, s;
 	pair(&c, &s);
-	c.tx = (const uint8_t *)"last words", c.tx_len = 10;
+	assert_int_equal(stack_from_app(c.s, (const uint8_t *)"last words", 10), 10);
 	assert_int_equal(stack_shutdown(c.s), 0);
+	assert_int_equal(stack_shutdown(c.s), 0); /* a second call does nothing */
 	assert_false(top(&s)->peer_ended);
 	assert_int_equal(run(&c, &s, 1), 0);
 	assert_int_equal(s.rx_len, 10);
 	assert_memory_equal(s.rx, "last words", 10);
 	assert_true(top(&s)->peer_ended);
 	assert_false(top(&c)->peer_ended);
+	assert_false(stack_shut_pending(c.s));
+	unpair(&c, &s);
+}
+
+/* The app ends while the layer cannot take what it sent (the wire is not
+ * drained, the queue below the layer is full): the layer's end waits for
+ * those bytes instead of refusing them after it, and goes last. */
+static void shutdown_waits_for_the_bytes_queued_above(void **state)
+{
+	(void)state;
+	end c, s;
+	pair(&c, &s);
+	size_t len = 3 * STACK_QUEUE_CAP;
+	uint8_t *data = pattern(len, 7);
+	size_t in = 0;
+	ssize_t k;
+	while ((k = stack_from_app(c.s, data + in, len - in)) > 0)
+		in += (size_t)k;
+	assert_int_equal(k, 0);
+	assert_true(in < len);
+	assert_int_equal(stack_shutdown(c.s), 0);
+	assert_true(stack_shut_pending(c.s));
+	c.tx = data, c.tx_len = in, c.tx_off = in; /* handed in already */
+	assert_int_equal(run(&c, &s, SIZE_MAX), 0);
+	assert_false(stack_shut_pending(c.s));
+	assert_int_equal(s.rx_len, in);
+	assert_memory_equal(s.rx, data, in);
+	assert_true(top(&s)->peer_ended);
+	free(data);
 	unpair(&c, &s);
 }
 
@@ -495,6 +531,7 @@ int main(void)
 		cmocka_unit_test(error_without_text_names_the_layer),
 		cmocka_unit_test(push_is_bounded),
 		cmocka_unit_test(shutdown_after_data),
+		cmocka_unit_test(shutdown_waits_for_the_bytes_queued_above),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
