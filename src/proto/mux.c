@@ -536,3 +536,11 @@ int mux_server_end(mux_server *s, uint16_t id, bool error, proto_out *out)
 	put_end(id, error, out);
 	return 0;
 }
+
+void mux_session_dest(addr_dest *d)
+{
+	*d = (addr_dest){0};
+	if (addr_dest_set_domain(d, MUX_COOL_DOMAIN, sizeof MUX_COOL_DOMAIN - 1, MUX_COOL_PORT))
+		*d = (addr_dest){0}; /* never: the name is valid */
+	d->network = ADDR_TCP;
+}

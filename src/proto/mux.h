@@ -49,6 +49,10 @@
 #define MUX_COOL_DOMAIN "v1.mux.cool"
 #define MUX_COOL_PORT 9527
 
+/* Sets d to the session address, v1.mux.cool:9527 over TCP: what a VLESS
+ * or VMess request with command 0x03 (Mux, no address of its own) opens. */
+void mux_session_dest(addr_dest *d);
+
 /* v2ray refuses metadata over 512 bytes (frame.go, Unmarshal). */
 #define MUX_META_MAX 512
 

@@ -8,11 +8,13 @@
 #include <openssl/crypto.h>
 
 #include "base/bytes.h"
+#include "proto/mux.h"
 
 /* Wire values: Xray-core proxy/vless/encoding and common/protocol/headers.go. */
 enum {
 	CMD_TCP = 0x01,
-	CMD_UDP = 0x02, /* 0x03 Mux and 0x04 Reverse are refused */
+	CMD_UDP = 0x02,
+	CMD_MUX = 0x03, /* a Mux.Cool session, no address (0x04 Reverse is refused) */
 
 	ATYP_IPV4 = 0x01,
 	ATYP_DOMAIN = 0x02,
@@ -275,9 +277,16 @@ static ssize_t parse(const vless_server *s, const uint8_t *in, size_t len, proto
 	if (len <= OFF_CMD)
 		return 0;
 	uint8_t cmd = in[OFF_CMD];
-	if (cmd != CMD_TCP && cmd != CMD_UDP) {
+	if (cmd != CMD_TCP && cmd != CMD_UDP && cmd != CMD_MUX) {
 		*why = T_COMMAND;
 		return PROTO_ERR_MALFORMED;
+	}
+	if (cmd == CMD_MUX) {
+		mux_session_dest(&ev->dest);
+		ev->kind = PROTO_EV_OPEN;
+		ev->cmd = PROTO_CMD_CONNECT;
+		ev->user = user;
+		return OFF_PORT;
 	}
 	if (len <= OFF_ATYP)
 		return 0;

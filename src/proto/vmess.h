@@ -43,6 +43,7 @@
 #define VMESS_VERSION 1
 #define VMESS_CMD_TCP 0x01
 #define VMESS_CMD_UDP 0x02
+#define VMESS_CMD_MUX 0x03 /* a Mux.Cool session: no address in the header */
 
 /* Request options (common/protocol/headers.go). */
 enum {

@@ -7,6 +7,7 @@
 
 #include "base/bytes.h"
 #include "base/hash.h"
+#include "proto/mux.h"
 
 enum { ATYP_IPV4 = 0x01, ATYP_DOMAIN = 0x02, ATYP_IPV6 = 0x03 };
 
@@ -51,9 +52,9 @@ static const char *const TEXTS[T_COUNT_] = {
 
 /* AuthID, the sealed length, the connection nonce. */
 #define HEAD_LEN (VMESS_AUTH_ID_LEN + 2 + VMESS_TAG_LEN + VMESS_CONN_NONCE_LEN)
-/* The shortest header: the fixed fields, a one-letter domain, no padding,
- * the checksum. */
-#define HEADER_MIN (38 + 2 + 1 + 2 + 4)
+/* The shortest header: the fixed fields, no padding, the checksum (a Mux
+ * request carries no address; any other is checked by its address). */
+#define HEADER_MIN (38 + 4)
 
 /* Offsets in the plaintext header. */
 enum {
@@ -240,11 +241,15 @@ static int read_header(vmess_server *s, const uint8_t *h, size_t hlen, proto_eve
 	vmess_request *q = &s->req;
 	uint8_t sec = h[OFF_PSEC] & 0x0f, cmd = h[OFF_CMD];
 	size_t plen = h[OFF_PSEC] >> 4;
-	if (cmd != VMESS_CMD_TCP && cmd != VMESS_CMD_UDP) {
+	if (cmd != VMESS_CMD_TCP && cmd != VMESS_CMD_UDP && cmd != VMESS_CMD_MUX) {
 		*why = T_COMMAND;
 		return PROTO_ERR_MALFORMED;
 	}
-	ssize_t end = read_address(h, hlen, cmd, &ev->dest, why);
+	ssize_t end = OFF_PORT;
+	if (cmd == VMESS_CMD_MUX)
+		mux_session_dest(&ev->dest);
+	else
+		end = read_address(h, hlen, cmd, &ev->dest, why);
 	if (end < 0)
 		return PROTO_ERR_MALFORMED;
 	/* v2ray reads the padding, then the checksum over all before it; the

@@ -10,6 +10,8 @@
 #include "outbound/fanout.h"
 #include "runtime/conn.h"
 #include "runtime/dial.h"
+#include "supervisor/actor.h"
+#include "runtime/mux_conn.h"
 
 enum { MSG_DECISION, MSG_DEFAULT_ROUTE, MSG_RULE, MSG_NO_MEMORY, MSG_DRAINED, MSG_COUNT_ };
 static const char *const msgs[MSG_COUNT_] = {
@@ -59,7 +61,9 @@ static void log_access(const flow *f, const flow_ctx *ctx, const target *t, int3
 static connect_pending *sup_connect(void *self, worker *w, const flow *f, const flow_ctx *ctx,
                                     connect_cb cb, void *data)
 {
-	(void)self;
+	/* a Mux.Cool session is not routed: each of its sub-flows is */
+	if (mux_is_session(&f->dest))
+		return mux_serve(w, &((etm_supervisor *)self)->conn, f, ctx, cb, data);
 	sup_route *rs = worker_slot(w);
 	int32_t rule;
 	const target *t = plane_route(rs->plane, f, ctx, &rule);

@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "runtime/gun_conn.h"
+#include "runtime/mux_conn.h"
 #include "supervisor/actor.h"
 #include "supervisor/build_route.h"
 #include "supervisor/build_udplb.h"
@@ -80,6 +81,7 @@ static void worker_quiesce(worker *w, void *arg)
 	sup_worker_quiesce_timers(sw);
 	conn_close_all(w);
 	gun_close_all(w);
+	mux_close_all(w);
 }
 
 /* Phase two, after the connections' close callbacks ran: what they used. */

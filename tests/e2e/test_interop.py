@@ -1018,3 +1018,48 @@ def test_tls_name_is_verified_both_ways(chain, pki, echo, transport):
         return c
     theirs = chain.v2ray(make)
     assert_connect_fails(theirs.port, echo, chain.logs)
+
+
+# ---------------------------------------------------------------- Mux.Cool
+
+def v2_mux_client(protocol, server_port, transport, pki, path="/", credential=None,
+                  udp_target=None):
+    """v2ray's client with mux on: socks inbound (and, with udp_target, a
+    UDP dokodemo-door to it on the second port) -> protocol outbound with
+    "mux": {"enabled": true, "concurrency": 8}."""
+    def make(port, udp_port=None):
+        out = v2_outbound(protocol, server_port, transport, pki, path, credential)
+        out["mux"] = {"enabled": True, "concurrency": 8}
+        inbounds = [v2_socks_inbound(port)]
+        if udp_target:
+            inbounds.append({"tag": "door", "listen": "127.0.0.1", "port": udp_port,
+                             "protocol": "dokodemo-door",
+                             "settings": {"address": "127.0.0.1", "port": udp_target,
+                                          "network": "udp"}})
+        cfg = v2_config(inbounds[0], out)
+        cfg["inbounds"] = inbounds
+        return cfg
+    return make
+
+
+@needs_v2ray
+@pytest.mark.parametrize("protocol,transport", [("vless", "tcp"), ("vmess", "tcp"),
+                                                ("vmess", "ws+tls")])
+def test_mux_v2ray_to_ours(chain, pki, echo, udp_echo, protocol, transport):
+    """v2ray 4.34's mux client against our inbound: every flow of v2ray's
+    client goes as a sub-flow of a Mux.Cool session to v1.mux.cool, which
+    our inbound demultiplexes; each sub-flow is routed and logged on its
+    own. 16 MiB echoed byte for byte, a burst of 16 flows (several at once
+    on one session), and UDP through a UDP sub-flow."""
+    server = chain.proxy(our_server(protocol, transport, pki, "/mx", UUID))
+    client = chain.v2ray(v2_mux_client(protocol, server.port, transport, pki, "/mx", UUID,
+                                       udp_target=udp_echo.port), n_ports=2, udp=[1])
+    echo_check(client.port, echo.port, chain.logs)
+    burst_check(client.port, echo.port, chain.logs)
+    udp_direct_check(client.ports[1], udp_echo, chain.logs)
+    log = server.log()
+    # the session itself is not routed; its sub-flows are
+    assert "v1.mux.cool" not in log, chain.logs()
+    assert f"tcp flow to 127.0.0.1:{echo.port} from inbound in" in log
+    assert f"udp flow to 127.0.0.1:{udp_echo.port} from inbound in" in log
+    assert log.count(f":{echo.port} from inbound in takes") >= 17, chain.logs()

@@ -530,7 +530,9 @@ static void malformed_headers_refused(void **state)
 		{35, 2, 0, false, "vmess: body security not supported"},  /* auto */
 		{35, 6, 0, false, "vmess: body security not supported"},  /* zero is none on the wire */
 		{35, 0x13, 0, false, "vmess: header length out of bounds"}, /* padding 1 not there */
-		{37, 3, 0, false, "vmess: command not supported"},        /* mux */
+		/* mux carries no address: one after it makes the header too long */
+		{37, 3, 0, false, "vmess: header length out of bounds"},
+		{37, 4, 0, false, "vmess: command not supported"},
 		{37, 0, 0, false, "vmess: command not supported"},
 		{40, 4, 0, false, "vmess: address type not supported"},
 		{40, 3, 0, false, "vmess: header length out of bounds"},   /* v6 past the end */

@@ -1,0 +1,719 @@
+/* mux_conn.c - the Mux.Cool server session: frames from the inbound's relay, sub-flows through the connector, their bytes back as frames. */
+#include "runtime/mux_conn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <arpa/inet.h>
+
+#include "base/list.h"
+#include "base/log.h"
+#include "proto/mux.h"
+#include "runtime/relay.h"
+
+enum { M_NOMEM, M_SESSION_ENDED, M_SUB_ENDED, M_SUB_FAILED, M_BAD_FRAME, M_UDP_OPEN };
+
+static const char *const msgs[] = {
+	[M_NOMEM] = "mux: out of memory",
+	[M_SESSION_ENDED] = "mux: the session ended",
+	[M_SUB_ENDED] = "sub-flow %u to %s ended: %s",
+	[M_SUB_FAILED] = "sub-flow %u to %s failed: %s",
+	[M_BAD_FRAME] = "session from %s ended: %s",
+	[M_UDP_OPEN] = "mux: cannot open the datagram link: %s",
+};
+
+/* Writes an endpoint queues on a channel at most (endpoint.h: its slots
+ * and a few replies of its own). */
+#define WQ_MAX 16
+/* Frames toward the client waiting for its relay: sub-flows stop adding
+ * data frames beyond this (End frames still go). */
+#define OUT_SOFT (64 * 1024)
+#define OUT_CAP (OUT_SOFT + MUX_FRAME_MAX + 64 * MUX_SHORT_FRAME_LEN)
+
+typedef struct mux_conn mux_conn;
+
+typedef struct wreq {
+	const uint8_t *d;
+	size_t n, off;
+	void *req;
+} wreq;
+
+typedef struct wdone {
+	void *req;
+	int status;
+} wdone;
+
+/* A queue of an endpoint's writes on a channel. */
+typedef struct wqueue {
+	wreq q[WQ_MAX];
+	unsigned head, n;
+	wdone done[WQ_MAX];
+	unsigned n_done;
+} wqueue;
+
+static int wq_push(wqueue *w, const uint8_t *d, size_t n, void *req)
+{
+	if (w->n == WQ_MAX)
+		return -1;
+	w->q[(w->head + w->n++) % WQ_MAX] = (wreq){.d = d, .n = n, .req = req};
+	return 0;
+}
+
+static wreq *wq_head(wqueue *w) { return w->n ? &w->q[w->head] : NULL; }
+
+/* The head write is all taken: reported later. */
+static void wq_pop(wqueue *w, int status)
+{
+	w->done[w->n_done++] = (wdone){.req = w->q[w->head].req, .status = status};
+	w->head = (w->head + 1) % WQ_MAX;
+	w->n--;
+}
+
+static size_t wq_bytes(const wqueue *w)
+{
+	size_t b = 0;
+	for (unsigned i = 0; i < w->n; i++) {
+		const wreq *r = &w->q[(w->head + i) % WQ_MAX];
+		b += r->n - r->off;
+	}
+	return b;
+}
+
+/* Reports the writes done to ep (which may close inside). */
+static void wq_tell(wqueue *w, endpoint *ep)
+{
+	unsigned n = w->n_done;
+	w->n_done = 0;
+	for (unsigned i = 0; i < n; i++)
+		endpoint_chan_written(ep, w->done[i].req, w->done[i].status);
+}
+
+typedef struct msub {
+	chan ch; /* first: the sub-flow's endpoint runs on it (TCP) */
+	mux_conn *m;
+	list_node node;
+	uint16_t id;
+	bool udp;
+	addr_dest dest;
+	connect_pending *pending;
+	relay *rl;
+	dgram_link *link;
+	bool has_ep;     /* the endpoint exists and has not closed */
+	uint8_t *rx;     /* data from the client its endpoint has not taken */
+	size_t rx_len, rx_cap;
+	wqueue wq;       /* the upstream's bytes toward the client */
+	bool want, peer_end, eof_told, shut_wanted, shut_told, end_sent, failed, gone;
+} msub;
+
+struct mux_conn {
+	chan face; /* first: the session's endpoint toward the inbound's relay */
+	connect_pending base; /* until the face is handed over */
+	connect_cb open_cb;   /* the inbound's, called from the loop (never inside
+	                       * its connect: it has not consumed the request yet) */
+	void *open_data;
+	endpoint *face_ep;    /* until handed over */
+	worker *w;
+	const connector *conn;
+	flow f;
+	flow_ctx ctx;
+	char *tag;
+	char peer[64];
+	mux_server core;
+	list_node reg;
+	list subs;
+	wqueue fq;    /* the client's bytes, from the relay */
+	uint8_t *in;  /* [0, in_len): the client's bytes not yet decoded */
+	size_t in_len;
+	uint8_t *out; /* [0, out_len): frames toward the client */
+	size_t out_len;
+	uv_idle_t kick;
+	bool kicking, servicing, face_want, face_open, client_ended, eof_told, dead, freed;
+	uint64_t moved; /* bytes moved ever: a service that moved some runs again */
+};
+
+static _Thread_local list sessions;
+
+static void service(mux_conn *m);
+
+static void on_kick(uv_idle_t *h)
+{
+	mux_conn *m = h->data;
+	uv_idle_stop(h);
+	m->kicking = false;
+	service(m);
+}
+
+static void kick(mux_conn *m)
+{
+	if (!m->kicking && !m->freed) {
+		m->kicking = true;
+		uv_idle_start(&m->kick, on_kick);
+	}
+}
+
+static void put_out(mux_conn *m, const uint8_t *d, size_t n)
+{
+	if (n <= OUT_CAP - m->out_len) {
+		memcpy(m->out + m->out_len, d, n);
+		m->out_len += n;
+	}
+}
+
+/* The sub-flow's End toward the client, once. */
+static void send_end(msub *s, bool error)
+{
+	if (s->end_sent)
+		return;
+	s->end_sent = true;
+	proto_out po;
+	if (mux_server_end(&s->m->core, s->id, error, &po) == 0)
+		put_out(s->m, po.buf, po.len);
+}
+
+static void dest_text(const addr_dest *d, char *out, size_t size)
+{
+	(void)addr_dest_format(d, out, size);
+}
+
+/* ---- a sub-flow's channel ---- */
+
+static msub *sub_of(const chan *ch) { return (msub *)(void *)ch; }
+
+static int sub_write(chan *ch, const uint8_t *d, size_t n, void *req)
+{
+	msub *s = sub_of(ch);
+	if (s->end_sent || s->m->dead || wq_push(&s->wq, d, n, req))
+		return -1;
+	kick(s->m);
+	return 0;
+}
+
+static void sub_read(chan *ch, bool on)
+{
+	msub *s = sub_of(ch);
+	s->want = on;
+	if (on)
+		kick(s->m);
+}
+
+static int sub_shutdown(chan *ch)
+{
+	msub *s = sub_of(ch);
+	s->shut_wanted = true;
+	kick(s->m);
+	return 0;
+}
+
+static void sub_close(chan *ch)
+{
+	msub *s = sub_of(ch);
+	s->has_ep = false;
+	s->wq.n = 0; /* the endpoint's buffers: forgotten */
+	s->wq.n_done = 0;
+	send_end(s, s->failed || !s->peer_end);
+	kick(s->m);
+}
+
+static size_t sub_queued(const chan *ch) { return wq_bytes(&sub_of(ch)->wq); }
+
+static int no_name(const chan *ch, struct sockaddr_storage *ss)
+{
+	(void)ch;
+	(void)ss;
+	return -1;
+}
+
+static const chan_ops sub_chan = {
+	.write = sub_write,
+	.read = sub_read,
+	.shutdown = sub_shutdown,
+	.close = sub_close,
+	.queued = sub_queued,
+	.peername = no_name,
+	.sockname = no_name,
+};
+
+static msub *find(mux_conn *m, uint16_t id)
+{
+	for (list_node *n = m->subs.head; n; n = n->next) {
+		msub *s = LIST_ENTRY(n, msub, node);
+		if (s->id == id && !s->gone)
+			return s;
+	}
+	return NULL;
+}
+
+static void sub_free(msub *s)
+{
+	list_remove(&s->m->subs, &s->node);
+	free(s->rx);
+	free(s);
+}
+
+/* Ends a sub-flow from our side: what it holds closes (its End goes out
+ * once, as the endpoint's close sends it). */
+static void sub_stop(msub *s, bool error)
+{
+	s->gone = true;
+	s->failed |= error;
+	if (s->pending) {
+		s->pending->cancel(s->pending);
+		s->pending = NULL;
+	}
+	if (s->link) {
+		s->link->ops->close(s->link);
+		s->link = NULL;
+	}
+	if (s->rl) {
+		relay *rl = s->rl;
+		s->rl = NULL;
+		relay_stop(rl); /* closes the endpoint: sub_close */
+	}
+	send_end(s, error);
+}
+
+static void on_sub_end(void *ud, const char *why)
+{
+	msub *s = ud;
+	char d[300];
+	dest_text(&s->dest, d, sizeof d);
+	log_debug("mux", msgs[M_SUB_ENDED], s->id, d, why ? why : "closed");
+	s->rl = NULL; /* it stops itself */
+	s->failed |= why != NULL;
+	s->gone = true;
+	kick(s->m);
+}
+
+static const relay_events sub_relay_events = {.on_end = on_sub_end};
+
+static void on_sub_connected(const connect_result *r, void *data)
+{
+	msub *s = data;
+	s->pending = NULL;
+	char d[300];
+	if (!r->ok || r->blackhole) {
+		dest_text(&s->dest, d, sizeof d);
+		log_debug("mux", msgs[M_SUB_FAILED], s->id, d, r->ok ? "blackhole" : r->msg);
+		sub_stop(s, true);
+		kick(s->m);
+		return;
+	}
+	endpoint *ep = endpoint_new_chan(s->m->w, &s->ch, NULL, NULL, NULL);
+	if (!ep) {
+		endpoint_close(r->ep, false);
+		sub_stop(s, true);
+		kick(s->m);
+		return;
+	}
+	s->has_ep = true;
+	relay_config cfg = {.splice = false, .idle_ms = 0};
+	s->rl = relay_start(s->m->w, ep, r->ep, &cfg, &sub_relay_events, s);
+	if (!s->rl) {
+		s->has_ep = false;
+		sub_stop(s, true);
+	}
+	kick(s->m);
+}
+
+/* A datagram for a UDP sub-flow, from its destination. */
+static void on_sub_dgram(const addr_dest *from, uint8_t *data, size_t len, void *ud)
+{
+	(void)from;
+	msub *s = ud;
+	mux_conn *m = s->m;
+	if (s->gone || len > MUX_UDP_PAYLOAD_MAX || OUT_CAP - m->out_len < len + MUX_HEADER_MAX)
+		return; /* dropped: UDP */
+	ssize_t n = mux_encode_datagram(s->id, NULL, data, len, m->out + m->out_len,
+	                                OUT_CAP - m->out_len);
+	if (n > 0)
+		m->out_len += (size_t)n;
+	kick(m);
+}
+
+static void on_sub_dgram_end(void *ud, const char *why)
+{
+	msub *s = ud;
+	char d[300];
+	dest_text(&s->dest, d, sizeof d);
+	log_debug("mux", msgs[M_SUB_ENDED], s->id, d, why ? why : "closed");
+	s->gone = true;
+	kick(s->m);
+}
+
+static const dgram_handlers sub_dgram = {.recv = on_sub_dgram, .end = on_sub_dgram_end};
+
+/* ---- the client's frames ---- */
+
+static bool open_sub(mux_conn *m, const mux_event *ev)
+{
+	msub *s = calloc(1, sizeof *s);
+	if (!s)
+		return false;
+	s->ch.ops = &sub_chan;
+	s->m = m;
+	s->id = ev->id;
+	s->dest = ev->dest;
+	s->udp = ev->dest.network == ADDR_UDP;
+	list_push_back(&m->subs, &s->node);
+	flow f = m->f;
+	f.dest = ev->dest;
+	f.sniffed = (addr_dest){0};
+	if (s->udp) {
+		char err[200];
+		s->link = m->conn->connect_datagram(m->conn->self, m->w, &f, &m->ctx, &sub_dgram, s, err,
+		                                    sizeof err);
+		if (!s->link) {
+			log_debug("mux", msgs[M_UDP_OPEN], err);
+			sub_stop(s, true);
+		}
+	} else {
+		s->pending = m->conn->connect(m->conn->self, m->w, &f, &m->ctx, on_sub_connected, s);
+	}
+	return true;
+}
+
+/* Room for the data of the frame at in: a TCP sub-flow takes at most
+ * MUX_SUB_BUFFER bytes ahead of its upstream. */
+static bool room_for(mux_conn *m, const mux_event *peek)
+{
+	if (peek->kind != MUX_EV_DATA && peek->kind != MUX_EV_OPEN)
+		return true;
+	msub *s = find(m, peek->id);
+	return !s || s->udp || s->rx_len + peek->data_len <= MUX_SUB_BUFFER;
+}
+
+static bool rx_add(msub *s, const uint8_t *d, size_t n)
+{
+	if (!n || s->gone)
+		return true;
+	if (s->rx_cap - s->rx_len < n) {
+		size_t cap = s->rx_cap ? s->rx_cap : 16384;
+		while (cap - s->rx_len < n)
+			cap *= 2;
+		uint8_t *rx = realloc(s->rx, cap);
+		if (!rx)
+			return false;
+		s->rx = rx;
+		s->rx_cap = cap;
+	}
+	memcpy(s->rx + s->rx_len, d, n);
+	s->rx_len += n;
+	return true;
+}
+
+static void die(mux_conn *m, const char *why)
+{
+	if (m->dead)
+		return;
+	m->dead = true;
+	if (why)
+		log_debug("mux", msgs[M_BAD_FRAME], m->peer, why);
+	for (list_node *n = m->subs.head; n; n = n->next)
+		sub_stop(LIST_ENTRY(n, msub, node), true);
+	kick(m);
+}
+
+/* Decodes what the client sent, frame by frame, while sub-flows have room. */
+static void read_frames(mux_conn *m)
+{
+	/* the relay's writes into the input buffer */
+	wreq *r;
+	while ((r = wq_head(&m->fq))) {
+		size_t k = r->n - r->off;
+		if (k > 2 * MUX_FRAME_MAX - m->in_len)
+			k = 2 * MUX_FRAME_MAX - m->in_len;
+		memcpy(m->in + m->in_len, r->d + r->off, k);
+		m->in_len += k;
+		r->off += k;
+		if (r->off < r->n)
+			break;
+		wq_pop(&m->fq, 0);
+	}
+	while (!m->dead && m->in_len && m->out_len < OUT_SOFT) {
+		mux_event peek, ev;
+		ssize_t n = mux_decode(m->in, m->in_len, &peek);
+		if (n == MUX_NEED_MORE)
+			break;
+		if (n > 0 && !room_for(m, &peek))
+			break; /* resumes as the sub-flow's upstream takes its bytes */
+		proto_out po;
+		n = n < 0 ? n : mux_server_feed(&m->core, m->in, m->in_len, &ev, &po);
+		if (n < 0) {
+			die(m, ev.reason ? ev.reason : peek.reason);
+			return;
+		}
+		put_out(m, po.buf, po.len);
+		msub *s = ev.kind == MUX_EV_DATA || ev.kind == MUX_EV_END ? find(m, ev.id) : NULL;
+		switch (ev.kind) {
+		case MUX_EV_OPEN:
+			if (!open_sub(m, &ev)) {
+				die(m, msgs[M_NOMEM]);
+				return;
+			}
+			s = find(m, ev.id);
+			if (s && ev.has_data && ev.data_len) {
+				if (s->udp && s->link)
+					(void)s->link->ops->send_to(s->link, &s->dest, ev.data, ev.data_len);
+				else if (!rx_add(s, ev.data, ev.data_len))
+					sub_stop(s, true);
+			}
+			break;
+		case MUX_EV_DATA:
+			if (!s)
+				break;
+			if (s->udp) {
+				if (s->link && ev.data_len)
+					(void)s->link->ops->send_to(s->link, &s->dest, ev.data, ev.data_len);
+			} else if (!rx_add(s, ev.data, ev.data_len)) {
+				sub_stop(s, true);
+			}
+			break;
+		case MUX_EV_END:
+			if (!s)
+				break;
+			s->peer_end = true;
+			s->end_sent = true; /* the id is closed on both sides now */
+			if (s->udp || !s->rl)
+				sub_stop(s, ev.error);
+			break;
+		default:
+			break;
+		}
+		memmove(m->in, m->in + n, m->in_len - (size_t)n);
+		m->in_len -= (size_t)n;
+		m->moved += (size_t)n;
+	}
+}
+
+/* A sub-flow's news for its endpoint, and its upstream's bytes as frames. */
+static void serve_sub(mux_conn *m, msub *s)
+{
+	if (s->has_ep)
+		wq_tell(&s->wq, s->ch.ep);
+	if (!s->has_ep)
+		return;
+	endpoint *ep = s->ch.ep;
+	while (s->want && s->rx_len && s->has_ep) {
+		size_t k = endpoint_chan_input(ep, s->rx, s->rx_len);
+		if (k == 0)
+			break;
+		memmove(s->rx, s->rx + k, s->rx_len - k);
+		s->rx_len -= k;
+		m->moved += k;
+	}
+	if (s->has_ep && s->peer_end && !s->rx_len && s->want && !s->eof_told) {
+		s->eof_told = true;
+		endpoint_chan_eof(ep);
+	}
+	wreq *r;
+	while (s->has_ep && !s->end_sent && m->out_len < OUT_SOFT && (r = wq_head(&s->wq))) {
+		size_t used = 0;
+		m->out_len += mux_encode_stream(s->id, r->d + r->off, r->n - r->off,
+		                                m->out + m->out_len, OUT_CAP - m->out_len, &used);
+		r->off += used;
+		m->moved += used;
+		if (r->off == r->n)
+			wq_pop(&s->wq, 0);
+		else if (!used)
+			break;
+	}
+	if (s->has_ep && s->shut_wanted && !s->wq.n && !s->shut_told) {
+		/* Mux.Cool has no half-close: the upstream's end ends the sub-flow */
+		s->shut_told = true;
+		send_end(s, false);
+		endpoint_chan_shut(ep);
+	}
+	if (s->has_ep && s->wq.n_done)
+		wq_tell(&s->wq, ep);
+}
+
+static void on_freed(uv_handle_t *h) { free(h->data); }
+
+static void session_free(mux_conn *m)
+{
+	m->freed = true;
+	list_remove(&sessions, &m->reg);
+	free(m->in);
+	free(m->out);
+	free(m->tag);
+	uv_close((uv_handle_t *)&m->kick, on_freed);
+}
+
+static void service(mux_conn *m)
+{
+	if (m->freed || m->servicing)
+		return;
+	if (m->open_cb) {
+		connect_cb cb = m->open_cb;
+		m->open_cb = NULL;
+		endpoint *ep = m->face_ep;
+		m->face_ep = NULL;
+		cb(&(connect_result){.ok = true, .ep = ep}, m->open_data);
+		if (m->freed)
+			return;
+	}
+	m->servicing = true;
+	uint64_t before = m->moved;
+	if (m->face_open)
+		wq_tell(&m->fq, m->face.ep);
+	if (m->face_open && !m->client_ended)
+		read_frames(m);
+	for (list_node *n = m->subs.head; n; n = n->next)
+		serve_sub(m, LIST_ENTRY(n, msub, node));
+	if (m->face_open && (m->fq.n_done))
+		wq_tell(&m->fq, m->face.ep);
+	while (m->face_open && m->face_want && m->out_len) {
+		size_t k = endpoint_chan_input(m->face.ep, m->out, m->out_len);
+		if (k == 0)
+			break;
+		memmove(m->out, m->out + k, m->out_len - k);
+		m->out_len -= k;
+		m->moved += k;
+	}
+	for (list_node *n = m->subs.head, *next; n; n = next) {
+		next = n->next;
+		msub *s = LIST_ENTRY(n, msub, node);
+		if (s->gone && !s->has_ep && !s->rl && !s->pending && !s->link)
+			sub_free(s);
+	}
+	if (m->face_open && m->dead && !m->eof_told) {
+		m->eof_told = true;
+		endpoint_chan_fail(m->face.ep, msgs[M_SESSION_ENDED]);
+	} else if (m->face_open && m->client_ended && !m->out_len && !m->eof_told &&
+	           !m->subs.head && m->face_want) {
+		m->eof_told = true;
+		endpoint_chan_eof(m->face.ep);
+	}
+	m->servicing = false;
+	if (!m->face_open && !m->subs.head) {
+		session_free(m);
+		return;
+	}
+	/* bytes moved: what waited for room (frames not yet read, writes not
+	 * yet framed) gets another round */
+	if (m->moved != before)
+		kick(m);
+}
+
+/* ---- the face ---- */
+
+static mux_conn *face_of(const chan *ch) { return (mux_conn *)(void *)ch; }
+
+static int face_write(chan *ch, const uint8_t *d, size_t n, void *req)
+{
+	mux_conn *m = face_of(ch);
+	if (m->client_ended || wq_push(&m->fq, d, n, req))
+		return -1;
+	kick(m);
+	return 0;
+}
+
+static void face_read(chan *ch, bool on)
+{
+	mux_conn *m = face_of(ch);
+	m->face_want = on;
+	if (on)
+		kick(m);
+}
+
+/* The client's end ends the session: Mux.Cool sessions do not half-close. */
+static int face_shutdown(chan *ch)
+{
+	mux_conn *m = face_of(ch);
+	m->client_ended = true;
+	for (list_node *n = m->subs.head; n; n = n->next)
+		sub_stop(LIST_ENTRY(n, msub, node), false);
+	kick(m);
+	return 0;
+}
+
+static void face_close(chan *ch)
+{
+	mux_conn *m = face_of(ch);
+	m->face_open = false;
+	m->fq.n = 0;
+	m->fq.n_done = 0;
+	die(m, NULL);
+}
+
+static size_t face_queued(const chan *ch) { return wq_bytes(&face_of(ch)->fq); }
+
+static const chan_ops face_chan = {
+	.write = face_write,
+	.read = face_read,
+	.shutdown = face_shutdown,
+	.close = face_close,
+	.queued = face_queued,
+	.peername = no_name,
+	.sockname = no_name,
+};
+
+/* The inbound gave up before the face was handed over. */
+static void serve_cancel(connect_pending *p)
+{
+	mux_conn *m = (mux_conn *)(void *)((char *)p - offsetof(mux_conn, base));
+	m->open_cb = NULL;
+	endpoint *ep = m->face_ep;
+	m->face_ep = NULL;
+	endpoint_close(ep, false); /* face_close: the session ends */
+}
+
+bool mux_is_session(const addr_dest *dest)
+{
+	return dest->kind == ADDR_DOMAIN && dest->u.domain.len == sizeof MUX_COOL_DOMAIN - 1 &&
+	       strncasecmp(dest->u.domain.name, MUX_COOL_DOMAIN, sizeof MUX_COOL_DOMAIN - 1) == 0;
+}
+
+connect_pending *mux_serve(worker *w, const connector *conn, const flow *f, const flow_ctx *ctx,
+                           connect_cb cb, void *data)
+{
+	mux_conn *m = calloc(1, sizeof *m);
+	if (!m || !(m->in = malloc(2 * MUX_FRAME_MAX)) || !(m->out = malloc(OUT_CAP)) ||
+	    (ctx->inbound_tag && !(m->tag = strdup(ctx->inbound_tag)))) {
+		if (m) {
+			free(m->in);
+			free(m->out);
+			free(m);
+		}
+		cb(&(connect_result){.err = PROTO_DIAL_GENERAL, .msg = msgs[M_NOMEM]}, data);
+		return NULL;
+	}
+	m->face.ops = &face_chan;
+	m->w = w;
+	m->conn = conn;
+	m->f = *f;
+	m->ctx = *ctx;
+	m->ctx.inbound_tag = m->tag;
+	mux_server_init(&m->core);
+	struct sockaddr_storage *p = &m->ctx.peer;
+	char ip[64] = "?";
+	if (p->ss_family == AF_INET)
+		inet_ntop(AF_INET, &((struct sockaddr_in *)p)->sin_addr, ip, sizeof ip);
+	else if (p->ss_family == AF_INET6)
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)p)->sin6_addr, ip, sizeof ip);
+	snprintf(m->peer, sizeof m->peer, "%s", ip);
+	uv_idle_init(worker_loop(w), &m->kick);
+	m->kick.data = m;
+	list_push_back(&sessions, &m->reg);
+	endpoint *ep = endpoint_new_chan(w, &m->face, NULL, NULL, NULL);
+	if (!ep) { /* face_close ran: the session frees itself */
+		cb(&(connect_result){.err = PROTO_DIAL_GENERAL, .msg = msgs[M_NOMEM]}, data);
+		return NULL;
+	}
+	m->face_open = true;
+	m->face_ep = ep;
+	m->open_cb = cb;
+	m->open_data = data;
+	m->base.cancel = serve_cancel;
+	kick(m);
+	return &m->base;
+}
+
+void mux_close_all(worker *w)
+{
+	(void)w;
+	for (list_node *n = sessions.head; n; n = n->next)
+		die(LIST_ENTRY(n, mux_conn, reg), NULL);
+}

@@ -1,0 +1,41 @@
+/* mux_conn.h - Mux.Cool sessions: a flow to v1.mux.cool:9527 carries many sub-flows, each opened through the connector on its own (server), and many flows of an outbound share one proxy stream (client). */
+#ifndef ETM_RUNTIME_MUX_CONN_H
+#define ETM_RUNTIME_MUX_CONN_H
+
+#include <stdbool.h>
+
+#include "runtime/connector.h"
+#include "runtime/worker.h"
+
+/* The frames and the session rules are proto/mux.h's; this is their shell.
+ *
+ * Server. A flow whose destination is v1.mux.cool:9527 is a session, not a
+ * connect: mux_serve hands the inbound an endpoint (the session's face:
+ * the inbound relays its client with it as with any upstream) and every
+ * sub-flow the client opens goes through the connector as a flow of its
+ * own, with the session's inbound and source: routed on the plane current
+ * when it opens, logged, drained with its outbound. A TCP sub-flow is
+ * relayed with its upstream; a UDP sub-flow's datagrams go through a
+ * datagram link to the destination its New named (v2ray 4.34 puts no
+ * address in later frames). Mux.Cool has no flow control of its own: a
+ * sub-flow holds at most MUX_SUB_BUFFER bytes its upstream has not taken,
+ * and past that the session stops reading its client (as v2ray's does),
+ * so memory stays bounded. The client's end, or the face's close, ends
+ * every sub-flow. */
+
+#define MUX_SUB_BUFFER (64 * 1024)
+
+/* Whether dest is the session address v1.mux.cool (any port, as v2ray's
+ * server checks the name only). */
+bool mux_is_session(const addr_dest *dest);
+
+/* Starts a session for f (to v1.mux.cool) of an inbound; conn opens its
+ * sub-flows with ctx (copied). cb gets the face endpoint, before this
+ * returns (which then returns NULL), or the failure. */
+connect_pending *mux_serve(worker *w, const connector *conn, const flow *f, const flow_ctx *ctx,
+                           connect_cb cb, void *data);
+
+/* Ends every session of the worker's (a stop). */
+void mux_close_all(worker *w);
+
+#endif
