@@ -10,6 +10,7 @@
 
 #include "base/list.h"
 #include "base/log.h"
+#include "outbound/fanout.h"
 #include "proto/mux.h"
 #include "runtime/relay.h"
 
@@ -101,6 +102,7 @@ typedef struct msub {
 	relay *rl;
 	dgram_link *link;
 	bool has_ep;     /* the endpoint exists and has not closed */
+	uint64_t origin; /* the outbound version its upstream was opened on */
 	uint8_t *rx;     /* data from the client its endpoint has not taken */
 	size_t rx_len, rx_cap;
 	wqueue wq;       /* the upstream's bytes toward the client */
@@ -308,6 +310,7 @@ static void on_sub_connected(const connect_result *r, void *data)
 		return;
 	}
 	s->has_ep = true;
+	s->origin = endpoint_origin(r->ep);
 	relay_config cfg = {.splice = false, .idle_ms = 0};
 	s->rl = relay_start(s->m->w, ep, r->ep, &cfg, &sub_relay_events, s);
 	if (!s->rl) {
@@ -709,6 +712,31 @@ connect_pending *mux_serve(worker *w, const connector *conn, const flow *f, cons
 	m->base.cancel = serve_cancel;
 	kick(m);
 	return &m->base;
+}
+
+size_t mux_drain(worker *w, uint64_t origin, const char *why)
+{
+	(void)w;
+	size_t n = 0;
+	for (list_node *i = sessions.head; i; i = i->next) {
+		mux_conn *m = LIST_ENTRY(i, mux_conn, reg);
+		for (list_node *j = m->subs.head; j; j = j->next) {
+			msub *s = LIST_ENTRY(j, msub, node);
+			if (s->gone)
+				continue;
+			if (s->link) {
+				n += fanout_drain(s->link, origin, why);
+			} else if (s->rl && s->origin == origin) {
+				char d[300];
+				dest_text(&s->dest, d, sizeof d);
+				log_debug("mux", msgs[M_SUB_ENDED], s->id, d, why);
+				sub_stop(s, true);
+				n++;
+			}
+		}
+		kick(m);
+	}
+	return n;
 }
 
 void mux_close_all(worker *w)

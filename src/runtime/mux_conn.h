@@ -35,6 +35,12 @@ bool mux_is_session(const addr_dest *dest);
 connect_pending *mux_serve(worker *w, const connector *conn, const flow *f, const flow_ctx *ctx,
                            connect_cb cb, void *data);
 
+/* A drain (seed 002): ends every sub-flow of the worker's sessions whose
+ * upstream was opened on origin, each logged at debug as "mux: sub-flow
+ * <id> to <dest> ended: <why>" (the client gets its End; the session goes
+ * on), and drops the UDP sub-links opened on it. Returns how many. */
+size_t mux_drain(worker *w, uint64_t origin, const char *why);
+
 /* Ends every session of the worker's (a stop). */
 void mux_close_all(worker *w);
 

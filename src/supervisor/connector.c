@@ -167,7 +167,7 @@ static dgram_link *sup_connect_datagram(void *self, worker *w, const flow *f, co
 size_t sup_drain(worker *w, uint64_t origin)
 {
 	sup_route *rs = worker_slot(w);
-	size_t n = conn_drain(w, origin);
+	size_t n = conn_drain(w, origin) + mux_drain(w, origin, msgs[MSG_DRAINED]);
 	for (list_node *i = rs->assocs.head; i; i = i->next)
 		n += fanout_drain(LIST_ENTRY(i, assoc_env, node)->link, origin, msgs[MSG_DRAINED]);
 	return n;

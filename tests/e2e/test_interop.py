@@ -49,6 +49,8 @@ from proxykit import (LOOPBACK, EchoServer, HttpReader, HttpTarget, Proxy, UdpEc
                       recv_until_closed, socks5_connect, socks5_greet, socks5_request, socks_addr,
                       stop_cleanly, wait_closed)
 
+from reloadkit import reload
+
 V2RAY = shutil.which("v2ray")
 TROJAN = shutil.which("trojan")
 CURL = shutil.which("curl") or "/usr/bin/curl"
@@ -1063,3 +1065,39 @@ def test_mux_v2ray_to_ours(chain, pki, echo, udp_echo, protocol, transport):
     assert f"tcp flow to 127.0.0.1:{echo.port} from inbound in" in log
     assert f"udp flow to 127.0.0.1:{udp_echo.port} from inbound in" in log
     assert log.count(f":{echo.port} from inbound in takes") >= 17, chain.logs()
+
+
+@needs_v2ray
+def test_a_route_change_reaches_the_next_mux_sub_flow_of_a_live_session(chain, pki, echo):
+    """Seed 002: a sub-flow is routed when it opens, on the plane current
+    then. With a session open (its first sub-flow held), a reload that sends
+    the default route to a blackhole reaches the session's next sub-flow,
+    while the first goes on, on the outbound it opened on."""
+    def server(default):
+        return (f'[log]\nlevel = "debug"\n\n'
+                f'[[inbound]]\ntag = "in"\nprotocol = "vless"\nlisten = "127.0.0.1"\n'
+                f'port = {{port0}}\n[[inbound.settings.users]]\nname = "u"\nid = "{UUID}"\n\n'
+                f'[[outbound]]\ntag = "a"\nprotocol = "freedom"\n\n'
+                f'[[outbound]]\ntag = "b"\nprotocol = "blackhole"\n\n'
+                f'[route]\ndefault = "{default}"\n')
+
+    ours = chain.proxy(server("a"))
+    client = chain.v2ray(v2_mux_client("vless", ours.port, "tcp", pki, credential=UUID))
+    first = socks5_connect(client.port, "127.0.0.1", echo.port)
+    try:
+        first.sendall(b"first sub-flow")
+        assert recv_exact(first, 14) == b"first sub-flow"
+        text = server("b").replace("{port0}", str(ours.port))
+        assert reload(ours, text)[0] == "config reload: changed route"
+        with socks5_connect(client.port, "127.0.0.1", echo.port) as second:
+            second.sendall(b"second sub-flow")
+            second.settimeout(5)
+            assert second.recv(100) == b"", "the sub-flow after the reload was not blackholed"
+        assert f"tcp flow to 127.0.0.1:{echo.port} from inbound in takes b@v1" in ours.log()
+        first.sendall(b"still on a")
+        assert recv_exact(first, 10) == b"still on a"
+        # the first sub-flow was routed once, when it opened
+        assert ours.log().count(f"tcp flow to 127.0.0.1:{echo.port} from inbound in takes a@v1") \
+            == 1, chain.logs()
+    finally:
+        first.close()
