@@ -1046,15 +1046,16 @@ def v2_mux_client(protocol, server_port, transport, pki, path="/", credential=No
 
 @needs_v2ray
 @pytest.mark.parametrize("protocol,transport", [("vless", "tcp"), ("vmess", "tcp"),
-                                                ("vmess", "ws+tls")])
+                                                ("vmess", "ws+tls"), ("trojan", "tls")])
 def test_mux_v2ray_to_ours(chain, pki, echo, udp_echo, protocol, transport):
     """v2ray 4.34's mux client against our inbound: every flow of v2ray's
     client goes as a sub-flow of a Mux.Cool session to v1.mux.cool, which
     our inbound demultiplexes; each sub-flow is routed and logged on its
     own. 16 MiB echoed byte for byte, a burst of 16 flows (several at once
     on one session), and UDP through a UDP sub-flow."""
-    server = chain.proxy(our_server(protocol, transport, pki, "/mx", UUID))
-    client = chain.v2ray(v2_mux_client(protocol, server.port, transport, pki, "/mx", UUID,
+    credential = PASSWORD if protocol == "trojan" else UUID
+    server = chain.proxy(our_server(protocol, transport, pki, "/mx", credential))
+    client = chain.v2ray(v2_mux_client(protocol, server.port, transport, pki, "/mx", credential,
                                        udp_target=udp_echo.port), n_ports=2, udp=[1])
     echo_check(client.port, echo.port, chain.logs)
     burst_check(client.port, echo.port, chain.logs)
