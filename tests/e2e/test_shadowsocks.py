@@ -28,7 +28,8 @@ import time
 import pytest
 
 import test_interop as interop
-from proxykit import LOOPBACK, EchoServer, connect, free_port, socks5_connect, stop_cleanly
+from proxykit import (LOOPBACK, Association, EchoServer, connect, free_port, socks5_connect,
+                      stop_cleanly)
 
 SS_SERVER = shutil.which("ss-server")
 SS_LOCAL = shutil.which("ss-local")
@@ -295,3 +296,19 @@ def test_spec_refusals(run, tmp_path):
                 "outbound o: shadowsocks method 2022-blake3-chacha20-poly1305 is not available yet")
     check_fails(run, tmp_path, out + 'password = "x"\n',
                 "outbound o: protocol shadowsocks needs settings.method")
+    check_fails(run, tmp_path, out + 'method = "rc4-md5"\npassword = "x"\n',
+                "unknown variant `rc4-md5`, expected one of `aes-128-gcm`, `aes-256-gcm`, "
+                "`chacha20-ietf-poly1305`, `2022-blake3-aes-128-gcm`, `2022-blake3-aes-256-gcm`, "
+                "`2022-blake3-chacha20-poly1305`")
+    check_fails(run, tmp_path, out + 'method = "aes-128-gcm"\n',
+                "outbound o: protocol shadowsocks needs settings.password")
+
+
+def test_udp_routed_to_shadowsocks_is_refused_by_name(chain, echo):
+    """No Shadowsocks UDP yet: a SOCKS5 UDP datagram routed to the
+    shadowsocks outbound fails its sub-link with the fixed text."""
+    client = chain.proxy(our_client("aes-128-gcm", 9))
+    with Association(client.port) as a:
+        a.send(LOOPBACK, echo.port, b"dgram")
+        assert a.silent()
+    interop.assert_logged(client, "shadowsocks carries no datagrams", chain.logs)
