@@ -13,6 +13,7 @@
 
 #include "outbound/freedom_udp.h"
 #include "outbound/proxy.h"
+#include "outbound/ss_udp.h"
 #include "outbound/stream_udp.h"
 #include "proto/http_client.h"
 #include "proto/shadowsocks.h"
@@ -236,6 +237,7 @@ static layer *vmess_request(const outbound *o, const addr_dest *dest)
 typedef struct ss_cred {
 	ss_method method;
 	uint8_t key[SS_KEY_MAX]; /* EVP_BytesToKey of the password */
+	addr_dest server;        /* where UDP packets go: the server's UDP port */
 } ss_cred;
 
 static int ss_build(outbound *o, const outbound_config *cfg, char *err, size_t err_size)
@@ -253,6 +255,7 @@ static int ss_build(outbound *o, const outbound_config *cfg, char *err, size_t e
 		snprintf(err, err_size, msgs[MSG_SS_KEY], cfg->tag);
 		return -1;
 	}
+	s->server = cfg->server;
 	return 0;
 }
 
@@ -266,6 +269,23 @@ static layer *ss_request(const outbound *o, const addr_dest *dest)
 	if (RAND_bytes(salt, sizeof salt) != 1)
 		return NULL;
 	return ss_client_new(s->method, s->key, dest, salt);
+}
+
+/* Shadowsocks UDP is packets of its own to the server's port, not a
+ * stream: a link over direct UDP (ss_udp.h), open at once. */
+static connect_pending *ss_datagram(const outbound *o, worker *w, dns_resolver *dns,
+                                    const addr_dest *to, const dgram_handlers *h, void *ud,
+                                    outbound_dgram_cb done, void *oud)
+{
+	(void)to;
+	const ss_cred *s = o->state;
+	char err[256];
+	dgram_link *l = ss_udp_open(w, dns, o->af, s->method, s->key, &s->server, h, ud, err,
+	                            sizeof err);
+	if (l)
+		l->origin = o->id;
+	done(oud, l, l ? NULL : err);
+	return NULL;
 }
 
 /* ---- the table ---- */
@@ -318,11 +338,10 @@ static const outbound_proto protos[] = {
 		.framing = STREAM_UDP_VMESS,
 	},
 	{
-		/* UDP is real datagrams to the server (not in the stream): not
-		 * in this build yet, so the row carries none */
-		.name = "shadowsocks", .proxy_client = true, .available = true,
+		/* UDP: packets to the server's port, each naming its target */
+		.name = "shadowsocks", .proxy_client = true, .udp = true, .available = true,
 		.state_size = sizeof(ss_cred), .build = ss_build, .free_state = ss_free,
-		.connect_stream = proxy_connect_stream,
+		.connect_stream = proxy_connect_stream, .connect_datagram = ss_datagram,
 		.request = ss_request,
 	},
 	{.name = "hysteria2", .proxy_client = true, .udp = true},

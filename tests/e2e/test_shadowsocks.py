@@ -13,6 +13,8 @@ shadowsocks inbound, and "ours_to_ours" both ends ours. The app carries
 expects the end, then opens 16 connections at once to the echo by name
 (localhost), as test_interop does.
 
+UDP: our outbound's packets through `ss-server -u` to UDP echoes.
+
 Also: a wrong password is not answered and not closed at once (the drain),
 a replayed first packet is refused and logged, the spec refuses a 2022
 method and sniffing with the exact texts. Only 127.0.0.1 is used; every
@@ -28,8 +30,8 @@ import time
 import pytest
 
 import test_interop as interop
-from proxykit import (LOOPBACK, Association, EchoServer, connect, free_port, socks5_connect,
-                      stop_cleanly)
+from proxykit import (LOOPBACK, Association, EchoServer, UdpEcho, connect, free_port,
+                      socks5_connect, stop_cleanly)
 
 SS_SERVER = shutil.which("ss-server")
 SS_LOCAL = shutil.which("ss-local")
@@ -94,9 +96,10 @@ class SsChain(interop.Chain):
         super().__init__(app, workdir)
         self.libev = []
 
-    def ss_server(self, method, password=PASSWORD):
+    def ss_server(self, method, password=PASSWORD, udp=False):
         p = Libev(self.workdir, lambda port: [SS_SERVER, "-s", LOOPBACK, "-p", str(port),
-                                              "-k", password, "-m", method, "-v"])
+                                              "-k", password, "-m", method, "-v"] +
+                  (["-u"] if udp else []))
         self.libev.append(p)
         return p.start()
 
@@ -304,11 +307,32 @@ def test_spec_refusals(run, tmp_path):
                 "outbound o: protocol shadowsocks needs settings.password")
 
 
-def test_udp_routed_to_shadowsocks_is_refused_by_name(chain, echo):
-    """No Shadowsocks UDP yet: a SOCKS5 UDP datagram routed to the
-    shadowsocks outbound fails its sub-link with the fixed text."""
-    client = chain.proxy(our_client("aes-128-gcm", 9))
+@pytest.fixture(scope="module")
+def udp_echo():
+    s = UdpEcho()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def udp_echo_b():
+    s = UdpEcho()
+    yield s
+    s.close()
+
+
+@needs_libev
+@pytest.mark.parametrize("method", METHODS)
+def test_udp_ours_to_libev(chain, udp_echo, udp_echo_b, method):
+    """app --SOCKS5 UDP--> our socks inbound -> our shadowsocks outbound (a
+    packet a datagram, each with its target) -> ss-server -u -> UDP echoes:
+    20 datagrams of 1 to 1900 bytes to one echo, then both echoes through one
+    association, each answering its own."""
+    server = chain.ss_server(method, udp=True)
+    client = chain.proxy(our_client(method, server.port))
     with Association(client.port) as a:
-        a.send(LOOPBACK, echo.port, b"dgram")
-        assert a.silent()
-    interop.assert_logged(client, "shadowsocks carries no datagrams", chain.logs)
+        for i in range(20):
+            data = os.urandom(1 + i * 100)
+            a.echo(udp_echo, data)
+        a.echo(udp_echo_b, b"to b")
+        a.echo(udp_echo, b"to a")
