@@ -13,7 +13,9 @@ shadowsocks inbound, and "ours_to_ours" both ends ours. The app carries
 expects the end, then opens 16 connections at once to the echo by name
 (localhost), as test_interop does.
 
-UDP: our outbound's packets through `ss-server -u` to UDP echoes.
+UDP: our outbound's packets through `ss-server -u` to UDP echoes. v2ray
+4.34's shadowsocks server and client (aes-128-gcm, chacha20-ietf-poly1305),
+TCP, both ways.
 
 Also: a wrong password is not answered and not closed at once (the drain),
 a replayed first packet is refused and logged, the spec refuses a 2022
@@ -336,3 +338,42 @@ def test_udp_ours_to_libev(chain, udp_echo, udp_echo_b, method):
             a.echo(udp_echo, data)
         a.echo(udp_echo_b, b"to b")
         a.echo(udp_echo, b"to a")
+
+
+# ---------------------------------------------------------------- v2ray 4.34
+
+V2_METHODS = ["aes-128-gcm", "chacha20-ietf-poly1305"]
+
+
+def v2_ss_server(method):
+    def make(port):
+        return interop.v2_config({"tag": "in", "listen": "127.0.0.1", "port": port,
+                                  "protocol": "shadowsocks",
+                                  "settings": {"method": method, "password": PASSWORD,
+                                               "network": "tcp"}}, interop.V2_FREEDOM)
+    return make
+
+
+def v2_ss_client(method, server_port):
+    def make(port):
+        return interop.v2_config(interop.v2_socks_inbound(port), {
+            "tag": "up", "protocol": "shadowsocks",
+            "settings": {"servers": [{"address": "127.0.0.1", "port": server_port,
+                                      "method": method, "password": PASSWORD}]}})
+    return make
+
+
+@interop.needs_v2ray
+@pytest.mark.parametrize("method", V2_METHODS)
+def test_ours_to_v2ray(chain, echo, method):
+    server = chain.v2ray(v2_ss_server(method))
+    client = chain.proxy(our_client(method, server.port))
+    interop.echo_check(client.port, echo.port, chain.logs)
+
+
+@interop.needs_v2ray
+@pytest.mark.parametrize("method", V2_METHODS)
+def test_v2ray_to_ours(chain, echo, method):
+    server = chain.proxy(our_server(method))
+    client = chain.v2ray(v2_ss_client(method, server.port))
+    interop.echo_check(client.port, echo.port, chain.logs)
