@@ -123,7 +123,7 @@ class SsChain(interop.Chain):
 def chain(app, tmp_path):
     c = SsChain(app, tmp_path)
     yield c
-    for p in c.libev:
+    for p in c.libev + c.peers:
         p.stop()
     stop_cleanly(c.ours, "proxy")
 
