@@ -80,6 +80,10 @@ typedef enum etm_ss_method {
 	ETM_SS_2022_BLAKE3_CHACHA20_POLY1305,
 } etm_ss_method;
 
+/* The config's name of a Shadowsocks method ("aes-128-gcm", ...), "?" for
+ * ETM_SS_UNSET. */
+const char *etm_ss_method_name(etm_ss_method m);
+
 typedef enum etm_strategy {
 	ETM_STRATEGY_FAILOVER,
 	ETM_STRATEGY_ROUND_ROBIN,

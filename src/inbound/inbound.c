@@ -12,6 +12,7 @@
 #include "inbound/http_in.h"
 #include "inbound/server_ops.h"
 #include "inbound/socks_in.h"
+#include "inbound/ss_in.h"
 #include "inbound/trojan_in.h"
 #include "inbound/vless_in.h"
 #include "inbound/vmess_in.h"
@@ -32,6 +33,7 @@ static const inbound_proto_ops *const rows[INBOUND_PROTO_COUNT_] = {
 	[INBOUND_PROTO_TROJAN] = &trojan_in_ops,
 	[INBOUND_PROTO_VLESS] = &vless_in_ops,
 	[INBOUND_PROTO_VMESS] = &vmess_in_ops,
+	[INBOUND_PROTO_SHADOWSOCKS] = &ss_in_ops,
 };
 
 /* The protocol's own row; NULL for mixed and for a protocol with none. */

@@ -24,16 +24,19 @@ typedef enum inbound_protocol {
 	INBOUND_PROTO_TROJAN,
 	INBOUND_PROTO_VLESS,
 	INBOUND_PROTO_VMESS,
+	INBOUND_PROTO_SHADOWSOCKS,
 	INBOUND_PROTO_COUNT_,
 } inbound_protocol;
 
 /* One configured user as inbound_rt_build reads it: username/password for
- * SOCKS and HTTP, password for Trojan, id (a UUID) for VLESS and VMess; unused fields
- * NULL. Borrowed for the call only. */
+ * SOCKS and HTTP, password for Trojan, id (a UUID) for VLESS and VMess,
+ * method (its name) and password for Shadowsocks; unused fields NULL.
+ * Borrowed for the call only. */
 typedef struct inbound_user {
 	const char *username;
 	const char *password;
 	const char *id;
+	const char *method;
 } inbound_user;
 
 typedef struct tls_server_ctx tls_server_ctx;

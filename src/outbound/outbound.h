@@ -54,6 +54,9 @@ typedef struct outbound_config {
 	/* vmess: the body security as vmess_security's wire value
 	 * (proto/vmess_crypto.h), 0 for auto (outbound_new picks). */
 	uint8_t vmess_security;
+	/* shadowsocks: the method's name (proto/shadowsocks.h's), with
+	 * password. */
+	const char *method;
 } outbound_config;
 
 /* What a protocol is and can do as an outbound: one row per protocol in

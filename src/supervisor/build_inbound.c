@@ -33,6 +33,8 @@ static inbound_protocol protocol_of(etm_protocol p)
 		return INBOUND_PROTO_VLESS;
 	case ETM_PROTO_VMESS:
 		return INBOUND_PROTO_VMESS;
+	case ETM_PROTO_SHADOWSOCKS:
+		return INBOUND_PROTO_SHADOWSOCKS;
 	default:
 		return INBOUND_PROTO_NONE;
 	}
@@ -89,6 +91,7 @@ int build_inbound(inbound_rt *in, const etm_inbound_spec *sp, const connector *c
 	/* The users as the row reads them, borrowed from sp for the call:
 	 * inbound_rt_build copies what it keeps. */
 	inbound_user *users = calloc(set->users_len ? set->users_len : 1, sizeof *users);
+	size_t n_users = set->users_len;
 	if (failed || !users) {
 		snprintf(err, err_size, msgs[BUILD_NO_MEMORY], sp->tag);
 		free(users);
@@ -98,6 +101,13 @@ int build_inbound(inbound_rt *in, const etm_inbound_spec *sp, const connector *c
 		users[i] = (inbound_user){.username = set->users[i].username,
 		                          .password = set->users[i].password,
 		                          .id = set->users[i].id};
+	/* Shadowsocks has one key, settings.method and settings.password: one
+	 * user for the row */
+	if (sp->protocol == ETM_PROTO_SHADOWSOCKS) {
+		users[0] = (inbound_user){.password = set->password,
+		                          .method = etm_ss_method_name(set->method)};
+		n_users = 1;
+	}
 	int rc = 0;
 	char why[GRPC_SERVICE_MAX + 64];
 	if (in->grpc_service && !grpc_service_name_ok(in->grpc_service, why, sizeof why)) {
@@ -107,7 +117,7 @@ int build_inbound(inbound_rt *in, const etm_inbound_spec *sp, const connector *c
 	if (rc == 0 && (st->network == ETM_NET_TLS || st->security == ETM_SEC_TLS))
 		rc = build_tls(in, st, err, err_size);
 	if (rc == 0)
-		rc = inbound_rt_build(in, users, set->users_len, set->fallback, err, err_size);
+		rc = inbound_rt_build(in, users, n_users, set->fallback, err, err_size);
 	free(users);
 	return rc;
 }

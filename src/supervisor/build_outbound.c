@@ -150,6 +150,7 @@ static int config_fill(outbound_config *c, const etm_outbound_spec *spec, char *
 		.password = set->password,
 		.id = set->id,
 		.vmess_security = vmess_wire_security(set->security),
+		.method = set->method ? etm_ss_method_name(set->method) : NULL,
 	};
 	/* only a runnable proxy client has a server and transport: any other
 	 * protocol fails in outbound_new with its own reason */

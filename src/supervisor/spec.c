@@ -54,6 +54,8 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_UNAVAILABLE_OUTBOUND] = "outbound %s: protocol %s is not available yet",
 	[SPEC_UNAVAILABLE_FEATURE] = "%s is not available yet",
 	[SPEC_UNAVAILABLE_IN_FEATURE] = "inbound %s: %s is not available yet",
+	[SPEC_UNAVAILABLE_IN_METHOD] = "inbound %s: shadowsocks method %s is not available yet",
+	[SPEC_UNAVAILABLE_OUT_METHOD] = "outbound %s: shadowsocks method %s is not available yet",
 	[SPEC_DUPLICATE_CLUSTER] = "duplicate cluster tag: %s",
 	[SPEC_CLUSTER_EMPTY] = "cluster %s needs at least one backend",
 	[SPEC_CLUSTER_BACKEND] = "cluster %s: backend \"%s\": %s",
@@ -98,6 +100,28 @@ const char *etm_protocol_name(etm_protocol p)
 	return proto_names[p];
 }
 
+const char *etm_ss_method_name(etm_ss_method m)
+{
+	/* the names of the schema's ss_methods (src/app/schema.c) */
+	static const char *const names[] = {
+		[ETM_SS_AES_128_GCM] = "aes-128-gcm",
+		[ETM_SS_AES_256_GCM] = "aes-256-gcm",
+		[ETM_SS_CHACHA20_IETF_POLY1305] = "chacha20-ietf-poly1305",
+		[ETM_SS_2022_BLAKE3_AES_128_GCM] = "2022-blake3-aes-128-gcm",
+		[ETM_SS_2022_BLAKE3_AES_256_GCM] = "2022-blake3-aes-256-gcm",
+		[ETM_SS_2022_BLAKE3_CHACHA20_POLY1305] = "2022-blake3-chacha20-poly1305",
+	};
+	return (unsigned)m < sizeof names / sizeof names[0] && names[m] ? names[m] : "?";
+}
+
+/* Shadowsocks 2022 parses and validates, but this build runs only the
+ * AEAD methods of SIP004. */
+static bool ss_method_available(etm_ss_method m)
+{
+	return m == ETM_SS_AES_128_GCM || m == ETM_SS_AES_256_GCM ||
+	       m == ETM_SS_CHACHA20_IETF_POLY1305;
+}
+
 bool etm_protocol_available(etm_protocol p, bool inbound)
 {
 	/* What the runtime serves today; every other protocol parses and
@@ -105,7 +129,7 @@ bool etm_protocol_available(etm_protocol p, bool inbound)
 	if (inbound)
 		return p == ETM_PROTO_SOCKS || p == ETM_PROTO_HTTP || p == ETM_PROTO_MIXED ||
 		       p == ETM_PROTO_TROJAN || p == ETM_PROTO_VLESS || p == ETM_PROTO_VMESS ||
-		       p == ETM_PROTO_UDP_LB;
+		       p == ETM_PROTO_SHADOWSOCKS || p == ETM_PROTO_UDP_LB;
 	const outbound_proto *op = build_outbound_proto(p);
 	return op && op->available;
 }
@@ -747,12 +771,23 @@ int etm_spec_check_available(const etm_spec *s, char *msg, size_t size)
 		if (in->sniffing && in->protocol == ETM_PROTO_VMESS)
 			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag,
 			                   "sniffing on a vmess inbound");
+		/* the same for Shadowsocks: its payload is sealed chunks too */
+		if (in->sniffing && in->protocol == ETM_PROTO_SHADOWSOCKS)
+			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag,
+			                   "sniffing on a shadowsocks inbound");
+		if (in->protocol == ETM_PROTO_SHADOWSOCKS &&
+		    !ss_method_available(in->settings.method))
+			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_METHOD, in->tag,
+			                   etm_ss_method_name(in->settings.method));
 	}
 	for (size_t i = 0; i < s->outbounds_len; i++) {
 		const etm_outbound_spec *o = &s->outbounds[i];
 		if (!etm_protocol_available(o->protocol, false))
 			return spec_format(msg, size, SPEC_UNAVAILABLE_OUTBOUND, o->tag,
 			                   etm_protocol_name(o->protocol));
+		if (o->protocol == ETM_PROTO_SHADOWSOCKS && !ss_method_available(o->settings.method))
+			return spec_format(msg, size, SPEC_UNAVAILABLE_OUT_METHOD, o->tag,
+			                   etm_ss_method_name(o->settings.method));
 	}
 	return 0;
 }

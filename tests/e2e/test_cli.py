@@ -149,11 +149,10 @@ def test_a_missing_file(run, tmp_path):
 
 NOT_BUILT = """
 [[inbound]]
-tag = "ss-in"
-protocol = "shadowsocks"
-port = 8388
-[inbound.settings]
-method = "aes-128-gcm"
+tag = "hy-in"
+protocol = "hysteria2"
+port = 8443
+[[inbound.settings.users]]
 password = "secret"
 
 [[outbound]]
@@ -168,7 +167,7 @@ def test_starting_says_what_is_not_built_yet(run, tmp_path):
     r = run("-c", str(cfg))
     assert r.returncode == 1
     lines = r.stderr.splitlines()
-    assert lines[-1] == "failed to start: inbound ss-in: protocol shadowsocks is not available yet"
+    assert lines[-1] == "failed to start: inbound hy-in: protocol hysteria2 is not available yet"
     # the log line before it: time, level, target, message
     assert re.fullmatch(
         r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO  app: loaded .*config\.toml: "
@@ -180,7 +179,7 @@ def test_log_level_option_overrides_the_file(run, tmp_path):
     cfg.write_text(NOT_BUILT)
     r = run("-l", "error", "-c", str(cfg))
     assert r.returncode == 1
-    assert r.stderr == "failed to start: inbound ss-in: protocol shadowsocks is not available yet\n"
+    assert r.stderr == "failed to start: inbound hy-in: protocol hysteria2 is not available yet\n"
 
 
 def test_a_bad_log_level(run):
@@ -304,10 +303,10 @@ def test_a_missing_ca_fails_the_test(run, tmp_path):
 
 def test_a_protocol_this_build_cannot_run_fails_the_test(run, tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text('[[inbound]]\ntag = "ss"\nprotocol = "shadowsocks"\nlisten = "127.0.0.1"\n'
-                    'port = 0\n[inbound.settings]\nmethod = "aes-128-gcm"\npassword = "secret"\n\n'
+    path.write_text('[[inbound]]\ntag = "hy"\nprotocol = "hysteria2"\nlisten = "127.0.0.1"\n'
+                    'port = 0\n[[inbound.settings.users]]\npassword = "secret"\n\n'
                     '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
-    assert same_failure(run, path) == "inbound ss: protocol shadowsocks is not available yet"
+    assert same_failure(run, path) == "inbound hy: protocol hysteria2 is not available yet"
 
 
 def test_sniffing_on_a_vmess_inbound_is_refused_not_ignored(run, tmp_path):

@@ -379,13 +379,14 @@ static void availability_names_what_is_not_built(void **state)
 	char msg[128];
 	etm_spec s = recipe();
 	add_inbound(&s, "socks-in", ETM_PROTO_SOCKS);
-	add_inbound(&s, "ss-in", ETM_PROTO_SHADOWSOCKS);
+	add_inbound(&s, "hy-in", ETM_PROTO_HYSTERIA2);
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), -1);
-	assert_string_equal(msg, "inbound ss-in: protocol shadowsocks is not available yet");
+	assert_string_equal(msg, "inbound hy-in: protocol hysteria2 is not available yet");
 	etm_spec_free(&s);
 
 	/* the recipe's members all run now that vmess and grpc are built
-	 * (issue 17); a vmess inbound runs, a shadowsocks one not */
+	 * (issue 17); vmess and shadowsocks (AEAD) inbounds run (issue 18), a
+	 * shadowsocks 2022 method and sniffing on shadowsocks not */
 	s = recipe();
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
 	s.outbounds[3].stream.network = ETM_NET_GRPC;
@@ -394,8 +395,16 @@ static void availability_names_what_is_not_built(void **state)
 	add_inbound(&s, "vm-in", ETM_PROTO_VMESS);
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
 	add_inbound(&s, "ss-in", ETM_PROTO_SHADOWSOCKS);
+	s.inbounds[s.inbounds_len - 1].settings.method = ETM_SS_CHACHA20_IETF_POLY1305;
+	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), 0);
+	s.inbounds[s.inbounds_len - 1].sniffing = true;
 	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), -1);
-	assert_string_equal(msg, "inbound ss-in: protocol shadowsocks is not available yet");
+	assert_string_equal(msg, "inbound ss-in: sniffing on a shadowsocks inbound is not available yet");
+	s.inbounds[s.inbounds_len - 1].sniffing = false;
+	s.inbounds[s.inbounds_len - 1].settings.method = ETM_SS_2022_BLAKE3_AES_256_GCM;
+	assert_int_equal(etm_spec_check_available(&s, msg, sizeof msg), -1);
+	assert_string_equal(msg, "inbound ss-in: shadowsocks method 2022-blake3-aes-256-gcm is not "
+	                         "available yet");
 	etm_spec_free(&s);
 
 	/* what runs today: socks, http, mixed, trojan, vless in; freedom,

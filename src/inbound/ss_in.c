@@ -1,0 +1,185 @@
+/* ss_in.c - the Shadowsocks AEAD inbound (TCP): users' master keys, one salt replay filter per inbound, refused clients drained, the body as a layer on the upstream. */
+#include "inbound/ss_in.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include "proto/shadowsocks_server.h"
+#include "runtime/endpoint.h"
+
+enum { MSG_METHOD, MSG_PASSWORD, MSG_KEYS };
+static const char *const msgs[] = {
+	[MSG_METHOD] = "settings.method is not an AEAD method this build runs",
+	[MSG_PASSWORD] = "settings.password is missing",
+	[MSG_KEYS] = "cannot derive the key",
+};
+
+/* A refused client is neither answered nor closed at once: it is read and
+ * discarded (conn_hold) for DRAIN_MIN_MS plus a random part of up to
+ * DRAIN_SPAN_MS, as the VMess inbound does, so a prober cannot tell a
+ * refusal (a wrong key, a replayed salt) from a slow server by what comes
+ * back or when the connection ends. At most 6 s a connection, less when
+ * the inbound's idle timeout is shorter or the client closes first. */
+#define DRAIN_MIN_MS 2000
+#define DRAIN_SPAN_MS 4000
+
+/* The inbound's replay filter, one for all its workers (a replay comes
+ * from another port, so SO_REUSEPORT may hand it to another worker). The
+ * lock is held for one lookup of at most SS_REPLAY_PROBES slots. */
+typedef struct shared {
+	pthread_mutex_t lock;
+	ss_replay filter;
+} shared;
+
+static void *shared_new(void)
+{
+	shared *s = calloc(1, sizeof *s);
+	if (s && pthread_mutex_init(&s->lock, NULL)) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+static void shared_free(void *p)
+{
+	shared *s = p;
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+static int replay(void *ud, const uint8_t *salt, size_t len, int64_t now)
+{
+	shared *s = ud;
+	pthread_mutex_lock(&s->lock);
+	int r = ss_replay_add(&s->filter, salt, len, now);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+typedef struct ss_in {
+	ss_server core;
+	bool draining; /* refused: the deadline closes it */
+} ss_in;
+
+/* An account is an ss_account: the method and the master key. */
+static const char *account(const inbound_user *u, uint8_t *out)
+{
+	ss_method m;
+	if (ss_method_parse(u->method, &m))
+		return msgs[MSG_METHOD];
+	if (!u->password)
+		return msgs[MSG_PASSWORD];
+	ss_account a;
+	int r = ss_account_init(&a, m, u->password, strlen(u->password));
+	memcpy(out, &a, sizeof a);
+	OPENSSL_cleanse(&a, sizeof a);
+	return r ? msgs[MSG_KEYS] : NULL;
+}
+
+static int init(in_conn *ic)
+{
+	ss_in *v = ic->state;
+	ss_server_init(&v->core, (const ss_account *)ic->in->accounts, ic->in->n_accounts,
+	               ic->in->shared ? replay : NULL, ic->in->shared);
+	return 0;
+}
+
+static ssize_t feed(in_conn *ic, const uint8_t *in, size_t len, proto_event *ev)
+{
+	ss_in *v = ic->state;
+	return ss_server_feed(&v->core, in, len, (int64_t)time(NULL), &ic->out, ev);
+}
+
+/* Not answered, not closed: drained for a random while (DRAIN_MIN_MS). */
+static void refused(in_conn *ic, const char *why)
+{
+	ss_in *v = ic->state;
+	in_conn_log_refused(ic, why);
+	uint16_t r = 0;
+	if (RAND_bytes((uint8_t *)&r, sizeof r) != 1)
+		r = 0;
+	v->draining = true;
+	conn_set_deadline(ic->c, DRAIN_MIN_MS + r % (DRAIN_SPAN_MS + 1));
+	conn_hold(ic->c);
+}
+
+static void deadline(in_conn *ic)
+{
+	ss_in *v = ic->state;
+	if (v->draining)
+		conn_close(ic->c);
+}
+
+/* Room for what followed the address in the first chunk. */
+#define REST_MAX SS_CHUNK_PAYLOAD_MAX
+
+/* The body codec goes on top of the upstream's stack, so the relay moves
+ * the client's chunks through it. On a plain upstream a new stack's start
+ * sends the first chunk's rest; on a stacked one (a proxy outbound) the
+ * stack started already, so the rest is sent through it before the push. */
+static int push_body(ss_in *v, endpoint *ep)
+{
+	uint8_t salt[SS_KEY_MAX];
+	if (RAND_bytes(salt, sizeof salt) != 1)
+		return -1;
+	layer *l = ss_server_body_new(&v->core, salt);
+	if (!l)
+		return -1;
+	stack *st = endpoint_stack(ep);
+	if (st) {
+		uint8_t *rest = malloc(REST_MAX);
+		layer_buf b = {rest, 0, rest ? REST_MAX : 0};
+		int bad = !rest || l->ops->start(l, &b) ||
+		          (b.len && endpoint_send_all(ep, rest, b.len));
+		free(rest);
+		if (bad) {
+			l->ops->free(l);
+			return -1;
+		}
+		return stack_push(st, l);
+	}
+	st = stack_new();
+	if (!st) {
+		l->ops->free(l);
+		return -1;
+	}
+	if (stack_push(st, l))
+		return -1;
+	return endpoint_start(ep, st);
+}
+
+static int opened(in_conn *ic, const connect_result *r)
+{
+	ss_in *v = ic->state;
+	if (r && r->ep && push_body(v, r->ep))
+		return -1;
+	ss_server_free(&v->core); /* a blackhole swallows the rest */
+	return 0;
+}
+
+static void free_state(in_conn *ic)
+{
+	ss_in *v = ic->state;
+	ss_server_free(&v->core);
+	OPENSSL_cleanse(&v->core, sizeof v->core);
+}
+
+const inbound_proto_ops ss_in_ops = {
+	.size = sizeof(ss_in),
+	.account_size = sizeof(ss_account),
+	.account = account,
+	.shared_new = shared_new,
+	.shared_free = shared_free,
+	.init = init,
+	.feed = feed,
+	.refused = refused,
+	.opened = opened,
+	.deadline = deadline,
+	.free = free_state,
+};

@@ -1,0 +1,247 @@
+/* shadowsocks.c - Shadowsocks AEAD's primitives over OpenSSL EVP: methods, the master key, HKDF-SHA1 subkeys, the nonce-counted AEAD, chunks, addresses and UDP packets. */
+#include "proto/shadowsocks.h"
+
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/kdf.h>
+
+#include "base/bytes.h"
+#include "proto/socks_addr.h"
+
+static const struct {
+	const char *name;
+	size_t key_len;
+} METHODS[SS_METHOD_COUNT_] = {
+	[SS_METHOD_AES_128_GCM] = {"aes-128-gcm", 16},
+	[SS_METHOD_AES_256_GCM] = {"aes-256-gcm", 32},
+	[SS_METHOD_CHACHA20_POLY1305] = {"chacha20-ietf-poly1305", 32},
+};
+
+static const EVP_CIPHER *cipher_of(ss_method m)
+{
+	switch (m) {
+	case SS_METHOD_AES_128_GCM:
+		return EVP_aes_128_gcm();
+	case SS_METHOD_AES_256_GCM:
+		return EVP_aes_256_gcm();
+	case SS_METHOD_CHACHA20_POLY1305:
+		return EVP_chacha20_poly1305();
+	default:
+		return NULL;
+	}
+}
+
+int ss_method_parse(const char *name, ss_method *m)
+{
+	for (size_t i = 0; name && i < SS_METHOD_COUNT_; i++)
+		if (strcmp(METHODS[i].name, name) == 0) {
+			*m = (ss_method)i;
+			return 0;
+		}
+	return -1;
+}
+
+const char *ss_method_name(ss_method m)
+{
+	return (unsigned)m < SS_METHOD_COUNT_ ? METHODS[m].name : "?";
+}
+
+size_t ss_key_len(ss_method m) { return (unsigned)m < SS_METHOD_COUNT_ ? METHODS[m].key_len : 0; }
+
+/* EVP_BytesToKey with MD5, no salt, one round: D_i = MD5(D_{i-1} ||
+ * password), the key their concatenation (shadowsocks.org's "Key
+ * Derivation", which names OpenSSL's function). */
+int ss_master_key(ss_method m, const char *password, size_t len, uint8_t out[SS_KEY_MAX])
+{
+	const EVP_CIPHER *c = cipher_of(m);
+	if (!c || len > INT32_MAX)
+		return -1;
+	uint8_t key[EVP_MAX_KEY_LENGTH], iv[EVP_MAX_IV_LENGTH];
+	/* the cipher only sets how many bytes come out: its key length */
+	int n = EVP_BytesToKey(c, EVP_md5(), NULL, (const uint8_t *)password, (int)len, 1, key, iv);
+	int ok = n == (int)ss_key_len(m);
+	if (ok)
+		memcpy(out, key, (size_t)n);
+	OPENSSL_cleanse(key, sizeof key);
+	return ok ? 0 : -1;
+}
+
+int ss_subkey(ss_method m, const uint8_t *key, const uint8_t *salt, uint8_t out[SS_KEY_MAX])
+{
+	size_t n = ss_key_len(m), outlen = n;
+	if (!n)
+		return -1;
+	EVP_PKEY_CTX *c = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, NULL);
+	int ok = c && EVP_PKEY_derive_init(c) > 0 && EVP_PKEY_CTX_set_hkdf_md(c, EVP_sha1()) > 0 &&
+	         EVP_PKEY_CTX_set1_hkdf_salt(c, salt, (int)n) > 0 &&
+	         EVP_PKEY_CTX_set1_hkdf_key(c, key, (int)n) > 0 &&
+	         EVP_PKEY_CTX_add1_hkdf_info(c, (const uint8_t *)SS_SUBKEY_INFO,
+	                                     (int)(sizeof SS_SUBKEY_INFO - 1)) > 0 &&
+	         EVP_PKEY_derive(c, out, &outlen) > 0 && outlen == n;
+	EVP_PKEY_CTX_free(c);
+	return ok ? 0 : -1;
+}
+
+/* ---- the AEAD ---- */
+
+int ss_aead_init(ss_aead *a, ss_method m, const uint8_t *subkey, bool seal)
+{
+	*a = (ss_aead){.seal = seal};
+	const EVP_CIPHER *c = cipher_of(m);
+	a->ctx = c ? EVP_CIPHER_CTX_new() : NULL;
+	if (!a->ctx || !EVP_CipherInit_ex(a->ctx, c, NULL, NULL, NULL, seal) ||
+	    !EVP_CIPHER_CTX_ctrl(a->ctx, EVP_CTRL_AEAD_SET_IVLEN, SS_NONCE_LEN, NULL) ||
+	    !EVP_CipherInit_ex(a->ctx, NULL, NULL, subkey, NULL, seal)) {
+		ss_aead_free(a);
+		return -1;
+	}
+	return 0;
+}
+
+void ss_aead_free(ss_aead *a)
+{
+	EVP_CIPHER_CTX_free(a->ctx);
+	*a = (ss_aead){0};
+}
+
+/* The nonce is a little-endian counter (SIP004). */
+static void nonce_step(uint8_t n[SS_NONCE_LEN])
+{
+	for (size_t i = 0; i < SS_NONCE_LEN && ++n[i] == 0; i++)
+		;
+}
+
+int ss_aead_seal(ss_aead *a, const uint8_t *in, size_t len, uint8_t *out)
+{
+	int n = 0;
+	int ok = a->ctx && a->seal && len <= INT32_MAX &&
+	         EVP_CipherInit_ex(a->ctx, NULL, NULL, NULL, a->nonce, 1) &&
+	         EVP_EncryptUpdate(a->ctx, out, &n, in, (int)len) &&
+	         EVP_EncryptFinal_ex(a->ctx, out + n, &n) &&
+	         EVP_CIPHER_CTX_ctrl(a->ctx, EVP_CTRL_AEAD_GET_TAG, SS_TAG_LEN, out + len);
+	if (!ok)
+		return -1;
+	nonce_step(a->nonce);
+	return 0;
+}
+
+int ss_aead_open(ss_aead *a, const uint8_t *in, size_t len, uint8_t *out)
+{
+	if (!a->ctx || a->seal || len < SS_TAG_LEN || len > INT32_MAX)
+		return -1;
+	size_t body = len - SS_TAG_LEN;
+	uint8_t tag[SS_TAG_LEN];
+	memcpy(tag, in + body, SS_TAG_LEN); /* out may be in: keep the tag first */
+	int n = 0;
+	int ok = EVP_CipherInit_ex(a->ctx, NULL, NULL, NULL, a->nonce, 0) &&
+	         EVP_DecryptUpdate(a->ctx, out, &n, in, (int)body) &&
+	         EVP_CIPHER_CTX_ctrl(a->ctx, EVP_CTRL_AEAD_SET_TAG, SS_TAG_LEN, tag) &&
+	         EVP_DecryptFinal_ex(a->ctx, out + n, &n) > 0;
+	if (!ok)
+		return -1;
+	nonce_step(a->nonce);
+	return 0;
+}
+
+/* ---- chunks ---- */
+
+ssize_t ss_chunk_seal(ss_aead *a, const uint8_t *in, size_t len, uint8_t *out)
+{
+	if (len == 0 || len > SS_CHUNK_PAYLOAD_MAX)
+		return PROTO_ERR_TOO_BIG;
+	uint8_t len2[2];
+	bytes_put16(len2, (uint16_t)len);
+	if (ss_aead_seal(a, len2, 2, out) || ss_aead_seal(a, in, len, out + SS_LEN_BLOCK))
+		return PROTO_ERR_STATE;
+	return (ssize_t)(SS_LEN_BLOCK + len + SS_TAG_LEN);
+}
+
+ssize_t ss_chunk_open_len(ss_aead *a, const uint8_t *in)
+{
+	uint8_t len2[2];
+	if (ss_aead_open(a, in, SS_LEN_BLOCK, len2))
+		return PROTO_ERR_MALFORMED;
+	size_t n = bytes_get16(len2);
+	/* SIP004: the two high bits are reserved, zero; and no sender seals an
+	 * empty chunk (shadowsocks-libev refuses one too) */
+	if (n == 0 || n > SS_CHUNK_PAYLOAD_MAX)
+		return PROTO_ERR_TOO_BIG;
+	return (ssize_t)n;
+}
+
+int ss_chunk_open_payload(ss_aead *a, uint8_t *buf, size_t len)
+{
+	return ss_aead_open(a, buf, len + SS_TAG_LEN, buf) ? PROTO_ERR_MALFORMED : 0;
+}
+
+/* ---- addresses ---- */
+
+ssize_t ss_addr_span(const uint8_t *p, size_t len)
+{
+	if (len < 1)
+		return 0;
+	size_t n;
+	switch (p[0]) {
+	case SOCKS_ATYP_IPV4:
+		n = 1 + 4 + 2;
+		break;
+	case SOCKS_ATYP_IPV6:
+		n = 1 + 16 + 2;
+		break;
+	case SOCKS_ATYP_DOMAIN:
+		if (len < 2)
+			return 0;
+		if (p[1] == 0)
+			return PROTO_ERR_MALFORMED;
+		n = 1 + 1 + (size_t)p[1] + 2;
+		break;
+	default:
+		return PROTO_ERR_MALFORMED;
+	}
+	return len < n ? 0 : (ssize_t)n;
+}
+
+/* ---- UDP packets ---- */
+
+/* The AEAD of one packet: its subkey from key and salt, nonce zero. */
+static int packet_aead(ss_aead *a, ss_method m, const uint8_t *key, const uint8_t *salt,
+                       bool seal)
+{
+	uint8_t sub[SS_KEY_MAX];
+	int r = ss_subkey(m, key, salt, sub) || ss_aead_init(a, m, sub, seal) ? -1 : 0;
+	OPENSSL_cleanse(sub, sizeof sub);
+	return r;
+}
+
+ssize_t ss_packet_seal(ss_method m, const uint8_t *key, const uint8_t *salt, const uint8_t *in,
+                       size_t len, uint8_t *out, size_t cap)
+{
+	size_t s = ss_key_len(m);
+	if (!s || cap < s || cap - s < SS_TAG_LEN || cap - s - SS_TAG_LEN < len)
+		return PROTO_ERR_TOO_BIG;
+	ss_aead a;
+	if (packet_aead(&a, m, key, salt, true))
+		return PROTO_ERR_STATE;
+	memcpy(out, salt, s);
+	int bad = ss_aead_seal(&a, in, len, out + s);
+	ss_aead_free(&a);
+	return bad ? PROTO_ERR_STATE : (ssize_t)(s + len + SS_TAG_LEN);
+}
+
+ssize_t ss_packet_open(ss_method m, const uint8_t *key, const uint8_t *in, size_t len,
+                       uint8_t *out, size_t cap)
+{
+	size_t s = ss_key_len(m);
+	if (!s || len < s + SS_TAG_LEN)
+		return PROTO_ERR_MALFORMED;
+	size_t plain = len - s - SS_TAG_LEN;
+	if (cap < plain)
+		return PROTO_ERR_TOO_BIG;
+	ss_aead a;
+	if (packet_aead(&a, m, key, in, false))
+		return PROTO_ERR_MALFORMED;
+	int bad = ss_aead_open(&a, in + s, len - s, out);
+	ss_aead_free(&a);
+	return bad ? PROTO_ERR_MALFORMED : (ssize_t)plain;
+}

@@ -1,0 +1,203 @@
+/* shadowsocks_client.c - the Shadowsocks AEAD client layer: our salt and the target's address, then chunks both ways. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+#include "proto/shadowsocks.h"
+#include "proto/socks_addr.h"
+
+enum text { T_CHUNK, T_LENGTH, T_COUNT_ };
+static const char *const TEXTS[T_COUNT_] = {
+	[T_CHUNK] = "shadowsocks: bad chunk",
+	[T_LENGTH] = "shadowsocks: chunk length out of bounds",
+};
+
+/* What waits for room below at most: our salt and the address chunk, or
+ * one full chunk. */
+#define PEND_MAX (SS_KEY_MAX + SS_CHUNK_MAX)
+
+typedef struct ss_client {
+	layer base;
+	ss_method method;
+	uint8_t key[SS_KEY_MAX]; /* the master key */
+	bool started;
+	const char *err;
+	ss_aead tx, rx; /* rx keyed once the server's salt came */
+	uint8_t *pend;  /* owned, PEND_MAX bytes: sealed bytes waiting for room below */
+	size_t pend_len, pend_off;
+	/* receiving: the server's salt, then per chunk its sealed length, then
+	 * its sealed payload, then the payload going up */
+	uint8_t salt[SS_KEY_MAX];
+	size_t salt_fill;
+	uint8_t len_block[SS_LEN_BLOCK];
+	size_t len_fill;
+	size_t chunk_len; /* 0: reading a length */
+	uint8_t *rbuf;    /* owned, SS_CHUNK_PAYLOAD_MAX + SS_TAG_LEN bytes */
+	size_t rfill;
+	size_t out_off, out_len; /* rbuf[out_off, out_len) still goes up */
+} ss_client;
+
+static void flush(ss_client *c, layer_buf *down)
+{
+	c->pend_off += layer_buf_put(down, c->pend + c->pend_off, c->pend_len - c->pend_off);
+	if (c->pend_off == c->pend_len)
+		c->pend_off = c->pend_len = 0;
+}
+
+static int client_start(layer *l, layer_buf *down)
+{
+	ss_client *c = (ss_client *)l;
+	c->started = true;
+	flush(c, down);
+	return 0;
+}
+
+static ssize_t fail(ss_client *c, enum text t)
+{
+	c->err = TEXTS[t];
+	return LAYER_ERR_PROTO;
+}
+
+/* Takes up to want bytes of in[*used, len) into dst + *fill; true once
+ * want bytes are there. */
+static bool gather(uint8_t *dst, size_t *fill, size_t want, const uint8_t *in, size_t len,
+                   size_t *used)
+{
+	size_t n = want - *fill < len - *used ? want - *fill : len - *used;
+	memcpy(dst + *fill, in + *used, n);
+	*fill += n;
+	*used += n;
+	return *fill == want;
+}
+
+static ssize_t client_from_below(layer *l, const uint8_t *in, size_t len, layer_buf *up,
+                                 layer_buf *down)
+{
+	ss_client *c = (ss_client *)l;
+	if (c->err)
+		return LAYER_ERR_PROTO;
+	if (!c->started)
+		return 0;
+	flush(c, down);
+	size_t used = 0, slen = ss_key_len(c->method);
+	for (;;) {
+		c->out_off += layer_buf_put(up, c->rbuf + c->out_off, c->out_len - c->out_off);
+		if (c->out_off < c->out_len || used == len)
+			break;
+		if (!c->rx.ctx) {
+			if (!gather(c->salt, &c->salt_fill, slen, in, len, &used))
+				break;
+			uint8_t sub[SS_KEY_MAX];
+			int bad = ss_subkey(c->method, c->key, c->salt, sub) ||
+			          ss_aead_init(&c->rx, c->method, sub, false);
+			OPENSSL_cleanse(sub, sizeof sub);
+			if (bad)
+				return LAYER_ERR_STATE;
+			continue;
+		}
+		if (c->chunk_len == 0) {
+			if (!gather(c->len_block, &c->len_fill, SS_LEN_BLOCK, in, len, &used))
+				break;
+			ssize_t n = ss_chunk_open_len(&c->rx, c->len_block);
+			if (n < 0)
+				return fail(c, n == PROTO_ERR_TOO_BIG ? T_LENGTH : T_CHUNK);
+			c->chunk_len = (size_t)n;
+			c->len_fill = 0;
+			continue;
+		}
+		if (!gather(c->rbuf, &c->rfill, c->chunk_len + SS_TAG_LEN, in, len, &used))
+			break;
+		if (ss_chunk_open_payload(&c->rx, c->rbuf, c->chunk_len))
+			return fail(c, T_CHUNK);
+		c->out_off = 0;
+		c->out_len = c->chunk_len;
+		c->chunk_len = c->rfill = 0;
+	}
+	return (ssize_t)used;
+}
+
+static ssize_t client_from_above(layer *l, const uint8_t *in, size_t len, layer_buf *down)
+{
+	ss_client *c = (ss_client *)l;
+	if (c->err)
+		return LAYER_ERR_PROTO;
+	if (!c->started)
+		return 0;
+	flush(c, down);
+	size_t used = 0;
+	/* seal while what is sealed goes straight out */
+	while (c->pend_len == 0 && used < len) {
+		size_t n = len - used < SS_CHUNK_PAYLOAD_MAX ? len - used : SS_CHUNK_PAYLOAD_MAX;
+		ssize_t s = ss_chunk_seal(&c->tx, in + used, n, c->pend);
+		if (s < 0)
+			return LAYER_ERR_STATE;
+		c->pend_len = (size_t)s;
+		used += n;
+		flush(c, down);
+	}
+	return (ssize_t)used;
+}
+
+static bool client_ready(const layer *l)
+{
+	const ss_client *c = (const ss_client *)l;
+	return c->started && !c->err;
+}
+
+static const char *client_error(const layer *l) { return ((const ss_client *)l)->err; }
+
+static void client_free(layer *l)
+{
+	ss_client *c = (ss_client *)l;
+	if (!c)
+		return;
+	ss_aead_free(&c->tx);
+	ss_aead_free(&c->rx);
+	free(c->pend);
+	free(c->rbuf);
+	OPENSSL_cleanse(c, sizeof *c);
+	free(c);
+}
+
+static const layer_ops client_ops = {
+	.name = "shadowsocks",
+	.start = client_start,
+	.from_below = client_from_below,
+	.from_above = client_from_above,
+	.ready = client_ready,
+	.error = client_error,
+	.free = client_free,
+};
+
+layer *ss_client_new(ss_method m, const uint8_t *key, const addr_dest *dest, const uint8_t *salt)
+{
+	size_t alen = socks_addr_wire_len(dest), slen = ss_key_len(m);
+	if (!alen || !slen)
+		return NULL;
+	ss_client *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	c->base.ops = &client_ops;
+	c->method = m;
+	memcpy(c->key, key, slen);
+	c->pend = malloc(PEND_MAX);
+	c->rbuf = malloc(SS_CHUNK_PAYLOAD_MAX + SS_TAG_LEN);
+	if (!c->pend || !c->rbuf)
+		goto fail;
+	uint8_t sub[SS_KEY_MAX], addr[SS_ADDR_MAX];
+	int bad = ss_subkey(m, key, salt, sub) || ss_aead_init(&c->tx, m, sub, true);
+	OPENSSL_cleanse(sub, sizeof sub);
+	if (bad)
+		goto fail;
+	memcpy(c->pend, salt, slen);
+	socks_addr_put(dest, addr);
+	ssize_t n = ss_chunk_seal(&c->tx, addr, alen, c->pend + slen);
+	if (n < 0)
+		goto fail;
+	c->pend_len = slen + (size_t)n;
+	return &c->base;
+fail:
+	client_free(&c->base);
+	return NULL;
+}

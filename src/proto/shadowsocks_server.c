@@ -1,0 +1,219 @@
+/* shadowsocks_server.c - the Shadowsocks AEAD server core: accounts, the salt replay filter, trial decryption of the first length, the first chunk and its target. */
+#include "proto/shadowsocks_server.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+#include "base/bytes.h"
+#include "proto/socks_addr.h"
+
+enum text {
+	T_AUTH,
+	T_REPLAY,
+	T_FULL,
+	T_LENGTH,
+	T_CHUNK,
+	T_ADDRESS_TYPE,
+	T_DOMAIN,
+	T_ADDRESS_SPLIT,
+	T_MEMORY,
+	T_STATE,
+	T_COUNT_,
+};
+
+static const char *const TEXTS[T_COUNT_] = {
+	[T_AUTH] = "shadowsocks: authentication failed (no user's key opens the first chunk)",
+	[T_REPLAY] = "shadowsocks: replayed salt",
+	[T_FULL] = "shadowsocks: replay filter full",
+	[T_LENGTH] = "shadowsocks: chunk length out of bounds",
+	[T_CHUNK] = "shadowsocks: bad chunk",
+	[T_ADDRESS_TYPE] = "shadowsocks: address type not supported",
+	[T_DOMAIN] = "shadowsocks: empty or malformed domain name",
+	[T_ADDRESS_SPLIT] = "shadowsocks: the address does not fit the first chunk",
+	[T_MEMORY] = "shadowsocks: out of memory",
+	[T_STATE] = "shadowsocks: called after the request was decided",
+};
+
+int ss_account_init(ss_account *a, ss_method m, const char *password, size_t len)
+{
+	*a = (ss_account){.method = m};
+	return ss_master_key(m, password, len, a->key);
+}
+
+/* ---- replay filter ---- */
+
+int ss_replay_add(ss_replay *r, const uint8_t *salt, size_t len, int64_t now)
+{
+	uint8_t key[SS_KEY_MAX] = {0};
+	memcpy(key, salt, len < SS_KEY_MAX ? len : SS_KEY_MAX);
+	/* random bytes: any four are a uniform hash */
+	size_t i = (size_t)bytes_get32(key) % SS_REPLAY_SLOTS;
+	ss_replay_slot *free_slot = NULL;
+	for (size_t k = 0; k < SS_REPLAY_PROBES; k++) {
+		ss_replay_slot *s = &r->slot[(i + k) % SS_REPLAY_SLOTS];
+		bool live = s->expiry != 0 && s->expiry >= now;
+		if (live && memcmp(s->salt, key, SS_KEY_MAX) == 0)
+			return SS_REPLAY_SEEN;
+		if (!live && !free_slot)
+			free_slot = s;
+	}
+	if (!free_slot)
+		return SS_REPLAY_FULL;
+	memcpy(free_slot->salt, key, SS_KEY_MAX);
+	free_slot->expiry = now + SS_REPLAY_WINDOW > 0 ? now + SS_REPLAY_WINDOW : 1;
+	return SS_REPLAY_NEW;
+}
+
+/* ---- the core ---- */
+
+/* What a step returns for a refusal: feed turns it into 0 with ev CLOSE. */
+#define REFUSE (-1000)
+
+void ss_server_init(ss_server *s, const ss_account *users, size_t n, ss_replay_fn replay,
+                    void *replay_ud)
+{
+	*s = (ss_server){
+		.users = users,
+		.n_users = n,
+		.replay = replay,
+		.replay_ud = replay_ud,
+		.state = SS_SV_SALT,
+		.user = -1,
+	};
+}
+
+void ss_server_free(ss_server *s)
+{
+	ss_aead_free(&s->rx);
+	if (s->first) {
+		OPENSSL_cleanse(s->first, SS_CHUNK_PAYLOAD_MAX + SS_TAG_LEN);
+		free(s->first);
+	}
+	s->first = NULL;
+}
+
+/* Trial decryption: the first user whose subkey of the salt at in opens
+ * the sealed length after it. Returns the bytes used (salt and length
+ * block), 0 for more, or REFUSE / PROTO_ERR_MALFORMED with *why. */
+static ssize_t authenticate(ss_server *s, const uint8_t *in, size_t len, int64_t now,
+                            enum text *why)
+{
+	bool short_ = false;
+	ssize_t plen = 0;
+	size_t slen = 0;
+	for (size_t i = 0; i < s->n_users && s->user < 0; i++) {
+		const ss_account *a = &s->users[i];
+		slen = ss_key_len(a->method);
+		if (len < slen + SS_LEN_BLOCK) {
+			short_ = true; /* this user's salt is longer than what came */
+			continue;
+		}
+		uint8_t sub[SS_KEY_MAX];
+		int bad = ss_subkey(a->method, a->key, in, sub) ||
+		          ss_aead_init(&s->rx, a->method, sub, false);
+		OPENSSL_cleanse(sub, sizeof sub);
+		if (bad) {
+			*why = T_MEMORY;
+			return REFUSE;
+		}
+		plen = ss_chunk_open_len(&s->rx, in + slen);
+		if (plen == PROTO_ERR_MALFORMED) {
+			ss_aead_free(&s->rx);
+			continue;
+		}
+		s->user = (int)i;
+	}
+	if (s->user < 0) {
+		*why = T_AUTH;
+		return short_ ? 0 : REFUSE;
+	}
+	if (plen < 0) {
+		*why = T_LENGTH; /* the right key, a length no sender seals */
+		return REFUSE;
+	}
+	if (s->replay) {
+		int r = s->replay(s->replay_ud, in, slen, now);
+		if (r != SS_REPLAY_NEW) {
+			*why = r == SS_REPLAY_SEEN ? T_REPLAY : T_FULL;
+			return REFUSE;
+		}
+	}
+	s->first_len = (size_t)plen;
+	s->first = malloc(SS_CHUNK_PAYLOAD_MAX + SS_TAG_LEN);
+	if (!s->first) {
+		*why = T_MEMORY;
+		return REFUSE;
+	}
+	return (ssize_t)(slen + SS_LEN_BLOCK);
+}
+
+/* The first chunk is whole in s->first: open it and read the target. 0,
+ * or REFUSE with *why. */
+static int first_done(ss_server *s, proto_event *ev, enum text *why)
+{
+	if (ss_chunk_open_payload(&s->rx, s->first, s->first_len)) {
+		*why = T_CHUNK;
+		return REFUSE;
+	}
+	ssize_t span = ss_addr_span(s->first, s->first_len);
+	if (span <= 0) {
+		*why = span == 0                        ? T_ADDRESS_SPLIT
+		       : s->first[0] == SOCKS_ATYP_DOMAIN ? T_DOMAIN
+		                                          : T_ADDRESS_TYPE;
+		return REFUSE;
+	}
+	if (socks_addr_get(s->first, ADDR_TCP, &ev->dest) < 0) {
+		*why = T_DOMAIN;
+		return REFUSE;
+	}
+	s->rest_off = (size_t)span;
+	ev->kind = PROTO_EV_OPEN;
+	ev->cmd = PROTO_CMD_CONNECT;
+	ev->user = s->user;
+	return 0;
+}
+
+ssize_t ss_server_feed(ss_server *s, const uint8_t *in, size_t len, int64_t now,
+                       proto_out *out, proto_event *ev)
+{
+	out->len = 0;
+	*ev = (proto_event){.kind = PROTO_EV_NONE, .user = -1};
+	enum text why = T_STATE;
+	ssize_t used = 0;
+	switch (s->state) {
+	case SS_SV_SALT:
+		used = authenticate(s, in, len, now, &why);
+		if (used <= 0)
+			break;
+		s->state = SS_SV_FIRST;
+		/* the first payload may be here already */
+		__attribute__((fallthrough));
+	case SS_SV_FIRST: {
+		size_t want = s->first_len + SS_TAG_LEN - s->first_fill, have = len - (size_t)used;
+		size_t n = have < want ? have : want;
+		memcpy(s->first + s->first_fill, in + used, n);
+		s->first_fill += n;
+		used += (ssize_t)n;
+		if (s->first_fill < s->first_len + SS_TAG_LEN)
+			return used;
+		if (first_done(s, ev, &why)) {
+			used = REFUSE;
+			break;
+		}
+		s->state = SS_SV_OPEN;
+		return used;
+	}
+	default:
+		ev->kind = PROTO_EV_CLOSE;
+		ev->reason = TEXTS[T_STATE];
+		return PROTO_ERR_STATE;
+	}
+	if (used == 0)
+		return 0;
+	*ev = (proto_event){.kind = PROTO_EV_CLOSE, .user = -1, .reason = TEXTS[why]};
+	s->state = SS_SV_CLOSED;
+	ss_server_free(s);
+	return used == REFUSE ? 0 : used;
+}

@@ -1,0 +1,153 @@
+/* shadowsocks_server.h - the Shadowsocks AEAD server core: accounts, the salt replay filter, the first chunk (trial decryption, the target) and the relayed body as a layer. */
+#ifndef ETM_PROTO_SHADOWSOCKS_SERVER_H
+#define ETM_PROTO_SHADOWSOCKS_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto/proto.h"
+#include "proto/shadowsocks.h"
+
+/* ---- accounts ---- */
+
+/* One user as the core reads it: the method and the master key, derived
+ * once on the control thread. */
+typedef struct ss_account {
+	ss_method method;
+	uint8_t key[SS_KEY_MAX];
+} ss_account;
+
+/* Fills a for method m and password[0, len). 0, or -1 (OpenSSL failed). */
+__attribute__((warn_unused_result)) int ss_account_init(ss_account *a, ss_method m,
+                                                        const char *password, size_t len);
+
+/* ---- the salt replay filter ---- */
+
+/* How long a salt is remembered, in seconds: a connection that repeats a
+ * salt seen this recently is refused as a replay (a prober replaying a
+ * captured first packet learns nothing). Shadowsocks has no timestamp to
+ * bound a replay by, so a replay older than this is not caught; 60 s
+ * covers the probes seen in the wild, which follow the real connection
+ * within seconds. */
+#define SS_REPLAY_WINDOW 60
+/* Slots: every salt accepted in the last SS_REPLAY_WINDOW seconds takes
+ * one. 65536 slots of 40 bytes (2.5 MiB an inbound) hold about 540 new
+ * connections a second at half load, where linear probing stays short. */
+#define SS_REPLAY_SLOTS 65536
+/* Slots one lookup probes; past this many live ones the filter counts as
+ * full (salts are random, so their hashes are uniform). */
+#define SS_REPLAY_PROBES 32
+
+typedef struct ss_replay_slot {
+	uint8_t salt[SS_KEY_MAX]; /* zero-padded past a 16-byte salt */
+	int64_t expiry;           /* unix seconds; 0: empty */
+} ss_replay_slot;
+
+/* A zeroed filter is empty and valid; it holds no pointers (calloc it: it
+ * is large). Not thread-safe: the shell locks around ss_replay_add. */
+typedef struct ss_replay {
+	ss_replay_slot slot[SS_REPLAY_SLOTS];
+} ss_replay;
+
+enum {
+	SS_REPLAY_NEW = 0,   /* not seen: added */
+	SS_REPLAY_SEEN = -1, /* seen within the window: a replay */
+	SS_REPLAY_FULL = -2, /* no room within the probe bound: refused */
+};
+
+/* Adds salt[0, len) (len <= SS_KEY_MAX) at now, remembered until now +
+ * SS_REPLAY_WINDOW. Returns an SS_REPLAY_*. */
+__attribute__((warn_unused_result)) int ss_replay_add(ss_replay *r, const uint8_t *salt,
+                                                      size_t len, int64_t now);
+
+/* How the core asks the shell's filter (the shell adds its lock). */
+typedef int (*ss_replay_fn)(void *ud, const uint8_t *salt, size_t len, int64_t now);
+
+/* ---- server core ---- */
+
+typedef enum ss_server_state {
+	SS_SV_SALT,   /* waiting for the salt and the first sealed length */
+	SS_SV_FIRST,  /* a user matched: reading the first chunk's payload */
+	SS_SV_OPEN,   /* PROTO_EV_OPEN given: the body is ss_server_body_new's */
+	SS_SV_CLOSED, /* refused */
+} ss_server_state;
+
+/* One core serves one client connection; embed it (ss_server_free
+ * releases what it holds). */
+typedef struct ss_server {
+	const ss_account *users; /* borrowed for the core's life */
+	size_t n_users;
+	ss_replay_fn replay; /* NULL: no replay filter (tests only) */
+	void *replay_ud;
+	ss_server_state state;
+	int user;                  /* -1 until a user's subkey opened the first length */
+	ss_aead rx;                /* the client's direction, keyed by the matched user */
+	size_t first_len;          /* the first chunk's payload length */
+	uint8_t *first;            /* owned: the first chunk, sealed, then opened */
+	size_t first_fill;
+	size_t rest_off;           /* first[rest_off, first_len): payload after the address */
+} ss_server;
+
+/* Input model (as nghttp2's mem_recv): feed consumes what it can and keeps
+ * what it needs itself (the first chunk, up to SS_CHUNK_PAYLOAD_MAX bytes,
+ * is copied in); the shell feeds the unconsumed rest again with more.
+ * now is unix seconds (the replay filter's clock).
+ *
+ *   n >= 0, PROTO_EV_NONE   n bytes consumed; read more, feed again.
+ *   n > 0, PROTO_EV_OPEN    n bytes consumed (the rest are the client's
+ *                           next chunks); dial ev.dest (TCP) for ev.user,
+ *                           then run the body (ss_server_body_new).
+ *   0 or < 0, CLOSE         refused, with ev.reason: send nothing. A
+ *                           Shadowsocks server answers no refusal: the
+ *                           shell drains the connection for a while
+ *                           before it closes, so a prober learns nothing.
+ *
+ * Authentication is trial decryption: for each user in turn the core
+ * derives the subkey of the client's salt (one HKDF-SHA1) and tries to open
+ * the first sealed length (one 2-byte AEAD open); the first that opens is
+ * the user. The cost grows with the number of users: n HKDFs and opens for
+ * a client no user's key opens.
+ *
+ * Refusals: no user's key opens the first length ("shadowsocks:
+ * authentication failed"), a salt seen within SS_REPLAY_WINDOW, a full
+ * filter, a first length of 0 or over SS_CHUNK_PAYLOAD_MAX, a first payload
+ * whose tag does not match, an unknown address type, an empty domain, and
+ * an address that does not fit the first chunk (every client we know of
+ * sends it whole there). */
+
+/* Resets s. users[0, n) are the accounts (borrowed); replay (may be NULL)
+ * is asked once per matched salt. */
+void ss_server_init(ss_server *s, const ss_account *users, size_t n, ss_replay_fn replay,
+                    void *replay_ud);
+void ss_server_free(ss_server *s);
+
+/* Runs on in[0, len) at now, as above. out->len is set to 0 (the core
+ * never answers) and *ev set on every call. PROTO_ERR_STATE (ev CLOSE)
+ * once decided. Works for any split of the input. */
+__attribute__((warn_unused_result)) ssize_t ss_server_feed(ss_server *s, const uint8_t *in,
+                                                           size_t len, int64_t now,
+                                                           proto_out *out, proto_event *ev);
+
+/* ---- the body as a layer ---- */
+
+/* The body of an opened request as a layer for the top of the upstream's
+ * stack (as vmess_server_body_new): from_above takes the client's bytes
+ * after the first chunk, passing down first what followed the address in
+ * the first chunk, then each chunk's payload; from_below seals the
+ * upstream's bytes up to the client as chunks, our salt (ss_key_len bytes,
+ * the shell's random ones) before the first. The layer takes s's client
+ * direction over (s keeps nothing to free). Ready at once; no shutdown
+ * (the relay's FIN ends either side). start() writes what followed the
+ * address in the first chunk down (the client may wait for an answer to
+ * it, so it must not wait for the client's next bytes): stack_start runs
+ * it on a new stack; on a stack that already started the shell runs it
+ * itself and sends what it wrote before pushing the layer.
+ *
+ * Returns NULL when out of memory, OpenSSL fails or s is not opened. Name
+ * "shadowsocks"; errors LAYER_ERR_PROTO with error() "shadowsocks: bad
+ * chunk" or "shadowsocks: chunk length out of bounds". */
+layer *ss_server_body_new(ss_server *s, const uint8_t *salt);
+
+#endif

@@ -1,0 +1,184 @@
+/* shadowsocks_server_body.c - the Shadowsocks server's relayed body as a layer on the upstream's stack: the client's chunks opened going down, the upstream's bytes sealed going up behind our salt. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+#include "proto/shadowsocks_server.h"
+
+static const char BAD_CHUNK[] = "shadowsocks: bad chunk";
+static const char BAD_LENGTH[] = "shadowsocks: chunk length out of bounds";
+
+/* What waits for room above at most: our salt and one full chunk. */
+#define PEND_MAX (SS_KEY_MAX + SS_CHUNK_MAX)
+
+typedef struct body_layer {
+	layer base;
+	const char *err;
+	ss_aead rx, tx;
+	/* sealing: our salt (before the first chunk), then chunks waiting for
+	 * room above */
+	uint8_t *pend; /* owned, PEND_MAX bytes */
+	size_t pend_len, pend_off;
+	/* opening: the sealed length, the sealed payload, the payload going
+	 * down (first the rest of the first chunk) */
+	uint8_t len_block[SS_LEN_BLOCK];
+	size_t len_fill;
+	size_t chunk_len; /* 0: reading a length */
+	uint8_t *rbuf;    /* owned, SS_CHUNK_PAYLOAD_MAX + SS_TAG_LEN bytes */
+	size_t rfill;
+	size_t out_off, out_len; /* rbuf[out_off, out_len) still goes down */
+} body_layer;
+
+/* The client's bytes: chunks opened, their payload down to the upstream. */
+static ssize_t from_above(layer *l, const uint8_t *in, size_t len, layer_buf *down)
+{
+	body_layer *b = (body_layer *)l;
+	if (b->err)
+		return LAYER_ERR_PROTO;
+	size_t used = 0;
+	for (;;) {
+		b->out_off += layer_buf_put(down, b->rbuf + b->out_off, b->out_len - b->out_off);
+		if (b->out_off < b->out_len || used == len)
+			break;
+		size_t n;
+		if (b->chunk_len == 0) {
+			n = SS_LEN_BLOCK - b->len_fill < len - used ? SS_LEN_BLOCK - b->len_fill
+			                                            : len - used;
+			memcpy(b->len_block + b->len_fill, in + used, n);
+			b->len_fill += n;
+			used += n;
+			if (b->len_fill < SS_LEN_BLOCK)
+				break;
+			ssize_t c = ss_chunk_open_len(&b->rx, b->len_block);
+			if (c < 0) {
+				b->err = c == PROTO_ERR_TOO_BIG ? BAD_LENGTH : BAD_CHUNK;
+				return LAYER_ERR_PROTO;
+			}
+			b->chunk_len = (size_t)c;
+			b->len_fill = 0;
+			continue;
+		}
+		size_t want = b->chunk_len + SS_TAG_LEN - b->rfill;
+		n = want < len - used ? want : len - used;
+		memcpy(b->rbuf + b->rfill, in + used, n);
+		b->rfill += n;
+		used += n;
+		if (b->rfill < b->chunk_len + SS_TAG_LEN)
+			break;
+		if (ss_chunk_open_payload(&b->rx, b->rbuf, b->chunk_len)) {
+			b->err = BAD_CHUNK;
+			return LAYER_ERR_PROTO;
+		}
+		b->out_off = 0;
+		b->out_len = b->chunk_len;
+		b->chunk_len = b->rfill = 0;
+	}
+	return (ssize_t)used;
+}
+
+static void flush(body_layer *b, layer_buf *up)
+{
+	b->pend_off += layer_buf_put(up, b->pend + b->pend_off, b->pend_len - b->pend_off);
+	if (b->pend_off == b->pend_len)
+		b->pend_off = b->pend_len = 0;
+}
+
+/* The upstream's bytes: sealed as chunks, up to the client. */
+static ssize_t from_below(layer *l, const uint8_t *in, size_t len, layer_buf *up,
+                          layer_buf *down)
+{
+	(void)down;
+	body_layer *b = (body_layer *)l;
+	if (b->err)
+		return LAYER_ERR_PROTO;
+	flush(b, up);
+	size_t used = 0;
+	while (b->pend_len == 0 && used < len) {
+		size_t n = len - used < SS_CHUNK_PAYLOAD_MAX ? len - used : SS_CHUNK_PAYLOAD_MAX;
+		ssize_t s = ss_chunk_seal(&b->tx, in + used, n, b->pend);
+		if (s < 0)
+			return LAYER_ERR_STATE;
+		b->pend_len = (size_t)s;
+		used += n;
+		flush(b, up);
+	}
+	return (ssize_t)used;
+}
+
+/* The first chunk's payload after the address goes down first (what does
+ * not fit follows on the stack's next pump, from_above with len 0). */
+static int start(layer *l, layer_buf *down)
+{
+	body_layer *b = (body_layer *)l;
+	b->out_off += layer_buf_put(down, b->rbuf + b->out_off, b->out_len - b->out_off);
+	return 0;
+}
+
+static bool ready(const layer *l)
+{
+	(void)l;
+	return true;
+}
+
+static const char *error(const layer *l) { return ((const body_layer *)l)->err; }
+
+static void body_free(layer *l)
+{
+	body_layer *b = (body_layer *)l;
+	if (!b)
+		return;
+	ss_aead_free(&b->rx);
+	ss_aead_free(&b->tx);
+	free(b->pend);
+	free(b->rbuf);
+	OPENSSL_cleanse(b, sizeof *b);
+	free(b);
+}
+
+static const layer_ops ops = {
+	.name = "shadowsocks",
+	.start = start,
+	.from_below = from_below,
+	.from_above = from_above,
+	.ready = ready,
+	.error = error,
+	.free = body_free,
+};
+
+layer *ss_server_body_new(ss_server *s, const uint8_t *salt)
+{
+	if (s->state != SS_SV_OPEN || s->user < 0 || !s->first)
+		return NULL;
+	const ss_account *a = &s->users[s->user];
+	size_t slen = ss_key_len(a->method);
+	body_layer *b = calloc(1, sizeof *b);
+	if (!b)
+		return NULL;
+	b->base.ops = &ops;
+	b->pend = malloc(PEND_MAX);
+	if (!b->pend)
+		goto fail;
+	uint8_t sub[SS_KEY_MAX];
+	int bad = ss_subkey(a->method, a->key, salt, sub) ||
+	          ss_aead_init(&b->tx, a->method, sub, true);
+	OPENSSL_cleanse(sub, sizeof sub);
+	if (bad)
+		goto fail;
+	/* our salt leaves with the first chunk; from_below's flush would send
+	 * it alone on a drain call, which is as good */
+	memcpy(b->pend, salt, slen);
+	b->pend_len = slen;
+	/* take the client's direction and the first chunk over: its payload
+	 * after the address goes down first */
+	b->rx = s->rx;
+	s->rx = (ss_aead){0};
+	b->rbuf = s->first;
+	s->first = NULL;
+	b->out_off = s->rest_off;
+	b->out_len = s->first_len;
+	return &b->base;
+fail:
+	body_free(&b->base);
+	return NULL;
+}

@@ -1,0 +1,379 @@
+"""Shadowsocks AEAD (SIP004) end to end: interop with shadowsocks-libev's
+ss-server and ss-local, and ours to ours, for aes-128-gcm, aes-256-gcm and
+chacha20-ietf-poly1305.
+
+Each cell runs the chain
+
+    app (this test) --SOCKS5--> client proxy -> server proxy -> echo (this test)
+
+where "ours_to_libev" is our socks inbound and shadowsocks outbound against
+ss-server, "libev_to_ours" is ss-local (its SOCKS5 port) against our
+shadowsocks inbound, and "ours_to_ours" both ends ours. The app carries
+16 MiB of random bytes full duplex, compared byte for byte, half-closes and
+expects the end, then opens 16 connections at once to the echo by name
+(localhost), as test_interop does.
+
+UDP: our outbound's packets through `ss-server -u` to UDP echoes. v2ray
+4.34's shadowsocks server and client (aes-128-gcm, chacha20-ietf-poly1305),
+TCP, both ways.
+
+Also: a wrong password is not answered and not closed at once (the drain),
+a replayed first packet is refused and logged, the spec refuses a 2022
+method and sniffing with the exact texts. Only 127.0.0.1 is used; every
+process started here is stopped by its own pid.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+import test_interop as interop
+from proxykit import (LOOPBACK, Association, EchoServer, UdpEcho, connect, free_port,
+                      socks5_connect, stop_cleanly)
+
+SS_SERVER = shutil.which("ss-server")
+SS_LOCAL = shutil.which("ss-local")
+needs_libev = pytest.mark.skipif(SS_SERVER is None or SS_LOCAL is None,
+                                 reason="shadowsocks-libev is not installed (scripts/deps.sh)")
+
+PASSWORD = "correct horse battery staple"
+WRONG_PASSWORD = "wrong horse battery staple"
+METHODS = ["aes-128-gcm", "aes-256-gcm", "chacha20-ietf-poly1305"]
+
+
+class Libev:
+    """One ss-server or ss-local process on a free port of its own."""
+
+    def __init__(self, workdir, argv_of):
+        self.workdir = workdir
+        self.argv_of = argv_of
+        self.proc = None
+        self.port = None
+        self.log_path = None
+        self._log = None
+
+    def start(self, attempts=4):
+        for _ in range(attempts):
+            self.port = free_port()
+            n = len(list(self.workdir.glob("libev-*.log")))
+            self.log_path = self.workdir / f"libev-{n}.log"
+            self._log = open(self.log_path, "wb")
+            self.proc = subprocess.Popen(self.argv_of(self.port), stdin=subprocess.DEVNULL,
+                                         stdout=self._log, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    with socket.create_connection((LOOPBACK, self.port), timeout=0.5):
+                        return self
+                except OSError:
+                    time.sleep(0.02)
+            self.stop()
+        raise AssertionError(f"shadowsocks-libev did not start:\n{self.log()}")
+
+    def log(self):
+        try:
+            return self.log_path.read_text(errors="replace")
+        except (OSError, AttributeError):
+            return ""
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+class SsChain(interop.Chain):
+    def __init__(self, app, workdir):
+        super().__init__(app, workdir)
+        self.libev = []
+
+    def ss_server(self, method, password=PASSWORD, udp=False):
+        p = Libev(self.workdir, lambda port: [SS_SERVER, "-s", LOOPBACK, "-p", str(port),
+                                              "-k", password, "-m", method, "-v"] +
+                  (["-u"] if udp else []))
+        self.libev.append(p)
+        return p.start()
+
+    def ss_local(self, method, server_port, password=PASSWORD):
+        p = Libev(self.workdir, lambda port: [SS_LOCAL, "-s", LOOPBACK, "-p", str(server_port),
+                                              "-b", LOOPBACK, "-l", str(port),
+                                              "-k", password, "-m", method, "-v"])
+        self.libev.append(p)
+        return p.start()
+
+    def logs(self):
+        out = [super().logs()]
+        for p in self.libev:
+            out.append(f"--- shadowsocks-libev {p.log_path.name}:\n{p.log()[-4000:]}")
+        return "\n".join(out)
+
+
+@pytest.fixture
+def chain(app, tmp_path):
+    c = SsChain(app, tmp_path)
+    yield c
+    for p in c.libev + c.peers:
+        p.stop()
+    stop_cleanly(c.ours, "proxy")
+
+
+@pytest.fixture(scope="module")
+def echo():
+    s = EchoServer()
+    yield s
+    s.close()
+
+
+def our_client(method, server_port, password=PASSWORD):
+    """socks inbound -> shadowsocks outbound to 127.0.0.1:server_port."""
+    return (interop.our_socks_inbound() +
+            f'[[outbound]]\ntag = "up"\nprotocol = "shadowsocks"\nserver = "127.0.0.1"\n'
+            f'port = {server_port}\n[outbound.settings]\nmethod = "{method}"\n'
+            f'password = "{password}"\n')
+
+
+def our_server(method, password=PASSWORD, upstream=None):
+    """shadowsocks inbound on {port0} -> freedom (or upstream's outbound)."""
+    text = ('[[inbound]]\ntag = "in"\nprotocol = "shadowsocks"\nlisten = "127.0.0.1"\n'
+            'port = {port0}\n'
+            f'[inbound.settings]\nmethod = "{method}"\npassword = "{password}"\n\n')
+    return text + (upstream or interop.FREEDOM)
+
+
+def saw_ours(chain, target_port, timeout=2.0):
+    """Every one of our proxies logged the flow to the echo."""
+    want = f"tcp flow to 127.0.0.1:{target_port} from inbound"
+    deadline = time.monotonic() + timeout
+    while any(want not in p.log() for p in chain.ours):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {want!r} in a log\n{chain.logs()}")
+        time.sleep(0.05)
+
+
+# ---------------------------------------------------------------- interop
+
+@needs_libev
+@pytest.mark.parametrize("method", METHODS)
+def test_ours_to_libev(chain, echo, method):
+    """Our shadowsocks outbound against ss-server: 16 MiB, half-close, burst."""
+    server = chain.ss_server(method)
+    client = chain.proxy(our_client(method, server.port))
+    interop.echo_check(client.port, echo.port, chain.logs)
+    saw_ours(chain, echo.port)
+
+
+@needs_libev
+@pytest.mark.parametrize("method", METHODS)
+def test_libev_to_ours(chain, echo, method):
+    """ss-local against our shadowsocks inbound: 16 MiB, half-close, burst."""
+    server = chain.proxy(our_server(method))
+    client = chain.ss_local(method, server.port)
+    interop.echo_check(client.port, echo.port, chain.logs)
+    saw_ours(chain, echo.port)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_ours_to_ours(chain, echo, method):
+    server = chain.proxy(our_server(method))
+    client = chain.proxy(our_client(method, server.port))
+    interop.echo_check(client.port, echo.port, chain.logs)
+    saw_ours(chain, echo.port)
+
+
+def test_inbound_to_a_proxied_upstream(chain, echo):
+    """Our shadowsocks inbound whose upstream is itself stacked (our
+    shadowsocks outbound to a second inbound of ours): the first chunk's
+    payload after the address goes through the upstream's started stack."""
+    last = chain.proxy(our_server("aes-256-gcm", password="hop two"))
+    hop = ('[[outbound]]\ntag = "hop"\nprotocol = "shadowsocks"\nserver = "127.0.0.1"\n'
+           f'port = {last.port}\n[outbound.settings]\nmethod = "aes-256-gcm"\n'
+           'password = "hop two"\n\n')
+    first = chain.proxy(our_server("chacha20-ietf-poly1305", upstream=hop))
+    client = chain.proxy(our_client("chacha20-ietf-poly1305", first.port))
+    interop.echo_check(client.port, echo.port, chain.logs, size=1 << 20)
+
+
+@needs_libev
+def test_libev_first_bytes_with_the_address(chain, echo):
+    """A request whose first bytes the client sends at once (ss-local puts
+    them in the address's chunk) and then waits for the answer: the server
+    must pass them on without more bytes from the client."""
+    server = chain.proxy(our_server("aes-128-gcm"))
+    client = chain.ss_local("aes-128-gcm", server.port)
+    with socks5_connect(client.port, LOOPBACK, echo.port, timeout=5) as s:
+        s.settimeout(5)
+        s.sendall(b"ping")
+        assert s.recv(16) == b"ping"
+
+
+# ---------------------------------------------------------------- refusals
+
+@needs_libev
+def test_wrong_password_is_drained_not_answered(chain, echo):
+    """ss-local with the wrong password: our inbound sends nothing back and
+    keeps the connection open for the drain (2 s at least), and logs why."""
+    server = chain.proxy(our_server("aes-256-gcm"))
+    client = chain.ss_local("aes-256-gcm", server.port, password=WRONG_PASSWORD)
+    start = time.monotonic()
+    with socks5_connect(client.port, LOOPBACK, echo.port, timeout=5) as s:
+        s.settimeout(10)
+        s.sendall(b"hello")
+        try:
+            got = s.recv(16)
+        except OSError:
+            got = b""
+    took = time.monotonic() - start
+    assert got == b"", chain.logs()
+    assert took >= 1.9, f"closed after {took:.2f} s\n{chain.logs()}"
+    interop.assert_logged(chain.ours[0], "refused: shadowsocks: authentication failed "
+                          "(no user's key opens the first chunk)", chain.logs)
+
+
+def test_replayed_salt_is_refused(chain, echo):
+    """The first bytes of a real connection sent again: the second is
+    refused as a replay (logged), and nothing comes back."""
+    server = chain.proxy(our_server("aes-128-gcm"))
+    client = chain.proxy(our_client("aes-128-gcm", server.port))
+    # capture what our client sends by pointing it at a listener of ours
+    sink = socket.socket()
+    sink.bind((LOOPBACK, 0))
+    sink.listen(1)
+    spy = chain.proxy(our_client("aes-128-gcm", sink.getsockname()[1]))
+    with socks5_connect(spy.port, LOOPBACK, echo.port, timeout=5) as s:
+        s.sendall(b"first")
+        conn, _ = sink.accept()
+        conn.settimeout(5)
+        first = b""
+        while len(first) < 16 + 18 + 7 + 16 + 18 + 5 + 16:
+            more = conn.recv(4096)
+            if not more:
+                break
+            first += more
+        conn.close()
+    sink.close()
+    replies = []
+    for _ in range(2):
+        with connect(server.port) as r:
+            r.sendall(first)
+            r.settimeout(1.0)
+            try:
+                replies.append(r.recv(64))
+            except socket.timeout:
+                replies.append(None)  # nothing back yet: still open
+    interop.assert_logged(server, "refused: shadowsocks: replayed salt", chain.logs)
+    assert replies[1] is None, chain.logs()
+    del client
+
+
+def check_fails(run, tmp_path, text, want):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    r = run("--test", "-c", str(path))
+    assert r.returncode != 0
+    assert want in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_spec_refusals(run, tmp_path):
+    base = ('[[inbound]]\ntag = "ss"\nprotocol = "shadowsocks"\nlisten = "127.0.0.1"\n'
+            'port = 1\n')
+    check_fails(run, tmp_path, base + '[inbound.settings]\nmethod = "2022-blake3-aes-128-gcm"\n'
+                'password = "AAAAAAAAAAAAAAAAAAAAAA=="\n\n' + interop.FREEDOM,
+                "inbound ss: shadowsocks method 2022-blake3-aes-128-gcm is not available yet")
+    check_fails(run, tmp_path, base + 'sniffing = true\n[inbound.settings]\nmethod = '
+                '"aes-128-gcm"\npassword = "x"\n\n' + interop.FREEDOM,
+                "inbound ss: sniffing on a shadowsocks inbound is not available yet")
+    check_fails(run, tmp_path, base + '[inbound.settings]\nmethod = "aes-128-gcm"\n\n' +
+                interop.FREEDOM, "inbound ss: protocol shadowsocks needs settings.password")
+    out = ('[[outbound]]\ntag = "o"\nprotocol = "shadowsocks"\nserver = "127.0.0.1"\n'
+           'port = 1\n[outbound.settings]\n')
+    check_fails(run, tmp_path, out + 'method = "2022-blake3-chacha20-poly1305"\npassword = "x"\n',
+                "outbound o: shadowsocks method 2022-blake3-chacha20-poly1305 is not available yet")
+    check_fails(run, tmp_path, out + 'password = "x"\n',
+                "outbound o: protocol shadowsocks needs settings.method")
+    check_fails(run, tmp_path, out + 'method = "rc4-md5"\npassword = "x"\n',
+                "unknown variant `rc4-md5`, expected one of `aes-128-gcm`, `aes-256-gcm`, "
+                "`chacha20-ietf-poly1305`, `2022-blake3-aes-128-gcm`, `2022-blake3-aes-256-gcm`, "
+                "`2022-blake3-chacha20-poly1305`")
+    check_fails(run, tmp_path, out + 'method = "aes-128-gcm"\n',
+                "outbound o: protocol shadowsocks needs settings.password")
+
+
+@pytest.fixture(scope="module")
+def udp_echo():
+    s = UdpEcho()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def udp_echo_b():
+    s = UdpEcho()
+    yield s
+    s.close()
+
+
+@needs_libev
+@pytest.mark.parametrize("method", METHODS)
+def test_udp_ours_to_libev(chain, udp_echo, udp_echo_b, method):
+    """app --SOCKS5 UDP--> our socks inbound -> our shadowsocks outbound (a
+    packet a datagram, each with its target) -> ss-server -u -> UDP echoes:
+    20 datagrams of 1 to 1900 bytes to one echo, then both echoes through one
+    association, each answering its own."""
+    server = chain.ss_server(method, udp=True)
+    client = chain.proxy(our_client(method, server.port))
+    with Association(client.port) as a:
+        for i in range(20):
+            data = os.urandom(1 + i * 100)
+            a.echo(udp_echo, data)
+        a.echo(udp_echo_b, b"to b")
+        a.echo(udp_echo, b"to a")
+
+
+# ---------------------------------------------------------------- v2ray 4.34
+
+V2_METHODS = ["aes-128-gcm", "chacha20-ietf-poly1305"]
+
+
+def v2_ss_server(method):
+    def make(port):
+        return interop.v2_config({"tag": "in", "listen": "127.0.0.1", "port": port,
+                                  "protocol": "shadowsocks",
+                                  "settings": {"method": method, "password": PASSWORD,
+                                               "network": "tcp"}}, interop.V2_FREEDOM)
+    return make
+
+
+def v2_ss_client(method, server_port):
+    def make(port):
+        return interop.v2_config(interop.v2_socks_inbound(port), {
+            "tag": "up", "protocol": "shadowsocks",
+            "settings": {"servers": [{"address": "127.0.0.1", "port": server_port,
+                                      "method": method, "password": PASSWORD}]}})
+    return make
+
+
+@interop.needs_v2ray
+@pytest.mark.parametrize("method", V2_METHODS)
+def test_ours_to_v2ray(chain, echo, method):
+    server = chain.v2ray(v2_ss_server(method))
+    client = chain.proxy(our_client(method, server.port))
+    interop.echo_check(client.port, echo.port, chain.logs)
+
+
+@interop.needs_v2ray
+@pytest.mark.parametrize("method", V2_METHODS)
+def test_v2ray_to_ours(chain, echo, method):
+    server = chain.proxy(our_server(method))
+    client = chain.v2ray(v2_ss_client(method, server.port))
+    interop.echo_check(client.port, echo.port, chain.logs)
