@@ -22,7 +22,6 @@ enum {
 	M_CUT,
 	M_REFUSED,
 	M_NO_SETTINGS,
-	M_GOAWAY,
 };
 
 static const char *const msgs[] = {
@@ -33,7 +32,6 @@ static const char *const msgs[] = {
 	[M_CUT] = "grpc: the stream ended in the middle of a message",
 	[M_REFUSED] = "refused a call from %s: %s",
 	[M_NO_SETTINGS] = "grpc: handshake timed out",
-	[M_GOAWAY] = "grpc: the server is going away",
 };
 
 /* Writes a stream's endpoint may have queued: its slots and a few replies
