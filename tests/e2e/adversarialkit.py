@@ -1187,6 +1187,8 @@ def vless_model(data, uuids, dests):
     if len(data) <= 18:
         return Reply(b"", then="wait")
     cmd = data[18]
+    if cmd == 3:  # a Mux.Cool session (docs/mux.md): no address; frames follow
+        return None if data[19:] else Reply(b"\x00\x00", then="open", note="mux")
     if cmd not in (1, 2):
         return Reply(b"", then="close")
     if len(data) <= 21:

@@ -873,6 +873,13 @@ def test_udp_ours_to_v2ray(chain, pki, udp_echo, udp_echo_b, protocol, transport
     client = chain.proxy(our_client(protocol, server.port, transport, pki, "/u", credential))
     udp_socks_check(client.port, udp_echo, chain.logs)
     assert_logged(server, f"accepted udp:127.0.0.1:{udp_echo.port}", chain.logs)
+    if (protocol, transport) == ("trojan", "ws+tls"):
+        # v2ray 4.34's trojan server answers each destination of one UDP
+        # stream from a goroutine of its own, and over WebSocket two of
+        # them may write at once: it panics ("concurrent write to
+        # websocket connection"). Two peers on one trojan stream are checked
+        # over trojan+tls.
+        return
     udp_two_peers_check(client.port, [udp_echo, udp_echo_b], chain.logs)
     assert_logged(server, f"accepted udp:127.0.0.1:{udp_echo_b.port}", chain.logs)
 
