@@ -201,6 +201,16 @@ typedef struct etm_drain_spec {
 	bool has_after;
 } etm_drain_spec;
 
+/* Mux.Cool on a proxy outbound (issue 17): its flows as sub-flows of
+ * shared connections. */
+#define ETM_DEFAULT_MUX_CONCURRENCY 8
+#define ETM_MUX_CONCURRENCY_MAX 128
+
+typedef struct etm_mux_spec {
+	bool enabled;
+	uint64_t concurrency; /* sub-flows open on one connection at most */
+} etm_mux_spec;
+
 typedef struct etm_outbound_spec {
 	char *tag;
 	etm_protocol protocol;
@@ -211,6 +221,7 @@ typedef struct etm_outbound_spec {
 	etm_settings_spec settings;
 	etm_stream_spec stream;
 	etm_drain_spec drain; /* its old versions' fate; see etm_drain_mode */
+	etm_mux_spec mux;
 } etm_outbound_spec;
 
 #define ETM_DEFAULT_PROBE_INTERVAL 30 /* seconds; seed 000 "Limits" */

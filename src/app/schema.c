@@ -364,6 +364,19 @@ static const schema_field inbound_fields[] = {
 static const schema_table inbound_table = TABLE_OF(
 	"[[inbound]]", "Where clients connect. Repeat the section for each listener.", inbound_fields);
 
+static const schema_field mux_fields[] = {
+	BOOL(etm_mux_spec, enabled, "enabled", false,
+	     "Send this outbound's TCP flows as Mux.Cool sub-flows of shared connections "
+	     "(trojan, vless and vmess; v2ray's mux)."),
+	{.name = "concurrency", .kind = SK_U64, .offset = offsetof(etm_mux_spec, concurrency),
+	 .def = ETM_DEFAULT_MUX_CONCURRENCY, .default_doc = "8",
+	 .doc = "Sub-flows open on one connection at most (1-128); a connection takes 128 in all, "
+		"then new flows open another."},
+};
+static const schema_table mux_table = TABLE_OF("[outbound.mux]",
+                                               "Mux.Cool: many flows over one proxy connection.",
+                                               mux_fields);
+
 static const schema_field outbound_fields[] = {
 	REQ_STR(etm_outbound_spec, tag, "tag", "Name that rules, the default route and balancers use."),
 	{.name = "protocol", .kind = SK_ENUM, .offset = offsetof(etm_outbound_spec, protocol),
@@ -383,6 +396,7 @@ static const schema_field outbound_fields[] = {
 	 .aux_offset = offsetof(etm_outbound_spec, protocol), .def = 0,
 	 .doc = "Protocol settings; see below per protocol."},
 	TABLE(etm_outbound_spec, stream, "stream", out_stream, "Transport; plain TCP when absent."),
+	TABLE(etm_outbound_spec, mux, "mux", mux_table, "Mux.Cool; off when absent."),
 	ENUM(etm_outbound_spec, drain.mode, "drain", drain_modes, ETM_DRAIN_UNSET, "[policy] drain",
 	     "What a reload that changes or removes this outbound does to the flows still open on "
 	     "the old version: keep (they run until they end) or close (at once, or after "

@@ -51,6 +51,8 @@ typedef struct outbound_config {
 	/* Credentials, each NULL when not set: socks and http a user name and
 	 * password, trojan the password, vless the id (a UUID as text). */
 	const char *username, *password, *id;
+	/* Mux.Cool: sub-flows open on one connection at most; 0: off. */
+	unsigned mux_concurrency;
 	/* vmess: the body security as vmess_security's wire value
 	 * (proto/vmess_crypto.h), 0 for auto (outbound_new picks). */
 	uint8_t vmess_security;

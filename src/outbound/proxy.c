@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include "runtime/dial_stream.h"
+#include "proto/mux.h"
 #include "runtime/gun_conn.h"
+#include "runtime/mux_conn.h"
 #include "transport/grpc.h"
 #include "transport/tls.h"
 #include "transport/ws.h"
@@ -25,6 +27,7 @@ struct proxy_transport {
 	bool ws;
 	char *ws_path, *ws_host; /* owned when ws */
 	char *grpc_service, *grpc_host; /* owned when grpc */
+	unsigned mux; /* Mux.Cool sub-flows a session carries at once; 0: off */
 };
 
 void proxy_transport_del(proxy_transport *t)
@@ -46,6 +49,7 @@ proxy_transport *proxy_transport_new(const outbound_config *cfg, char *err, size
 	if (!t)
 		goto nomem;
 	t->server = cfg->server;
+	t->mux = cfg->mux_concurrency;
 	if (cfg->tls) {
 		tls_client_ctx_ref(cfg->tls);
 		t->tls = cfg->tls;
@@ -131,10 +135,33 @@ static connect_pending *dial(const outbound *o, worker *w, dns_resolver *dns, st
 	return gun_open(w, dns, &cfg, st, cb, data);
 }
 
+/* A Mux.Cool session's own stream: the proxy request to v1.mux.cool. */
+typedef struct session_dial {
+	const outbound *o;
+	dns_resolver *dns;
+} session_dial;
+
+static connect_pending *dial_session(void *ctx, worker *w, connect_cb cb, void *data)
+{
+	const session_dial *sd = ctx;
+	char err[256];
+	addr_dest to;
+	mux_session_dest(&to);
+	stack *st = build_stack(sd->o, &to, NULL, err, sizeof err);
+	return st ? dial(sd->o, w, sd->dns, st, cb, data) : NULL;
+}
+
 connect_pending *proxy_connect_stream(const outbound *o, worker *w, dns_resolver *dns,
                                       const addr_dest *dest, connect_cb cb, void *data)
 {
 	char err[256];
+	if (o->proxy->mux) {
+		session_dial sd = {.o = o, .dns = dns};
+		connect_pending *p = mux_open(w, o->id, o->proxy->mux, dial_session, &sd, dest, cb, data);
+		if (!p)
+			cb(&(connect_result){.msg = msgs[MSG_NO_MEMORY]}, data);
+		return p;
+	}
 	stack *st = build_stack(o, dest, NULL, err, sizeof err);
 	if (!st) {
 		cb(&(connect_result){.msg = err}, data);

@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/bytes.h"
 
@@ -543,4 +544,10 @@ void mux_session_dest(addr_dest *d)
 	if (addr_dest_set_domain(d, MUX_COOL_DOMAIN, sizeof MUX_COOL_DOMAIN - 1, MUX_COOL_PORT))
 		*d = (addr_dest){0}; /* never: the name is valid */
 	d->network = ADDR_TCP;
+}
+
+bool mux_is_session_dest(const addr_dest *d)
+{
+	return d->kind == ADDR_DOMAIN && d->u.domain.len == sizeof MUX_COOL_DOMAIN - 1 &&
+	       strncasecmp(d->u.domain.name, MUX_COOL_DOMAIN, sizeof MUX_COOL_DOMAIN - 1) == 0;
 }

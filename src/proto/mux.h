@@ -53,6 +53,10 @@
  * or VMess request with command 0x03 (Mux, no address of its own) opens. */
 void mux_session_dest(addr_dest *d);
 
+/* Whether d names the session address (v1.mux.cool, any case, any port):
+ * a VLESS or VMess client then sends command 0x03 and no address. */
+bool mux_is_session_dest(const addr_dest *d);
+
 /* v2ray refuses metadata over 512 bytes (frame.go, Unmarshal). */
 #define MUX_META_MAX 512
 

@@ -202,6 +202,11 @@ layer *vless_client_new(const uint8_t uuid[VLESS_UUID_LEN], const addr_dest *des
 	memcpy(p, uuid, VLESS_UUID_LEN);
 	p += VLESS_UUID_LEN;
 	*p++ = 0; /* no addons */
+	if (!udp && mux_is_session_dest(dest)) {
+		*p++ = CMD_MUX; /* a Mux.Cool session: no address */
+		c->req_len = (uint16_t)(p - c->req);
+		return &c->base;
+	}
 	*p++ = udp ? CMD_UDP : CMD_TCP;
 	bytes_put16(p, dest->port);
 	p += 2;

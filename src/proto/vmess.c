@@ -9,6 +9,7 @@
 
 #include "base/bytes.h"
 #include "base/hash.h"
+#include "proto/mux.h"
 #include "proto/vless.h"
 
 enum { ATYP_IPV4 = 0x01, ATYP_DOMAIN = 0x02, ATYP_IPV6 = 0x03 };
@@ -79,8 +80,11 @@ ssize_t vmess_request_seal(const uint8_t cmd_key[VMESS_KEY_LEN], int64_t now,
 	*p++ = opt;
 	*p++ = (uint8_t)(plen << 4 | (sec & 0x0f));
 	*p++ = 0; /* reserved */
+	if (cmd == VMESS_CMD_TCP && mux_is_session_dest(dest))
+		cmd = VMESS_CMD_MUX; /* a Mux.Cool session: no address */
 	*p++ = cmd;
-	p += put_address(p, dest);
+	if (cmd != VMESS_CMD_MUX)
+		p += put_address(p, dest);
 	memcpy(p, r->padding, plen);
 	p += plen;
 	uint32_t f = hash_fnv32(h, (size_t)(p - h));

@@ -14,7 +14,16 @@
 #include "proto/mux.h"
 #include "runtime/relay.h"
 
-enum { M_NOMEM, M_SESSION_ENDED, M_SUB_ENDED, M_SUB_FAILED, M_BAD_FRAME, M_UDP_OPEN };
+enum {
+	M_NOMEM,
+	M_SESSION_ENDED,
+	M_SUB_ENDED,
+	M_SUB_FAILED,
+	M_BAD_FRAME,
+	M_UDP_OPEN,
+	M_SUB_ERROR,
+	M_IDLE,
+};
 
 static const char *const msgs[] = {
 	[M_NOMEM] = "mux: out of memory",
@@ -23,6 +32,8 @@ static const char *const msgs[] = {
 	[M_SUB_FAILED] = "sub-flow %u to %s failed: %s",
 	[M_BAD_FRAME] = "session from %s ended: %s",
 	[M_UDP_OPEN] = "mux: cannot open the datagram link: %s",
+	[M_SUB_ERROR] = "mux: the server ended the sub-flow in error",
+	[M_IDLE] = "mux: the session was idle",
 };
 
 /* Writes an endpoint queues on a channel at most (endpoint.h: its slots
@@ -107,6 +118,7 @@ typedef struct msub {
 	size_t rx_len, rx_cap;
 	wqueue wq;       /* the upstream's bytes toward the client */
 	bool want, peer_end, eof_told, shut_wanted, shut_told, end_sent, failed, gone;
+	bool fail_told;  /* client: the endpoint was told the sub-flow broke */
 } msub;
 
 struct mux_conn {
@@ -133,9 +145,31 @@ struct mux_conn {
 	uv_idle_t kick;
 	bool kicking, servicing, face_want, face_open, client_ended, eof_told, dead, freed;
 	uint64_t moved; /* bytes moved ever: a service that moved some runs again */
+	int handles;    /* kick and idle, to close before the free */
+	uv_timer_t idle; /* client: closes a session with no sub-flow */
+	/* client */
+	bool client;
+	mux_client ccore;
+	endpoint *below; /* the session's own proxy stream, once dialled */
+	connect_pending *dial;
+	uint64_t origin; /* the outbound version whose flows share it */
+	list opens;      /* mopen, waiting for the stream */
+	size_t n_opens;
+	char why[160];   /* why the session died */
 };
 
-static _Thread_local list sessions;
+/* A client flow waiting for its session's stream. */
+typedef struct mopen {
+	connect_pending base; /* first */
+	mux_conn *m;
+	list_node node;
+	addr_dest dest;
+	connect_cb cb;
+	void *data;
+} mopen;
+
+static _Thread_local list sessions; /* server */
+static _Thread_local list clients;
 
 static void service(mux_conn *m);
 
@@ -170,8 +204,10 @@ static void send_end(msub *s, bool error)
 		return;
 	s->end_sent = true;
 	proto_out po;
-	if (mux_server_end(&s->m->core, s->id, error, &po) == 0)
-		put_out(s->m, po.buf, po.len);
+	mux_conn *m = s->m;
+	if ((m->client ? mux_client_end(&m->ccore, s->id, error, &po)
+	               : mux_server_end(&m->core, s->id, error, &po)) == 0)
+		put_out(m, po.buf, po.len);
 }
 
 static void dest_text(const addr_dest *d, char *out, size_t size)
@@ -411,7 +447,8 @@ static void die(mux_conn *m, const char *why)
 	if (m->dead)
 		return;
 	m->dead = true;
-	if (why)
+	snprintf(m->why, sizeof m->why, "%s", why ? why : msgs[M_SESSION_ENDED]);
+	if (why && !m->client)
 		log_debug("mux", msgs[M_BAD_FRAME], m->peer, why);
 	for (list_node *n = m->subs.head; n; n = n->next)
 		sub_stop(LIST_ENTRY(n, msub, node), true);
@@ -421,9 +458,22 @@ static void die(mux_conn *m, const char *why)
 /* Decodes what the client sent, frame by frame, while sub-flows have room. */
 static void read_frames(mux_conn *m)
 {
-	/* the relay's writes into the input buffer */
+	/* the session stream's bytes (client), or the relay's writes (server),
+	 * into the input buffer */
+	const uint8_t *d;
+	size_t avail;
+	while (m->client && m->below && m->in_len < 2 * MUX_FRAME_MAX &&
+	       (avail = endpoint_app_in(m->below, &d)) > 0) {
+		size_t k = avail < 2 * MUX_FRAME_MAX - m->in_len ? avail : 2 * MUX_FRAME_MAX - m->in_len;
+		memcpy(m->in + m->in_len, d, k);
+		m->in_len += k;
+		if (endpoint_app_done(m->below, k)) {
+			die(m, endpoint_error(m->below));
+			return;
+		}
+	}
 	wreq *r;
-	while ((r = wq_head(&m->fq))) {
+	while (!m->client && (r = wq_head(&m->fq))) {
 		size_t k = r->n - r->off;
 		if (k > 2 * MUX_FRAME_MAX - m->in_len)
 			k = 2 * MUX_FRAME_MAX - m->in_len;
@@ -442,7 +492,9 @@ static void read_frames(mux_conn *m)
 		if (n > 0 && !room_for(m, &peek))
 			break; /* resumes as the sub-flow's upstream takes its bytes */
 		proto_out po;
-		n = n < 0 ? n : mux_server_feed(&m->core, m->in, m->in_len, &ev, &po);
+		n = n < 0                ? n
+		    : m->client ? mux_client_feed(&m->ccore, m->in, m->in_len, &ev, &po)
+		                : mux_server_feed(&m->core, m->in, m->in_len, &ev, &po);
 		if (n < 0) {
 			die(m, ev.reason ? ev.reason : peek.reason);
 			return;
@@ -478,7 +530,9 @@ static void read_frames(mux_conn *m)
 				break;
 			s->peer_end = true;
 			s->end_sent = true; /* the id is closed on both sides now */
-			if (s->udp || !s->rl)
+			if (m->client)
+				s->failed |= ev.error; /* the flow's end, or its failure */
+			else if (s->udp || !s->rl)
 				sub_stop(s, ev.error);
 			break;
 		default:
@@ -498,6 +552,13 @@ static void serve_sub(mux_conn *m, msub *s)
 	if (!s->has_ep)
 		return;
 	endpoint *ep = s->ch.ep;
+	if (m->client && (s->failed || m->dead)) {
+		if (!s->fail_told) {
+			s->fail_told = true;
+			endpoint_chan_fail(ep, m->dead ? m->why : msgs[M_SUB_ERROR]);
+		}
+		return;
+	}
 	while (s->want && s->rx_len && s->has_ep) {
 		size_t k = endpoint_chan_input(ep, s->rx, s->rx_len);
 		if (k == 0)
@@ -526,23 +587,37 @@ static void serve_sub(mux_conn *m, msub *s)
 		/* Mux.Cool has no half-close: the upstream's end ends the sub-flow */
 		s->shut_told = true;
 		send_end(s, false);
+		/* the End closes the id both ways: nothing more comes for it */
+		s->peer_end = true;
 		endpoint_chan_shut(ep);
 	}
 	if (s->has_ep && s->wq.n_done)
 		wq_tell(&s->wq, ep);
 }
 
-static void on_freed(uv_handle_t *h) { free(h->data); }
+static void on_freed(uv_handle_t *h)
+{
+	mux_conn *m = h->data;
+	if (--m->handles == 0)
+		free(m);
+}
 
 static void session_free(mux_conn *m)
 {
 	m->freed = true;
-	list_remove(&sessions, &m->reg);
+	list_remove(m->client ? &clients : &sessions, &m->reg);
+	if (m->dial)
+		m->dial->cancel(m->dial);
+	if (m->below)
+		endpoint_close(m->below, true);
 	free(m->in);
 	free(m->out);
 	free(m->tag);
 	uv_close((uv_handle_t *)&m->kick, on_freed);
+	uv_close((uv_handle_t *)&m->idle, on_freed);
 }
+
+static void client_service(mux_conn *m);
 
 static void service(mux_conn *m)
 {
@@ -556,6 +631,10 @@ static void service(mux_conn *m)
 		cb(&(connect_result){.ok = true, .ep = ep}, m->open_data);
 		if (m->freed)
 			return;
+	}
+	if (m->client) {
+		client_service(m);
+		return;
 	}
 	m->servicing = true;
 	uint64_t before = m->moved;
@@ -663,11 +742,7 @@ static void serve_cancel(connect_pending *p)
 	endpoint_close(ep, false); /* face_close: the session ends */
 }
 
-bool mux_is_session(const addr_dest *dest)
-{
-	return dest->kind == ADDR_DOMAIN && dest->u.domain.len == sizeof MUX_COOL_DOMAIN - 1 &&
-	       strncasecmp(dest->u.domain.name, MUX_COOL_DOMAIN, sizeof MUX_COOL_DOMAIN - 1) == 0;
-}
+bool mux_is_session(const addr_dest *dest) { return mux_is_session_dest(dest); }
 
 connect_pending *mux_serve(worker *w, const connector *conn, const flow *f, const flow_ctx *ctx,
                            connect_cb cb, void *data)
@@ -698,7 +773,10 @@ connect_pending *mux_serve(worker *w, const connector *conn, const flow *f, cons
 		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)p)->sin6_addr, ip, sizeof ip);
 	snprintf(m->peer, sizeof m->peer, "%s", ip);
 	uv_idle_init(worker_loop(w), &m->kick);
+	uv_timer_init(worker_loop(w), &m->idle);
 	m->kick.data = m;
+	m->idle.data = m;
+	m->handles = 2;
 	list_push_back(&sessions, &m->reg);
 	endpoint *ep = endpoint_new_chan(w, &m->face, NULL, NULL, NULL);
 	if (!ep) { /* face_close ran: the session frees itself */
@@ -744,4 +822,218 @@ void mux_close_all(worker *w)
 	(void)w;
 	for (list_node *n = sessions.head; n; n = n->next)
 		die(LIST_ENTRY(n, mux_conn, reg), NULL);
+	for (list_node *n = clients.head; n; n = n->next)
+		die(LIST_ENTRY(n, mux_conn, reg), NULL);
+}
+
+/* ---- client ---- */
+
+static void open_done(mopen *o, const connect_result *r)
+{
+	mux_conn *m = o->m;
+	list_remove(&m->opens, &o->node);
+	m->n_opens--;
+	if (r)
+		o->cb(r, o->data);
+	free(o);
+}
+
+static void open_cancel(connect_pending *p) { open_done((mopen *)p, NULL); }
+
+/* The opens waiting get their sub-flows once the stream is up. */
+static void start_opens(mux_conn *m)
+{
+	while (m->below && !m->dead && m->opens.head) {
+		mopen *o = LIST_ENTRY(m->opens.head, mopen, node);
+		uint8_t frame[MUX_HEADER_MAX];
+		uint16_t id;
+		msub *s = calloc(1, sizeof *s);
+		ssize_t n = s ? mux_client_open(&m->ccore, &o->dest, NULL, 0, frame, sizeof frame, &id)
+		              : PROTO_ERR_TOO_BIG;
+		if (n < 0) {
+			free(s);
+			open_done(o, &(connect_result){.err = PROTO_DIAL_GENERAL, .msg = msgs[M_NOMEM]});
+			continue;
+		}
+		put_out(m, frame, (size_t)n);
+		s->ch.ops = &sub_chan;
+		s->m = m;
+		s->id = id;
+		s->dest = o->dest;
+		list_push_back(&m->subs, &s->node);
+		endpoint *ep = endpoint_new_chan(m->w, &s->ch, NULL, NULL, NULL);
+		if (!ep) { /* sub_close ran: its End is queued */
+			s->gone = true;
+			open_done(o, &(connect_result){.err = PROTO_DIAL_GENERAL, .msg = msgs[M_NOMEM]});
+			continue;
+		}
+		s->has_ep = true;
+		endpoint_set_origin(ep, m->origin);
+		open_done(o, &(connect_result){.ok = true, .ep = ep});
+	}
+}
+
+static void on_idle(uv_timer_t *t)
+{
+	mux_conn *m = t->data;
+	if (!m->subs.head && !m->opens.head)
+		die(m, msgs[M_IDLE]);
+	kick(m);
+}
+
+static void client_service(mux_conn *m)
+{
+	m->servicing = true;
+	uint64_t before = m->moved;
+	if (m->below && !m->dead)
+		read_frames(m);
+	start_opens(m);
+	for (list_node *n = m->subs.head; n; n = n->next)
+		serve_sub(m, LIST_ENTRY(n, msub, node));
+	while (m->below && !m->dead && m->out_len && endpoint_can_send(m->below)) {
+		ssize_t k = endpoint_send(m->below, m->out, m->out_len);
+		if (k < 0) {
+			die(m, endpoint_error(m->below));
+			break;
+		}
+		if (k == 0)
+			break;
+		memmove(m->out, m->out + k, m->out_len - (size_t)k);
+		m->out_len -= (size_t)k;
+		m->moved += (size_t)k;
+	}
+	for (list_node *n = m->subs.head, *next; n; n = next) {
+		next = n->next;
+		msub *s = LIST_ENTRY(n, msub, node);
+		if (!s->has_ep && (s->gone || s->end_sent))
+			sub_free(s);
+	}
+	m->servicing = false;
+	if (m->dead) {
+		while (m->opens.head)
+			open_done(LIST_ENTRY(m->opens.head, mopen, node),
+			          &(connect_result){.err = PROTO_DIAL_GENERAL, .msg = m->why});
+		if (!m->subs.head)
+			session_free(m);
+		return;
+	}
+	if (!m->subs.head && !m->opens.head) {
+		if (!uv_is_active((uv_handle_t *)&m->idle))
+			uv_timer_start(&m->idle, on_idle, MUX_IDLE_MS, 0);
+	} else {
+		uv_timer_stop(&m->idle);
+	}
+	if (m->moved != before)
+		kick(m);
+}
+
+static void on_below_event(void *ud)
+{
+	mux_conn *m = ud;
+	if (!m->dead && endpoint_at_eof(m->below))
+		die(m, msgs[M_SESSION_ENDED]);
+	service(m);
+}
+
+static void on_below_error(void *ud, const char *why)
+{
+	mux_conn *m = ud;
+	die(m, why);
+	service(m);
+}
+
+static const endpoint_events below_events = {
+	.on_readable = on_below_event,
+	.on_writable = on_below_event,
+	.on_error = on_below_error,
+};
+
+static void on_dialled(const connect_result *r, void *data)
+{
+	mux_conn *m = data;
+	m->dial = NULL;
+	if (!r->ok || r->blackhole) {
+		if (r->ok) /* a blackhole is no session */
+			die(m, msgs[M_SESSION_ENDED]);
+		else
+			die(m, r->msg ? r->msg : msgs[M_SESSION_ENDED]);
+		service(m);
+		return;
+	}
+	m->below = r->ep;
+	endpoint_set_events(m->below, &below_events, m);
+	endpoint_want_read(m->below, true);
+	service(m);
+}
+
+/* A session of this worker for origin that takes one more sub-flow. */
+static mux_conn *find_session(uint64_t origin)
+{
+	for (list_node *n = clients.head; n; n = n->next) {
+		mux_conn *m = LIST_ENTRY(n, mux_conn, reg);
+		if (m->origin != origin || m->dead || m->freed)
+			continue;
+		/* the ones waiting count as open */
+		mux_client probe = m->ccore;
+		bool full = mux_client_full(&probe);
+		for (size_t i = 0; !full && i < m->n_opens; i++) {
+			probe.n_open++;
+			probe.last_id++;
+			full = mux_client_full(&probe);
+		}
+		if (!full)
+			return m;
+	}
+	return NULL;
+}
+
+static mux_conn *client_new(worker *w, uint64_t origin, unsigned concurrency)
+{
+	mux_conn *m = calloc(1, sizeof *m);
+	if (!m || !(m->in = malloc(2 * MUX_FRAME_MAX)) || !(m->out = malloc(OUT_CAP))) {
+		if (m) {
+			free(m->in);
+			free(m);
+		}
+		return NULL;
+	}
+	m->client = true;
+	m->w = w;
+	m->origin = origin;
+	mux_client_init(&m->ccore, concurrency);
+	uv_idle_init(worker_loop(w), &m->kick);
+	uv_timer_init(worker_loop(w), &m->idle);
+	m->kick.data = m;
+	m->idle.data = m;
+	m->handles = 2;
+	list_push_back(&clients, &m->reg);
+	return m;
+}
+
+connect_pending *mux_open(worker *w, uint64_t origin, unsigned concurrency, mux_dial_fn dial,
+                          void *ctx, const addr_dest *dest, connect_cb cb, void *data)
+{
+	mopen *o = calloc(1, sizeof *o);
+	if (!o)
+		return NULL;
+	mux_conn *m = find_session(origin);
+	if (!m) {
+		m = client_new(w, origin, concurrency);
+		if (!m) {
+			free(o);
+			return NULL;
+		}
+		m->dial = dial(ctx, w, on_dialled, m);
+		if (!m->dial && !m->below && !m->dead) {
+			m->dead = true;
+			session_free(m);
+			free(o);
+			return NULL;
+		}
+	}
+	*o = (mopen){.base.cancel = open_cancel, .m = m, .dest = *dest, .cb = cb, .data = data};
+	list_push_back(&m->opens, &o->node);
+	m->n_opens++;
+	kick(m);
+	return &o->base;
 }

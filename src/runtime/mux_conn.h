@@ -41,6 +41,25 @@ connect_pending *mux_serve(worker *w, const connector *conn, const flow *f, cons
  * on), and drops the UDP sub-links opened on it. Returns how many. */
 size_t mux_drain(worker *w, uint64_t origin, const char *why);
 
+/* Client. An outbound with mux on sends each TCP flow as a sub-flow of a
+ * session: one of this worker's sessions for the same outbound version
+ * with room (at most concurrency sub-flows open, 128 opened in all, as
+ * v2ray's client), or a new one, whose own stream (a proxy stream to
+ * v1.mux.cool: VLESS and VMess say so with command 0x03) dial opens. A
+ * session with no sub-flow for MUX_IDLE_MS closes. Mux.Cool has no
+ * half-close: a flow's end ends its sub-flow, both ways, as in v2ray. */
+#define MUX_IDLE_MS 16000
+
+/* Opens the session's own stream; the callback contract of dial_tcp. */
+typedef connect_pending *(*mux_dial_fn)(void *ctx, worker *w, connect_cb cb, void *data);
+
+/* Opens a TCP flow to dest as a sub-flow: cb gets its endpoint (events
+ * nowhere, origin set) once its New is queued, or the session's failure.
+ * Callback contract as dial_tcp: later, never inside this call; NULL when
+ * memory runs out. */
+connect_pending *mux_open(worker *w, uint64_t origin, unsigned concurrency, mux_dial_fn dial,
+                          void *ctx, const addr_dest *dest, connect_cb cb, void *data);
+
 /* Ends every session of the worker's (a stop). */
 void mux_close_all(worker *w);
 

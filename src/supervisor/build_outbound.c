@@ -167,6 +167,8 @@ static int config_fill(outbound_config *c, const etm_outbound_spec *spec, char *
 		set_ws(c, spec);
 	if (st->network == ETM_NET_GRPC)
 		set_grpc(c, spec);
+	if (spec->mux.enabled)
+		c->mux_concurrency = (unsigned)spec->mux.concurrency;
 	return 0;
 }
 

@@ -15,7 +15,7 @@ _Static_assert(sizeof(etm_stream_spec) == 88, "compare the new field in stream_e
 _Static_assert(sizeof(etm_user_spec) == 32, "compare the new field in user_eq");
 _Static_assert(sizeof(etm_settings_spec) == 136, "compare the new field in settings_eq");
 _Static_assert(sizeof(etm_inbound_spec) == 256, "compare the new field in plan_inbound_equal");
-_Static_assert(sizeof(etm_outbound_spec) == 280, "compare the new field in plan_outbound_equal");
+_Static_assert(sizeof(etm_outbound_spec) == 296, "compare the new field in plan_outbound_equal");
 _Static_assert(sizeof(etm_balancer_spec) == 80, "compare the new field in plan_balancer_equal");
 _Static_assert(sizeof(etm_cluster_spec) == 192, "compare the new field in plan_cluster_equal");
 _Static_assert(sizeof(etm_rule_spec) == 176, "compare the new field in rule_eq");
@@ -87,7 +87,8 @@ bool plan_outbound_equal(const etm_outbound_spec *a, const etm_outbound_spec *b)
 	return str_eq(a->tag, b->tag) && a->protocol == b->protocol &&
 	       str_eq(a->server, b->server) && a->port == b->port && a->has_port == b->has_port &&
 	       a->address_family == b->address_family && settings_eq(&a->settings, &b->settings) &&
-	       stream_eq(&a->stream, &b->stream);
+	       stream_eq(&a->stream, &b->stream) && a->mux.enabled == b->mux.enabled &&
+	       a->mux.concurrency == b->mux.concurrency;
 }
 
 bool plan_balancer_equal(const etm_balancer_spec *a, const etm_balancer_spec *b)

@@ -77,6 +77,8 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_LB_TAKES_NO] = "inbound %s: protocol udp_lb takes no %s",
 	[SPEC_OUT_OF_MEMORY] = "out of memory",
 	[SPEC_OUT_DRAIN_RANGE] = "outbound %s: drain_after must be 0 to 86400",
+	[SPEC_MUX_PROTOCOL] = "outbound %s: mux needs a trojan, vless or vmess outbound, not %s",
+	[SPEC_MUX_RANGE] = "outbound %s: mux.concurrency must be 1 to 128",
 	[SPEC_OUT_DRAIN_KEEP] = "outbound %s: drain_after closes the flows of old versions, so it "
 				"cannot go with drain = \"keep\"",
 	[SPEC_POLICY_DRAIN_RANGE] = "policy.drain_after must be 0 to 86400",
@@ -424,6 +426,12 @@ static int check_outbound(const etm_outbound_spec *o, char *msg, size_t size)
 		return spec_format(msg, size, SPEC_BAD_WS_PATH, "outbound", o->tag, o->stream.ws.path);
 	if (is_proxy_client(o->protocol) && !(o->server && o->has_port))
 		return spec_format(msg, size, SPEC_OUTBOUND_NEEDS_SERVER, o->tag, pn);
+	if (o->mux.enabled && o->protocol != ETM_PROTO_TROJAN && o->protocol != ETM_PROTO_VLESS &&
+	    o->protocol != ETM_PROTO_VMESS)
+		return spec_format(msg, size, SPEC_MUX_PROTOCOL, o->tag, pn);
+	if ((o->mux.enabled || o->mux.concurrency) &&
+	    (o->mux.concurrency < 1 || o->mux.concurrency > ETM_MUX_CONCURRENCY_MAX))
+		return spec_format(msg, size, SPEC_MUX_RANGE, o->tag);
 	switch (o->protocol) {
 	case ETM_PROTO_TROJAN:
 	case ETM_PROTO_HYSTERIA2:

@@ -319,3 +319,27 @@ def test_sniffing_on_a_vmess_inbound_is_refused_not_ignored(run, tmp_path):
                     '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
     assert same_failure(run, path) == ("inbound vm: sniffing on a vmess inbound is not "
                                        "available yet")
+
+
+@pytest.mark.parametrize("protocol,mux,error", [
+    ("socks", "enabled = true",
+     "outbound up: mux needs a trojan, vless or vmess outbound, not socks"),
+    ("vless", "enabled = true\nconcurrency = 0", "outbound up: mux.concurrency must be 1 to 128"),
+    ("vless", "enabled = true\nconcurrency = 129",
+     "outbound up: mux.concurrency must be 1 to 128"),
+    ("vless", "enabled = true\nconcurrency = 128", None),
+    ("vmess", "concurrency = 8", None),
+])
+def test_mux_settings_are_checked(run, tmp_path, protocol, mux, error):
+    """[outbound.mux] (issue 17): the texts of a refused mux table."""
+    cfg = tmp_path / "config.toml"
+    settings = ('[outbound.settings]\nid = "6c1b0e6a-6e3d-4c1e-9d8a-1a2b3c4d5e6f"\n'
+                if protocol != "socks" else "")
+    cfg.write_text(f'[[inbound]]\ntag = "in"\nprotocol = "socks"\nport = 1080\n\n'
+                   f'[[outbound]]\ntag = "up"\nprotocol = "{protocol}"\nserver = "127.0.0.1"\n'
+                   f'port = 443\n{settings}[outbound.mux]\n{mux}\n')
+    r = run("--test", "-c", str(cfg))
+    if error is None:
+        assert (r.returncode, r.stdout, r.stderr) == (0, "Configuration OK.\n", "")
+    else:
+        assert (r.returncode, r.stderr) == (1, f"configuration invalid: {error}\n")

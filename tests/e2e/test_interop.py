@@ -1109,3 +1109,44 @@ def test_a_route_change_reaches_the_next_mux_sub_flow_of_a_live_session(chain, p
             == 1, chain.logs()
     finally:
         first.close()
+
+
+MUX_CLIENT = "[outbound.mux]\nenabled = true\nconcurrency = 4\n"
+
+
+@needs_v2ray
+@pytest.mark.parametrize("protocol,transport", [("vmess", "tcp"), ("vless", "tcp"),
+                                                ("trojan", "tls"), ("vmess", "ws+tls")])
+def test_mux_ours_to_v2ray(chain, pki, echo, protocol, transport):
+    """Our mux client against v2ray 4.34's server: every flow is a sub-flow
+    of a session to v1.mux.cool (VLESS and VMess: command 0x03), 16 MiB
+    echoed, then 16 flows at once over sessions of 4."""
+    credential = PASSWORD if protocol == "trojan" else UUID
+    server = chain.v2ray(v2_server(protocol, transport, pki, "/mx", credential))
+    client = chain.proxy(our_client(protocol, server.port, transport, pki, "/mx", credential) +
+                         MUX_CLIENT)
+    echo_check(client.port, echo.port, chain.logs)  # 1 flow, then a burst of 16
+    burst_check(client.port, echo.port, chain.logs)
+    # v2ray logs each sub-flow with its session's source: sessions carried
+    # several flows each
+    flows = [line.split()[2] for line in server.log().splitlines()
+             if " accepted tcp:" in line and f":{echo.port} " in line]
+    assert len(flows) == 33, chain.logs()
+    assert len(set(flows)) <= len(flows) // 2, chain.logs()
+
+
+@pytest.mark.parametrize("protocol,transport", [("vless", "tcp"), ("vmess", "ws+tls")])
+def test_mux_ours_to_ours(chain, pki, echo, tmp_path, protocol, transport):
+    """Our mux client against our inbound: the server's access log names the
+    source of each sub-flow, its session's; flows share sessions."""
+    access = tmp_path / "access.log"
+    server = chain.proxy(f'[log]\naccess = "{access}"\n\n' +
+                         our_server(protocol, transport, pki, "/mx", UUID))
+    client = chain.proxy(our_client(protocol, server.port, transport, pki, "/mx", UUID) +
+                         MUX_CLIENT)
+    echo_check(client.port, echo.port, chain.logs)
+    burst_check(client.port, echo.port, chain.logs)
+    sources = [line.split()[1] for line in access.read_text().splitlines()
+               if f":{echo.port} " in line]
+    assert len(sources) == 33, access.read_text()
+    assert len(set(sources)) <= len(sources) // 2, access.read_text()
