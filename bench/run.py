@@ -180,6 +180,10 @@ SUBJECTS = [
     Subject("v2ray-vless-tls", "v2ray vless+tls", "vless+tls",
             [v2ray("v2ray/vless-tls-server.json", ("SERVER",)),
              v2ray("v2ray/vless-tls-client.json")]),
+    # v2ray 4.34 has no gRPC transport: its nearest chain is vless+tls above
+    Subject("etm-vless-grpc-tls", "etemenanki vless+grpc+tls", "vless+grpc+tls",
+            [app("etemenanki/vless-grpc-tls-server.toml", ("SERVER",)),
+             app("etemenanki/vless-grpc-tls-client.toml")], ours=True),
     Subject("etm-vless-ws-tls", "etemenanki vless+ws+tls", "vless+ws+tls",
             [app("etemenanki/vless-ws-tls-server.toml", ("SERVER",)),
              app("etemenanki/vless-ws-tls-client.toml")], ours=True),
@@ -198,6 +202,10 @@ SUBJECTS = [
     Subject("v2ray-vmess-tls", "v2ray vmess+tls (aes-128-gcm)", "vmess+tls",
             [v2ray("v2ray/vmess-tls-server.json", ("SERVER",), AEAD_FORCED),
              v2ray("v2ray/vmess-tls-client.json")]),
+    # v2ray 4.34 has no gRPC transport: its nearest chain is vmess+tls above
+    Subject("etm-vmess-grpc-tls", "etemenanki vmess+grpc+tls (aes-128-gcm)", "vmess+grpc+tls",
+            [app("etemenanki/vmess-grpc-tls-server.toml", ("SERVER",)),
+             app("etemenanki/vmess-grpc-tls-client.toml")], ours=True),
     Subject("v2ray-ss", "v2ray shadowsocks aes-128-gcm", "shadowsocks",
             [v2ray("v2ray/shadowsocks-server.json", ("SERVER",)),
              v2ray("v2ray/shadowsocks-client.json")]),
