@@ -80,7 +80,7 @@ static void serve(ss_server *s, const uint8_t *in, size_t len, size_t cut, outco
 static void body(ss_server *s, const uint8_t *in, size_t len)
 {
 	static const uint8_t salt[SS_KEY_MAX] = {7};
-	layer *b = ss_server_body_new(s, salt);
+	layer *b = ss_server_body_new(s, salt, NOW);
 	if (!b)
 		return; /* out of memory only */
 	uint8_t *down_buf = malloc(SS_CHUNK_PAYLOAD_MAX + 1);
