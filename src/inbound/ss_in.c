@@ -1,4 +1,4 @@
-/* ss_in.c - the Shadowsocks AEAD inbound (TCP): users' master keys, one salt replay filter per inbound, refused clients drained, the body as a layer on the upstream. */
+/* ss_in.c - the Shadowsocks inbound (TCP; AEAD-2017 and 2022 single-user): users' master keys, one salt replay filter per inbound, refused clients drained, the body as a layer on the upstream. */
 #include "inbound/ss_in.h"
 
 #include <pthread.h>
@@ -12,11 +12,14 @@
 #include "proto/shadowsocks_server.h"
 #include "runtime/endpoint.h"
 
-enum { MSG_METHOD, MSG_PASSWORD, MSG_KEYS };
+enum { MSG_METHOD, MSG_PASSWORD, MSG_KEYS, MSG_PSK_16, MSG_PSK_32 };
 static const char *const msgs[] = {
 	[MSG_METHOD] = "settings.method is not an AEAD method this build runs",
 	[MSG_PASSWORD] = "settings.password is missing",
 	[MSG_KEYS] = "cannot derive the key",
+	/* SIP022 2.1: the PSK is given as base64, exactly the key's length */
+	[MSG_PSK_16] = "shadowsocks 2022 key must be base64 of 16 bytes",
+	[MSG_PSK_32] = "shadowsocks 2022 key must be base64 of 32 bytes",
 };
 
 /* A refused client is neither answered nor closed at once: it is read and
@@ -79,6 +82,8 @@ static const char *account(const inbound_user *u, uint8_t *out)
 	int r = ss_account_init(&a, m, u->password, strlen(u->password));
 	memcpy(out, &a, sizeof a);
 	OPENSSL_cleanse(&a, sizeof a);
+	if (r && ss_method_is_2022(m))
+		return msgs[ss_key_len(m) == 16 ? MSG_PSK_16 : MSG_PSK_32];
 	return r ? msgs[MSG_KEYS] : NULL;
 }
 
@@ -128,7 +133,7 @@ static int push_body(ss_in *v, endpoint *ep)
 	uint8_t salt[SS_KEY_MAX];
 	if (RAND_bytes(salt, sizeof salt) != 1)
 		return -1;
-	layer *l = ss_server_body_new(&v->core, salt);
+	layer *l = ss_server_body_new(&v->core, salt, (int64_t)time(NULL));
 	if (!l)
 		return -1;
 	stack *st = endpoint_stack(ep);

@@ -31,6 +31,8 @@ enum {
 	MSG_NO_DATAGRAMS,
 	MSG_SS_METHOD,
 	MSG_SS_KEY,
+	MSG_SS_PSK,
+	MSG_SS_2022_UDP,
 	MSG_COUNT_,
 };
 static const char *const msgs[MSG_COUNT_] = {
@@ -42,6 +44,8 @@ static const char *const msgs[MSG_COUNT_] = {
 	[MSG_NO_DATAGRAMS] = "%s carries no datagrams",
 	[MSG_SS_METHOD] = "outbound %s: shadowsocks method %s is not available yet",
 	[MSG_SS_KEY] = "outbound %s: cannot derive the key",
+	[MSG_SS_PSK] = "outbound %s: shadowsocks 2022 key must be base64 of %zu bytes",
+	[MSG_SS_2022_UDP] = "outbound %s: shadowsocks 2022 UDP is not available yet",
 };
 
 /* ---- freedom and blackhole ---- */
@@ -236,7 +240,7 @@ static layer *vmess_request(const outbound *o, const addr_dest *dest)
 
 typedef struct ss_cred {
 	ss_method method;
-	uint8_t key[SS_KEY_MAX]; /* EVP_BytesToKey of the password */
+	uint8_t key[SS_KEY_MAX]; /* EVP_BytesToKey of the password; 2022: the PSK */
 	addr_dest server;        /* where UDP packets go: the server's UDP port */
 } ss_cred;
 
@@ -252,7 +256,10 @@ static int ss_build(outbound *o, const outbound_config *cfg, char *err, size_t e
 	}
 	const char *pw = cfg->password ? cfg->password : "";
 	if (ss_master_key(s->method, pw, strlen(pw), s->key)) {
-		snprintf(err, err_size, msgs[MSG_SS_KEY], cfg->tag);
+		if (ss_method_is_2022(s->method))
+			snprintf(err, err_size, msgs[MSG_SS_PSK], cfg->tag, ss_key_len(s->method));
+		else
+			snprintf(err, err_size, msgs[MSG_SS_KEY], cfg->tag);
 		return -1;
 	}
 	s->server = cfg->server;
@@ -261,14 +268,17 @@ static int ss_build(outbound *o, const outbound_config *cfg, char *err, size_t e
 
 static void ss_free(void *state) { OPENSSL_cleanse(state, sizeof(ss_cred)); }
 
-/* The shell's side of the sans-io layer: the salt's random bytes. */
+/* The shell's side of the sans-io layer: the salt's random bytes, and
+ * for 2022 the clock and the padding's random length. */
 static layer *ss_request(const outbound *o, const addr_dest *dest)
 {
 	const ss_cred *s = o->state;
 	uint8_t salt[SS_KEY_MAX];
-	if (RAND_bytes(salt, sizeof salt) != 1)
+	uint16_t padding;
+	if (RAND_bytes(salt, sizeof salt) != 1 ||
+	    RAND_bytes((uint8_t *)&padding, sizeof padding) != 1)
 		return NULL;
-	return ss_client_new(s->method, s->key, dest, salt);
+	return ss_client_new(s->method, s->key, dest, salt, (int64_t)time(NULL), padding);
 }
 
 /* Shadowsocks UDP is packets of its own to the server's port, not a
@@ -280,6 +290,12 @@ static connect_pending *ss_datagram(const outbound *o, worker *w, dns_resolver *
 	(void)to;
 	const ss_cred *s = o->state;
 	char err[256];
+	if (ss_method_is_2022(s->method)) {
+		/* SIP022's UDP (3.2) is sessions of its own: not built */
+		snprintf(err, sizeof err, msgs[MSG_SS_2022_UDP], o->tag);
+		done(oud, NULL, err);
+		return NULL;
+	}
 	dgram_link *l = ss_udp_open(w, dns, o->af, s->method, s->key, &s->server, h, ud, err,
 	                            sizeof err);
 	if (l)

@@ -1,4 +1,4 @@
-/* shadowsocks.c - Shadowsocks AEAD's primitives over OpenSSL EVP: methods, the master key, HKDF-SHA1 subkeys, the nonce-counted AEAD, chunks, addresses and UDP packets. */
+/* shadowsocks.c - Shadowsocks AEAD's primitives over OpenSSL EVP: methods, the master key (or 2022's PSK), HKDF-SHA1 (or 2022's BLAKE3) subkeys, the nonce-counted AEAD, chunks, addresses and UDP packets. */
 #include "proto/shadowsocks.h"
 
 #include <string.h>
@@ -7,25 +7,37 @@
 #include <openssl/kdf.h>
 
 #include "base/bytes.h"
+#include "crypto/blake3.h"
 #include "proto/socks_addr.h"
 
 static const struct {
 	const char *name;
 	size_t key_len;
+	bool is_2022;
 } METHODS[SS_METHOD_COUNT_] = {
-	[SS_METHOD_AES_128_GCM] = {"aes-128-gcm", 16},
-	[SS_METHOD_AES_256_GCM] = {"aes-256-gcm", 32},
-	[SS_METHOD_CHACHA20_POLY1305] = {"chacha20-ietf-poly1305", 32},
+	[SS_METHOD_AES_128_GCM] = {"aes-128-gcm", 16, false},
+	[SS_METHOD_AES_256_GCM] = {"aes-256-gcm", 32, false},
+	[SS_METHOD_CHACHA20_POLY1305] = {"chacha20-ietf-poly1305", 32, false},
+	/* SIP022 2.1's table; chacha20's key is ChaCha20's, 32 bytes */
+	[SS_METHOD_2022_AES_128_GCM] = {"2022-blake3-aes-128-gcm", 16, true},
+	[SS_METHOD_2022_AES_256_GCM] = {"2022-blake3-aes-256-gcm", 32, true},
+	[SS_METHOD_2022_CHACHA20_POLY1305] = {"2022-blake3-chacha20-poly1305", 32, true},
 };
+
+/* SIP022 2.2 */
+#define SS2022_SUBKEY_CONTEXT "shadowsocks 2022 session subkey"
 
 static const EVP_CIPHER *cipher_of(ss_method m)
 {
 	switch (m) {
 	case SS_METHOD_AES_128_GCM:
+	case SS_METHOD_2022_AES_128_GCM:
 		return EVP_aes_128_gcm();
 	case SS_METHOD_AES_256_GCM:
+	case SS_METHOD_2022_AES_256_GCM:
 		return EVP_aes_256_gcm();
 	case SS_METHOD_CHACHA20_POLY1305:
+	case SS_METHOD_2022_CHACHA20_POLY1305:
 		return EVP_chacha20_poly1305();
 	default:
 		return NULL;
@@ -49,6 +61,37 @@ const char *ss_method_name(ss_method m)
 
 size_t ss_key_len(ss_method m) { return (unsigned)m < SS_METHOD_COUNT_ ? METHODS[m].key_len : 0; }
 
+bool ss_method_is_2022(ss_method m) { return (unsigned)m < SS_METHOD_COUNT_ && METHODS[m].is_2022; }
+
+size_t ss_chunk_max(ss_method m)
+{
+	if ((unsigned)m >= SS_METHOD_COUNT_)
+		return 0;
+	return METHODS[m].is_2022 ? SS2022_CHUNK_PAYLOAD_MAX : SS_CHUNK_PAYLOAD_MAX;
+}
+
+/* SIP022 2.1: the PSK is given in base64. Strict: the padded form of
+ * exactly n bytes (RFC 4648 4), nothing around it, so a key cut short or
+ * pasted with a newline is a config error, not another key. */
+static int psk_decode(const char *b64, size_t len, size_t n, uint8_t *out)
+{
+	static const char ALPHABET[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t want = (n + 2) / 3 * 4, pad = (3 - n % 3) % 3;
+	if (len != want || len > 64)
+		return -1;
+	for (size_t i = 0; i < len; i++)
+		if (i < len - pad ? !memchr(ALPHABET, b64[i], sizeof ALPHABET - 1) : b64[i] != '=')
+			return -1;
+	uint8_t buf[48];
+	int r = EVP_DecodeBlock(buf, (const uint8_t *)b64, (int)len);
+	int ok = r >= 0 && (size_t)r == len / 4 * 3;
+	if (ok)
+		memcpy(out, buf, n);
+	OPENSSL_cleanse(buf, sizeof buf);
+	return ok ? 0 : -1;
+}
+
 /* EVP_BytesToKey with MD5, no salt, one round: D_i = MD5(D_{i-1} ||
  * password), the key their concatenation (shadowsocks.org's "Key
  * Derivation", which names OpenSSL's function). */
@@ -57,6 +100,8 @@ int ss_master_key(ss_method m, const char *password, size_t len, uint8_t out[SS_
 	const EVP_CIPHER *c = cipher_of(m);
 	if (!c || len > INT32_MAX)
 		return -1;
+	if (ss_method_is_2022(m))
+		return psk_decode(password, len, ss_key_len(m), out);
 	uint8_t key[EVP_MAX_KEY_LENGTH], iv[EVP_MAX_IV_LENGTH];
 	/* the cipher only sets how many bytes come out: its key length */
 	int n = EVP_BytesToKey(c, EVP_md5(), NULL, (const uint8_t *)password, (int)len, 1, key, iv);
@@ -72,6 +117,14 @@ int ss_subkey(ss_method m, const uint8_t *key, const uint8_t *salt, uint8_t out[
 	size_t n = ss_key_len(m), outlen = n;
 	if (!n)
 		return -1;
+	if (ss_method_is_2022(m)) {
+		uint8_t material[2 * SS_KEY_MAX];
+		memcpy(material, key, n);
+		memcpy(material + n, salt, n);
+		blake3_derive_key(SS2022_SUBKEY_CONTEXT, material, 2 * n, out, n);
+		OPENSSL_cleanse(material, sizeof material);
+		return 0;
+	}
 	EVP_PKEY_CTX *c = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, NULL);
 	int ok = c && EVP_PKEY_derive_init(c) > 0 && EVP_PKEY_CTX_set_hkdf_md(c, EVP_sha1()) > 0 &&
 	         EVP_PKEY_CTX_set1_hkdf_salt(c, salt, (int)n) > 0 &&
@@ -87,7 +140,7 @@ int ss_subkey(ss_method m, const uint8_t *key, const uint8_t *salt, uint8_t out[
 
 int ss_aead_init(ss_aead *a, ss_method m, const uint8_t *subkey, bool seal)
 {
-	*a = (ss_aead){.seal = seal};
+	*a = (ss_aead){.seal = seal, .chunk_max = ss_chunk_max(m)};
 	const EVP_CIPHER *c = cipher_of(m);
 	a->ctx = c ? EVP_CIPHER_CTX_new() : NULL;
 	if (!a->ctx || !EVP_CipherInit_ex(a->ctx, c, NULL, NULL, NULL, seal) ||
@@ -148,7 +201,7 @@ int ss_aead_open(ss_aead *a, const uint8_t *in, size_t len, uint8_t *out)
 
 ssize_t ss_chunk_seal(ss_aead *a, const uint8_t *in, size_t len, uint8_t *out)
 {
-	if (len == 0 || len > SS_CHUNK_PAYLOAD_MAX)
+	if (len == 0 || len > a->chunk_max)
 		return PROTO_ERR_TOO_BIG;
 	uint8_t len2[2];
 	bytes_put16(len2, (uint16_t)len);
@@ -163,9 +216,10 @@ ssize_t ss_chunk_open_len(ss_aead *a, const uint8_t *in)
 	if (ss_aead_open(a, in, SS_LEN_BLOCK, len2))
 		return PROTO_ERR_MALFORMED;
 	size_t n = bytes_get16(len2);
-	/* SIP004: the two high bits are reserved, zero; and no sender seals an
-	 * empty chunk (shadowsocks-libev refuses one too) */
-	if (n == 0 || n > SS_CHUNK_PAYLOAD_MAX)
+	/* SIP004: the two high bits are reserved, zero (SIP022 lifts this);
+	 * and no sender seals an empty chunk (shadowsocks-libev refuses one
+	 * too) */
+	if (n == 0 || n > a->chunk_max)
 		return PROTO_ERR_TOO_BIG;
 	return (ssize_t)n;
 }
@@ -218,6 +272,8 @@ ssize_t ss_packet_seal(ss_method m, const uint8_t *key, const uint8_t *salt, con
                        size_t len, uint8_t *out, size_t cap)
 {
 	size_t s = ss_key_len(m);
+	if (ss_method_is_2022(m))
+		return PROTO_ERR_STATE; /* SIP022's UDP is another format: not built */
 	if (!s || cap < s || cap - s < SS_TAG_LEN || cap - s - SS_TAG_LEN < len)
 		return PROTO_ERR_TOO_BIG;
 	ss_aead a;
@@ -233,7 +289,7 @@ ssize_t ss_packet_open(ss_method m, const uint8_t *key, const uint8_t *in, size_
                        uint8_t *out, size_t cap)
 {
 	size_t s = ss_key_len(m);
-	if (!s || len < s + SS_TAG_LEN)
+	if (!s || ss_method_is_2022(m) || len < s + SS_TAG_LEN)
 		return PROTO_ERR_MALFORMED;
 	size_t plain = len - s - SS_TAG_LEN;
 	if (cap < plain)

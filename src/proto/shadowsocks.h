@@ -1,4 +1,4 @@
-/* shadowsocks.h - Shadowsocks AEAD (SIP004 with SIP007's subkeys): methods, key derivation, the chunk and packet codecs and the client layer. */
+/* shadowsocks.h - Shadowsocks AEAD (SIP004 with SIP007's subkeys) and Shadowsocks 2022 (SIP022, TCP): methods, key derivation, the chunk and packet codecs and the client layer. */
 #ifndef ETM_PROTO_SHADOWSOCKS_H
 #define ETM_PROTO_SHADOWSOCKS_H
 
@@ -27,12 +27,32 @@
  *               socks_addr.h).
  *   UDP         each packet: salt, Seal(ATYP ADDR PORT payload), tag; a
  *               fresh salt a packet, nonce zero.
+ *
+ * Shadowsocks 2022 (SIP022, Shadowsocks-NET/shadowsocks-specs
+ * 2022-1-shadowsocks-2022-edition.md) changes, for TCP:
+ *
+ *   key         the PSK itself: settings.password is its base64, exactly
+ *               the method's key length (2.1)
+ *   subkey      BLAKE3 derive_key("shadowsocks 2022 session subkey",
+ *               PSK || salt), key length (2.2)
+ *   chunks      a payload of up to 0xFFFF bytes (3.1.2)
+ *   request     salt, Seal(type 0, u64be timestamp, u16be length of the
+ *               next chunk), Seal(ATYP ADDR PORT, u16be padding length,
+ *               padding, initial payload), then chunks (3.1.3)
+ *   response    salt, Seal(type 1, timestamp, the request's salt, u16be
+ *               length), Seal(payload), then chunks
+ *   timestamps  more than SS2022_TIME_WINDOW seconds off is a replay
  */
 
 typedef enum ss_method {
 	SS_METHOD_AES_128_GCM,
 	SS_METHOD_AES_256_GCM,
 	SS_METHOD_CHACHA20_POLY1305, /* "chacha20-ietf-poly1305" */
+	SS_METHOD_2022_AES_128_GCM,  /* "2022-blake3-aes-128-gcm" */
+	SS_METHOD_2022_AES_256_GCM,  /* "2022-blake3-aes-256-gcm" */
+	/* "2022-blake3-chacha20-poly1305": for TCP "AES-GCM is simply replaced
+	 * by ChaCha-Poly1305" (SIP022 4); its UDP differs and is not built */
+	SS_METHOD_2022_CHACHA20_POLY1305,
 	SS_METHOD_COUNT_,
 } ss_method;
 
@@ -51,24 +71,56 @@ typedef enum ss_method {
 /* The longest target address: ATYP, a 255-byte domain with its length, port. */
 #define SS_ADDR_MAX (1 + 1 + 255 + 2)
 
+/* SIP022 3.1.2: "A payload chunk can have up to 0xFFFF (65535) bytes". */
+#define SS2022_CHUNK_PAYLOAD_MAX 0xFFFF
+/* The most a chunk's payload and tag take under any method. */
+#define SS_CHUNK_BUF_MAX (SS2022_CHUNK_PAYLOAD_MAX + SS_TAG_LEN)
+/* SIP022 3.1.3: "Messages with over 30 seconds of time difference MUST be
+ * treated as replay." */
+#define SS2022_TIME_WINDOW 30
+/* SIP022 3.1.3: MaxPaddingLength in the request's variable header. */
+#define SS2022_PADDING_MAX 900
+/* The request's fixed header: type, timestamp, length; sealed with a tag. */
+#define SS2022_REQ_FIXED_LEN (1 + 8 + 2)
+#define SS2022_REQ_FIXED_SEALED (SS2022_REQ_FIXED_LEN + SS_TAG_LEN)
+/* The response's fixed header: type, timestamp, the request's salt
+ * (slen bytes), length; sealed with a tag. */
+#define SS2022_RESP_FIXED_LEN(slen) (1 + 8 + (slen) + 2)
+#define SS2022_RESP_FIXED_SEALED_MAX (SS2022_RESP_FIXED_LEN(SS_KEY_MAX) + SS_TAG_LEN)
+/* The request's sealed headers at most: the fixed one, then the address,
+ * the padding's length, the padding and a tag. */
+#define SS2022_REQ_HEADERS_MAX                                                                  \
+	(SS2022_REQ_FIXED_SEALED + SS_ADDR_MAX + 2 + SS2022_PADDING_MAX + SS_TAG_LEN)
+
 /* A UDP packet at most: what one IPv4/IPv6 datagram can carry. */
 #define SS_PACKET_MAX 65507
 
 /* The method called name ("aes-128-gcm", "aes-256-gcm",
- * "chacha20-ietf-poly1305"): 0 with *m set, or -1. */
+ * "chacha20-ietf-poly1305", "2022-blake3-aes-128-gcm",
+ * "2022-blake3-aes-256-gcm", "2022-blake3-chacha20-poly1305"): 0 with *m
+ * set, or -1. */
 __attribute__((warn_unused_result)) int ss_method_parse(const char *name, ss_method *m);
 /* Its name, "?" for none. */
 const char *ss_method_name(ss_method m);
 /* Its key length, which is also its salt length: 16 or 32. */
 size_t ss_key_len(ss_method m);
+/* Whether m is a Shadowsocks 2022 method. */
+bool ss_method_is_2022(ss_method m);
+/* A chunk's payload at most under m: SS_CHUNK_PAYLOAD_MAX, or
+ * SS2022_CHUNK_PAYLOAD_MAX for 2022; 0 for none. */
+size_t ss_chunk_max(ss_method m);
 
 /* The master key of password[0, len) for m, ss_key_len(m) bytes into out.
- * 0, or -1 (OpenSSL failed). */
+ * For a 2022 method the password is the PSK's base64 (padded, RFC 4648 4,
+ * as `openssl rand -base64 16` prints it) and must decode to exactly
+ * ss_key_len(m) bytes. 0, or -1 (OpenSSL failed; for 2022: not base64, or
+ * another length). */
 __attribute__((warn_unused_result)) int ss_master_key(ss_method m, const char *password,
                                                       size_t len, uint8_t out[SS_KEY_MAX]);
 
 /* The session subkey of master key key and salt (both ss_key_len(m)
- * bytes), into out. 0, or -1 (OpenSSL failed). */
+ * bytes), into out: HKDF-SHA1, or BLAKE3 derive_key for 2022. 0, or -1
+ * (OpenSSL failed). */
 __attribute__((warn_unused_result)) int ss_subkey(ss_method m, const uint8_t *key,
                                                   const uint8_t *salt, uint8_t out[SS_KEY_MAX]);
 
@@ -78,6 +130,7 @@ typedef struct ss_aead {
 	EVP_CIPHER_CTX *ctx; /* owned: keyed once, the nonce set per operation */
 	uint8_t nonce[SS_NONCE_LEN];
 	bool seal;
+	size_t chunk_max; /* ss_chunk_max of the method: chunks' bound */
 } ss_aead;
 
 /* Keys a with subkey (ss_key_len(m) bytes), nonce zero. 0, or -1. */
@@ -97,23 +150,70 @@ __attribute__((warn_unused_result)) int ss_aead_open(ss_aead *a, const uint8_t *
 
 /* ---- TCP chunks ---- */
 
-/* Seals in[0, len) (1 <= len <= SS_CHUNK_PAYLOAD_MAX) as one chunk into
+/* Seals in[0, len) (1 <= len <= a->chunk_max) as one chunk into
  * out (SS_LEN_BLOCK + len + SS_TAG_LEN bytes). Returns its length, or
  * PROTO_ERR_TOO_BIG (len out of bounds) or PROTO_ERR_STATE (OpenSSL). */
 __attribute__((warn_unused_result)) ssize_t ss_chunk_seal(ss_aead *a, const uint8_t *in,
                                                           size_t len, uint8_t *out);
 
 /* Opens a chunk's sealed length in[0, SS_LEN_BLOCK). Returns the payload's
- * length (1 to SS_CHUNK_PAYLOAD_MAX; the sealed payload and its tag,
+ * length (1 to a->chunk_max; the sealed payload and its tag,
  * len + SS_TAG_LEN bytes, follow), or PROTO_ERR_MALFORMED (a tag that does
- * not match) or PROTO_ERR_TOO_BIG (0, or over SS_CHUNK_PAYLOAD_MAX: the
- * reserved bits set). */
+ * not match) or PROTO_ERR_TOO_BIG (0, or over a->chunk_max: for AEAD-2017
+ * the reserved bits set). */
 __attribute__((warn_unused_result)) ssize_t ss_chunk_open_len(ss_aead *a, const uint8_t *in);
 
 /* Opens the sealed payload buf[0, len + SS_TAG_LEN) in place: 0, or
  * PROTO_ERR_MALFORMED (a tag that does not match). */
 __attribute__((warn_unused_result)) int ss_chunk_open_payload(ss_aead *a, uint8_t *buf,
                                                               size_t len);
+
+/* ---- Shadowsocks 2022 headers (shadowsocks2022.c) ---- */
+
+/* What the 2022 header codecs return besides a length. */
+enum {
+	SS2022_ERR_TAG = PROTO_ERR_MALFORMED, /* a tag that does not match */
+	SS2022_ERR_LENGTH = PROTO_ERR_TOO_BIG, /* a length of 0 */
+	SS2022_ERR_TYPE = -10,                 /* not the stream type expected */
+	SS2022_ERR_TIME = -11,                 /* over SS2022_TIME_WINDOW off now */
+	SS2022_ERR_SALT = -12,                 /* a response to another request */
+};
+
+/* Seals the request's two headers with a (nonce 0 and 1) into out
+ * (SS2022_REQ_HEADERS_MAX bytes): type 0, now, then addr[0, alen), the
+ * padding's length and padding zero bytes (0 to SS2022_PADDING_MAX: the
+ * bytes are sealed, so what they hold is not seen), no initial payload.
+ * Returns the bytes written, or PROTO_ERR_TOO_BIG (alen or padding out of
+ * bounds, or alen + 2 + padding is 0) or PROTO_ERR_STATE (OpenSSL). */
+__attribute__((warn_unused_result)) ssize_t ss2022_request_seal(ss_aead *a, int64_t now,
+                                                                const uint8_t *addr, size_t alen,
+                                                                size_t padding, uint8_t *out);
+
+/* Opens the request's sealed fixed header in[0, SS2022_REQ_FIXED_SEALED)
+ * and checks it at now. Returns the variable header's length (1 to
+ * 0xFFFF; it follows sealed, with its tag), or SS2022_ERR_TAG, _TYPE,
+ * _TIME or _LENGTH. */
+__attribute__((warn_unused_result)) ssize_t ss2022_request_open_fixed(ss_aead *a,
+                                                                      const uint8_t *in,
+                                                                      int64_t now);
+
+/* Seals the response's fixed header (type 1, now, req_salt[0, slen), len)
+ * and in[0, len) (1 to SS2022_CHUNK_PAYLOAD_MAX) after it into out
+ * (SS2022_RESP_FIXED_LEN(slen) + len + 2 * SS_TAG_LEN bytes). Returns the
+ * bytes written, or PROTO_ERR_TOO_BIG (len) or PROTO_ERR_STATE. */
+__attribute__((warn_unused_result)) ssize_t ss2022_response_seal(ss_aead *a, int64_t now,
+                                                                 const uint8_t *req_salt,
+                                                                 size_t slen, const uint8_t *in,
+                                                                 size_t len, uint8_t *out);
+
+/* Opens the response's sealed fixed header in[0,
+ * SS2022_RESP_FIXED_LEN(slen) + SS_TAG_LEN) and checks it against our
+ * request's salt req_salt[0, slen) and now. Returns the first payload's
+ * length (its sealed bytes follow), or SS2022_ERR_TAG, _TYPE, _TIME, _SALT
+ * or _LENGTH. */
+__attribute__((warn_unused_result)) ssize_t ss2022_response_open(ss_aead *a, const uint8_t *in,
+                                                                 const uint8_t *req_salt,
+                                                                 size_t slen, int64_t now);
 
 /* ---- target addresses ---- */
 
@@ -145,7 +245,14 @@ __attribute__((warn_unused_result)) ssize_t ss_packet_open(ss_method m, const ui
 
 /* A client layer that opens dest through a Shadowsocks server whose master
  * key is key (ss_key_len(m) bytes), sending salt (ss_key_len(m) random
- * bytes, from the caller: the core reads no random source). start()
+ * bytes, from the caller: the core reads no random source). For a 2022
+ * method the request's headers carry now (unix seconds) and 1 + padding %
+ * SS2022_PADDING_MAX bytes of padding (padding random from the caller:
+ * SIP022 3.1.3 wants padding when no payload goes with the header, and
+ * ours never does); the server's response header must be of type 1, name
+ * our salt and be within SS2022_TIME_WINDOW of now (the layer reads no
+ * clock: a response whose first byte comes over 30 s after the request is
+ * refused). AEAD-2017 ignores now and padding. start()
  * writes the salt and a first chunk holding the target's address (so a
  * server-first protocol works: the server learns the target before the
  * client speaks) and the layer is ready at once; app bytes go down as
@@ -156,9 +263,11 @@ __attribute__((warn_unused_result)) ssize_t ss_packet_open(ss_method m, const ui
  * Returns NULL when out of memory, OpenSSL fails, or dest is unset or a
  * domain socks_addr_wire_len refuses. Name "shadowsocks"; errors
  * LAYER_ERR_PROTO with error() "shadowsocks: bad chunk" (a tag that does
- * not match: the wrong password, bytes changed) or "shadowsocks: chunk
- * length out of bounds". */
+ * not match: the wrong password, bytes changed), "shadowsocks: chunk
+ * length out of bounds", and for 2022 "shadowsocks: bad response header"
+ * (a response of another type or to another request) or "shadowsocks:
+ * response timestamp out of the window". */
 layer *ss_client_new(ss_method m, const uint8_t *key, const addr_dest *dest,
-                     const uint8_t *salt);
+                     const uint8_t *salt, int64_t now, uint16_t padding);
 
 #endif

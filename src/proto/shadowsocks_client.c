@@ -1,4 +1,4 @@
-/* shadowsocks_client.c - the Shadowsocks AEAD client layer: our salt and the target's address, then chunks both ways. */
+/* shadowsocks_client.c - the Shadowsocks client layer (AEAD-2017 and 2022): our salt and the target's address (for 2022 in the request's headers), then chunks both ways. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,33 +7,47 @@
 #include "proto/shadowsocks.h"
 #include "proto/socks_addr.h"
 
-enum text { T_CHUNK, T_LENGTH, T_COUNT_ };
+enum text { T_CHUNK, T_LENGTH, T_HEADER, T_TIME, T_COUNT_ };
 static const char *const TEXTS[T_COUNT_] = {
 	[T_CHUNK] = "shadowsocks: bad chunk",
 	[T_LENGTH] = "shadowsocks: chunk length out of bounds",
+	[T_HEADER] = "shadowsocks: bad response header",
+	[T_TIME] = "shadowsocks: response timestamp out of the window",
 };
 
-/* What waits for room below at most: our salt and the address chunk, or
- * one full chunk. */
-#define PEND_MAX (SS_KEY_MAX + SS_CHUNK_MAX)
+/* What waits for room below at most: our salt and the request's headers,
+ * or one full chunk of the method. */
+static size_t pend_max(ss_method m)
+{
+	size_t chunk = SS_LEN_BLOCK + ss_chunk_max(m) + SS_TAG_LEN;
+	size_t first = SS_KEY_MAX + (ss_method_is_2022(m) ? SS2022_REQ_HEADERS_MAX : SS_CHUNK_MAX);
+	return chunk > first ? chunk : first;
+}
 
 typedef struct ss_client {
 	layer base;
 	ss_method method;
 	uint8_t key[SS_KEY_MAX]; /* the master key */
+	/* 2022: our salt, which the response must name, and the request's
+	 * time, which its timestamp must be near */
+	uint8_t req_salt[SS_KEY_MAX];
+	int64_t now;
 	bool started;
 	const char *err;
 	ss_aead tx, rx; /* rx keyed once the server's salt came */
-	uint8_t *pend;  /* owned, PEND_MAX bytes: sealed bytes waiting for room below */
+	uint8_t *pend;  /* owned, pend_max(method) bytes: sealed bytes waiting for room below */
 	size_t pend_len, pend_off;
 	/* receiving: the server's salt, then per chunk its sealed length, then
 	 * its sealed payload, then the payload going up */
 	uint8_t salt[SS_KEY_MAX];
 	size_t salt_fill;
+	uint8_t resp[SS2022_RESP_FIXED_SEALED_MAX]; /* 2022: the response's header */
+	size_t resp_fill;
+	bool resp_done;
 	uint8_t len_block[SS_LEN_BLOCK];
 	size_t len_fill;
 	size_t chunk_len; /* 0: reading a length */
-	uint8_t *rbuf;    /* owned, SS_CHUNK_PAYLOAD_MAX + SS_TAG_LEN bytes */
+	uint8_t *rbuf;    /* owned, ss_chunk_max + SS_TAG_LEN bytes */
 	size_t rfill;
 	size_t out_off, out_len; /* rbuf[out_off, out_len) still goes up */
 } ss_client;
@@ -94,6 +108,22 @@ static ssize_t client_from_below(layer *l, const uint8_t *in, size_t len, layer_
 			OPENSSL_cleanse(sub, sizeof sub);
 			if (bad)
 				return LAYER_ERR_STATE;
+			/* AEAD-2017 has no response header */
+			c->resp_done = !ss_method_is_2022(c->method);
+			continue;
+		}
+		if (!c->resp_done) {
+			if (!gather(c->resp, &c->resp_fill, SS2022_RESP_FIXED_LEN(slen) + SS_TAG_LEN,
+			            in, len, &used))
+				break;
+			ssize_t n = ss2022_response_open(&c->rx, c->resp, c->req_salt, slen, c->now);
+			if (n < 0)
+				return fail(c, n == SS2022_ERR_TAG    ? T_CHUNK
+				               : n == SS2022_ERR_TIME ? T_TIME
+				                                      : T_HEADER);
+			/* the header is the first length: its payload follows */
+			c->chunk_len = (size_t)n;
+			c->resp_done = true;
 			continue;
 		}
 		if (c->chunk_len == 0) {
@@ -127,8 +157,9 @@ static ssize_t client_from_above(layer *l, const uint8_t *in, size_t len, layer_
 	flush(c, down);
 	size_t used = 0;
 	/* seal while what is sealed goes straight out */
+	size_t max = c->tx.chunk_max;
 	while (c->pend_len == 0 && used < len) {
-		size_t n = len - used < SS_CHUNK_PAYLOAD_MAX ? len - used : SS_CHUNK_PAYLOAD_MAX;
+		size_t n = len - used < max ? len - used : max;
 		ssize_t s = ss_chunk_seal(&c->tx, in + used, n, c->pend);
 		if (s < 0)
 			return LAYER_ERR_STATE;
@@ -170,7 +201,8 @@ static const layer_ops client_ops = {
 	.free = client_free,
 };
 
-layer *ss_client_new(ss_method m, const uint8_t *key, const addr_dest *dest, const uint8_t *salt)
+layer *ss_client_new(ss_method m, const uint8_t *key, const addr_dest *dest, const uint8_t *salt,
+                     int64_t now, uint16_t padding)
 {
 	size_t alen = socks_addr_wire_len(dest), slen = ss_key_len(m);
 	if (!alen || !slen)
@@ -181,8 +213,10 @@ layer *ss_client_new(ss_method m, const uint8_t *key, const addr_dest *dest, con
 	c->base.ops = &client_ops;
 	c->method = m;
 	memcpy(c->key, key, slen);
-	c->pend = malloc(PEND_MAX);
-	c->rbuf = malloc(SS_CHUNK_PAYLOAD_MAX + SS_TAG_LEN);
+	memcpy(c->req_salt, salt, slen);
+	c->now = now;
+	c->pend = malloc(pend_max(m));
+	c->rbuf = malloc(ss_chunk_max(m) + SS_TAG_LEN);
 	if (!c->pend || !c->rbuf)
 		goto fail;
 	uint8_t sub[SS_KEY_MAX], addr[SS_ADDR_MAX];
@@ -192,7 +226,10 @@ layer *ss_client_new(ss_method m, const uint8_t *key, const addr_dest *dest, con
 		goto fail;
 	memcpy(c->pend, salt, slen);
 	socks_addr_put(dest, addr);
-	ssize_t n = ss_chunk_seal(&c->tx, addr, alen, c->pend + slen);
+	ssize_t n = ss_method_is_2022(m)
+	                    ? ss2022_request_seal(&c->tx, now, addr, alen,
+	                                          1 + padding % SS2022_PADDING_MAX, c->pend + slen)
+	                    : ss_chunk_seal(&c->tx, addr, alen, c->pend + slen);
 	if (n < 0)
 		goto fail;
 	c->pend_len = slen + (size_t)n;

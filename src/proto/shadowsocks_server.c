@@ -1,4 +1,4 @@
-/* shadowsocks_server.c - the Shadowsocks AEAD server core: accounts, the salt replay filter, trial decryption of the first length, the first chunk and its target. */
+/* shadowsocks_server.c - the Shadowsocks server core (AEAD-2017 and 2022): accounts, the salt replay filter, trial decryption of the first length (2022: the fixed header), the first chunk (2022: the variable header) and its target. */
 #include "proto/shadowsocks_server.h"
 
 #include <stdlib.h>
@@ -18,6 +18,10 @@ enum text {
 	T_ADDRESS_TYPE,
 	T_DOMAIN,
 	T_ADDRESS_SPLIT,
+	T_TYPE,
+	T_TIME,
+	T_PADDING,
+	T_EMPTY,
 	T_MEMORY,
 	T_STATE,
 	T_COUNT_,
@@ -32,6 +36,10 @@ static const char *const TEXTS[T_COUNT_] = {
 	[T_ADDRESS_TYPE] = "shadowsocks: address type not supported",
 	[T_DOMAIN] = "shadowsocks: empty or malformed domain name",
 	[T_ADDRESS_SPLIT] = "shadowsocks: the address does not fit the first chunk",
+	[T_TYPE] = "shadowsocks: not a request header (type is not 0)",
+	[T_TIME] = "shadowsocks: request timestamp out of the window",
+	[T_PADDING] = "shadowsocks: the padding runs past the header",
+	[T_EMPTY] = "shadowsocks: a request header with neither payload nor padding",
 	[T_MEMORY] = "shadowsocks: out of memory",
 	[T_STATE] = "shadowsocks: called after the request was decided",
 };
@@ -88,25 +96,47 @@ void ss_server_free(ss_server *s)
 {
 	ss_aead_free(&s->rx);
 	if (s->first) {
-		OPENSSL_cleanse(s->first, SS_CHUNK_PAYLOAD_MAX + SS_TAG_LEN);
+		OPENSSL_cleanse(s->first, s->first_cap);
 		free(s->first);
 	}
 	s->first = NULL;
 }
 
+/* Opens the sealed start after the salt with s->rx, keyed for a: the first
+ * length (AEAD-2017) or the fixed header (2022, checked at now). Returns
+ * the first chunk's length, or PROTO_ERR_MALFORMED (the tag: not this
+ * user) or another negative with *why. */
+static ssize_t open_start(ss_server *s, const ss_account *a, const uint8_t *in, int64_t now,
+                          enum text *why)
+{
+	ssize_t n = ss_method_is_2022(a->method) ? ss2022_request_open_fixed(&s->rx, in, now)
+	                                         : ss_chunk_open_len(&s->rx, in);
+	*why = n == SS2022_ERR_TYPE ? T_TYPE : n == SS2022_ERR_TIME ? T_TIME : T_LENGTH;
+	return n;
+}
+
+/* What follows the salt before the first chunk: a sealed length, or
+ * 2022's sealed fixed header. */
+static size_t start_len(ss_method m)
+{
+	return ss_method_is_2022(m) ? SS2022_REQ_FIXED_SEALED : SS_LEN_BLOCK;
+}
+
 /* Trial decryption: the first user whose subkey of the salt at in opens
- * the sealed length after it. Returns the bytes used (salt and length
- * block), 0 for more, or REFUSE / PROTO_ERR_MALFORMED with *why. */
+ * the sealed start after it. Returns the bytes used (salt and start), 0
+ * for more, or REFUSE with *why. */
 static ssize_t authenticate(ss_server *s, const uint8_t *in, size_t len, int64_t now,
                             enum text *why)
 {
 	bool short_ = false;
 	ssize_t plen = 0;
-	size_t slen = 0;
+	size_t slen = 0, start = 0;
+	enum text bad_start = T_LENGTH;
 	for (size_t i = 0; i < s->n_users && s->user < 0; i++) {
 		const ss_account *a = &s->users[i];
 		slen = ss_key_len(a->method);
-		if (len < slen + SS_LEN_BLOCK) {
+		start = start_len(a->method);
+		if (len < slen + start) {
 			short_ = true; /* this user's salt is longer than what came */
 			continue;
 		}
@@ -118,7 +148,7 @@ static ssize_t authenticate(ss_server *s, const uint8_t *in, size_t len, int64_t
 			*why = T_MEMORY;
 			return REFUSE;
 		}
-		plen = ss_chunk_open_len(&s->rx, in + slen);
+		plen = open_start(s, a, in + slen, now, &bad_start);
 		if (plen == PROTO_ERR_MALFORMED) {
 			ss_aead_free(&s->rx);
 			continue;
@@ -130,7 +160,7 @@ static ssize_t authenticate(ss_server *s, const uint8_t *in, size_t len, int64_t
 		return short_ ? 0 : REFUSE;
 	}
 	if (plen < 0) {
-		*why = T_LENGTH; /* the right key, a length no sender seals */
+		*why = bad_start; /* the right key, a start no client of ours sends */
 		return REFUSE;
 	}
 	if (s->replay) {
@@ -140,13 +170,15 @@ static ssize_t authenticate(ss_server *s, const uint8_t *in, size_t len, int64_t
 			return REFUSE;
 		}
 	}
+	memcpy(s->salt, in, slen); /* 2022's response names it */
 	s->first_len = (size_t)plen;
-	s->first = malloc(SS_CHUNK_PAYLOAD_MAX + SS_TAG_LEN);
+	s->first_cap = ss_chunk_max(s->users[s->user].method) + SS_TAG_LEN;
+	s->first = malloc(s->first_cap);
 	if (!s->first) {
 		*why = T_MEMORY;
 		return REFUSE;
 	}
-	return (ssize_t)(slen + SS_LEN_BLOCK);
+	return (ssize_t)(slen + start);
 }
 
 /* The first chunk is whole in s->first: open it and read the target. 0,
@@ -169,6 +201,25 @@ static int first_done(ss_server *s, proto_event *ev, enum text *why)
 		return REFUSE;
 	}
 	s->rest_off = (size_t)span;
+	if (ss_method_is_2022(s->users[s->user].method)) {
+		/* SIP022 3.1.3: the padding's length and the padding follow the
+		 * address, within the header; payload or padding must be there */
+		if (s->first_len - s->rest_off < 2) {
+			*why = T_PADDING;
+			return REFUSE;
+		}
+		size_t pad = bytes_get16(s->first + s->rest_off);
+		s->rest_off += 2;
+		if (pad > SS2022_PADDING_MAX || pad > s->first_len - s->rest_off) {
+			*why = T_PADDING;
+			return REFUSE;
+		}
+		s->rest_off += pad;
+		if (pad == 0 && s->rest_off == s->first_len) {
+			*why = T_EMPTY;
+			return REFUSE;
+		}
+	}
 	ev->kind = PROTO_EV_OPEN;
 	ev->cmd = PROTO_CMD_CONNECT;
 	ev->user = s->user;

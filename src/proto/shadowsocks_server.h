@@ -1,4 +1,4 @@
-/* shadowsocks_server.h - the Shadowsocks AEAD server core: accounts, the salt replay filter, the first chunk (trial decryption, the target) and the relayed body as a layer. */
+/* shadowsocks_server.h - the Shadowsocks server core (AEAD-2017 and 2022's TCP): accounts, the salt replay filter, the first chunk (trial decryption, the target) and the relayed body as a layer. */
 #ifndef ETM_PROTO_SHADOWSOCKS_SERVER_H
 #define ETM_PROTO_SHADOWSOCKS_SERVER_H
 
@@ -19,7 +19,8 @@ typedef struct ss_account {
 	uint8_t key[SS_KEY_MAX];
 } ss_account;
 
-/* Fills a for method m and password[0, len). 0, or -1 (OpenSSL failed). */
+/* Fills a for method m and password[0, len) (for 2022 the PSK's base64,
+ * ss_master_key). 0, or -1 (OpenSSL failed, or not a 2022 key). */
 __attribute__((warn_unused_result)) int ss_account_init(ss_account *a, ss_method m,
                                                         const char *password, size_t len);
 
@@ -27,10 +28,12 @@ __attribute__((warn_unused_result)) int ss_account_init(ss_account *a, ss_method
 
 /* How long a salt is remembered, in seconds: a connection that repeats a
  * salt seen this recently is refused as a replay (a prober replaying a
- * captured first packet learns nothing). Shadowsocks has no timestamp to
+ * captured first packet learns nothing). AEAD-2017 has no timestamp to
  * bound a replay by, so a replay older than this is not caught; 60 s
  * covers the probes seen in the wild, which follow the real connection
- * within seconds. */
+ * within seconds. For 2022 it is the rule: "Servers MUST store all
+ * incoming salts for 60 seconds" (SIP022 3.1.4), and a request more than
+ * SS2022_TIME_WINDOW off is refused before the filter is asked. */
 #define SS_REPLAY_WINDOW 60
 /* Slots: every salt accepted in the last SS_REPLAY_WINDOW seconds takes
  * one. 65536 slots of 40 bytes (2.5 MiB an inbound) hold about 540 new
@@ -84,16 +87,19 @@ typedef struct ss_server {
 	ss_server_state state;
 	int user;                  /* -1 until a user's subkey opened the first length */
 	ss_aead rx;                /* the client's direction, keyed by the matched user */
+	uint8_t salt[SS_KEY_MAX];  /* the client's salt (2022's response names it) */
 	size_t first_len;          /* the first chunk's payload length */
-	uint8_t *first;            /* owned: the first chunk, sealed, then opened */
+	uint8_t *first;            /* owned, first_cap bytes: the first chunk, sealed, then opened */
+	size_t first_cap;
 	size_t first_fill;
-	size_t rest_off;           /* first[rest_off, first_len): payload after the address */
+	size_t rest_off;           /* first[rest_off, first_len): payload after the address
+	                            * (2022: and after the padding) */
 } ss_server;
 
 /* Input model (as nghttp2's mem_recv): feed consumes what it can and keeps
  * what it needs itself (the first chunk, up to SS_CHUNK_PAYLOAD_MAX bytes,
  * is copied in); the shell feeds the unconsumed rest again with more.
- * now is unix seconds (the replay filter's clock).
+ * now is unix seconds (the replay filter's clock, and 2022's timestamps').
  *
  *   n >= 0, PROTO_EV_NONE   n bytes consumed; read more, feed again.
  *   n > 0, PROTO_EV_OPEN    n bytes consumed (the rest are the client's
@@ -105,9 +111,9 @@ typedef struct ss_server {
  *                           before it closes, so a prober learns nothing.
  *
  * Authentication is trial decryption: for each user in turn the core
- * derives the subkey of the client's salt (one HKDF-SHA1) and tries to open
- * the first sealed length (one 2-byte AEAD open); the first that opens is
- * the user. The cost grows with the number of users: n HKDFs and opens for
+ * derives the subkey of the client's salt (one HKDF-SHA1, or BLAKE3 for
+ * 2022) and tries to open the first sealed length (one 2-byte AEAD open;
+ * 2022: the 11-byte fixed header); the first that opens is the user. The cost grows with the number of users: n HKDFs and opens for
  * a client no user's key opens.
  *
  * Refusals: no user's key opens the first length ("shadowsocks:
@@ -115,7 +121,14 @@ typedef struct ss_server {
  * filter, a first length of 0 or over SS_CHUNK_PAYLOAD_MAX, a first payload
  * whose tag does not match, an unknown address type, an empty domain, and
  * an address that does not fit the first chunk (every client we know of
- * sends it whole there). */
+ * sends it whole there). For 2022 also: a fixed header of another type
+ * ("shadowsocks: not a request header (type is not 0)"), a timestamp over
+ * SS2022_TIME_WINDOW off now ("shadowsocks: request timestamp out of the
+ * window"), a padding over SS2022_PADDING_MAX or past the header ("...
+ * the padding runs past the header"), and a header with neither payload
+ * nor padding (SIP022 3.1.3). A 2022 request's salt and fixed header that
+ * come over several reads are waited for (SIP022 3.1.3 asks for one read:
+ * not built; a refusal is drained either way). */
 
 /* Resets s. users[0, n) are the accounts (borrowed); replay (may be NULL)
  * is asked once per matched salt. */
@@ -137,7 +150,12 @@ __attribute__((warn_unused_result)) ssize_t ss_server_feed(ss_server *s, const u
  * after the first chunk, passing down first what followed the address in
  * the first chunk, then each chunk's payload; from_below seals the
  * upstream's bytes up to the client as chunks, our salt (ss_key_len bytes,
- * the shell's random ones) before the first. The layer takes s's client
+ * the shell's random ones) before the first. For 2022 the first chunk
+ * going up is the response header (type 1, now, the client's salt, the
+ * length) and the payload: its timestamp is now, the time the layer is
+ * made (the layer reads no clock), so an upstream that first speaks over
+ * SS2022_TIME_WINDOW later gets a response a strict client refuses. The
+ * layer takes s's client
  * direction over (s keeps nothing to free). Ready at once; no shutdown
  * (the relay's FIN ends either side). start() writes what followed the
  * address in the first chunk down (the client may wait for an answer to
@@ -148,6 +166,6 @@ __attribute__((warn_unused_result)) ssize_t ss_server_feed(ss_server *s, const u
  * Returns NULL when out of memory, OpenSSL fails or s is not opened. Name
  * "shadowsocks"; errors LAYER_ERR_PROTO with error() "shadowsocks: bad
  * chunk" or "shadowsocks: chunk length out of bounds". */
-layer *ss_server_body_new(ss_server *s, const uint8_t *salt);
+layer *ss_server_body_new(ss_server *s, const uint8_t *salt, int64_t now);
 
 #endif

@@ -9,23 +9,32 @@
 static const char BAD_CHUNK[] = "shadowsocks: bad chunk";
 static const char BAD_LENGTH[] = "shadowsocks: chunk length out of bounds";
 
-/* What waits for room above at most: our salt and one full chunk. */
-#define PEND_MAX (SS_KEY_MAX + SS_CHUNK_MAX)
+/* What waits for room above at most: our salt, 2022's response header
+ * and one full chunk of the method. */
+static size_t pend_max(ss_method m)
+{
+	return SS_KEY_MAX + SS2022_RESP_FIXED_SEALED_MAX + ss_chunk_max(m) + SS_TAG_LEN;
+}
 
 typedef struct body_layer {
 	layer base;
 	const char *err;
 	ss_aead rx, tx;
+	/* 2022: the first chunk up is the response header and its payload */
+	bool resp_pending;
+	int64_t now;
+	uint8_t req_salt[SS_KEY_MAX];
+	size_t slen;
 	/* sealing: our salt (before the first chunk), then chunks waiting for
 	 * room above */
-	uint8_t *pend; /* owned, PEND_MAX bytes */
+	uint8_t *pend; /* owned, pend_max bytes */
 	size_t pend_len, pend_off;
 	/* opening: the sealed length, the sealed payload, the payload going
 	 * down (first the rest of the first chunk) */
 	uint8_t len_block[SS_LEN_BLOCK];
 	size_t len_fill;
 	size_t chunk_len; /* 0: reading a length */
-	uint8_t *rbuf;    /* owned, SS_CHUNK_PAYLOAD_MAX + SS_TAG_LEN bytes */
+	uint8_t *rbuf;    /* owned, ss_chunk_max + SS_TAG_LEN bytes */
 	size_t rfill;
 	size_t out_off, out_len; /* rbuf[out_off, out_len) still goes down */
 } body_layer;
@@ -92,14 +101,20 @@ static ssize_t from_below(layer *l, const uint8_t *in, size_t len, layer_buf *up
 	body_layer *b = (body_layer *)l;
 	if (b->err)
 		return LAYER_ERR_PROTO;
-	flush(b, up);
-	size_t used = 0;
-	while (b->pend_len == 0 && used < len) {
-		size_t n = len - used < SS_CHUNK_PAYLOAD_MAX ? len - used : SS_CHUNK_PAYLOAD_MAX;
-		ssize_t s = ss_chunk_seal(&b->tx, in + used, n, b->pend);
+	/* SIP022 3.1.3: the salt and the header leave in one write */
+	if (!b->resp_pending)
+		flush(b, up);
+	size_t used = 0, max = b->tx.chunk_max;
+	/* the salt alone may wait: the first chunk goes behind it */
+	while ((b->pend_len == 0 || b->resp_pending) && used < len) {
+		size_t n = len - used < max ? len - used : max;
+		ssize_t s = b->resp_pending ? ss2022_response_seal(&b->tx, b->now, b->req_salt, b->slen,
+		                                                   in + used, n, b->pend + b->pend_len)
+		                            : ss_chunk_seal(&b->tx, in + used, n, b->pend);
 		if (s < 0)
 			return LAYER_ERR_STATE;
-		b->pend_len = (size_t)s;
+		b->pend_len = (b->resp_pending ? b->pend_len : 0) + (size_t)s;
+		b->resp_pending = false;
 		used += n;
 		flush(b, up);
 	}
@@ -146,7 +161,7 @@ static const layer_ops ops = {
 	.free = body_free,
 };
 
-layer *ss_server_body_new(ss_server *s, const uint8_t *salt)
+layer *ss_server_body_new(ss_server *s, const uint8_t *salt, int64_t now)
 {
 	if (s->state != SS_SV_OPEN || s->user < 0 || !s->first)
 		return NULL;
@@ -156,7 +171,7 @@ layer *ss_server_body_new(ss_server *s, const uint8_t *salt)
 	if (!b)
 		return NULL;
 	b->base.ops = &ops;
-	b->pend = malloc(PEND_MAX);
+	b->pend = malloc(pend_max(a->method));
 	if (!b->pend)
 		goto fail;
 	uint8_t sub[SS_KEY_MAX];
@@ -169,6 +184,10 @@ layer *ss_server_body_new(ss_server *s, const uint8_t *salt)
 	 * it alone on a drain call, which is as good */
 	memcpy(b->pend, salt, slen);
 	b->pend_len = slen;
+	b->resp_pending = ss_method_is_2022(a->method);
+	b->now = now;
+	memcpy(b->req_salt, s->salt, slen);
+	b->slen = slen;
 	/* take the client's direction and the first chunk over: its payload
 	 * after the address goes down first */
 	b->rx = s->rx;

@@ -116,12 +116,14 @@ const char *etm_ss_method_name(etm_ss_method m)
 	return (unsigned)m < sizeof names / sizeof names[0] && names[m] ? names[m] : "?";
 }
 
-/* Shadowsocks 2022 parses and validates, but this build runs only the
- * AEAD methods of SIP004. */
+/* Every method of the schema runs: the AEAD methods of SIP004 and
+ * Shadowsocks 2022's (SIP022) over TCP; a 2022 outbound refuses UDP when a
+ * flow asks (outbound.c). */
 static bool ss_method_available(etm_ss_method m)
 {
 	return m == ETM_SS_AES_128_GCM || m == ETM_SS_AES_256_GCM ||
-	       m == ETM_SS_CHACHA20_IETF_POLY1305;
+	       m == ETM_SS_CHACHA20_IETF_POLY1305 || m == ETM_SS_2022_BLAKE3_AES_128_GCM ||
+	       m == ETM_SS_2022_BLAKE3_AES_256_GCM || m == ETM_SS_2022_BLAKE3_CHACHA20_POLY1305;
 }
 
 bool etm_protocol_available(etm_protocol p, bool inbound)

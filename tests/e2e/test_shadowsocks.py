@@ -17,11 +17,17 @@ UDP: our outbound's packets through `ss-server -u` to UDP echoes. v2ray
 4.34's shadowsocks server and client (aes-128-gcm, chacha20-ietf-poly1305),
 TCP, both ways.
 
+Shadowsocks 2022 (SIP022, TCP): no packaged peer exists, so ours to ours
+for 2022-blake3-aes-128-gcm, -aes-256-gcm and -chacha20-poly1305 (16 MiB,
+half-close, burst), a wrong key drained and not answered, a replayed first
+flight refused, and the exact texts for a key of the wrong length.
+
 Also: a wrong password is not answered and not closed at once (the drain),
-a replayed first packet is refused and logged, the spec refuses a 2022
-method and sniffing with the exact texts. Only 127.0.0.1 is used; every
+a replayed first packet is refused and logged, the spec refuses sniffing
+with the exact text. Only 127.0.0.1 is used; every
 process started here is stopped by its own pid.
 """
+import base64
 import os
 import shutil
 import signal
@@ -43,6 +49,13 @@ needs_libev = pytest.mark.skipif(SS_SERVER is None or SS_LOCAL is None,
 PASSWORD = "correct horse battery staple"
 WRONG_PASSWORD = "wrong horse battery staple"
 METHODS = ["aes-128-gcm", "aes-256-gcm", "chacha20-ietf-poly1305"]
+# SIP022 2.1: the key is base64 of the method's key length
+METHODS_2022 = {"2022-blake3-aes-128-gcm": 16, "2022-blake3-aes-256-gcm": 32,
+                "2022-blake3-chacha20-poly1305": 32}
+
+
+def psk(n):
+    return base64.b64encode(os.urandom(n)).decode()
 
 
 class Libev:
@@ -276,6 +289,75 @@ def test_replayed_salt_is_refused(chain, echo):
     del client
 
 
+# ---------------------------------------------------------------- 2022
+
+@pytest.mark.parametrize("method", list(METHODS_2022))
+def test_2022_ours_to_ours(chain, echo, method):
+    key = psk(METHODS_2022[method])
+    server = chain.proxy(our_server(method, password=key))
+    client = chain.proxy(our_client(method, server.port, password=key))
+    interop.echo_check(client.port, echo.port, chain.logs)
+    saw_ours(chain, echo.port)
+
+
+def test_2022_wrong_key_is_drained_not_answered(chain, echo):
+    """Our 2022 client with another key: our inbound sends nothing back,
+    keeps the connection for the drain (2 s at least) and logs why."""
+    method = "2022-blake3-aes-256-gcm"
+    server = chain.proxy(our_server(method, password=psk(32)))
+    client = chain.proxy(our_client(method, server.port, password=psk(32)))
+    start = time.monotonic()
+    with socks5_connect(client.port, LOOPBACK, echo.port, timeout=5) as s:
+        s.settimeout(10)
+        s.sendall(b"hello")
+        try:
+            got = s.recv(16)
+        except OSError:
+            got = b""
+    took = time.monotonic() - start
+    assert got == b"", chain.logs()
+    assert took >= 1.9, f"closed after {took:.2f} s\n{chain.logs()}"
+    interop.assert_logged(chain.ours[0], "refused: shadowsocks: authentication failed "
+                          "(no user's key opens the first chunk)", chain.logs)
+
+
+def test_2022_replayed_request_is_refused(chain, echo):
+    """A 2022 client's first flight sent again within the time window: the
+    second is refused as a replay (logged) and not answered."""
+    method, key = "2022-blake3-aes-128-gcm", psk(16)
+    server = chain.proxy(our_server(method, password=key))
+    sink = socket.socket()
+    sink.bind((LOOPBACK, 0))
+    sink.listen(1)
+    spy = chain.proxy(our_client(method, sink.getsockname()[1], password=key))
+    with socks5_connect(spy.port, LOOPBACK, echo.port, timeout=5) as s:
+        s.sendall(b"first")
+        conn, _ = sink.accept()
+        conn.settimeout(0.5)
+        first = b""
+        while True:  # the headers (random padding) and the first chunk
+            try:
+                more = conn.recv(4096)
+            except socket.timeout:
+                break
+            if not more:
+                break
+            first += more
+        conn.close()
+    sink.close()
+    replies = []
+    for _ in range(2):
+        with connect(server.port) as r:
+            r.sendall(first)
+            r.settimeout(1.0)
+            try:
+                replies.append(r.recv(64))
+            except socket.timeout:
+                replies.append(None)
+    interop.assert_logged(server, "refused: shadowsocks: replayed salt", chain.logs)
+    assert replies[1] is None, chain.logs()
+
+
 def check_fails(run, tmp_path, text, want):
     path = tmp_path / "c.toml"
     path.write_text(text)
@@ -287,9 +369,15 @@ def check_fails(run, tmp_path, text, want):
 def test_spec_refusals(run, tmp_path):
     base = ('[[inbound]]\ntag = "ss"\nprotocol = "shadowsocks"\nlisten = "127.0.0.1"\n'
             'port = 1\n')
-    check_fails(run, tmp_path, base + '[inbound.settings]\nmethod = "2022-blake3-aes-128-gcm"\n'
-                'password = "AAAAAAAAAAAAAAAAAAAAAA=="\n\n' + interop.FREEDOM,
-                "inbound ss: shadowsocks method 2022-blake3-aes-128-gcm is not available yet")
+    # 2022: a key that is not base64 of exactly the method's length
+    for method, n, pw in [("2022-blake3-aes-128-gcm", 16, psk(32)),
+                          ("2022-blake3-aes-128-gcm", 16, "correct horse battery staple"),
+                          ("2022-blake3-aes-256-gcm", 32, psk(16)),
+                          ("2022-blake3-chacha20-poly1305", 32, psk(32)[:-1])]:
+        check_fails(run, tmp_path, base + f'[inbound.settings]\nmethod = "{method}"\n'
+                    f'password = "{pw}"\n\n' + interop.FREEDOM,
+                    f"configuration invalid: inbound ss: shadowsocks 2022 key must be base64 "
+                    f"of {n} bytes")
     check_fails(run, tmp_path, base + 'sniffing = true\n[inbound.settings]\nmethod = '
                 '"aes-128-gcm"\npassword = "x"\n\n' + interop.FREEDOM,
                 "inbound ss: sniffing on a shadowsocks inbound is not available yet")
@@ -298,7 +386,11 @@ def test_spec_refusals(run, tmp_path):
     out = ('[[outbound]]\ntag = "o"\nprotocol = "shadowsocks"\nserver = "127.0.0.1"\n'
            'port = 1\n[outbound.settings]\n')
     check_fails(run, tmp_path, out + 'method = "2022-blake3-chacha20-poly1305"\npassword = "x"\n',
-                "outbound o: shadowsocks method 2022-blake3-chacha20-poly1305 is not available yet")
+                "configuration invalid: outbound o: shadowsocks 2022 key must be base64 of 32 "
+                "bytes")
+    check_fails(run, tmp_path, out + f'method = "2022-blake3-aes-128-gcm"\npassword = "{psk(32)}"\n',
+                "configuration invalid: outbound o: shadowsocks 2022 key must be base64 of 16 "
+                "bytes")
     check_fails(run, tmp_path, out + 'password = "x"\n',
                 "outbound o: protocol shadowsocks needs settings.method")
     check_fails(run, tmp_path, out + 'method = "rc4-md5"\npassword = "x"\n',

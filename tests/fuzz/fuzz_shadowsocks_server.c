@@ -1,4 +1,4 @@
-/* fuzz_shadowsocks_server.c - libFuzzer target: the Shadowsocks AEAD server core fed whole and cut in two, on raw bytes and on a fuzzed first chunk sealed with user 1's key; the body layer on what follows; UDP packets opened. */
+/* fuzz_shadowsocks_server.c - libFuzzer target: the Shadowsocks server core (AEAD-2017 and 2022) fed whole and cut in two, on raw bytes and on a fuzzed first chunk sealed with user 1's key; the body layer on what follows; UDP packets opened. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -9,13 +9,17 @@
 
 /* Input: flags, two bytes of cut point, two bytes of declared length, then
  * the bytes.
- *   flags bits 0-1: the method (3: aes-128-gcm again);
+ *   flags bits 0-1: the method (3: the first again);
  *   bit 2: seal the bytes (the fuzzer cannot forge a tag): the declared
- *          length sealed as the first length, the bytes up to it sealed as
- *          the first payload (fewer when there are fewer: a truncated
+ *          length sealed as the first length (2022: in the fixed header),
+ *          the bytes up to it sealed as the first payload (2022: the
+ *          variable header; fewer when there are fewer: a truncated
  *          chunk), the rest after it as the body, as raw bytes;
  *   bit 3: the rest sealed as body chunks of at most 255 bytes;
- *   bit 4: a replay filter, and the request fed twice (the second refused). */
+ *   bit 4: a replay filter, and the request fed twice (the second refused);
+ *   bit 5: a Shadowsocks 2022 method;
+ *   bit 6: (2022) the fixed header's type 1, not 0;
+ *   bit 7: (2022) the timestamp 31 s ahead. */
 
 #define CHECK(x)                                                                                   \
 	do {                                                                                       \
@@ -27,6 +31,23 @@
 #define IN_MAX (2 * SS_CHUNK_MAX + 4096)
 
 static ss_account users[2][SS_METHOD_COUNT_];
+
+static const ss_method AEAD[3] = {SS_METHOD_AES_128_GCM, SS_METHOD_AES_256_GCM,
+                                  SS_METHOD_CHACHA20_POLY1305};
+static const ss_method SS2022[3] = {SS_METHOD_2022_AES_128_GCM, SS_METHOD_2022_AES_256_GCM,
+                                    SS_METHOD_2022_CHACHA20_POLY1305};
+
+/* Two users' keys: a password, or for 2022 the base64 of 16 or 32 bytes of
+ * zeros and of ones. */
+static const char *password(ss_method m, int user)
+{
+	if (!ss_method_is_2022(m))
+		return user ? "one" : "zero";
+	if (ss_key_len(m) == 16)
+		return user ? "AQEBAQEBAQEBAQEBAQEBAQ==" : "AAAAAAAAAAAAAAAAAAAAAA==";
+	return user ? "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="
+	            : "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+}
 static bool ready;
 
 static int replay_add(void *ud, const uint8_t *salt, size_t len, int64_t now)
@@ -74,13 +95,13 @@ static void serve(ss_server *s, const uint8_t *in, size_t len, size_t cut, outco
 	}
 	o->used = (ssize_t)off;
 	/* no decision: the input must be shorter than a whole first chunk */
-	CHECK(len < SS_KEY_MAX + SS_CHUNK_MAX);
+	CHECK(len < SS_KEY_MAX + SS2022_REQ_FIXED_SEALED + SS_CHUNK_BUF_MAX);
 }
 
 static void body(ss_server *s, const uint8_t *in, size_t len)
 {
 	static const uint8_t salt[SS_KEY_MAX] = {7};
-	layer *b = ss_server_body_new(s, salt);
+	layer *b = ss_server_body_new(s, salt, NOW);
 	if (!b)
 		return; /* out of memory only */
 	uint8_t *down_buf = malloc(SS_CHUNK_PAYLOAD_MAX + 1);
@@ -113,10 +134,11 @@ static void body(ss_server *s, const uint8_t *in, size_t len)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (!ready) {
-		for (int m = 0; m < SS_METHOD_COUNT_; m++) {
-			CHECK(ss_account_init(&users[0][m], (ss_method)m, "zero", 4) == 0);
-			CHECK(ss_account_init(&users[1][m], (ss_method)m, "one", 3) == 0);
-		}
+		for (int m = 0; m < SS_METHOD_COUNT_; m++)
+			for (int u = 0; u < 2; u++) {
+				const char *pw = password((ss_method)m, u);
+				CHECK(ss_account_init(&users[u][m], (ss_method)m, pw, strlen(pw)) == 0);
+			}
 		ready = true;
 	}
 	if (size < 5 || size > IN_MAX)
@@ -126,7 +148,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint16_t declared = (uint16_t)(data[3] << 8 | data[4]);
 	data += 5;
 	size -= 5;
-	ss_method m = (ss_method)((flags & 3) % SS_METHOD_COUNT_);
+	ss_method m = (flags & 32 ? SS2022 : AEAD)[(flags & 3) % 3];
 	const ss_account acc[2] = {users[0][m], users[1][m]};
 
 	uint8_t *in = malloc(IN_MAX + 4 * SS_CHUNK_MAX);
@@ -140,8 +162,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		memcpy(in, data, size < slen ? size : slen); /* a fuzzed salt */
 		CHECK(ss_subkey(m, acc[1].key, in, sub) == 0);
 		CHECK(ss_aead_init(&a, m, sub, true) == 0);
-		CHECK(ss_aead_seal(&a, l2, 2, in + slen) == 0);
-		len = slen + SS_LEN_BLOCK;
+		if (ss_method_is_2022(m)) {
+			uint64_t ts = NOW + (flags & 128 ? 31 : 0);
+			uint8_t fixed[SS2022_REQ_FIXED_LEN] = {flags & 64 ? 1 : 0};
+			for (int i = 0; i < 8; i++)
+				fixed[1 + i] = (uint8_t)(ts >> (56 - 8 * i));
+			memcpy(fixed + 9, l2, 2);
+			CHECK(ss_aead_seal(&a, fixed, sizeof fixed, in + slen) == 0);
+			len = slen + SS2022_REQ_FIXED_SEALED;
+		} else {
+			CHECK(ss_aead_seal(&a, l2, 2, in + slen) == 0);
+			len = slen + SS_LEN_BLOCK;
+		}
 		if (plen) {
 			CHECK(ss_aead_seal(&a, data, plen, in + len) == 0);
 			len += plen + SS_TAG_LEN;

@@ -1,0 +1,101 @@
+/* shadowsocks2022.c - Shadowsocks 2022's TCP headers (SIP022 3.1.3): the request's fixed and variable headers, the response's fixed header, sealed and opened with their checks. */
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+#include "base/bytes.h"
+#include "proto/shadowsocks.h"
+
+/* SIP022 3.1.3: HeaderTypeClientStream, HeaderTypeServerStream */
+#define TYPE_CLIENT 0
+#define TYPE_SERVER 1
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (uint8_t)v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* Whether the timestamp ts is within SS2022_TIME_WINDOW of now. */
+static bool in_window(uint64_t ts, int64_t now)
+{
+	if (ts > INT64_MAX)
+		return false;
+	int64_t t = (int64_t)ts;
+	return t <= now ? now - t <= SS2022_TIME_WINDOW : t - now <= SS2022_TIME_WINDOW;
+}
+
+ssize_t ss2022_request_seal(ss_aead *a, int64_t now, const uint8_t *addr, size_t alen,
+                            size_t padding, uint8_t *out)
+{
+	if (alen > SS_ADDR_MAX || padding > SS2022_PADDING_MAX)
+		return PROTO_ERR_TOO_BIG;
+	size_t vlen = alen + 2 + padding;
+	uint8_t fixed[SS2022_REQ_FIXED_LEN];
+	fixed[0] = TYPE_CLIENT;
+	put64(fixed + 1, (uint64_t)now);
+	bytes_put16(fixed + 9, (uint16_t)vlen);
+	uint8_t *var = out + SS2022_REQ_FIXED_SEALED;
+	memcpy(var, addr, alen);
+	bytes_put16(var + alen, (uint16_t)padding);
+	memset(var + alen + 2, 0, padding);
+	if (ss_aead_seal(a, fixed, sizeof fixed, out) || ss_aead_seal(a, var, vlen, var))
+		return PROTO_ERR_STATE;
+	return (ssize_t)(SS2022_REQ_FIXED_SEALED + vlen + SS_TAG_LEN);
+}
+
+ssize_t ss2022_request_open_fixed(ss_aead *a, const uint8_t *in, int64_t now)
+{
+	uint8_t fixed[SS2022_REQ_FIXED_LEN];
+	if (ss_aead_open(a, in, SS2022_REQ_FIXED_SEALED, fixed))
+		return SS2022_ERR_TAG;
+	if (fixed[0] != TYPE_CLIENT)
+		return SS2022_ERR_TYPE;
+	if (!in_window(get64(fixed + 1), now))
+		return SS2022_ERR_TIME;
+	size_t n = bytes_get16(fixed + 9);
+	return n ? (ssize_t)n : SS2022_ERR_LENGTH;
+}
+
+ssize_t ss2022_response_seal(ss_aead *a, int64_t now, const uint8_t *req_salt, size_t slen,
+                             const uint8_t *in, size_t len, uint8_t *out)
+{
+	if (len == 0 || len > SS2022_CHUNK_PAYLOAD_MAX || slen > SS_KEY_MAX)
+		return PROTO_ERR_TOO_BIG;
+	uint8_t fixed[SS2022_RESP_FIXED_LEN(SS_KEY_MAX)];
+	size_t flen = SS2022_RESP_FIXED_LEN(slen);
+	fixed[0] = TYPE_SERVER;
+	put64(fixed + 1, (uint64_t)now);
+	memcpy(fixed + 9, req_salt, slen);
+	bytes_put16(fixed + 9 + slen, (uint16_t)len);
+	if (ss_aead_seal(a, fixed, flen, out) || ss_aead_seal(a, in, len, out + flen + SS_TAG_LEN))
+		return PROTO_ERR_STATE;
+	return (ssize_t)(flen + SS_TAG_LEN + len + SS_TAG_LEN);
+}
+
+ssize_t ss2022_response_open(ss_aead *a, const uint8_t *in, const uint8_t *req_salt, size_t slen,
+                             int64_t now)
+{
+	uint8_t fixed[SS2022_RESP_FIXED_LEN(SS_KEY_MAX)];
+	size_t flen = SS2022_RESP_FIXED_LEN(slen);
+	if (slen > SS_KEY_MAX || ss_aead_open(a, in, flen + SS_TAG_LEN, fixed))
+		return SS2022_ERR_TAG;
+	if (fixed[0] != TYPE_SERVER)
+		return SS2022_ERR_TYPE;
+	/* SIP022 3.1.3: "The client MUST check this field in response header
+	 * against the request salt." */
+	if (CRYPTO_memcmp(fixed + 9, req_salt, slen) != 0)
+		return SS2022_ERR_SALT;
+	if (!in_window(get64(fixed + 1), now))
+		return SS2022_ERR_TIME;
+	size_t n = bytes_get16(fixed + 9 + slen);
+	return n ? (ssize_t)n : SS2022_ERR_LENGTH;
+}
