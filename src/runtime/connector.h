@@ -26,6 +26,7 @@ typedef struct flow {
 typedef struct flow_ctx {
 	const char *inbound_tag; /* borrowed for the flow's life */
 	struct sockaddr_storage peer;
+	bool sniffing; /* the inbound sniffs: so do the sub-flows of a Mux.Cool session */
 } flow_ctx;
 
 /* The result of a connect. On success either ep is a connected endpoint on

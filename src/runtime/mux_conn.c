@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "outbound/fanout.h"
 #include "proto/mux.h"
+#include "proto/sniff.h"
 #include "runtime/relay.h"
 
 enum {
@@ -399,6 +400,14 @@ static bool open_sub(mux_conn *m, const mux_event *ev)
 	flow f = m->f;
 	f.dest = ev->dest;
 	f.sniffed = (addr_dest){0};
+	/* a sub-flow is sniffed on the data of its New frame (v2ray sends the
+	 * first bytes it has with it): what is not there is not waited for */
+	char name[SNIFF_NAME_MAX + 1];
+	sniff_proto proto;
+	if (m->ctx.sniffing && !s->udp && ev->has_data &&
+	    sniff_name(ev->data, ev->data_len, name, sizeof name, &proto) == SNIFF_FOUND &&
+	    addr_dest_set_domain(&f.sniffed, name, strlen(name), ev->dest.port))
+		f.sniffed = (addr_dest){0};
 	if (s->udp) {
 		char err[200];
 		s->link = m->conn->connect_datagram(m->conn->self, m->w, &f, &m->ctx, &sub_dgram, s, err,

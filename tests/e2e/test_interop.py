@@ -1150,3 +1150,31 @@ def test_mux_ours_to_ours(chain, pki, echo, tmp_path, protocol, transport):
                if f":{echo.port} " in line]
     assert len(sources) == 33, access.read_text()
     assert len(set(sources)) <= len(sources) // 2, access.read_text()
+
+
+@needs_v2ray
+def test_mux_sub_flows_are_sniffed_on_their_first_frame(chain, pki, echo):
+    """On a sniffing inbound each sub-flow of a v2ray mux session is sniffed
+    on the data its New frame carries: an HTTP request's Host reaches the
+    domain rules although the sub-flow names an IP."""
+    server = chain.proxy(
+        '[[inbound]]\ntag = "in"\nprotocol = "vless"\nlisten = "127.0.0.1"\nport = {port0}\n'
+        f'sniffing = true\n[[inbound.settings.users]]\nname = "u"\nid = "{UUID}"\n\n'
+        '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n'
+        '[[outbound]]\ntag = "blocked"\nprotocol = "blackhole"\n\n'
+        '[[route.rule]]\noutbound = "blocked"\ndomain = ["sniffed.test"]\n')
+    client = chain.v2ray(v2_mux_client("vless", server.port, "tcp", pki, credential=UUID))
+
+    def request(host):
+        return f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+
+    with socks5_connect(client.port, "127.0.0.1", echo.port) as s:
+        s.sendall(request("other.test"))
+        assert recv_exact(s, len(request("other.test"))) == request("other.test")
+    with socks5_connect(client.port, "127.0.0.1", echo.port) as s:
+        s.sendall(request("sniffed.test"))
+        s.settimeout(5)
+        assert s.recv(100) == b"", "the sniffed sub-flow was not blackholed"
+    log = server.log()
+    assert f"tcp flow to 127.0.0.1:{echo.port} from inbound in takes direct@v1" in log
+    assert f"tcp flow to 127.0.0.1:{echo.port} from inbound in takes blocked@v1 (rule #1)" in log
