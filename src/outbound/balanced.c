@@ -88,7 +88,7 @@ balanced *balanced_new(const balanced_config *cfg, char *err, size_t err_size)
 	}
 	memcpy(b->probe, cfg->probe, n * sizeof *b->probe);
 	for (size_t m = 0; m < n; m++)
-		b->udp_one_dest |= b->members[m]->proto->udp_one_dest;
+		b->udp_one_dest |= outbound_udp_one_dest(b->members[m]);
 	atomic_init(&b->refs, 1);
 	b->id = outbound_next_id();
 	b->probe_interval_ms = cfg->probe_interval_ms;

@@ -460,3 +460,8 @@ connect_pending *outbound_connect_datagram(const outbound *o, worker *w, dns_res
 	udp_to.network = ADDR_UDP;
 	return o->proto->connect_datagram(o, w, dns, &udp_to, h, ud, done, oud);
 }
+
+bool outbound_udp_one_dest(const outbound *o)
+{
+	return o->proto->udp_one_dest || (o->proxy && proxy_transport_mux(o->proxy));
+}

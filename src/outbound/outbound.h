@@ -152,4 +152,9 @@ connect_pending *outbound_connect_datagram(const outbound *o, worker *w, dns_res
                                            const addr_dest *to, const dgram_handlers *h,
                                            void *ud, outbound_dgram_cb done, void *oud);
 
+/* Whether a datagram link of o reaches only the destination it was opened
+ * for (the row's udp_one_dest, or a Mux.Cool UDP sub-flow): the fan-out
+ * then keys its sub-links by destination. */
+bool outbound_udp_one_dest(const outbound *o);
+
 #endif

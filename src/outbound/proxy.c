@@ -221,6 +221,14 @@ connect_pending *proxy_connect_datagram(const outbound *o, worker *w, dns_resolv
                                         outbound_dgram_cb done, void *oud)
 {
 	char err[256];
+	if (o->proxy->mux) {
+		session_dial sd = {.o = o, .dns = dns};
+		connect_pending *p = mux_open_datagram(w, o->id, o->proxy->mux, dial_session, &sd, to,
+		                                       h, ud, done, oud);
+		if (!p)
+			done(oud, NULL, msgs[MSG_NO_MEMORY]);
+		return p;
+	}
 	dgram_open *d = calloc(1, sizeof *d);
 	if (!d) {
 		done(oud, NULL, msgs[MSG_NO_MEMORY]);
@@ -242,3 +250,5 @@ connect_pending *proxy_connect_datagram(const outbound *o, worker *w, dns_resolv
 	}
 	return &d->base;
 }
+
+unsigned proxy_transport_mux(const proxy_transport *t) { return t ? t->mux : 0; }

@@ -12,6 +12,9 @@
 proxy_transport *proxy_transport_new(const outbound_config *cfg, char *err, size_t err_size);
 void proxy_transport_del(proxy_transport *t);
 
+/* Mux.Cool sub-flows a session of t carries at once; 0: mux is off. */
+unsigned proxy_transport_mux(const proxy_transport *t);
+
 /* connect_stream of a proxy client: dials o's server through its transport
  * with o->proto->request on top (outbound_proto, connect_stream). */
 connect_pending *proxy_connect_stream(const outbound *o, worker *w, dns_resolver *dns,

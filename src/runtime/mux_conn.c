@@ -24,6 +24,7 @@ enum {
 	M_UDP_OPEN,
 	M_SUB_ERROR,
 	M_IDLE,
+	M_UDP_ENDED,
 };
 
 static const char *const msgs[] = {
@@ -35,6 +36,7 @@ static const char *const msgs[] = {
 	[M_UDP_OPEN] = "mux: cannot open the datagram link: %s",
 	[M_SUB_ERROR] = "mux: the server ended the sub-flow in error",
 	[M_IDLE] = "mux: the session was idle",
+	[M_UDP_ENDED] = "mux: the server ended the UDP sub-flow",
 };
 
 /* Writes an endpoint queues on a channel at most (endpoint.h: its slots
@@ -120,6 +122,7 @@ typedef struct msub {
 	wqueue wq;       /* the upstream's bytes toward the client */
 	bool want, peer_end, eof_told, shut_wanted, shut_told, end_sent, failed, gone;
 	bool fail_told;  /* client: the endpoint was told the sub-flow broke */
+	struct mux_dlink *dl; /* client, UDP: its link while open */
 } msub;
 
 struct mux_conn {
@@ -157,6 +160,7 @@ struct mux_conn {
 	list opens;      /* mopen, waiting for the stream */
 	size_t n_opens;
 	char why[160];   /* why the session died */
+	uint8_t *dgram;  /* client: a datagram handed up, with its headroom */
 };
 
 /* A client flow waiting for its session's stream. */
@@ -164,10 +168,23 @@ typedef struct mopen {
 	connect_pending base; /* first */
 	mux_conn *m;
 	list_node node;
-	addr_dest dest;
+	addr_dest dest; /* network UDP: a datagram link */
 	connect_cb cb;
 	void *data;
+	const dgram_handlers *h; /* UDP */
+	void *ud;
+	mux_dgram_cb done;
+	void *oud;
 } mopen;
+
+/* A client's datagram link on a UDP sub-flow: one destination, as v2ray
+ * 4.34's sub-flows have. */
+typedef struct mux_dlink {
+	dgram_link base; /* first */
+	msub *s;         /* NULL once the sub-flow is gone */
+	const dgram_handlers *h;
+	void *ud;
+} mux_dlink;
 
 static _Thread_local list sessions; /* server */
 static _Thread_local list clients;
@@ -286,6 +303,8 @@ static msub *find(mux_conn *m, uint16_t id)
 
 static void sub_free(msub *s)
 {
+	if (s->dl)
+		s->dl->s = NULL;
 	list_remove(&s->m->subs, &s->node);
 	free(s->rx);
 	free(s);
@@ -527,7 +546,13 @@ static void read_frames(mux_conn *m)
 		case MUX_EV_DATA:
 			if (!s)
 				break;
-			if (s->udp) {
+			if (m->client && s->udp) {
+				if (s->dl && ev.data_len <= MUX_DATA_MAX) {
+					uint8_t *b = m->dgram + DGRAM_HEADROOM;
+					memcpy(b, ev.data, ev.data_len);
+					s->dl->h->recv(&s->dest, b, ev.data_len, s->dl->ud);
+				}
+			} else if (s->udp) {
 				if (s->link && ev.data_len)
 					(void)s->link->ops->send_to(s->link, &s->dest, ev.data, ev.data_len);
 			} else if (!rx_add(s, ev.data, ev.data_len)) {
@@ -539,7 +564,11 @@ static void read_frames(mux_conn *m)
 				break;
 			s->peer_end = true;
 			s->end_sent = true; /* the id is closed on both sides now */
-			if (m->client)
+			if (m->client && s->udp && s->dl) {
+				s->gone = true;
+				if (s->dl->h->end)
+					s->dl->h->end(s->dl->ud, msgs[M_UDP_ENDED]);
+			} else if (m->client)
 				s->failed |= ev.error; /* the flow's end, or its failure */
 			else if (s->udp || !s->rl)
 				sub_stop(s, ev.error);
@@ -556,6 +585,12 @@ static void read_frames(mux_conn *m)
 /* A sub-flow's news for its endpoint, and its upstream's bytes as frames. */
 static void serve_sub(mux_conn *m, msub *s)
 {
+	if (m->client && s->dl && m->dead && !s->fail_told) {
+		s->fail_told = true;
+		if (s->dl->h->end)
+			s->dl->h->end(s->dl->ud, m->why);
+		return;
+	}
 	if (s->has_ep)
 		wq_tell(&s->wq, s->ch.ep);
 	if (!s->has_ep)
@@ -622,6 +657,7 @@ static void session_free(mux_conn *m)
 	free(m->in);
 	free(m->out);
 	free(m->tag);
+	free(m->dgram);
 	uv_close((uv_handle_t *)&m->kick, on_freed);
 	uv_close((uv_handle_t *)&m->idle, on_freed);
 }
@@ -842,10 +878,46 @@ static void open_done(mopen *o, const connect_result *r)
 	mux_conn *m = o->m;
 	list_remove(&m->opens, &o->node);
 	m->n_opens--;
-	if (r)
+	if (r && o->done) /* a datagram link: r fails it (a link opens in start_opens) */
+		o->done(o->oud, NULL, r->msg ? r->msg : msgs[M_SESSION_ENDED]);
+	else if (r)
 		o->cb(r, o->data);
 	free(o);
 }
+
+static int dl_send_to(dgram_link *l, const addr_dest *to, const uint8_t *data, size_t len)
+{
+	(void)to; /* the sub-flow's one destination (the fan-out keys it so) */
+	mux_dlink *dl = (mux_dlink *)l;
+	msub *s = dl->s;
+	if (!s || s->gone || s->end_sent || len > MUX_UDP_PAYLOAD_MAX)
+		return -1;
+	mux_conn *m = s->m;
+	if (OUT_CAP - m->out_len < len + MUX_HEADER_MAX)
+		return -1; /* dropped: UDP */
+	ssize_t n = mux_encode_datagram(s->id, NULL, data, len, m->out + m->out_len,
+	                                OUT_CAP - m->out_len);
+	if (n < 0)
+		return -1;
+	m->out_len += (size_t)n;
+	kick(m);
+	return 0;
+}
+
+static void dl_close(dgram_link *l)
+{
+	mux_dlink *dl = (mux_dlink *)l;
+	msub *s = dl->s;
+	if (s) {
+		s->dl = NULL;
+		send_end(s, false);
+		s->gone = true;
+		kick(s->m);
+	}
+	free(dl);
+}
+
+static const dgram_link_ops dlink_ops = {.send_to = dl_send_to, .close = dl_close};
 
 static void open_cancel(connect_pending *p) { open_done((mopen *)p, NULL); }
 
@@ -870,6 +942,26 @@ static void start_opens(mux_conn *m)
 		s->id = id;
 		s->dest = o->dest;
 		list_push_back(&m->subs, &s->node);
+		if (o->done) {
+			s->udp = true;
+			mux_dlink *dl = calloc(1, sizeof *dl);
+			if (!dl) {
+				send_end(s, true);
+				s->gone = true;
+				open_done(o, &(connect_result){.err = PROTO_DIAL_GENERAL, .msg = msgs[M_NOMEM]});
+				continue;
+			}
+			*dl = (mux_dlink){.base = {.ops = &dlink_ops, .origin = m->origin}, .s = s,
+			                  .h = o->h, .ud = o->ud};
+			s->dl = dl;
+			mux_dgram_cb done = o->done;
+			void *oud = o->oud;
+			o->done = NULL;
+			o->cb = NULL;
+			open_done(o, NULL);
+			done(oud, &dl->base, NULL);
+			continue;
+		}
 		endpoint *ep = endpoint_new_chan(m->w, &s->ch, NULL, NULL, NULL);
 		if (!ep) { /* sub_close ran: its End is queued */
 			s->gone = true;
@@ -914,7 +1006,7 @@ static void client_service(mux_conn *m)
 	for (list_node *n = m->subs.head, *next; n; n = next) {
 		next = n->next;
 		msub *s = LIST_ENTRY(n, msub, node);
-		if (!s->has_ep && (s->gone || s->end_sent))
+		if (!s->has_ep && (s->gone || s->end_sent) && !s->dl)
 			sub_free(s);
 	}
 	m->servicing = false;
@@ -1006,6 +1098,12 @@ static mux_conn *client_new(worker *w, uint64_t origin, unsigned concurrency)
 		}
 		return NULL;
 	}
+	if (!(m->dgram = malloc(DGRAM_HEADROOM + MUX_DATA_MAX))) {
+		free(m->in);
+		free(m->out);
+		free(m);
+		return NULL;
+	}
 	m->client = true;
 	m->w = w;
 	m->origin = origin;
@@ -1019,12 +1117,37 @@ static mux_conn *client_new(worker *w, uint64_t origin, unsigned concurrency)
 	return m;
 }
 
+/* An open waiting on a session with room, dialled if none has. */
+static connect_pending *queue_open(worker *w, uint64_t origin, unsigned concurrency,
+                                   mux_dial_fn dial, void *ctx, mopen *o);
+
 connect_pending *mux_open(worker *w, uint64_t origin, unsigned concurrency, mux_dial_fn dial,
                           void *ctx, const addr_dest *dest, connect_cb cb, void *data)
 {
 	mopen *o = calloc(1, sizeof *o);
 	if (!o)
 		return NULL;
+	*o = (mopen){.dest = *dest, .cb = cb, .data = data};
+	o->dest.network = ADDR_TCP;
+	return queue_open(w, origin, concurrency, dial, ctx, o);
+}
+
+connect_pending *mux_open_datagram(worker *w, uint64_t origin, unsigned concurrency,
+                                   mux_dial_fn dial, void *ctx, const addr_dest *dest,
+                                   const dgram_handlers *h, void *ud, mux_dgram_cb done,
+                                   void *oud)
+{
+	mopen *o = calloc(1, sizeof *o);
+	if (!o)
+		return NULL;
+	*o = (mopen){.dest = *dest, .h = h, .ud = ud, .done = done, .oud = oud};
+	o->dest.network = ADDR_UDP;
+	return queue_open(w, origin, concurrency, dial, ctx, o);
+}
+
+static connect_pending *queue_open(worker *w, uint64_t origin, unsigned concurrency,
+                                   mux_dial_fn dial, void *ctx, mopen *o)
+{
 	mux_conn *m = find_session(origin);
 	if (!m) {
 		m = client_new(w, origin, concurrency);
@@ -1040,7 +1163,8 @@ connect_pending *mux_open(worker *w, uint64_t origin, unsigned concurrency, mux_
 			return NULL;
 		}
 	}
-	*o = (mopen){.base.cancel = open_cancel, .m = m, .dest = *dest, .cb = cb, .data = data};
+	o->base.cancel = open_cancel;
+	o->m = m;
 	list_push_back(&m->opens, &o->node);
 	m->n_opens++;
 	kick(m);

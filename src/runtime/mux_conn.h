@@ -60,6 +60,17 @@ typedef connect_pending *(*mux_dial_fn)(void *ctx, worker *w, connect_cb cb, voi
 connect_pending *mux_open(worker *w, uint64_t origin, unsigned concurrency, mux_dial_fn dial,
                           void *ctx, const addr_dest *dest, connect_cb cb, void *data);
 
+/* A datagram link's open finished: link, or NULL with why. */
+typedef void (*mux_dgram_cb)(void *oud, dgram_link *link, const char *why);
+
+/* Opens a UDP sub-flow to dest (its one destination, v2ray 4.34's form) as
+ * a datagram link whose receptions go to h with ud; done reports it.
+ * Callback contract as mux_open. */
+connect_pending *mux_open_datagram(worker *w, uint64_t origin, unsigned concurrency,
+                                   mux_dial_fn dial, void *ctx, const addr_dest *dest,
+                                   const dgram_handlers *h, void *ud, mux_dgram_cb done,
+                                   void *oud);
+
 /* Ends every session of the worker's (a stop). */
 void mux_close_all(worker *w);
 

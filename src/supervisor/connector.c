@@ -109,7 +109,7 @@ static uint64_t assoc_route(void *env, const addr_dest *to, const void **out, bo
 	log_decision(&f, &e->ctx, t, rule);
 	e->rule = rule;
 	*out = t;
-	*one_dest = t->ob ? t->ob->proto->udp_one_dest : t->bal->udp_one_dest;
+	*one_dest = t->ob ? outbound_udp_one_dest(t->ob) : t->bal->udp_one_dest;
 	/* A balancer's sub-link is keyed by the balancer: its member is
 	 * selected once, when the sub-link opens (seed 000). */
 	return t->ob ? t->ob->id : t->bal->id;

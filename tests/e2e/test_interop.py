@@ -1117,10 +1117,11 @@ MUX_CLIENT = "[outbound.mux]\nenabled = true\nconcurrency = 4\n"
 @needs_v2ray
 @pytest.mark.parametrize("protocol,transport", [("vmess", "tcp"), ("vless", "tcp"),
                                                 ("trojan", "tls"), ("vmess", "ws+tls")])
-def test_mux_ours_to_v2ray(chain, pki, echo, protocol, transport):
+def test_mux_ours_to_v2ray(chain, pki, echo, udp_echo, udp_echo_b, protocol, transport):
     """Our mux client against v2ray 4.34's server: every flow is a sub-flow
     of a session to v1.mux.cool (VLESS and VMess: command 0x03), 16 MiB
-    echoed, then 16 flows at once over sessions of 4."""
+    echoed, then 16 flows at once over sessions of 4; UDP as UDP sub-flows,
+    one a destination."""
     credential = PASSWORD if protocol == "trojan" else UUID
     server = chain.v2ray(v2_server(protocol, transport, pki, "/mx", credential))
     client = chain.proxy(our_client(protocol, server.port, transport, pki, "/mx", credential) +
@@ -1133,6 +1134,9 @@ def test_mux_ours_to_v2ray(chain, pki, echo, protocol, transport):
              if " accepted tcp:" in line and f":{echo.port} " in line]
     assert len(flows) == 33, chain.logs()
     assert len(set(flows)) <= len(flows) // 2, chain.logs()
+    udp_socks_check(client.port, udp_echo, chain.logs)
+    udp_two_peers_check(client.port, [udp_echo, udp_echo_b], chain.logs)
+    assert_logged(server, f"accepted udp:127.0.0.1:{udp_echo_b.port}", chain.logs)
 
 
 @pytest.mark.parametrize("protocol,transport", [("vless", "tcp"), ("vmess", "ws+tls")])
