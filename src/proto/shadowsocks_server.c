@@ -268,3 +268,36 @@ ssize_t ss_server_feed(ss_server *s, const uint8_t *in, size_t len, int64_t now,
 	ss_server_free(s);
 	return used == REFUSE ? 0 : used;
 }
+
+/* ---- UDP packets ---- */
+
+static bool packet_user(const ss_account *a)
+{
+	return !ss_method_is_2022(a->method);
+}
+
+ssize_t ss_server_packet_open(const ss_account *users, size_t n, int hint, const uint8_t *in,
+                              size_t len, uint8_t *out, size_t cap, int *user, addr_dest *dest,
+                              size_t *off)
+{
+	ssize_t plain = PROTO_ERR_MALFORMED;
+	int who = -1;
+	if (hint >= 0 && (size_t)hint < n && packet_user(&users[hint])) {
+		plain = ss_packet_open(users[hint].method, users[hint].key, in, len, out, cap);
+		who = hint;
+	}
+	for (size_t i = 0; plain == PROTO_ERR_MALFORMED && i < n; i++) {
+		if ((int)i == hint || !packet_user(&users[i]))
+			continue;
+		plain = ss_packet_open(users[i].method, users[i].key, in, len, out, cap);
+		who = (int)i;
+	}
+	if (plain < 0)
+		return plain;
+	*user = who;
+	ssize_t span = ss_addr_span(out, (size_t)plain);
+	if (span <= 0 || socks_addr_get(out, ADDR_UDP, dest) < 0)
+		return SS_PACKET_ERR_ADDRESS;
+	*off = (size_t)span;
+	return plain - span;
+}

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "base/addr.h"
 #include "proto/proto.h"
 #include "proto/shadowsocks.h"
 
@@ -142,6 +143,28 @@ void ss_server_free(ss_server *s);
 __attribute__((warn_unused_result)) ssize_t ss_server_feed(ss_server *s, const uint8_t *in,
                                                            size_t len, int64_t now,
                                                            proto_out *out, proto_event *ev);
+
+/* ---- UDP packets (AEAD-2017) ---- */
+
+/* Opens a client's UDP packet in[0, len) (salt, Seal(ATYP ADDR PORT
+ * payload), tag: shadowsocks.h) by trial decryption across users[0, n):
+ * users[hint] first when 0 <= hint < n (the user the client's address
+ * matched last time: one open instead of up to n), then every other
+ * AEAD-2017 user in order; 2022 users are skipped (their UDP is not
+ * built). The plaintext goes to out[0, cap) (cap >= len). Returns the
+ * payload's length with *user, *dest (network UDP) and *off (where the
+ * payload starts in out) set, or PROTO_ERR_MALFORMED (no user's key opens
+ * it, or shorter than a salt and a tag), PROTO_ERR_TOO_BIG (cap) or
+ * SS_PACKET_ERR_ADDRESS (it opened, but its target is not an ATYP ADDR
+ * PORT this build reads: *user is set). Reads no clock: AEAD-2017 UDP
+ * carries none, and no salt filter is asked (ss-libev keeps none for UDP
+ * either). */
+enum { SS_PACKET_ERR_ADDRESS = -20 };
+__attribute__((warn_unused_result)) ssize_t ss_server_packet_open(const ss_account *users, size_t n,
+                                                                  int hint, const uint8_t *in,
+                                                                  size_t len, uint8_t *out,
+                                                                  size_t cap, int *user,
+                                                                  addr_dest *dest, size_t *off);
 
 /* ---- the body as a layer ---- */
 

@@ -9,6 +9,7 @@
 #include "base/list.h"
 #include "etemenanki/supervisor.h"
 #include "inbound/inbound.h"
+#include "inbound/ss_udp_in.h"
 #include "runtime/dns_cache.h"
 #include "runtime/guard.h"
 #include "runtime/listener.h"
@@ -60,6 +61,7 @@ typedef struct sup_worker {
 	size_t n;        /* inbounds, the length of both arrays */
 	listener **listeners; /* one per inbound; NULL where not open */
 	udplb_listener **lb_listeners; /* one per inbound; NULL where not a udp_lb one */
+	ss_udp_in **ss_udp; /* one per inbound; NULL where not a shadowsocks one with UDP */
 	list graces;   /* worker 0: the close-after drains waiting */
 	list old_dns;  /* resolvers a [dns] change replaced, until SUP_DNS_RETIRE_MS */
 } sup_worker;
@@ -125,6 +127,15 @@ __attribute__((warn_unused_result)) int sup_open_inbound(etm_supervisor *s, work
                                                          const etm_inbound_spec *in,
                                                          sup_inbound *si, size_t i, char *err,
                                                          size_t err_size);
+
+/* Makes shadowsocks inbound i's UDP socket on w follow its TCP listener
+ * (opened where the inbound serves UDP and has none, closed where it no
+ * longer does); the port is si->port, the TCP listener's. Returns 0, or -1
+ * with the reason in err. */
+__attribute__((warn_unused_result)) int sup_follow_udp(worker *w, sup_worker *sw,
+                                                       const etm_inbound_spec *in,
+                                                       const sup_inbound *si, size_t i,
+                                                       char *err, size_t err_size);
 
 /* A worker's state for n inbounds, nothing open; NULL when memory runs out. */
 sup_worker *sup_worker_new(size_t n);

@@ -77,12 +77,35 @@ int sup_open_inbound(etm_supervisor *s, worker *w, sup_worker *sw, const etm_inb
 	if (!sw->listeners[i])
 		return -1;
 	si->port = listener_port(sw->listeners[i]);
+	if (sup_follow_udp(w, sw, in, si, i, err, err_size))
+		return -1;
 	/* on worker 0, before any other worker serves (they dial too) */
 	if (worker_index(w) == 0 && guard_listen_add(s->guard, ip, si->port)) {
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return -1;
 	}
 	return 0;
+}
+
+int sup_follow_udp(worker *w, sup_worker *sw, const etm_inbound_spec *in, const sup_inbound *si,
+                   size_t i, char *err, size_t err_size)
+{
+	bool wanted = si->rt && ss_udp_in_wanted(si->rt);
+	if (!wanted) {
+		ss_udp_in_close(sw->ss_udp[i]);
+		sw->ss_udp[i] = NULL;
+		return 0;
+	}
+	if (sw->ss_udp[i]) {
+		ss_udp_in_set_inbound(sw->ss_udp[i], si->rt);
+		return 0;
+	}
+	const char *ip = sup_listen_ip(in);
+	/* the TCP listener's port, for every worker (port 0 chose it) */
+	if (worker_index(w) == 0 && listener_check_free_udp(ip, si->port, err, err_size))
+		return -1;
+	sw->ss_udp[i] = ss_udp_in_open(w, ip, si->port, si->rt, err, err_size);
+	return sw->ss_udp[i] ? 0 : -1;
 }
 
 sup_worker *sup_worker_new(size_t n)
@@ -93,9 +116,11 @@ sup_worker *sup_worker_new(size_t n)
 	sw->n = n;
 	sw->listeners = calloc(n ? n : 1, sizeof *sw->listeners);
 	sw->lb_listeners = calloc(n ? n : 1, sizeof *sw->lb_listeners);
-	if (!sw->listeners || !sw->lb_listeners) {
+	sw->ss_udp = calloc(n ? n : 1, sizeof *sw->ss_udp);
+	if (!sw->listeners || !sw->lb_listeners || !sw->ss_udp) {
 		free(sw->listeners);
 		free(sw->lb_listeners);
+		free(sw->ss_udp);
 		free(sw);
 		return NULL;
 	}
@@ -225,8 +250,6 @@ static void publish_here(worker *w, void *arg)
 typedef struct relisten {
 	etm_supervisor *s;
 	prepared *pp;
-	listener **listeners;          /* the new arrays, built on the worker */
-	udplb_listener **lb_listeners;
 } relisten;
 
 /* Each worker's listeners follow the plan: an unchanged socket carries
@@ -241,9 +264,11 @@ static void relisten_here(worker *w, void *arg)
 	size_t n = pp->next->inbounds_len;
 	listener **ls = calloc(n ? n : 1, sizeof *ls);
 	udplb_listener **lbs = calloc(n ? n : 1, sizeof *lbs);
-	if (!ls || !lbs) { /* keeps every old socket: none of the new opens */
+	ss_udp_in **us = calloc(n ? n : 1, sizeof *us);
+	if (!ls || !lbs || !us) { /* keeps every old socket: none of the new opens */
 		free(ls);
 		free(lbs);
+		free(us);
 		log_error("supervisor", msgs[MSG_LISTEN_FAILED], "*", msgs[MSG_NO_MEMORY]);
 		return;
 	}
@@ -253,17 +278,34 @@ static void relisten_here(worker *w, void *arg)
 			continue;
 		ls[e->next] = sw->listeners[e->prev];
 		lbs[e->next] = sw->lb_listeners[e->prev];
+		us[e->next] = sw->ss_udp[e->prev];
 		sw->listeners[e->prev] = NULL;
 		sw->lb_listeners[e->prev] = NULL;
+		sw->ss_udp[e->prev] = NULL;
 		if (ls[e->next])
 			listener_set_data(ls[e->next], pp->ins[e->next].rt);
 	}
 	listener **old_ls = sw->listeners;
 	udplb_listener **old_lbs = sw->lb_listeners;
+	ss_udp_in **old_us = sw->ss_udp;
 	size_t old_n = sw->n;
 	sw->listeners = ls;
 	sw->lb_listeners = lbs;
+	sw->ss_udp = us;
 	sw->n = n;
+	/* a UDP socket carried over follows its TCP listener: the new build
+	 * of the inbound, or closed (or opened) when a swap changed whether
+	 * the inbound serves UDP */
+	for (size_t k = 0; k < pp->p.n_entries; k++) {
+		const plan_entry *e = &pp->p.entries[k];
+		char why[SUP_ERR_MAX];
+		if (e->kind == PLAN_INBOUND && e->action != PLAN_REMOVED && e->action != PLAN_BUILT &&
+		    ls[e->next] &&
+		    sup_follow_udp(w, sw, &pp->next->inbounds[e->next], &pp->ins[e->next], e->next,
+		                   why, sizeof why) &&
+		    worker_index(w) == 0)
+			log_error("supervisor", msgs[MSG_LISTEN_FAILED], e->tag, why);
+	}
 	for (size_t k = 0; k < pp->p.n_entries; k++) {
 		const plan_entry *e = &pp->p.entries[k];
 		char why[SUP_ERR_MAX];
@@ -277,9 +319,11 @@ static void relisten_here(worker *w, void *arg)
 		if (old_ls[i])
 			listener_close(old_ls[i]);
 		udplb_listener_close(old_lbs[i]);
+		ss_udp_in_close(old_us[i]);
 	}
 	free(old_ls);
 	free(old_lbs);
+	free(old_us);
 }
 
 typedef struct drain_job {

@@ -77,6 +77,8 @@ static void worker_quiesce(worker *w, void *arg)
 		sw->listeners[i] = NULL;
 		udplb_listener_close(sw->lb_listeners[i]);
 		sw->lb_listeners[i] = NULL;
+		ss_udp_in_close(sw->ss_udp[i]);
+		sw->ss_udp[i] = NULL;
 	}
 	sup_worker_quiesce_timers(sw);
 	conn_close_all(w);
@@ -96,6 +98,7 @@ static void worker_teardown(worker *w, void *arg)
 	plane_unref(sw->route.plane);
 	free(sw->listeners);
 	free(sw->lb_listeners);
+	free(sw->ss_udp);
 	free(sw);
 	worker_set_slot(w, NULL);
 }

@@ -118,10 +118,11 @@ class SsChain(interop.Chain):
         self.libev.append(p)
         return p.start()
 
-    def ss_local(self, method, server_port, password=PASSWORD):
+    def ss_local(self, method, server_port, password=PASSWORD, udp=False):
         p = Libev(self.workdir, lambda port: [SS_LOCAL, "-s", LOOPBACK, "-p", str(server_port),
                                               "-b", LOOPBACK, "-l", str(port),
-                                              "-k", password, "-m", method, "-v"])
+                                              "-k", password, "-m", method, "-v"] +
+                  (["-u"] if udp else []))
         self.libev.append(p)
         return p.start()
 
@@ -430,6 +431,152 @@ def test_udp_ours_to_libev(chain, udp_echo, udp_echo_b, method):
             a.echo(udp_echo, data)
         a.echo(udp_echo_b, b"to b")
         a.echo(udp_echo, b"to a")
+
+
+def saw_udp(server, target_port, logs, timeout=2.0):
+    """Our server routed a UDP flow to the echo from its shadowsocks inbound."""
+    interop.assert_logged(server, f"udp flow to 127.0.0.1:{target_port} from inbound in",
+                          logs, timeout)
+
+
+@needs_libev
+@pytest.mark.parametrize("method", METHODS)
+def test_udp_libev_to_ours(chain, udp_echo, udp_echo_b, method):
+    """app --SOCKS5 UDP--> ss-local -u -> our shadowsocks inbound's UDP (a
+    NAT entry for ss-local's socket) -> UDP echoes: 20 datagrams of 1 to
+    1900 bytes, then both echoes through one association, each answer
+    sealed back with its own source."""
+    server = chain.proxy(our_server(method))
+    client = chain.ss_local(method, server.port, udp=True)
+    with Association(client.port) as a:
+        for i in range(20):
+            a.echo(udp_echo, os.urandom(1 + i * 100))
+        a.echo(udp_echo_b, b"to b")
+        a.echo(udp_echo, b"to a")
+    saw_udp(server, udp_echo.port, chain.logs)
+    saw_udp(server, udp_echo_b.port, chain.logs)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_udp_ours_to_ours(chain, udp_echo, udp_echo_b, method):
+    """Our socks inbound -> our shadowsocks outbound's UDP -> our inbound's
+    UDP -> echoes; a big datagram (16 KiB) too."""
+    server = chain.proxy(our_server(method))
+    client = chain.proxy(our_client(method, server.port))
+    with Association(client.port) as a:
+        for i in range(10):
+            a.echo(udp_echo, os.urandom(1 + i * 300))
+        a.echo(udp_echo, os.urandom(16384))
+        a.echo(udp_echo_b, b"to b")
+    saw_udp(server, udp_echo.port, chain.logs)
+
+
+def seal_packet(method, password, plain):
+    """An AEAD-2017 UDP packet computed here (python3-cryptography): salt,
+    Seal(plain) with nonce zero (SIP004)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+    import hashlib
+    n = 16 if method == "aes-128-gcm" else 32
+    key, prev = b"", b""
+    while len(key) < n:  # EVP_BytesToKey(MD5, no salt, one round)
+        prev = hashlib.md5(prev + password.encode()).digest()
+        key += prev
+    salt = os.urandom(n)
+    sub = HKDF(hashes.SHA1(), n, salt, b"ss-subkey").derive(key[:n])
+    cls = ChaCha20Poly1305 if method.startswith("chacha") else AESGCM
+    return salt + cls(sub).encrypt(b"\0" * 12, plain, None)
+
+
+def open_packet(method, password, pkt):
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+    import hashlib
+    n = 16 if method == "aes-128-gcm" else 32
+    key, prev = b"", b""
+    while len(key) < n:
+        prev = hashlib.md5(prev + password.encode()).digest()
+        key += prev
+    sub = HKDF(hashes.SHA1(), n, pkt[:n], b"ss-subkey").derive(key[:n])
+    cls = ChaCha20Poly1305 if method.startswith("chacha") else AESGCM
+    return cls(sub).decrypt(b"\0" * 12, pkt[n:], None)
+
+
+def test_udp_packets_computed_apart(chain, udp_echo):
+    """A packet sealed here reaches the echo; the reply opens here with a
+    salt of its own and names the echo as its source. Packets under
+    another password, garbage and a short one get no reply and are counted
+    in the debug line."""
+    method = "chacha20-ietf-poly1305"
+    server = chain.proxy(our_server(method))
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind((LOOPBACK, 0))
+    u.settimeout(3)
+    try:
+        target = b"\x01\x7f\x00\x00\x01" + udp_echo.port.to_bytes(2, "big")
+        sent = seal_packet(method, PASSWORD, target + b"sealed apart")
+        u.sendto(sent, (LOOPBACK, server.port))
+        reply, src = u.recvfrom(65535)
+        assert src == (LOOPBACK, server.port)
+        assert reply[:32] != sent[:32], "a fresh salt each packet"
+        assert open_packet(method, PASSWORD, reply) == target + b"sealed apart"
+        bad = [seal_packet(method, WRONG_PASSWORD, target + b"wrong"), os.urandom(200), b"x"]
+        for pkt in bad:
+            u.sendto(pkt, (LOOPBACK, server.port))
+        u.settimeout(1.0)
+        with pytest.raises(socket.timeout):
+            u.recvfrom(65535)
+        me = f"127.0.0.1:{u.getsockname()[1]}"
+        for k in range(1, 4):
+            interop.assert_logged(server, f"inbound: in: dropped a UDP packet from {me} that "
+                                  f"no user's key opens ({k} so far)", chain.logs)
+        # the entry still works after the drops
+        u.settimeout(3)
+        u.sendto(seal_packet(method, PASSWORD, target + b"again"), (LOOPBACK, server.port))
+        assert open_packet(method, PASSWORD, u.recvfrom(65535)[0]) == target + b"again"
+    finally:
+        u.close()
+
+
+def udp_round_trip(port, method, password, echo_port, data, timeout=2.0):
+    """One packet sealed here to our inbound's UDP port; the opened reply,
+    or None when nothing comes back within timeout."""
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind((LOOPBACK, 0))
+    u.settimeout(timeout)
+    try:
+        target = b"\x01\x7f\x00\x00\x01" + echo_port.to_bytes(2, "big")
+        u.sendto(seal_packet(method, password, target + data), (LOOPBACK, port))
+        try:
+            reply = u.recvfrom(65535)[0]
+        except (socket.timeout, ConnectionRefusedError):
+            return None
+        return open_packet(method, password, reply)[len(target):]
+    finally:
+        u.close()
+
+
+def test_udp_follows_the_inbound_on_reload(chain, udp_echo):
+    """The UDP socket follows the inbound like its TCP listener: a new
+    password reaches UDP on the same port (the old one is dropped), a
+    switch to a 2022 method closes UDP, a switch back opens it again."""
+    import reloadkit
+    method = "aes-128-gcm"
+    server = chain.proxy(our_server(method, password="first"))
+    assert udp_round_trip(server.port, method, "first", udp_echo.port, b"one") == b"one"
+    outcome, _ = reloadkit.reload(server, our_server(method, password="second"))
+    assert outcome == "config reload: changed inbounds", outcome
+    assert udp_round_trip(server.port, method, "first", udp_echo.port, b"x", 0.5) is None
+    assert udp_round_trip(server.port, method, "second", udp_echo.port, b"two") == b"two"
+    key = psk(16)
+    reloadkit.reload(server, our_server("2022-blake3-aes-128-gcm", password=key))
+    assert udp_round_trip(server.port, method, "second", udp_echo.port, b"x", 0.5) is None
+    reloadkit.reload(server, our_server("aes-256-gcm", password="third"))
+    assert udp_round_trip(server.port, "aes-256-gcm", "third", udp_echo.port,
+                          b"three") == b"three"
+    assert "ERROR" not in server.log(), server.log()
 
 
 # ---------------------------------------------------------------- v2ray 4.34

@@ -591,6 +591,67 @@ static void packets(void **state)
 	}
 }
 
+/* The server's side of UDP: trial decryption across users, the hint
+ * first, 2022 users skipped, the target read. */
+static void server_opens_packets_of_every_user(void **state)
+{
+	(void)state;
+	ss_account users[N_VECS + 2];
+	uint8_t psk[16] = {0};
+	users[0] = (ss_account){.method = SS_METHOD_2022_AES_128_GCM};
+	memcpy(users[0].key, psk, sizeof psk);
+	account(&users[1], SS_METHOD_AES_256_GCM, "another password");
+	for (size_t i = 0; i < N_VECS; i++)
+		account(&users[2 + i], VECS[i].m, SSV_PASSWORD);
+	for (size_t i = 0; i < N_VECS; i++) {
+		const vec *v = &VECS[i];
+		for (int hint = -1; hint < (int)(N_VECS + 2); hint++) {
+			uint8_t out[256];
+			int user = -7;
+			addr_dest d = {0};
+			size_t off = 0;
+			ssize_t n = ss_server_packet_open(users, N_VECS + 2, hint, v->packet, v->packet_len,
+			                                  out, sizeof out, &user, &d, &off);
+			assert_int_equal(n, 4);
+			assert_int_equal(user, 2 + (int)i);
+			assert_int_equal(off, 7);
+			assert_memory_equal(out + off, "dns?", 4);
+			char text[ADDR_TEXT_MAX];
+			addr_dest_format(&d, text, sizeof text);
+			assert_string_equal(text, "127.0.0.1:53");
+			assert_int_equal(d.network, ADDR_UDP);
+		}
+		/* no user of its method and password: dropped */
+		int user = -7;
+		addr_dest d = {0};
+		size_t off = 0;
+		uint8_t out[256];
+		assert_int_equal(ss_server_packet_open(users, 2, 0, v->packet, v->packet_len, out,
+		                                       sizeof out, &user, &d, &off),
+		                 PROTO_ERR_MALFORMED);
+		assert_int_equal(user, -7);
+		assert_int_equal(ss_server_packet_open(users, N_VECS + 2, -1, v->packet, v->packet_len,
+		                                       out, 10, &user, &d, &off),
+		                 PROTO_ERR_TOO_BIG);
+	}
+	/* it opens, but its target is no address: ATYP 9, then a cut IPv4 one */
+	static const uint8_t bad[][8] = {"\x09\x7f\x00\x00\x01\x00\x35", "\x01\x7f\x00"};
+	static const size_t bad_len[] = {7, 3};
+	for (size_t k = 0; k < 2; k++) {
+		uint8_t salt[16] = {1}, pkt[64], out[64];
+		ssize_t n = ss_packet_seal(VECS[0].m, users[2].key, salt, bad[k], bad_len[k], pkt,
+		                           sizeof pkt);
+		assert_true(n > 0);
+		int user = -7;
+		addr_dest d = {0};
+		size_t off = 0;
+		assert_int_equal(ss_server_packet_open(users, N_VECS + 2, -1, pkt, (size_t)n, out,
+		                                       sizeof out, &user, &d, &off),
+		                 SS_PACKET_ERR_ADDRESS);
+		assert_int_equal(user, 2);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -608,6 +669,7 @@ int main(void)
 		cmocka_unit_test(round_trip_through_client_and_server),
 		cmocka_unit_test(oversize_length_fails_the_layers),
 		cmocka_unit_test(packets),
+		cmocka_unit_test(server_opens_packets_of_every_user),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
