@@ -218,7 +218,27 @@ static const schema_field ss_fields[] = {
 	    "Password; for 2022 methods the base64 key. Required."),
 };
 static const schema_table out_ss = TABLE_OF("[outbound.settings] for shadowsocks", "", ss_fields);
-static const schema_table in_ss = TABLE_OF("[inbound.settings] for shadowsocks", "", ss_fields);
+
+static const schema_field user_ss_fields[] = {
+	STR(etm_user_spec, name, "name", "none", "A label for the user (kept, not logged yet)."),
+	REQ_STR(etm_user_spec, password, "password",
+	        "The user's password, on the inbound's method."),
+};
+static const schema_table user_ss =
+	TABLE_OF("[[inbound.settings.users]] for shadowsocks", "", user_ss_fields);
+
+static const schema_field in_ss_fields[] = {
+	ENUM(etm_settings_spec, method, "method", ss_methods, ETM_SS_UNSET, NULL,
+	     "Cipher: aes-128-gcm, aes-256-gcm, chacha20-ietf-poly1305, or a 2022-blake3- method. "
+	     "Required."),
+	STR(etm_settings_spec, password, "password", NULL,
+	    "Password; for 2022 methods the base64 key. Required unless users are listed."),
+	TABLE_ARRAY(etm_settings_spec, users, users_len, "users", user_ss, etm_user_spec,
+	            "Several users, each with its own password, all on the method above (AEAD "
+	            "methods only: 2022's identity headers are not built); the client is found by "
+	            "trial decryption. With users, password is not read."),
+};
+static const schema_table in_ss = TABLE_OF("[inbound.settings] for shadowsocks", "", in_ss_fields);
 
 static const schema_field wg_fields[] = {
 	STR(etm_settings_spec, secret_key, "secret_key", NULL,

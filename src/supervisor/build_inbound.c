@@ -101,12 +101,16 @@ int build_inbound(inbound_rt *in, const etm_inbound_spec *sp, const connector *c
 		users[i] = (inbound_user){.username = set->users[i].username,
 		                          .password = set->users[i].password,
 		                          .id = set->users[i].id};
-	/* Shadowsocks has one key, settings.method and settings.password: one
-	 * user for the row */
+	/* Shadowsocks: settings.method for every user; settings.password is
+	 * the one user when settings.users lists none */
 	if (sp->protocol == ETM_PROTO_SHADOWSOCKS) {
-		users[0] = (inbound_user){.password = set->password,
-		                          .method = etm_ss_method_name(set->method)};
-		n_users = 1;
+		for (size_t i = 0; i < set->users_len; i++)
+			users[i].method = etm_ss_method_name(set->method);
+		if (set->users_len == 0) {
+			users[0] = (inbound_user){.password = set->password,
+			                          .method = etm_ss_method_name(set->method)};
+			n_users = 1;
+		}
 	}
 	int rc = 0;
 	char why[GRPC_SERVICE_MAX + 64];

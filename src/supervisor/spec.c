@@ -504,9 +504,11 @@ static int check_inbound(const etm_inbound_spec *in, char *msg, size_t size)
 		need = "username and password";
 		break;
 	case ETM_PROTO_SHADOWSOCKS:
+		need = "password";
 		if (st->method == ETM_SS_UNSET)
 			return spec_format(msg, size, SPEC_INBOUND_NEEDS_SETTING, in->tag, pn, "method");
-		if (!st->password)
+		/* one user in settings.password, or several in settings.users */
+		if (!st->password && st->users_len == 0)
 			return spec_format(msg, size, SPEC_INBOUND_NEEDS_SETTING, in->tag, pn,
 			                   "password");
 		break;
@@ -517,7 +519,8 @@ static int check_inbound(const etm_inbound_spec *in, char *msg, size_t size)
 		const etm_user_spec *u = &st->users[i];
 		bool ok = in->protocol == ETM_PROTO_VLESS || in->protocol == ETM_PROTO_VMESS
 		                  ? u->id != NULL
-		          : in->protocol == ETM_PROTO_TROJAN || in->protocol == ETM_PROTO_HYSTERIA2
+		          : in->protocol == ETM_PROTO_TROJAN || in->protocol == ETM_PROTO_HYSTERIA2 ||
+		                    in->protocol == ETM_PROTO_SHADOWSOCKS
 		                  ? u->password != NULL
 		                  : u->username && u->password;
 		if (!ok)
@@ -785,6 +788,12 @@ int etm_spec_check_available(const etm_spec *s, char *msg, size_t size)
 		if (in->sniffing && in->protocol == ETM_PROTO_SHADOWSOCKS)
 			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag,
 			                   "sniffing on a shadowsocks inbound");
+		/* SIP022's identity headers (several users on one 2022 port) are
+		 * not built: refused rather than served to the first user only */
+		if (in->protocol == ETM_PROTO_SHADOWSOCKS && in->settings.users_len &&
+		    in->settings.method >= ETM_SS_2022_BLAKE3_AES_128_GCM)
+			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag,
+			                   "several users on a shadowsocks 2022 inbound");
 		if (in->protocol == ETM_PROTO_SHADOWSOCKS &&
 		    !ss_method_available(in->settings.method))
 			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_METHOD, in->tag,

@@ -579,6 +579,63 @@ def test_udp_follows_the_inbound_on_reload(chain, udp_echo):
     assert "ERROR" not in server.log(), server.log()
 
 
+def our_server_users(method, passwords):
+    """shadowsocks inbound on {port0} with one [[inbound.settings.users]] a
+    password -> freedom."""
+    text = ('[[inbound]]\ntag = "in"\nprotocol = "shadowsocks"\nlisten = "127.0.0.1"\n'
+            f'port = {{port0}}\n[inbound.settings]\nmethod = "{method}"\n')
+    for i, pw in enumerate(passwords):
+        text += f'[[inbound.settings.users]]\nname = "u{i}"\npassword = "{pw}"\n'
+    return text + "\n" + interop.FREEDOM
+
+
+@needs_libev
+@pytest.mark.parametrize("method", METHODS)
+def test_two_users(chain, echo, udp_echo, method):
+    """Two users on one inbound: ss-local with either password gets TCP and
+    UDP through (trial decryption across users), a third password is
+    drained and its UDP dropped."""
+    users = ["alice's password", "bob's password"]
+    server = chain.proxy(our_server_users(method, users))
+    for pw in users:
+        client = chain.ss_local(method, server.port, password=pw, udp=True)
+        with socks5_connect(client.port, LOOPBACK, echo.port, timeout=5) as s:
+            s.settimeout(5)
+            s.sendall(pw.encode())
+            assert s.recv(64) == pw.encode(), chain.logs()
+        with Association(client.port) as a:
+            a.echo(udp_echo, pw.encode())
+    assert udp_round_trip(server.port, method, users[1], udp_echo.port, b"direct") == b"direct"
+    assert udp_round_trip(server.port, method, "nobody's", udp_echo.port, b"x", 0.5) is None
+    interop.assert_logged(server, "that no user's key opens (1 so far)", chain.logs)
+    stranger = chain.ss_local(method, server.port, password="nobody's")
+    with socks5_connect(stranger.port, LOOPBACK, echo.port, timeout=5) as s:
+        s.settimeout(1.0)
+        s.sendall(b"hello")
+        with pytest.raises(socket.timeout):
+            s.recv(16)
+    interop.assert_logged(server, "refused: shadowsocks: authentication failed "
+                          "(no user's key opens the first chunk)", chain.logs)
+
+
+def test_users_spec(run, tmp_path):
+    base = ('[[inbound]]\ntag = "ss"\nprotocol = "shadowsocks"\nlisten = "127.0.0.1"\n'
+            'port = 1\n')
+    check_fails(run, tmp_path, base + '[inbound.settings]\nmethod = "aes-128-gcm"\n'
+                '[[inbound.settings.users]]\nname = "a"\n\n' + interop.FREEDOM,
+                "missing field `password`")
+    check_fails(run, tmp_path, base + '[inbound.settings]\nmethod = "2022-blake3-aes-128-gcm"\n'
+                f'password = "{psk(16)}"\n[[inbound.settings.users]]\npassword = "{psk(16)}"\n\n' +
+                interop.FREEDOM,
+                "inbound ss: several users on a shadowsocks 2022 inbound is not available yet")
+    path = tmp_path / "ok.toml"
+    path.write_text(base + '[inbound.settings]\nmethod = "aes-128-gcm"\n'
+                    '[[inbound.settings.users]]\npassword = "a"\n'
+                    '[[inbound.settings.users]]\npassword = "b"\n\n' + interop.FREEDOM)
+    r = run("--test", "-c", str(path))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 # ---------------------------------------------------------------- v2ray 4.34
 
 V2_METHODS = ["aes-128-gcm", "chacha20-ietf-poly1305"]
