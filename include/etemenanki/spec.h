@@ -19,6 +19,12 @@ typedef enum etm_log_level {
 	ETM_LOG_TRACE,
 } etm_log_level;
 
+/* [log] format: how every log line is written (base/log.h enum log_format). */
+typedef enum etm_log_format {
+	ETM_LOG_FORMAT_TEXT,
+	ETM_LOG_FORMAT_JSON,
+} etm_log_format;
+
 /* Every protocol any inbound or outbound may name, after aliases are folded
  * (direct = freedom, block = blackhole, hysteria and hy2 = hysteria2). */
 typedef enum etm_protocol {
@@ -343,6 +349,8 @@ typedef struct etm_policy_spec {
 typedef struct etm_spec {
 	etm_log_level log_level;
 	char *log_access; /* [log] access: "off" (or NULL), "stderr" or a path */
+	bool log_access_end; /* [log] access_end: a line when a TCP flow ends too */
+	etm_log_format log_format;
 	etm_runtime_spec runtime;
 	etm_policy_spec policy;
 	etm_inbound_spec *inbounds; /* owned */

@@ -94,6 +94,11 @@ _Static_assert((int)ETM_LOG_ERROR == LOG_LEVEL_ERROR && (int)ETM_LOG_WARN == LOG
                    (int)ETM_LOG_TRACE == LOG_LEVEL_TRACE,
                "log.h levels follow etm_log_level");
 
+int log_format_of(etm_log_format f)
+{
+	return f == ETM_LOG_FORMAT_JSON ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT;
+}
+
 int log_level_of(etm_log_level l)
 {
 	switch (l) {
@@ -267,7 +272,9 @@ int cli_main(int argc, char **argv, FILE *out, FILE *err)
 		return 0;
 	}
 
+	log_set_format(log_format_of(spec.log_format));
 	log_set_level(o.level_set ? o.level : log_level_of(spec.log_level));
+	access_log_set_end(spec.log_access_end);
 	log_info("app", msgs[CLI_LOADED], o.config, spec.inbounds_len, spec.outbounds_len,
 	         spec.balancers_len, spec.route.rules_len);
 	if (etm_spec_check_available(&spec, msg, sizeof msg)) {

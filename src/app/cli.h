@@ -14,4 +14,7 @@ int cli_main(int argc, char **argv, FILE *out, FILE *err);
 /* The config's [log] level as log.h's. */
 int log_level_of(etm_log_level l);
 
+/* The config's [log] format as log.h's. */
+int log_format_of(etm_log_format f);
+
 #endif

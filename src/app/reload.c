@@ -50,6 +50,8 @@ void reloader_now(reloader *r, const char *why)
 		return;
 	}
 	int level = log_level_of(spec.log_level);
+	int format = log_format_of(spec.log_format);
+	bool access_end = spec.log_access_end;
 	/* apply takes the spec; the access log is reopened once it succeeded */
 	char *access = spec.log_access ? strdup(spec.log_access) : NULL;
 	if (spec.log_access && !access) {
@@ -64,6 +66,8 @@ void reloader_now(reloader *r, const char *why)
 	}
 	if (!r->keep_level)
 		log_set_level(level);
+	log_set_format(format);
+	access_log_set_end(access_end);
 	/* Reopened on every reload, so that logrotate's rename then kill -HUP
 	 * moves the lines to a new file at the path. */
 	char err[ACCESS_LOG_ERR_MAX];

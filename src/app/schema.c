@@ -35,6 +35,12 @@ static const schema_variant log_levels[] = {
 	{"debug", ETM_LOG_DEBUG}, {"trace", ETM_LOG_TRACE}, {NULL, 0},
 };
 
+static const schema_variant log_formats[] = {
+	{"text", ETM_LOG_FORMAT_TEXT},
+	{"json", ETM_LOG_FORMAT_JSON},
+	{NULL, 0},
+};
+
 static const schema_variant inbound_protocols[] = {
 	{"socks", ETM_PROTO_SOCKS},
 	{"http", ETM_PROTO_HTTP},
@@ -264,14 +270,14 @@ static const schema_table user_account = TABLE_OF(
 	"[[inbound.settings.users]] for socks, http and mixed", "", user_account_fields);
 
 static const schema_field user_password_fields[] = {
-	STR(etm_user_spec, name, "name", "none", "A label for the user (kept, not logged yet)."),
+	STR(etm_user_spec, name, "name", "none", "The user's name in access-log lines."),
 	REQ_STR(etm_user_spec, password, "password", "The user's password."),
 };
 static const schema_table user_password = TABLE_OF(
 	"[[inbound.settings.users]] for trojan and hysteria2", "", user_password_fields);
 
 static const schema_field user_id_fields[] = {
-	STR(etm_user_spec, name, "name", "none", "A label for the user (kept, not logged yet)."),
+	STR(etm_user_spec, name, "name", "none", "The user's name in access-log lines."),
 	REQ_STR(etm_user_spec, id, "id", "The user's UUID."),
 };
 static const schema_table user_id =
@@ -358,6 +364,12 @@ static const schema_field log_fields[] = {
 	STR(etm_spec, log_access, "access", "\"off\"",
 	    "The access log, one line per flow: \"off\", \"stderr\" or the path of a file, "
 	    "opened for append and reopened on every reload (docs/cli.md, \"Access log\")."),
+	BOOL(etm_spec, log_access_end, "access_end", 0,
+	     "Also a line when a TCP flow ends: bytes up and down, duration and why it ended "
+	     "(docs/cli.md, \"Access log\")."),
+	ENUM(etm_spec, log_format, "format", log_formats, ETM_LOG_FORMAT_TEXT, "\"text\"",
+	     "text, or json: every line of the log and the access log one JSON object "
+	     "(docs/cli.md, \"Log format\"). A reload applies it."),
 };
 static const schema_table log_table =
 	TABLE_OF("[log]", "Logging. Event lines go to stderr.", log_fields);

@@ -4,6 +4,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 
 /* Levels, most severe first: a line is written when its level is at or
  * below the process's. The functions take an int holding one of these, so
@@ -24,14 +25,41 @@ enum log_level {
 void log_set_level(int level);
 int log_get_level(void);
 
+/* How lines are written ([log] format): text, or one JSON object per line
+ * (RFC 8259) with the keys time, level, target and msg. The access log
+ * follows it too (access_log.h). Process-wide like the level; any thread. */
+enum log_format {
+	LOG_FORMAT_TEXT,
+	LOG_FORMAT_JSON,
+};
+void log_set_format(int format);
+int log_get_format(void);
+
 /* Where lines go; stderr unless a test redirects them. Borrowed. */
 void log_set_stream(FILE *stream);
 
 /* "error", "warn", "info", "debug", "trace". */
 const char *log_level_name(int level);
 
-/* Writes "2026-11-30T10:20:36.123Z INFO  target: message\n". target names the
- * module ("config", "balancer", ...). */
+/* Room for "2026-11-30T10:20:36.123Z" and its NUL. */
+#define LOG_TIME_MAX 32
+
+/* Writes when (CLOCK_REALTIME) as "2026-11-30T10:20:36.123Z" (UTC,
+ * milliseconds) into out, NUL-terminated. Returns its length. */
+size_t log_format_time(const struct timespec *when, char *out, size_t size);
+
+/* The line log_write writes, into out (newline included, NUL-terminated,
+ * cut to size - 1 bytes with the newline kept; a json line is cut inside
+ * its msg so that it stays one valid object). text:
+ *   2026-11-30T10:20:36.123Z INFO  balancer: member a is now down
+ * json:
+ *   {"time":"2026-11-30T10:20:36.123Z","level":"info","target":"balancer","msg":"member a is now down"}
+ * Returns the length without the NUL. size >= 64. */
+size_t log_format_line(int format, const struct timespec *when, int level, const char *target,
+                       const char *msg, char *out, size_t size);
+
+/* Writes "2026-11-30T10:20:36.123Z INFO  target: message\n" (or its json
+ * form). target names the module ("config", "balancer", ...). */
 void log_write(int level, const char *target, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 

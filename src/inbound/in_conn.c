@@ -66,7 +66,8 @@ void in_conn_set_flow(in_conn *ic, const addr_dest *dest, int user)
 	addr_dest sniffed = ic->f.sniffed;
 	ic->f = (flow){.dest = *dest, .user = user, .sniffed = sniffed};
 	ic->ctx = (flow_ctx){.inbound_tag = ic->in->tag, .peer = *conn_peer(ic->c),
-	                     .sniffing = ic->in->sniffing};
+	                     .sniffing = ic->in->sniffing, .user_names = ic->in->user_names,
+	                     .n_users = ic->in->n_user_names};
 }
 
 void in_conn_open(in_conn *ic, const addr_dest *dest, int user, connect_cb cb)

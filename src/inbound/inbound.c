@@ -420,6 +420,30 @@ static int build_logins(inbound_rt *in, const inbound_user *users, size_t n)
 	return 0;
 }
 
+/* in->user_names: each user's name (a SOCKS/HTTP user's is its username),
+ * NULL for one without; one block, pointers then text. */
+static int build_names(inbound_rt *in, const inbound_user *users, size_t n)
+{
+	size_t text = 0;
+	for (size_t i = 0; i < n; i++)
+		text += users[i].name ? strlen(users[i].name) + 1 : 0;
+	char **names = malloc(n * sizeof *names + text);
+	if (!names)
+		return -1;
+	char *p = (char *)(names + n);
+	for (size_t i = 0; i < n; i++) {
+		names[i] = NULL;
+		if (users[i].name) {
+			size_t len = strlen(users[i].name);
+			names[i] = memcpy(p, users[i].name, len + 1);
+			p += len + 1;
+		}
+	}
+	in->user_names = names;
+	in->n_user_names = n;
+	return 0;
+}
+
 /* in->accounts: one credential per user, made by the row. */
 static int build_accounts(inbound_rt *in, const inbound_proto_ops *p, const inbound_user *users,
                           size_t n, char *err, size_t err_size)
@@ -460,7 +484,7 @@ int inbound_rt_build(inbound_rt *in, const inbound_user *users, size_t n_users,
                      const char *fallback, char *err, size_t err_size)
 {
 	atomic_init(&in->refs, 1);
-	if (n_users && build_logins(in, users, n_users)) {
+	if (n_users && (build_logins(in, users, n_users) || build_names(in, users, n_users))) {
 		snprintf(err, err_size, build_msgs[BUILD_NO_MEMORY], in->tag);
 		return -1;
 	}
@@ -490,6 +514,7 @@ void inbound_rt_free(inbound_rt *in)
 	free(in->ws_path);
 	free(in->grpc_service);
 	free(in->logins);
+	free(in->user_names);
 	free(in->accounts);
 	const inbound_proto_ops *p = row(in->protocol);
 	if (in->shared && p && p->shared_free)

@@ -37,6 +37,7 @@ typedef struct inbound_user {
 	const char *password;
 	const char *id;
 	const char *method;
+	const char *name; /* what the access log calls the user; NULL: nothing */
 } inbound_user;
 
 typedef struct tls_server_ctx tls_server_ctx;
@@ -59,6 +60,9 @@ typedef struct inbound_rt {
 	/* Made by inbound_rt_build, released by inbound_rt_free. */
 	proto_account *logins;      /* owned, strings too: SOCKS/HTTP accounts */
 	size_t n_logins;
+	char **user_names;          /* owned, strings too: by user index, NULL
+	                             * entries for users without a name */
+	size_t n_user_names;
 	uint8_t *accounts;          /* owned: one credential per user, made by the
 	                             * protocol's row (Trojan password hashes, VLESS
 	                             * UUIDs, VMess keys); NULL: none */

@@ -154,8 +154,13 @@ static void bal_done(const connect_result *r, void *data)
 		*d->ended = true;
 	connect_cb cb = d->cb;
 	void *cb_data = d->data;
+	/* the member's tag lives in the balancer: held until the call returns */
+	balanced *b = balanced_ref(d->bal);
+	connect_result named = *r;
+	named.member = b->members[d->member]->tag;
 	bal_dial_free(d);
-	cb(r, cb_data);
+	cb(&named, cb_data);
+	balanced_unref(b);
 }
 
 /* Connects through the current member. Returns true when the dial ended

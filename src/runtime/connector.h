@@ -27,6 +27,10 @@ typedef struct flow_ctx {
 	const char *inbound_tag; /* borrowed for the flow's life */
 	struct sockaddr_storage peer;
 	bool sniffing; /* the inbound sniffs: so do the sub-flows of a Mux.Cool session */
+	/* The inbound's user names by account index (flow.user), borrowed for
+	 * the flow's life; an entry may be NULL (a user without a name). */
+	char *const *user_names;
+	size_t n_users;
 } flow_ctx;
 
 /* The result of a connect. On success either ep is a connected endpoint on
@@ -41,6 +45,9 @@ typedef struct connect_result {
 	endpoint *ep;
 	proto_dial_error err;
 	const char *msg;
+	/* The balancer member that answered, when a balancer dialled (valid
+	 * during the call); NULL otherwise. */
+	const char *member;
 } connect_result;
 
 typedef void (*connect_cb)(const connect_result *r, void *data);

@@ -52,6 +52,9 @@ struct endpoint {
 	uv_shutdown_t shut;
 	const char *why; /* the failure's text: static, or the stack's */
 	uint64_t origin; /* endpoint_origin */
+	uint64_t sent, received; /* app bytes handed to send, and taken */
+	access_log_flow *flow_log; /* owned: the flow's end line, written at the close */
+	const char *end_why;       /* endpoint_set_end_why */
 };
 
 static pool *bufs(endpoint *e) { return worker_pool(e->w); }
@@ -387,6 +390,7 @@ int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)
 			return fail_stack(e);
 		if ((size_t)k < n)
 			return fail(e, msgs[M_NO_ROOM]);
+		e->sent += n;
 		return flush(e);
 	}
 	big_write *b = malloc(sizeof *b + n);
@@ -401,6 +405,7 @@ int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)
 		return fail(e, uv_strerror(UV_EPIPE));
 	}
 	e->extra++;
+	e->sent += n;
 	return 0;
 }
 
@@ -482,6 +487,7 @@ int endpoint_app_done(endpoint *e, size_t n)
 	if (e->failed)
 		return -1;
 	if (e->st) {
+		e->received += n;
 		if (stack_app_done(e->st, n) < 0)
 			return fail_stack(e);
 		if (feed(e))
@@ -489,6 +495,7 @@ int endpoint_app_done(endpoint *e, size_t n)
 	} else {
 		if (n > e->rlen)
 			n = e->rlen;
+		e->received += n;
 		e->roff += n;
 		e->rlen -= n;
 		if (e->rlen == 0 && e->rbuf) {
@@ -515,6 +522,7 @@ bool endpoint_take_buf(endpoint *e, uint8_t **buf, size_t *off, size_t *len)
 	*buf = e->rbuf;
 	*off = e->roff;
 	*len = e->rlen;
+	e->received += e->rlen;
 	e->rbuf = NULL;
 	e->roff = e->rlen = 0;
 	update_reading(e);
@@ -545,6 +553,7 @@ ssize_t endpoint_send(endpoint *e, const uint8_t *d, size_t n)
 		ssize_t k = stack_from_app(e->st, d, n);
 		if (k < 0)
 			return fail_stack(e);
+		e->sent += (uint64_t)k;
 		return flush(e) ? -1 : k;
 	}
 	uint8_t *b = pool_get(bufs(e));
@@ -554,6 +563,7 @@ ssize_t endpoint_send(endpoint *e, const uint8_t *d, size_t n)
 	memcpy(b, d, m);
 	if (slot_write(e, free_slot(e), b, 0, m))
 		return fail(e, uv_strerror(UV_EPIPE));
+	e->sent += m;
 	return (ssize_t)m;
 }
 
@@ -563,6 +573,7 @@ int endpoint_send_buf(endpoint *e, uint8_t *buf, size_t off, size_t len)
 		pool_put(bufs(e), buf);
 		return -1;
 	}
+	e->sent += len; /* a failure below fails the endpoint: the count no longer matters */
 	/* most writes finish at once: no request, no callback */
 	uv_buf_t b = uv_buf_init((char *)buf + off, (unsigned)len);
 	int k = e->ch ? UV_EAGAIN : uv_try_write((uv_stream_t *)e->tcp, &b, 1);
@@ -639,10 +650,32 @@ uint64_t endpoint_origin(const endpoint *e) { return e->origin; }
 uv_tcp_t *endpoint_tcp(endpoint *e) { return e->tcp; }
 stack *endpoint_stack(endpoint *e) { return e->st; }
 
+void endpoint_set_flow_log(endpoint *e, access_log_flow *fl)
+{
+	access_log_flow_end(e->flow_log, e->sent, e->received, NULL);
+	e->flow_log = fl;
+}
+
+access_log_flow *endpoint_take_flow_log(endpoint *e, uint64_t *sent, uint64_t *received)
+{
+	access_log_flow *fl = e->flow_log;
+	e->flow_log = NULL;
+	*sent = e->sent;
+	*received = e->received;
+	return fl;
+}
+
+void endpoint_set_end_why(endpoint *e, const char *why) { e->end_why = why; }
+
 void endpoint_close(endpoint *e, bool flush_first)
 {
 	if (e->closing)
 		return;
+	if (e->flow_log) {
+		const char *why = e->end_why ? e->end_why : e->failed ? e->why : NULL;
+		access_log_flow_end(e->flow_log, e->sent, e->received, why);
+		e->flow_log = NULL;
+	}
 	e->closing = true;
 	e->want = false;
 	update_reading(e);

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "base/access_log.h"
 #include "runtime/chan.h"
 #include "runtime/worker.h"
 #include "transport/stack.h"
@@ -156,6 +157,20 @@ const char *endpoint_error(const endpoint *e);
  * socket): a drain of that version finds the flow by it. */
 void endpoint_set_origin(endpoint *e, uint64_t origin);
 uint64_t endpoint_origin(const endpoint *e);
+
+/* The flow's end line (access_log.h), owned from here: written when the
+ * endpoint closes, with the app bytes sent to it as up, those read from it
+ * as down, and the why endpoint_set_end_why gave, else the endpoint's
+ * failure, else "closed". Set on a flow's upstream by the connector. */
+void endpoint_set_flow_log(endpoint *e, access_log_flow *fl);
+
+/* Takes the end line back (NULL when there is none) with the bytes so far,
+ * for a relay that moves on without the endpoint (splice(2)). */
+access_log_flow *endpoint_take_flow_log(endpoint *e, uint64_t *sent, uint64_t *received);
+
+/* What the end line says ended the flow, when the endpoint closes; borrowed
+ * until then (static or longer-lived text). */
+void endpoint_set_end_why(endpoint *e, const char *why);
 
 /* The socket's descriptor (a splice takes a duplicate of it); -1 when it
  * has none. */

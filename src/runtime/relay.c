@@ -18,14 +18,35 @@ struct relay {
 	bool ended;
 	uint64_t moved;     /* bytes relayed both ways */
 	uint64_t since_try; /* ... since the last splice attempt */
+	/* After the splice hand-off: the flow's end line, taken from the
+	 * upstream b with the bytes it had counted (up: to b, down: from b). */
+	access_log_flow *log;
+	uint64_t log_up, log_down;
 };
 
 static void free_relay(uv_handle_t *h) { free(h->data); }
+
+/* The flow's end line gets why: written now when the relay holds it (after
+ * a splice, adding the splicer's bytes), else left to the upstream's close. */
+static void end_log(relay *r, const char *why)
+{
+	if (r->log) {
+		uint64_t ab = 0, ba = 0;
+		if (r->sp)
+			splicer_bytes(r->sp, &ab, &ba);
+		access_log_flow_end(r->log, r->log_up + ab, r->log_down + ba, why);
+		r->log = NULL;
+	} else if (r->e[1]) {
+		endpoint_set_end_why(r->e[1], why);
+	}
+}
 
 /* Closes what is open; the memory goes with the timer's close. */
 static void stop(relay *r, bool flush)
 {
 	r->ended = true;
+	if (r->log)
+		end_log(r, NULL);
 	if (r->sp) {
 		splicer_stop(r->sp);
 		r->sp = NULL;
@@ -40,6 +61,7 @@ static void stop(relay *r, bool flush)
 
 static void finish(relay *r, const char *why, bool flush)
 {
+	end_log(r, why);
 	stop(r, flush);
 	r->ev->on_end(r->ud, why);
 }
@@ -155,8 +177,10 @@ static void on_splice_activity(void *ud) { touch(ud); }
 static void on_splice_end(void *ud, int err)
 {
 	relay *r = ud;
-	r->sp = NULL; /* it stops itself after this */
-	finish(r, err ? uv_strerror(err) : NULL, false);
+	const char *why = err ? uv_strerror(err) : NULL;
+	end_log(r, why); /* the splicer's counts are still readable here */
+	r->sp = NULL;    /* it stops itself after this */
+	finish(r, why, false);
 }
 
 static const splicer_events splice_events = {
@@ -190,6 +214,7 @@ static bool try_splice(relay *r)
 		return false;
 	}
 	r->sp = sp;
+	r->log = endpoint_take_flow_log(r->e[1], &r->log_up, &r->log_down);
 	for (int i = 0; i < 2; i++) {
 		endpoint_close(r->e[i], false);
 		r->e[i] = NULL;

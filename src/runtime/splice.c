@@ -16,6 +16,7 @@ typedef struct sdir {
 	int src, dst;
 	int pr, pw;     /* the pipe: read end, write end */
 	size_t in_pipe; /* bytes spliced in and not yet out */
+	uint64_t out;   /* bytes spliced out to dst */
 	bool src_eof;
 	bool blocked;   /* dst said EAGAIN with bytes in the pipe */
 	bool shut;      /* dst's write side shut down after src's EOF */
@@ -54,6 +55,12 @@ void splicer_stop(splicer *s)
 		uv_close((uv_handle_t *)&s->poll[i], on_poll_closed);
 }
 
+void splicer_bytes(const splicer *s, uint64_t *ab, uint64_t *ba)
+{
+	*ab = s->d[0].out;
+	*ba = s->d[1].out;
+}
+
 static void end(splicer *s, int err)
 {
 	if (s->stopped)
@@ -75,6 +82,7 @@ static int pump(splicer *s, sdir *d)
 			                   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 			if (m > 0) {
 				d->in_pipe -= (size_t)m;
+				d->out += (uint64_t)m;
 				moved = true;
 				continue;
 			}

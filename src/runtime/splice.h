@@ -3,6 +3,7 @@
 #define ETM_RUNTIME_SPLICE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <uv.h>
 
 /* Bytes moved by one splice call, and what a direction's pipe may hold: the
@@ -26,6 +27,10 @@ typedef struct splicer_events {
  * closes them). Returns NULL when the pipes cannot be made (the caller
  * still owns a and b then). ev is borrowed; ud is passed back. */
 splicer *splicer_start(uv_loop_t *loop, int a, int b, const splicer_events *ev, void *ud);
+
+/* Bytes moved so far from a to b and from b to a (written out of the
+ * pipes). Valid until on_end returns or splicer_stop. */
+void splicer_bytes(const splicer *s, uint64_t *ab, uint64_t *ba);
 
 /* Stops at once: closes both sockets; no event runs after. */
 void splicer_stop(splicer *s);

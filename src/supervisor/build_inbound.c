@@ -100,7 +100,9 @@ int build_inbound(inbound_rt *in, const etm_inbound_spec *sp, const connector *c
 	for (size_t i = 0; i < set->users_len; i++)
 		users[i] = (inbound_user){.username = set->users[i].username,
 		                          .password = set->users[i].password,
-		                          .id = set->users[i].id};
+		                          .id = set->users[i].id,
+		                          .name = set->users[i].name ? set->users[i].name
+		                                                     : set->users[i].username};
 	/* Shadowsocks: settings.method for every user; settings.password is
 	 * the one user when settings.users lists none */
 	if (sp->protocol == ETM_PROTO_SHADOWSOCKS) {

@@ -13,13 +13,25 @@
 #include "supervisor/actor.h"
 #include "runtime/mux_conn.h"
 
-enum { MSG_DECISION, MSG_DEFAULT_ROUTE, MSG_RULE, MSG_NO_MEMORY, MSG_DRAINED, MSG_COUNT_ };
+enum {
+	MSG_DECISION,
+	MSG_DEFAULT_ROUTE,
+	MSG_RULE,
+	MSG_NO_MEMORY,
+	MSG_DRAINED,
+	MSG_BLACKHOLE,
+	MSG_DIAL_FAILED,
+	MSG_COUNT_
+};
 static const char *const msgs[MSG_COUNT_] = {
 	[MSG_DECISION] = "%s flow to %s from inbound %s takes %s@v%llu (%s)",
 	[MSG_DEFAULT_ROUTE] = "default route",
 	[MSG_RULE] = "rule #%d",
 	[MSG_NO_MEMORY] = "out of memory",
 	[MSG_DRAINED] = "the outbound this flow was opened on was drained",
+	/* the whys of end lines for flows that never reached a relay */
+	[MSG_BLACKHOLE] = "blackhole",
+	[MSG_DIAL_FAILED] = "dial failed",
 };
 
 static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, int32_t rule)
@@ -37,11 +49,22 @@ static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, in
 	          (unsigned long long)(t->ob ? t->ob->version : t->bal->version), why);
 }
 
-/* The access log's line for a flow routed to t (docs/cli.md "Access log"). */
-static void log_access(const flow *f, const flow_ctx *ctx, const target *t, int32_t rule)
+/* The flow's user name, NULL when it has none or the name is unknown. */
+static const char *user_name(const flow *f, const flow_ctx *ctx)
+{
+	if (!ctx || f->user < 0 || (size_t)f->user >= ctx->n_users)
+		return NULL;
+	return ctx->user_names[f->user];
+}
+
+/* The access log's line for a flow routed to t (docs/cli.md "Access log").
+ * With end lines on and want_end, returns the record of the end line to
+ * come (NULL otherwise, or without memory). */
+static access_log_flow *log_access(const flow *f, const flow_ctx *ctx, const target *t,
+                                   int32_t rule, bool want_end)
 {
 	if (!access_log_enabled())
-		return;
+		return NULL;
 	addr_dest src = {0};
 	if (ctx && addr_dest_from_sockaddr(&src, (const struct sockaddr *)&ctx->peer))
 		src = (addr_dest){0};
@@ -53,9 +76,57 @@ static void log_access(const flow *f, const flow_ctx *ctx, const target *t, int3
 		.rule = rule,
 		.outbound = t->ob ? t->ob->tag : t->bal->tag,
 		.version = (unsigned long long)(t->ob ? t->ob->version : t->bal->version),
+		.user = user_name(f, ctx),
 	};
 	clock_gettime(CLOCK_REALTIME, &e.when);
 	access_log_write(&e);
+	return want_end ? access_log_flow_new(&e) : NULL;
+}
+
+/* A connect whose flow has an end line to write: the record goes to the
+ * upstream endpoint (which writes it when it closes, or hands it to its
+ * relay), or is written at once when no stream comes of the connect. */
+typedef struct logged_connect {
+	connect_pending base; /* first: the handle callers hold */
+	connect_pending *inner;
+	access_log_flow *log; /* owned */
+	connect_cb cb;
+	void *data;
+	bool *ran; /* while the inner connect call runs: set when logged_done ran */
+} logged_connect;
+
+static void logged_done(const connect_result *r, void *data)
+{
+	logged_connect *lc = data;
+	if (lc->ran)
+		*lc->ran = true;
+	access_log_flow_set_member(lc->log, r->member);
+	if (r->ok && r->ep)
+		endpoint_set_flow_log(r->ep, lc->log);
+	else
+		access_log_flow_end(lc->log, 0, 0,
+		                    r->ok ? msgs[MSG_BLACKHOLE] : r->msg ? r->msg : msgs[MSG_DIAL_FAILED]);
+	connect_cb cb = lc->cb;
+	void *cb_data = lc->data;
+	free(lc);
+	cb(r, cb_data);
+}
+
+static void logged_cancel(connect_pending *p)
+{
+	logged_connect *lc = (logged_connect *)p;
+	if (lc->inner)
+		lc->inner->cancel(lc->inner);
+	access_log_flow_end(lc->log, 0, 0, NULL);
+	free(lc);
+}
+
+static connect_pending *open_target(const target *t, worker *w, dns_resolver *dns,
+                                    const addr_dest *dest, connect_cb cb, void *data)
+{
+	if (t->bal)
+		return balanced_connect_stream(t->bal, w, dns, dest, cb, data);
+	return outbound_connect_stream(t->ob, w, dns, dest, cb, data);
 }
 
 static connect_pending *sup_connect(void *self, worker *w, const flow *f, const flow_ctx *ctx,
@@ -68,10 +139,21 @@ static connect_pending *sup_connect(void *self, worker *w, const flow *f, const 
 	int32_t rule;
 	const target *t = plane_route(rs->plane, f, ctx, &rule);
 	log_decision(f, ctx, t, rule);
-	log_access(f, ctx, t, rule);
-	if (t->bal)
-		return balanced_connect_stream(t->bal, w, rs->dns, &f->dest, cb, data);
-	return outbound_connect_stream(t->ob, w, rs->dns, &f->dest, cb, data);
+	access_log_flow *log = log_access(f, ctx, t, rule, true);
+	logged_connect *lc = log ? malloc(sizeof *lc) : NULL;
+	if (!lc) {
+		access_log_flow_end(log, 0, 0, msgs[MSG_NO_MEMORY]); /* NULL: nothing */
+		return open_target(t, w, rs->dns, &f->dest, cb, data);
+	}
+	bool ran = false;
+	*lc = (logged_connect){.base.cancel = logged_cancel, .log = log, .cb = cb, .data = data,
+	                       .ran = &ran};
+	connect_pending *p = open_target(t, w, rs->dns, &f->dest, logged_done, lc);
+	if (ran)
+		return NULL; /* done (and freed) inside */
+	lc->ran = NULL;
+	lc->inner = p;
+	return &lc->base;
 }
 
 static connect_pending *sup_connect_direct(void *self, worker *w, const addr_dest *dest,
@@ -127,7 +209,8 @@ static connect_pending *assoc_open(void *env, const void *tgt, const addr_dest *
 	flow f = e->f;
 	f.dest = *to;
 	f.dest.network = ADDR_UDP;
-	log_access(&f, &e->ctx, t, e->rule);
+	/* no end line for a sub-link (docs/cli.md "Access log") */
+	(void)log_access(&f, &e->ctx, t, e->rule, false);
 	if (t->bal)
 		return balanced_connect_datagram(t->bal, e->w, rs->dns, to, h, rud, opened, oud);
 	return outbound_connect_datagram(t->ob, e->w, rs->dns, to, h, rud, opened, oud);

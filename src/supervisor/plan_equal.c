@@ -185,7 +185,8 @@ static const char *access_of(const etm_spec *s) { return s->log_access ? s->log_
 
 bool plan_log_equal(const etm_spec *a, const etm_spec *b)
 {
-	return a->log_level == b->log_level && str_eq(access_of(a), access_of(b));
+	return a->log_level == b->log_level && str_eq(access_of(a), access_of(b)) &&
+	       a->log_access_end == b->log_access_end && a->log_format == b->log_format;
 }
 
 bool plan_policy_limits_equal(const etm_policy_spec *a, const etm_policy_spec *b)

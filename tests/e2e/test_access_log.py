@@ -7,27 +7,44 @@ Every test starts the real binary on 127.0.0.1 with a config written to
 tmp_path and talks to echo servers run in threads on 127.0.0.1. Nothing
 leaves the loopback interface.
 """
+import json
 import re
+import signal
+import socket
+import struct
 import time
 
 import pytest
 
-from proxykit import (LOOPBACK, Association, EchoServer, Proxy, UdpEcho, assert_echoes,
-                      socks_open, stop_cleanly)
+from proxykit import (LOOPBACK, Association, EchoServer, Proxy, Spout, UdpEcho, assert_echoes,
+                      free_port, recv_exact, socks5_connect, socks_open, stop_cleanly)
 from reloadkit import render, save, sighup, wait_lines
 
 # docs/cli.md, "Access log"
 LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) (\S+) accepted (tcp|udp):(\S+)"
-                  r"(?: sniffed (\S+))? inbound (\S+) rule (#\d+|default) outbound (\S+)$", re.M)
+                  r"(?: sniffed (\S+))? inbound (\S+)(?: user \S+)? rule (#\d+|default) "
+                  r"outbound (\S+)$", re.M)
+# The end line of a TCP flow ([log] access_end = true).
+END = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) (\S+) ended (tcp|udp):(\S+)"
+                 r"(?: sniffed (\S+))? inbound (\S+)(?: user (\S+))? rule (#\d+|default) "
+                 r"outbound (\S+)(?: member (\S+))? up (\d+) down (\d+) ms (\d+) why (.+)$", re.M)
 
 
-def config(access=None, rules="", sniffing=False):
+def config(access=None, rules="", sniffing=False, end=False, fmt=None, users=(), splice=True):
     text = "[log]\n"
     if access is not None:
         text += f'access = "{access}"\n'
+    if end:
+        text += "access_end = true\n"
+    if fmt:
+        text += f'format = "{fmt}"\n'
+    if not splice:
+        text += "\n[runtime]\nsplice = false\n"
     text += ('\n[[inbound]]\ntag = "in"\nprotocol = "socks"\nlisten = "127.0.0.1"\n'
-             'port = {port0}\n' + ("sniffing = true\n" if sniffing else "") + '\n'
-             '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n'
+             'port = {port0}\n' + ("sniffing = true\n" if sniffing else "") + '\n')
+    for user, password in users:
+        text += f'[[inbound.settings.users]]\nusername = "{user}"\npassword = "{password}"\n\n'
+    text += ('[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n'
              '[[outbound]]\ntag = "also"\nprotocol = "freedom"\n\n')
     return text + rules
 
@@ -223,3 +240,210 @@ def test_bad_values_are_refused_word_for_word(run, tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip() == ('configuration invalid: [log] access "" is not "off", '
                                 '"stderr" or a file path')
+
+
+# ---------------------------------------------------------------- end lines, users, members, json
+
+def ends_of(text):
+    """(time, source, network, dest, sniffed, inbound, user, rule, outbound,
+    member, up, down, ms, why) per end line."""
+    return END.findall(text)
+
+
+def wait_ends(read, count, timeout=3.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        found = ends_of(read())
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.02)
+
+
+def spout_flow(proxy, spout, n, user=None):
+    """Asks the spout for n bytes through the proxy: 4 bytes up, n down, then
+    the spout's FIN and ours. Returns the client's ip:port."""
+    s = socks5_connect(proxy.port, LOOPBACK, spout.port, user, user and "pw")
+    try:
+        s.sendall(struct.pack(">I", n))
+        got = recv_exact(s, n) if n else b""
+        assert len(got) == n
+        s.settimeout(5)
+        assert s.recv(1) == b""  # the spout's FIN came through
+        return "%s:%d" % s.getsockname()
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def spout():
+    s = Spout()
+    yield s
+    s.close()
+
+
+def test_end_lines_are_off_by_default(start_proxy, spout, tmp_path):
+    path = tmp_path / "access.log"
+    proxy = start_proxy(config(str(path)))
+    spout_flow(proxy, spout, 10)
+    assert len(wait_for(lambda: read_file(path), 1)) == 1
+    time.sleep(0.2)
+    assert ends_of(read_file(path)) == [] and " ended " not in read_file(path)
+
+
+@pytest.mark.parametrize("n,splice", [(1000, True), (300000, True), (300000, False)],
+                         ids=["short", "spliced", "buffered"])
+def test_an_end_line_counts_the_bytes_each_way(start_proxy, spout, tmp_path, n, splice):
+    """up is what the client sent (the spout's 4-byte request), down what
+    came back; 300000 bytes pass RELAY_SPLICE_AFTER, so with splice the
+    count spans the hand-off to splice(2)."""
+    path = tmp_path / "access.log"
+    proxy = start_proxy(config(str(path), end=True, splice=splice))
+    source = spout_flow(proxy, spout, n)
+    (end,) = wait_ends(lambda: read_file(path), 1)
+    (_, src, net, dest, sniffed, inbound, user, rule, outbound, member, up, down, ms,
+     why) = end
+    assert (src, net, dest, sniffed, inbound, user, rule, outbound, member) == (
+        source, "tcp", f"127.0.0.1:{spout.port}", "", "in", "", "default", "direct@v1", "")
+    assert (int(up), int(down), why) == (4, n, "closed")
+    assert 0 <= int(ms) < 5000
+    # the open line came first, for the same flow
+    text = read_file(path)
+    assert [l[1] for l in lines_of(text)] == [source]
+    assert text.index(" accepted ") < text.index(" ended ")
+
+
+def test_a_failed_dial_ends_at_once_with_its_why(start_proxy, tmp_path):
+    path = tmp_path / "access.log"
+    proxy = start_proxy(config(str(path), end=True))
+    dead = free_port()  # nothing listens there
+    s = socket.create_connection((LOOPBACK, proxy.port), timeout=5)
+    try:
+        s.sendall(bytes([5, 1, 0]))
+        recv_exact(s, 2)
+        s.sendall(bytes([5, 1, 0, 1, 127, 0, 0, 1]) + struct.pack(">H", dead))
+        recv_exact(s, 3)
+    finally:
+        s.close()
+    (end,) = wait_ends(lambda: read_file(path), 1)
+    assert (end[3], end[10], end[11]) == (f"127.0.0.1:{dead}", "0", "0")
+    assert end[13] != "closed", end
+
+
+def test_user_names_are_on_both_lines(start_proxy, spout, tmp_path):
+    path = tmp_path / "access.log"
+    proxy = start_proxy(config(str(path), end=True, users=[("alice", "pw"), ("bob", "pw")]))
+    spout_flow(proxy, spout, 5, user="bob")
+    (end,) = wait_ends(lambda: read_file(path), 1)
+    assert end[6] == "bob"
+    opens = [l for l in read_file(path).splitlines() if " accepted " in l]
+    assert len(opens) == 1 and " inbound in user bob rule default " in opens[0], opens
+
+
+def test_a_balancer_flow_names_its_member_on_the_end_line(app, tmp_path, spout):
+    """The member is known once the dial answered: the first one tried may be
+    the dead one, and the flow then goes through the live one."""
+    started = []
+    try:
+        up = Proxy(app, tmp_path, '[[inbound]]\ntag = "in"\nprotocol = "socks"\n'
+                   'listen = "127.0.0.1"\nport = {port0}\n\n'
+                   '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
+        started.append(up)
+        up.start()
+        path = tmp_path / "access.log"
+        dead = free_port()
+        text = (f'[log]\naccess = "{path}"\naccess_end = true\n\n'
+                '[[inbound]]\ntag = "in"\nprotocol = "socks"\nlisten = "127.0.0.1"\n'
+                'port = {port0}\n\n')
+        for tag, port in (("dead", dead), ("live", up.port)):
+            text += (f'[[outbound]]\ntag = "{tag}"\nprotocol = "socks"\n'
+                     f'server = "127.0.0.1"\nport = {port}\n\n')
+        text += ('[[balancer]]\ntag = "pool"\noutbounds = ["dead", "live"]\n\n'
+                 '[route]\ndefault = "pool"\n')
+        proxy = Proxy(app, tmp_path, text)
+        started.append(proxy)
+        proxy.start()
+        for _ in range(3):
+            spout_flow(proxy, spout, 100)
+        ends = wait_ends(lambda: read_file(path), 3)
+        assert [(e[8], e[9], e[10], e[11], e[13]) for e in ends] == [
+            ("pool@v1", "live", "4", "100", "closed")] * 3, read_file(path)
+        # the open line names the balancer: its member is not chosen yet
+        assert [l[7] for l in lines_of(read_file(path))] == ["pool@v1"] * 3
+    finally:
+        stop_cleanly(started, "proxy")
+
+
+JSON_KEYS = ["time", "event", "source", "dest", "sniffed", "inbound", "user", "rule", "outbound",
+             "member", "up", "down", "ms", "why"]
+TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+def json_lines(text):
+    return [json.loads(l) for l in text.splitlines() if l]
+
+
+def test_json_lines_field_by_field(app, tmp_path, spout):
+    path = tmp_path / "access.log"
+    proxy = Proxy(app, tmp_path, config(str(path), end=True, fmt="json",
+                                        users=[('al\\"ice', "pw")]),
+                  wait_for_log=False)
+    try:
+        proxy.start()
+        s = socks5_connect(proxy.port, LOOPBACK, spout.port, 'al"ice', "pw")
+        try:
+            s.sendall(struct.pack(">I", 7))
+            assert recv_exact(s, 7) == bytes(7)
+            assert s.recv(1) == b""
+            source = "%s:%d" % s.getsockname()
+        finally:
+            s.close()
+        deadline = time.monotonic() + 3
+        while len(json_lines(read_file(path))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        opened, ended = json_lines(read_file(path))
+        for line in (opened, ended):
+            assert list(line) == JSON_KEYS
+            assert TIME.match(line["time"])
+            assert (line["source"], line["dest"], line["sniffed"], line["inbound"], line["user"],
+                    line["rule"], line["outbound"], line["member"]) == (
+                source, f"tcp:127.0.0.1:{spout.port}", None, "in", 'al"ice', None, "direct@v1",
+                None)
+        assert (opened["event"], opened["up"], opened["down"], opened["ms"], opened["why"]) == (
+            "open", None, None, None, None)
+        assert (ended["event"], ended["up"], ended["down"], ended["why"]) == (
+            "end", 4, 7, "closed")
+        assert isinstance(ended["ms"], int) and 0 <= ended["ms"] < 5000
+    finally:
+        stop_cleanly([proxy], "proxy")
+    # the main log too: every line one object with time, level, target, msg
+    main = json_lines(proxy.log())
+    assert main and all(list(l) == ["time", "level", "target", "msg"] for l in main)
+    assert all(TIME.match(l["time"]) for l in main)
+    assert any(l["target"] == "supervisor" and l["msg"].startswith("listening on ")
+               for l in main), main
+
+
+def test_a_reload_switches_the_format(start_proxy, spout, tmp_path):
+    path = tmp_path / "access.log"
+    proxy = start_proxy(config(str(path), end=True))
+    spout_flow(proxy, spout, 3)
+    assert len(wait_ends(lambda: read_file(path), 1)) == 1
+    save(proxy, render(proxy, config(str(path), end=True, fmt="json")))
+    changed = re.compile(r"^\S+ INFO  supervisor: (config reload: .*)$", re.M)
+    assert wait_lines(proxy, changed, 1) == ["config reload: changed log"], proxy.log()
+    source = spout_flow(proxy, spout, 3)
+    deadline = time.monotonic() + 3
+    while read_file(path).count("\n") < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    text = read_file(path).splitlines()
+    assert len(text) == 4, text
+    opened, ended = json.loads(text[2]), json.loads(text[3])
+    assert (opened["event"], opened["source"], ended["event"], ended["down"]) == (
+        "open", source, "end", 3)
+    # and the main log's lines from here on: the next reload's say so
+    proxy.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 3
+    while not proxy.log().rstrip().endswith("}") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    last = json.loads(proxy.log().splitlines()[-1])
+    assert (list(last), last["level"]) == (["time", "level", "target", "msg"], "info"), last

@@ -58,6 +58,35 @@ static void long_lines_are_cut_not_overflowed(void **state)
 	free(buf);
 }
 
+/* Both formats word for word, at a fixed time. */
+static void line_formats(void **state)
+{
+	(void)state;
+	/* 2026-11-30T10:20:36.123Z */
+	const struct timespec when = {.tv_sec = 1796034036, .tv_nsec = 123456789};
+	char line[256];
+	size_t n = log_format_line(LOG_FORMAT_TEXT, &when, LOG_LEVEL_WARN, "balancer",
+	                           "member a is now down", line, sizeof line);
+	assert_string_equal(line, "2026-11-30T10:20:36.123Z WARN  balancer: member a is now down\n");
+	assert_int_equal(n, strlen(line));
+	n = log_format_line(LOG_FORMAT_JSON, &when, LOG_LEVEL_WARN, "balancer",
+	                    "member \"a\" is\tnow down", line, sizeof line);
+	assert_string_equal(line, "{\"time\":\"2026-11-30T10:20:36.123Z\",\"level\":\"warn\","
+	                          "\"target\":\"balancer\",\"msg\":\"member \\\"a\\\" "
+	                          "is\\u0009now down\"}\n");
+	assert_int_equal(n, strlen(line));
+	/* a json line cut in its msg stays one object */
+	n = log_format_line(LOG_FORMAT_JSON, &when, LOG_LEVEL_INFO, "t", "\n\n\n\n\n\n\n\n\n\n\n\n",
+	                    line, 100);
+	assert_true(n < 100);
+	assert_string_equal(line + n - 3, "\"}\n");
+	assert_int_equal((n - 3 - strlen("{\"time\":\"2026-11-30T10:20:36.123Z\",\"level\":\"info\","
+	                                  "\"target\":\"t\",\"msg\":\"")) % 6, 0);
+	log_set_format(LOG_FORMAT_JSON);
+	assert_int_equal(log_get_format(), LOG_FORMAT_JSON);
+	log_set_format(LOG_FORMAT_TEXT);
+}
+
 static void level_names(void **state)
 {
 	(void)state;
@@ -73,6 +102,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(line_shape_and_filter),
 		cmocka_unit_test(long_lines_are_cut_not_overflowed),
+		cmocka_unit_test(line_formats),
 		cmocka_unit_test(level_names),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
