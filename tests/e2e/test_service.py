@@ -118,7 +118,7 @@ def test_notify_socket_missing_is_logged(start_proxy, tmp_path, with_libsystemd)
 
 
 # sh sets LISTEN_PID to its own pid, which exec hands to the app, as
-# systemd does; the socket is already fd 3 (preexec_fn, kept by pass_fds).
+# systemd does; the socket is already fd 3 (preexec_fn).
 ACTIVATE = 'LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"'
 
 
@@ -127,9 +127,14 @@ def start_activated(app, tmp_path, config, sock, listen_pid=None):
     cfg = tmp_path / "activated.toml"
     cfg.write_text(config)
     log = open(tmp_path / "activated.log", "wb")
+    def to_fd3():
+        os.dup2(sock.fileno(), 3)
+        os.set_inheritable(3, True)  # also when the socket was fd 3 already
+    # not pass_fds=(3,): that needs a descriptor 3 in this process; the
+    # test's own descriptors are not inheritable (PEP 446), so none leaks
     proc = subprocess.Popen(["/bin/sh", "-c", script, app, "-c", str(cfg)],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            pass_fds=(3,), preexec_fn=lambda: os.dup2(sock.fileno(), 3))
+                            close_fds=False, preexec_fn=to_fd3)
     return type("Owner", (), {"proc": proc, "_log": log})()
 
 
