@@ -3,12 +3,13 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 CONFIG     ?= examples/quickstart.toml
+PREFIX     ?= /usr/local
 FUZZ_TIME  ?= 60
 SIM_FIRST  ?= 1
 SIM_SEEDS  ?= 1000
 SIM_STEPS  ?= 5000
 
-.PHONY: all deps build run test test-asan fuzz docs bench sim clean
+.PHONY: all deps build run install test test-asan fuzz docs bench sim clean
 
 all: build
 
@@ -23,6 +24,14 @@ build: deps $(BUILD)/build.ninja
 
 run: build
 	$(BUILD)/src/etemenanki-app -c $(CONFIG)
+
+# The binary, the man page, /etc/etemenanki/config.toml (with PREFIX=/usr;
+# PREFIX/etc otherwise) and etemenanki.service (docs/install.md). DESTDIR
+# is honoured, as meson install does. The build folder is configured for
+# PREFIX first, so a second install with another PREFIX moves it.
+install: build
+	meson configure $(BUILD) -Dprefix=$(PREFIX)
+	meson install -C $(BUILD)
 
 # Everything: unit, corpus and end-to-end tests, then the unit and
 # end-to-end tests again with the binary under AddressSanitizer and UBSan.

@@ -8,6 +8,10 @@ packages=(
   libcmocka-dev python3 python3-pytest curl
   libuv1-dev libssl-dev libc-ares-dev libpcre2-dev
   libprotobuf-c-dev protobuf-c-compiler libwslay-dev libnghttp2-dev
+  # sd_notify and socket activation (optional to the build: meson -Dsystemd)
+  libsystemd-dev
+  # systemd-analyze, for the unit's test (tests/e2e/test_service.py)
+  systemd
   openssl
   # the toml-test corpus for tests/toml (shipped inside the Go module source)
   golang-github-burntsushi-toml-dev

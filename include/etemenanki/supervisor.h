@@ -18,6 +18,17 @@ typedef struct etm_supervisor etm_supervisor;
 __attribute__((warn_unused_result)) int etm_supervisor_start(etm_spec *spec, etm_supervisor **out,
                                                              char *err, size_t err_size);
 
+/* Most sockets etm_supervisor_inherit takes. */
+#define ETM_INHERITED_MAX 64
+
+/* Hands the engine sockets a service manager passed (socket activation,
+ * sd_listen_fds(3)), borrowed for the life of the process: a TCP inbound
+ * whose listen address and port are exactly those a passed stream socket
+ * is bound to serves on it instead of binding, at the start and on every
+ * reload; the others bind as usual. Call once, before etm_supervisor_start.
+ * Takes the first ETM_INHERITED_MAX of them; this function can't fail. */
+void etm_supervisor_inherit(const int *fds, size_t n);
+
 /* Applies spec, a new config that passed etm_spec_check and
  * etm_spec_check_available, to the running engine (seed 002 "plan and
  * apply"): what it leaves unchanged runs on as the same objects, new

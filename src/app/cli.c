@@ -14,6 +14,7 @@
 
 #include "commit.h" /* generated from app/commit.h.in */
 #include "app/config.h"
+#include "app/notify.h"
 #include "app/reload.h"
 #include "base/access_log.h"
 #include "base/log.h"
@@ -33,6 +34,8 @@ typedef enum cli_msg_id {
 	CLI_LOADED,
 	CLI_STOPPING,
 	CLI_STOPPED,
+	CLI_NO_SYSTEMD,
+	CLI_PASSED,
 	CLI_MSG_COUNT_,
 } cli_msg_id;
 
@@ -52,7 +55,7 @@ static const char *const msgs[CLI_MSG_COUNT_] = {
 		      "  -h, --help            print this help and exit\n"
 		      "\n"
 		      "Documentation: docs/README.md\n",
-	[CLI_VERSION] = "etemenanki-app %s (commit %s)\nlibuv %s, %s, c-ares %s, wslay %s\n",
+	[CLI_VERSION] = "etemenanki-app %s (commit %s)\nlibuv %s, %s, c-ares %s, wslay %s, %s\n",
 	[CLI_CONFIG_OK] = "Configuration OK.\n",
 	[CLI_CONFIG_INVALID] = "configuration invalid: %s\n",
 	[CLI_START_FAILED] = "failed to start: %s\n",
@@ -64,11 +67,20 @@ static const char *const msgs[CLI_MSG_COUNT_] = {
 	[CLI_LOADED] = "loaded %s: %zu inbounds, %zu outbounds, %zu balancers, %zu rules",
 	[CLI_STOPPING] = "%s received, stopping",
 	[CLI_STOPPED] = "stopped",
+	[CLI_NO_SYSTEMD] = "no libsystemd",
+	[CLI_PASSED] = "socket activation: sockets passed: %zu",
 };
 
 /* The formats are the constant table above; nothing from input is a format. */
 #define say(f, id, ...) fprintf(f, msgs[id], __VA_ARGS__)
 #define say0(f, id) fputs(msgs[id], f)
+
+/* libsystemd has no run-time version call: the one built against. */
+#ifdef ETM_LIBSYSTEMD_VERSION
+#define SYSTEMD_VERSION "libsystemd " ETM_LIBSYSTEMD_VERSION
+#else
+#define SYSTEMD_VERSION msgs[CLI_NO_SYSTEMD]
+#endif
 
 typedef struct cli_opts {
 	const char *config; /* borrowed from argv */
@@ -136,7 +148,8 @@ static int parse(int argc, char **argv, cli_opts *o, FILE *out, FILE *err)
 			return 0;
 		} else if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
 			say(out, CLI_VERSION, etm_version(), ETM_COMMIT, uv_version_string(),
-			    OpenSSL_version(OPENSSL_VERSION), ares_version(NULL), WSLAY_VERSION);
+			    OpenSSL_version(OPENSSL_VERSION), ares_version(NULL), WSLAY_VERSION,
+			    SYSTEMD_VERSION);
 			return 0;
 		} else if (strcmp(a, "-t") == 0 || strcmp(a, "--test") == 0) {
 			o->test = true;
@@ -182,6 +195,7 @@ static void on_hup(uv_signal_t *h, int signum)
 static void on_signal(uv_signal_t *h, int signum)
 {
 	log_info("app", msgs[CLI_STOPPING], signum == SIGINT ? "SIGINT" : "SIGTERM");
+	notify_stopping();
 	uv_stop(h->loop);
 }
 
@@ -222,6 +236,12 @@ static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 	uv_signal_start(&sigterm, on_signal, SIGTERM);
 	uv_signal_start(&sigusr1, on_usr1, SIGUSR1);
 	uv_signal_start(&sighup, on_hup, SIGHUP); /* kept until the engine runs */
+	/* socket activation: inbounds on a passed socket's address serve on it */
+	int passed[ETM_INHERITED_MAX];
+	size_t n_passed = notify_listen_fds(passed, ETM_INHERITED_MAX);
+	if (n_passed)
+		log_info("app", msgs[CLI_PASSED], n_passed);
+	etm_supervisor_inherit(passed, n_passed);
 	etm_supervisor *sup;
 	int rc = etm_supervisor_start(spec, &sup, msg, sizeof msg);
 	if (rc) {
@@ -229,6 +249,7 @@ static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 		say(err, CLI_START_FAILED, msg);
 	} else {
 		sigusr1.data = sup;
+		notify_ready(); /* every inbound listens on every worker */
 		reloader *rl = reloader_start(&loop, o->config, sup, o->level_set);
 		sighup.data = rl;
 		uv_run(&loop, UV_RUN_DEFAULT);

@@ -7,6 +7,7 @@
 
 #include "app/cli.h"
 #include "app/config.h"
+#include "app/notify.h"
 #include "base/access_log.h"
 #include "base/log.h"
 #include "etemenanki/etemenanki.h"
@@ -33,9 +34,8 @@ struct reloader {
 	bool watching;
 };
 
-void reloader_now(reloader *r, const char *why)
+static void reload(reloader *r)
 {
-	log_info("app", msgs[M_RELOADING], r->path, why);
 	etm_spec spec;
 	char msg[CONFIG_MSG_MAX];
 	/* parsed, lowered and checked as --test does; what --test then builds
@@ -74,6 +74,16 @@ void reloader_now(reloader *r, const char *why)
 	if (access_log_open(access, err, sizeof err))
 		log_warn("app", msgs[M_ACCESS], err);
 	free(access);
+}
+
+void reloader_now(reloader *r, const char *why)
+{
+	log_info("app", msgs[M_RELOADING], r->path, why);
+	/* systemd waits for READY=1 after RELOADING=1 whatever the outcome: a
+	 * reload that keeps the current config is over too */
+	notify_reloading();
+	reload(r);
+	notify_ready();
 }
 
 static void on_quiet(uv_timer_t *t) { reloader_now(t->data, msgs[M_SAVED]); }

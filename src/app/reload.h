@@ -28,6 +28,8 @@ reloader *reloader_start(uv_loop_t *loop, const char *path, etm_supervisor *sup,
  * "reload: build failed, keeping current config: <message>" (the text a
  * start prints after "failed to start: "), or the supervisor's lines. */
 void reloader_now(reloader *r, const char *why);
+/* Around it the service manager is told RELOADING=1, then READY=1
+ * whatever the outcome (app/notify.h). */
 
 /* Stops watching; closes its handles on the loop (run the loop once more
  * to free them). */

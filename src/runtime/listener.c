@@ -4,6 +4,7 @@
 #include "runtime/guard.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,6 +28,71 @@ struct listener {
 
 static const char FAILED[] = "failed to listen on %s:%u: %s";
 static const char NOT_IP[] = "not an IP address";
+
+/* The sockets the service manager passed (socket activation), written once
+ * by listener_inherit before any worker starts, read-only after: no lock. */
+static int inherited[LISTENER_INHERITED_MAX];
+static size_t n_inherited;
+
+void listener_inherit(const int *fds, size_t n)
+{
+	n_inherited = n < LISTENER_INHERITED_MAX ? n : LISTENER_INHERITED_MAX;
+	if (n_inherited)
+		memcpy(inherited, fds, n_inherited * sizeof *fds);
+}
+
+static bool same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+	if (a->ss_family != b->ss_family)
+		return false;
+	if (a->ss_family == AF_INET) {
+		const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+		return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+	}
+	const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+	return x->sin6_port == y->sin6_port &&
+	       memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
+}
+
+/* The passed TCP socket bound to exactly ss, or -1. Port 0 asks for any
+ * port, which no passed socket is. */
+static int inherited_for(const struct sockaddr_storage *ss)
+{
+	for (size_t i = 0; i < n_inherited; i++) {
+		struct sockaddr_storage bound;
+		socklen_t blen = sizeof bound;
+		int type = 0;
+		socklen_t tlen = sizeof type;
+		if (getsockopt(inherited[i], SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 &&
+		    type == SOCK_STREAM &&
+		    getsockname(inherited[i], (struct sockaddr *)&bound, &blen) == 0 &&
+		    same_address(&bound, ss))
+			return inherited[i];
+	}
+	return -1;
+}
+
+/* A descriptor of this listener's own for the passed socket (each worker
+ * closes its own; the passed one stays for a later reload), non-blocking,
+ * listening. Returns it, or a negative errno. */
+static int take_inherited(int fd)
+{
+	int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (dup < 0)
+		return -errno;
+	int flags = fcntl(dup, F_GETFL);
+	int listening = 0;
+	socklen_t len = sizeof listening;
+	/* systemd listens already (ListenStream=); another manager may not */
+	if (flags < 0 || fcntl(dup, F_SETFL, flags | O_NONBLOCK) < 0 ||
+	    getsockopt(dup, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 ||
+	    (!listening && listen(dup, LISTENER_BACKLOG) < 0)) {
+		int rc = -errno;
+		close(dup);
+		return rc;
+	}
+	return dup;
+}
 
 int listener_addr(const char *ip, uint16_t port, struct sockaddr_storage *ss, char *err,
                   size_t err_size)
@@ -81,6 +147,32 @@ static void on_readable(uv_poll_t *p, int status, int events)
 	}
 }
 
+/* A listening socket for ss: the passed one bound there, else a new one.
+ * Returns it (non-blocking, close-on-exec), or a negative errno. */
+static int open_socket(const struct sockaddr_storage *ss, uint16_t port)
+{
+	int passed = port ? inherited_for(ss) : -1;
+	if (passed >= 0)
+		return take_inherited(passed);
+	/* libuv 1.44 cannot set SO_REUSEPORT itself: make the socket here. */
+	int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int one = 1;
+	socklen_t len = ss->ss_family == AF_INET ? sizeof(struct sockaddr_in)
+	                                          : sizeof(struct sockaddr_in6);
+	/* "::" takes IPv4 clients too (as v4-mapped addresses), what users
+	 * of other proxies expect of it; a specific v6 address is v6 anyway. */
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) ||
+	    bind(fd, (const struct sockaddr *)ss, len) || listen(fd, LISTENER_BACKLOG)) {
+		int rc = -errno;
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn, void *data,
                         char *err, size_t err_size)
 {
@@ -88,23 +180,9 @@ listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn
 	int rc;
 	if (listener_addr(ip, port, &ss, err, err_size))
 		return NULL;
-	/* libuv 1.44 cannot set SO_REUSEPORT itself: make the socket here. */
-	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd = open_socket(&ss, port);
 	if (fd < 0) {
-		snprintf(err, err_size, FAILED, ip, port, uv_strerror(-errno));
-		return NULL;
-	}
-	int one = 1;
-	socklen_t len = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in)
-	                                         : sizeof(struct sockaddr_in6);
-	/* "::" takes IPv4 clients too (as v4-mapped addresses), what users
-	 * of other proxies expect of it; a specific v6 address is v6 anyway. */
-	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) ||
-	    bind(fd, (struct sockaddr *)&ss, len) || listen(fd, LISTENER_BACKLOG)) {
-		rc = -errno;
-		close(fd);
-		snprintf(err, err_size, FAILED, ip, port, uv_strerror(rc));
+		snprintf(err, err_size, FAILED, ip, port, uv_strerror(fd));
 		return NULL;
 	}
 	struct sockaddr_storage bound;
@@ -151,6 +229,8 @@ static int check_free(int type, const char *ip, uint16_t port, char *err, size_t
 		return 0;
 	if (listener_addr(ip, port, &ss, err, err_size))
 		return -1;
+	if (type == SOCK_STREAM && inherited_for(&ss) >= 0)
+		return 0; /* ours: listener_open takes it */
 	int fd = socket(ss.ss_family, type | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return 0; /* the real bind will report it */

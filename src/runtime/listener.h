@@ -21,7 +21,18 @@
  * and the worker's loop keeps serving them instead of spinning in accept. */
 #define LISTENER_BACKOFF_MS 100
 
+/* Sockets socket activation can pass in at most; a unit with more
+ * ListenStream= lines than inbounds gains nothing. */
+#define LISTENER_INHERITED_MAX 64
+
 typedef struct listener listener;
+
+/* Records fds, sockets the service manager passed (borrowed for the life
+ * of the process): from now on listener_open serves on the TCP one bound
+ * to exactly its ip:port, through a descriptor of its own, instead of
+ * binding, and listener_check_free passes that address. Call before any
+ * worker starts. Keeps the first LISTENER_INHERITED_MAX; can't fail. */
+void listener_inherit(const int *fds, size_t n);
 
 /* A connection was accepted: fd (non-blocking, close-on-exec) is the
  * callee's, to serve (conn_accept) or close. */

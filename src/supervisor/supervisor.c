@@ -282,6 +282,10 @@ int etm_supervisor_apply(etm_supervisor *s, etm_spec *spec, char *err, size_t er
 	return 0;
 }
 
+_Static_assert(ETM_INHERITED_MAX == LISTENER_INHERITED_MAX, "one bound, two names");
+
+void etm_supervisor_inherit(const int *fds, size_t n) { listener_inherit(fds, n); }
+
 uint64_t etm_supervisor_epoch(const etm_supervisor *s) { return s->epoch; }
 
 int etm_supervisor_check(const etm_spec *spec, char *err, size_t err_size)

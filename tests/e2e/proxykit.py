@@ -150,8 +150,9 @@ class Proxy:
     of them must accept before the proxy counts as started."""
 
     def __init__(self, app, workdir, config, n_ports=1, extra=None, log_level=None,
-                 host=LOOPBACK, wait_for_log=True, cpus=None, nofile=None):
+                 host=LOOPBACK, wait_for_log=True, cpus=None, nofile=None, env=None):
         self.app = app
+        self.env = env  # extra environment variables (None: the test's own environment)
         self.cpus = cpus  # the CPU affinity to start it with (None: the test's own)
         self.nofile = nofile  # its RLIMIT_NOFILE, soft and hard (None: the test's own)
         self.workdir = workdir
@@ -185,8 +186,9 @@ class Proxy:
             args = [self.app, "-c", str(self.cfg_path)]
             if self.log_level:
                 args += ["-l", self.log_level]
+            env = dict(os.environ, **self.env) if self.env else None
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, preexec_fn=self._preexec,
-                                         stdout=self._log, stderr=subprocess.STDOUT)
+                                         stdout=self._log, stderr=subprocess.STDOUT, env=env)
             if self._wait_ready(10.0):
                 return self
             rc = self.proc.poll()

@@ -202,8 +202,10 @@ def test_version_and_help(run):
     assert r.returncode == 0
     first, libraries = r.stdout.splitlines()
     assert first == f"etemenanki-app 0.1.0 (commit {built_commit()})"
+    # libsystemd: the version built against, or "no libsystemd" (docs/install.md)
     assert re.fullmatch(r"libuv \d+\.\d+\.\d+, OpenSSL \d+\.\d+\.\d+\S* .+, "
-                        r"c-ares \d+\.\d+\.\d+, wslay \S+", libraries), libraries
+                        r"c-ares \d+\.\d+\.\d+, wslay \S+, (libsystemd \d+|no libsystemd)",
+                        libraries), libraries
     r = run("--help")
     assert r.returncode == 0
     assert r.stdout.startswith("Usage: etemenanki-app -c FILE [--test] [-l LEVEL]\n")

@@ -1,0 +1,227 @@
+"""Running under systemd (docs/install.md): sd_notify states on a datagram
+socket the test binds as NOTIFY_SOCKET, socket activation with a listening
+socket passed as fd 3 with LISTEN_FDS and LISTEN_PID, and the unit file
+through `systemd-analyze verify`."""
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from proxykit import LOOPBACK, Proxy, free_port, stop_process
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+CONFIG = """
+[log]
+level = "info"
+
+[runtime]
+workers = 2
+
+[[inbound]]
+tag = "a"
+protocol = "mixed"
+listen = "127.0.0.1"
+port = {port0}
+
+[[inbound]]
+tag = "b"
+protocol = "socks"
+listen = "127.0.0.1"
+port = {port1}
+
+[[outbound]]
+tag = "direct"
+protocol = "freedom"
+"""
+
+
+@pytest.fixture
+def with_libsystemd(run):
+    if "no libsystemd" in run("--version").stdout:
+        pytest.skip("built without libsystemd: sd_notify and socket activation are no-ops")
+
+
+@pytest.fixture
+def notify_socket(tmp_path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(str(tmp_path / "notify"))
+    s.settimeout(10)
+    yield s
+    s.close()
+
+
+def states(sock):
+    """The next message as {field: value}."""
+    text = sock.recv(4096).decode()
+    return dict(line.split("=", 1) for line in text.splitlines() if line)
+
+
+def accepts(port):
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=1) as c:
+            c.sendall(b"\x05\x01\x00")
+            return c.recv(2) == b"\x05\x00"
+    except OSError:
+        return False
+
+
+def test_notify_ready_reloading_stopping(app, tmp_path, notify_socket, with_libsystemd):
+    ports = [free_port(), free_port()]
+    cfg = tmp_path / "service.toml"
+    cfg.write_text(CONFIG.format(port0=ports[0], port1=ports[1]))
+    log = open(tmp_path / "service.log", "wb")
+    env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify"))
+    proc = subprocess.Popen([app, "-c", str(cfg)], stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, env=env)
+    owner = type("Owner", (), {"proc": proc, "_log": log})()
+    try:
+        # READY=1 comes once every inbound listens on every worker: both
+        # ports serve the moment it arrives, without a retry
+        assert states(notify_socket) == {"READY": "1"}
+        assert all(accepts(p) for p in ports)
+
+        before = time.monotonic_ns() // 1000
+        proc.send_signal(signal.SIGHUP)
+        msg = states(notify_socket)
+        after = time.monotonic_ns() // 1000
+        assert set(msg) == {"RELOADING", "MONOTONIC_USEC"} and msg["RELOADING"] == "1"
+        assert before <= int(msg["MONOTONIC_USEC"]) <= after  # CLOCK_MONOTONIC in µs
+        assert states(notify_socket) == {"READY": "1"}
+
+        # a reload that fails is over too: READY=1 follows, the old config runs on
+        cfg.write_text("[[inbound]\n")
+        msg = states(notify_socket)
+        assert msg["RELOADING"] == "1"
+        assert states(notify_socket) == {"READY": "1"}
+        assert "reload: parse failed, keeping current config: " in (tmp_path / "service.log").read_text()
+        assert all(accepts(p) for p in ports)
+
+        proc.send_signal(signal.SIGTERM)
+        assert states(notify_socket) == {"STOPPING": "1"}
+        assert proc.wait(5) == 0
+    finally:
+        stop_process(owner)
+
+
+def test_notify_socket_missing_is_logged(start_proxy, tmp_path, with_libsystemd):
+    p = start_proxy(CONFIG, n_ports=2, env={"NOTIFY_SOCKET": str(tmp_path / "absent")})
+    assert ("WARN  app: systemd notify: READY=1 not sent: No such file or directory"
+            in p.log())
+    assert accepts(p.ports[0])
+
+
+# sh sets LISTEN_PID to its own pid, which exec hands to the app, as
+# systemd does; the socket is already fd 3 (preexec_fn).
+ACTIVATE = 'LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"'
+
+
+def start_activated(app, tmp_path, config, sock, listen_pid=None):
+    script = ACTIVATE if listen_pid is None else f"LISTEN_PID={listen_pid} LISTEN_FDS=1 exec \"$0\" \"$@\""
+    cfg = tmp_path / "activated.toml"
+    cfg.write_text(config)
+    log = open(tmp_path / "activated.log", "wb")
+    def to_fd3():
+        os.dup2(sock.fileno(), 3)
+        os.set_inheritable(3, True)  # also when the socket was fd 3 already
+    # not pass_fds=(3,): that needs a descriptor 3 in this process; the
+    # test's own descriptors are not inheritable (PEP 446), so none leaks
+    proc = subprocess.Popen(["/bin/sh", "-c", script, app, "-c", str(cfg)],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            close_fds=False, preexec_fn=to_fd3)
+    return type("Owner", (), {"proc": proc, "_log": log})()
+
+
+def wait_log(path, text, proc, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = path.read_text(errors="replace")
+        if text in log or proc.poll() is not None:
+            return log
+        time.sleep(0.02)
+    return path.read_text(errors="replace")
+
+
+def test_socket_activation(app, tmp_path, with_libsystemd):
+    # The passed socket has no SO_REUSEPORT: a bind of the app's own on its
+    # address would fail with "address already in use", so a start that
+    # serves there serves on the passed socket.
+    passed = socket.socket()
+    passed.bind((LOOPBACK, 0))
+    passed.listen(16)
+    port, other = passed.getsockname()[1], free_port()
+    owner = start_activated(app, tmp_path, CONFIG.format(port0=port, port1=other), passed)
+    try:
+        log = wait_log(tmp_path / "activated.log", f"listening on 127.0.0.1:{other} (b", owner.proc)
+        assert "INFO  app: socket activation: sockets passed: 1" in log, log
+        assert f"listening on 127.0.0.1:{port} (a, 2 workers)" in log, log
+        assert accepts(port) and accepts(other)
+        # a reload keeps it: SIGHUP with the file unchanged
+        owner.proc.send_signal(signal.SIGHUP)
+        wait_log(tmp_path / "activated.log", "config reload: no changes", owner.proc)
+        assert accepts(port)
+        owner.proc.send_signal(signal.SIGTERM)
+        assert owner.proc.wait(5) == 0
+    finally:
+        stop_process(owner)
+        passed.close()
+
+
+def test_socket_activation_for_another_pid_is_ignored(app, tmp_path, with_libsystemd):
+    passed = socket.socket()
+    passed.bind((LOOPBACK, 0))
+    passed.listen(16)
+    port = passed.getsockname()[1]
+    owner = start_activated(app, tmp_path, CONFIG.format(port0=port, port1=free_port()), passed,
+                            listen_pid=1)
+    try:
+        assert owner.proc.wait(10) == 1
+        log = (tmp_path / "activated.log").read_text()
+        assert f"failed to start: failed to listen on 127.0.0.1:{port}: address already in use" in log
+        assert "socket activation" not in log
+    finally:
+        stop_process(owner)
+        passed.close()
+
+
+def test_unit_verifies(tmp_path):
+    """The unit as installed (ExecStart's path substituted) passes
+    `systemd-analyze verify`; skipped only where the tool is absent."""
+    tool = shutil.which("systemd-analyze")
+    if not tool:
+        pytest.skip("systemd-analyze is not installed (Debian: the systemd package)")
+    app = tmp_path / "bin" / "etemenanki-app"
+    app.parent.mkdir()
+    shutil.copy(os.environ["ETM_APP"], app)
+    unit = (ROOT / "dist" / "etemenanki.service.in").read_text()
+    unit = unit.replace("@bindir@", str(app.parent)).replace("@sysconfdir@", "/etc")
+    path = tmp_path / "etemenanki.service"
+    path.write_text(unit)
+    # verify runs `man` on Documentation=: the page, as installed
+    man = tmp_path / "man" / "man1"
+    man.mkdir(parents=True)
+    shutil.copy(ROOT / "docs" / "man" / "etemenanki-app.1", man)
+    env = dict(os.environ, MANPATH=str(man.parent))
+    r = subprocess.run([tool, "verify", str(path)], capture_output=True, text=True, timeout=60,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == "", r.stderr
+
+
+def test_man_page_names_every_option(run):
+    """docs/man/etemenanki-app.1 is written by hand from docs/cli.md: every
+    option --help and docs/cli.md list has its entry in it."""
+    page = (ROOT / "docs" / "man" / "etemenanki-app.1").read_text()
+    cli = (ROOT / "docs" / "cli.md").read_text()
+    help_opts = re.findall(r"^  (-\w), (--[\w-]+)", run("--help").stdout, re.M)
+    assert len(help_opts) == 5
+    for short, long in help_opts:
+        assert f"`{short}`, `{long}" in cli
+        roff = lambda opt: opt.replace("-", "\\-")
+        assert f'.BR {roff(short)} ", " {roff(long)}' in page, long
