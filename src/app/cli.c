@@ -8,8 +8,11 @@
 #include <sys/resource.h>
 #include <uv.h>
 
+#define PCRE2_CODE_UNIT_WIDTH 8
 #include <ares.h>
+#include <nghttp2/nghttp2.h>
 #include <openssl/crypto.h>
+#include <pcre2.h>
 #include <wslay/wslayver.h>
 
 #include "commit.h" /* generated from app/commit.h.in */
@@ -55,7 +58,8 @@ static const char *const msgs[CLI_MSG_COUNT_] = {
 		      "  -h, --help            print this help and exit\n"
 		      "\n"
 		      "Documentation: docs/README.md\n",
-	[CLI_VERSION] = "etemenanki-app %s (commit %s)\nlibuv %s, %s, c-ares %s, wslay %s, %s\n",
+	[CLI_VERSION] = "etemenanki-app %s (commit %s)\nlibuv %s, %s, c-ares %s, nghttp2 %s, "
+	                "wslay %s, PCRE2 %s, %s\n",
 	[CLI_CONFIG_OK] = "Configuration OK.\n",
 	[CLI_CONFIG_INVALID] = "configuration invalid: %s\n",
 	[CLI_START_FAILED] = "failed to start: %s\n",
@@ -147,9 +151,12 @@ static int parse(int argc, char **argv, cli_opts *o, FILE *out, FILE *err)
 			say0(out, CLI_USAGE);
 			return 0;
 		} else if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+			char pcre2[32] = "?";
+			if (pcre2_config(PCRE2_CONFIG_VERSION, pcre2) < 0)
+				strcpy(pcre2, "?");
 			say(out, CLI_VERSION, etm_version(), ETM_COMMIT, uv_version_string(),
-			    OpenSSL_version(OPENSSL_VERSION), ares_version(NULL), WSLAY_VERSION,
-			    SYSTEMD_VERSION);
+			    OpenSSL_version(OPENSSL_VERSION), ares_version(NULL),
+			    nghttp2_version(0)->version_str, WSLAY_VERSION, pcre2, SYSTEMD_VERSION);
 			return 0;
 		} else if (strcmp(a, "-t") == 0 || strcmp(a, "--test") == 0) {
 			o->test = true;

@@ -204,7 +204,8 @@ def test_version_and_help(run):
     assert first == f"etemenanki-app 0.1.0 (commit {built_commit()})"
     # libsystemd: the version built against, or "no libsystemd" (docs/install.md)
     assert re.fullmatch(r"libuv \d+\.\d+\.\d+, OpenSSL \d+\.\d+\.\d+\S* .+, "
-                        r"c-ares \d+\.\d+\.\d+, wslay \S+, (libsystemd \d+|no libsystemd)",
+                        r"c-ares \d+\.\d+\.\d+, nghttp2 \d+\.\d+\.\d+, wslay \S+, "
+                        r"PCRE2 \d+\.\d+ \S+, (libsystemd \d+|no libsystemd)",
                         libraries), libraries
     r = run("--help")
     assert r.returncode == 0
