@@ -17,6 +17,7 @@
 
 #include "commit.h" /* generated from app/commit.h.in */
 #include "app/config.h"
+#include "app/link_cmd.h"
 #include "app/notify.h"
 #include "app/reload.h"
 #include "base/access_log.h"
@@ -46,6 +47,8 @@ typedef enum cli_msg_id {
  * invalid: " and "failed to start: " are the seeds' words (seed 003). */
 static const char *const msgs[CLI_MSG_COUNT_] = {
 	[CLI_USAGE] = "Usage: etemenanki-app -c FILE [--test] [-l LEVEL]\n"
+		      "       etemenanki-app link import LINK\n"
+		      "       etemenanki-app link export -c FILE [--host NAME]\n"
 		      "\n"
 		      "Runs the proxy described by the TOML file FILE.\n"
 		      "\n"
@@ -56,6 +59,9 @@ static const char *const msgs[CLI_MSG_COUNT_] = {
 		      "  -l, --log-level LEVEL override [log] level: error, warn, info, debug, trace\n"
 		      "  -V, --version         print the version and exit\n"
 		      "  -h, --help            print this help and exit\n"
+		      "\n"
+		      "link import prints the [[outbound]] block of a share link; link export\n"
+		      "prints the share links of FILE's users (docs/links.md).\n"
 		      "\n"
 		      "Documentation: docs/README.md\n",
 	[CLI_VERSION] = "etemenanki-app %s (commit %s)\nlibuv %s, %s, c-ares %s, nghttp2 %s, "
@@ -276,6 +282,8 @@ static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 
 int cli_main(int argc, char **argv, FILE *out, FILE *err)
 {
+	if (argc >= 2 && strcmp(argv[1], "link") == 0)
+		return link_cmd_main(argc - 1, argv + 1, out, err);
 	cli_opts o = {0};
 	int rc = parse(argc, argv, &o, out, err);
 	if (rc >= 0)
