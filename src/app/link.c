@@ -263,6 +263,7 @@ static void query_parse(const char *p, size_t len, query *q)
  * the user is taken up to the last '@', as a password may hold one). */
 typedef struct url {
 	slice user, host, port, query, frag;
+	bool bad_host; /* a '[' without its ']' */
 } url;
 
 static void url_split(const char *p, size_t len, url *u)
@@ -293,7 +294,7 @@ static void url_split(const char *p, size_t len, url *u)
 	if (len && p[0] == '[') {
 		const char *close = memchr(p, ']', len);
 		if (!close) {
-			u->host = (slice){p, len, true}; /* no ']': a host the checks refuse */
+			u->bad_host = true;
 			return;
 		}
 		u->host = (slice){p + 1, (size_t)(close - p - 1), true};
@@ -334,9 +335,7 @@ static int parse_port(slice s, uint16_t *port, link_error *e)
 /* Host and port into o; default_port 0: the port is required. */
 static int take_endpoint(const url *u, uint16_t default_port, etm_outbound_spec *o, link_error *e)
 {
-	if (!u->host.set || u->host.len == 0)
-		return fails(e, LINK_E_NO_HOST, NULL);
-	if (u->host.p[-1] == '[' && u->host.p[u->host.len] != ']')
+	if (u->bad_host || !u->host.set || u->host.len == 0)
 		return fails(e, LINK_E_NO_HOST, NULL);
 	int rc = take(u->host, &o->server, "host", e);
 	if (rc)
@@ -572,9 +571,8 @@ static int import_ss(const char *p, size_t len, etm_outbound_spec *o, link_error
 	char *buf = NULL;
 	url_split(p, len, &u);
 	if (!u.user.set) { /* legacy: decode, then split what it decodes to */
-		size_t blen = u.host.set ? (size_t)(u.host.p + u.host.len - p) : 0;
-		if (u.port.set)
-			blen = (size_t)(u.port.p + u.port.len - p);
+		const char *hash = memchr(p, '#', len);
+		size_t blen = hash ? (size_t)(hash - p) : len;
 		if (!(buf = malloc(blen + 1)))
 			return fails(e, LINK_E_NOMEM, NULL);
 		long n = link_base64_decode(p, blen, (unsigned char *)buf, blen);
