@@ -212,6 +212,17 @@ static int take(slice s, char **out, const char *what, link_error *e)
 	return 0;
 }
 
+/* take() for an optional key: written empty is the same as left out. */
+static int take_opt(slice s, char **out, const char *what, link_error *e)
+{
+	int rc = take(s, out, what, e);
+	if (rc == 0 && *out && !**out) {
+		free(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
 /* The query keys any scheme reads; others are ignored (docs/links.md). */
 typedef struct query {
 	slice type, security, encryption, flow, header_type, sni, alpn, insecure, allow_insecure,
@@ -411,6 +422,15 @@ static int take_list(slice s, etm_strlist *l, const char *what, link_error *e)
 	return 0;
 }
 
+/* The config takes a ws path only from its '/' (a request target, RFC 9112
+ * section 3.2.1); an empty one is the default, "/". */
+static int ws_path_ok(const char *path, link_error *e)
+{
+	if (path && path[0] && path[0] != '/')
+		return fails(e, LINK_E_UNSUPPORTED, "a ws path that does not start with `/`");
+	return 0;
+}
+
 static bool truthy(slice s)
 {
 	return slice_is(s, "1") || slice_is(s, "true");
@@ -442,17 +462,19 @@ static int take_stream(const query *q, etm_security default_sec, etm_outbound_sp
 	else
 		return fail(e, LINK_E_SECURITY, q->security.p, q->security.len);
 	if (st->security == ETM_SEC_TLS) {
-		if ((rc = take(q->sni, &st->tls.server_name, "sni", e)) ||
+		if ((rc = take_opt(q->sni, &st->tls.server_name, "sni", e)) ||
 		    (rc = take_list(q->alpn, &st->tls.alpn, "alpn", e)))
 			return rc;
 		st->tls.allow_insecure = truthy(q->allow_insecure) || truthy(q->insecure);
 	}
 	if (st->network == ETM_NET_WS) {
-		if ((rc = take(q->path, &st->ws.path, "path", e)) ||
-		    (rc = take(q->host, &st->ws.host, "host", e)))
+		if ((rc = take_opt(q->path, &st->ws.path, "path", e)) ||
+		    (rc = take_opt(q->host, &st->ws.host, "host", e)))
+			return rc;
+		if ((rc = ws_path_ok(st->ws.path, e)))
 			return rc;
 	} else if (st->network == ETM_NET_GRPC) {
-		if ((rc = take(q->service_name, &st->grpc.service_name, "serviceName", e)))
+		if ((rc = take_opt(q->service_name, &st->grpc.service_name, "serviceName", e)))
 			return rc;
 	}
 	return 0;
@@ -520,7 +542,7 @@ static int import_hysteria2(const char *p, size_t len, etm_outbound_spec *o, lin
 		return rc;
 	if (q.obfs.set && q.obfs.len)
 		return fails(e, LINK_E_UNSUPPORTED, "hysteria2 obfs");
-	if ((rc = take(q.sni, &o->stream.tls.server_name, "sni", e)))
+	if ((rc = take_opt(q.sni, &o->stream.tls.server_name, "sni", e)))
 		return rc;
 	o->stream.tls.allow_insecure = truthy(q.insecure);
 	return take_tag(u.frag, o, e);
@@ -871,6 +893,8 @@ static int vmess_fields(char *v[VK_COUNT_], etm_outbound_spec *o, link_error *e)
 		}
 	}
 	if (st->network == ETM_NET_WS) {
+		if ((rc = ws_path_ok(v[VK_PATH], e)))
+			return rc;
 		st->ws.path = dup_or_null(v[VK_PATH]);
 		st->ws.host = dup_or_null(v[VK_HOST]);
 	} else if (st->network == ETM_NET_GRPC) {

@@ -346,3 +346,126 @@ def test_mux_settings_are_checked(run, tmp_path, protocol, mux, error):
         assert (r.returncode, r.stdout, r.stderr) == (0, "Configuration OK.\n", "")
     else:
         assert (r.returncode, r.stderr) == (1, f"configuration invalid: {error}\n")
+
+
+# ---------------------------------------------------------------- link import / export
+# Issue 22 item 7: share links (docs/links.md). The parser's cases are in
+# tests/unit/test_link.c; these run the binary for its streams and exit codes.
+
+LINK_UUID = "b831381d-6324-4d53-ad4f-8cda48b30811"
+
+
+def test_link_import_prints_a_block_that_loads(run, tmp_path):
+    r = run("link", "import", f"trojan://pw@t.example.com:8443?security=tls&sni=s.example.com#tj")
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout == ('[[outbound]]\ntag = "tj"\nprotocol = "trojan"\nserver = "t.example.com"\n'
+                        'port = 8443\n\n[outbound.settings]\npassword = "pw"\n\n[outbound.stream]\n'
+                        'security = "tls"\n\n[outbound.stream.tls]\nserver_name = "s.example.com"\n')
+    config = tmp_path / "client.toml"
+    config.write_text('[[inbound]]\ntag = "in"\nprotocol = "socks"\nport = 1080\n\n' + r.stdout)
+    r = run("--test", "-c", str(config))
+    assert (r.returncode, r.stdout) == (0, "Configuration OK.\n")
+
+
+def test_link_import_hysteria2_says_it_cannot_run(run):
+    r = run("link", "import", "hy2://pw@h.example.com#h")
+    assert r.returncode == 0
+    assert r.stdout.startswith("# hysteria2 is parsed and checked by the config, but this build "
+                               "cannot run it:\n")
+    assert r.stderr == ("etemenanki-app: note: hysteria2 outbounds are parsed but cannot run in "
+                        "this build; a start refuses them\n")
+
+
+BAD_LINKS = [
+    ("socks5://h:1", "unknown scheme `socks5` (expected vless, vmess, trojan, ss, hysteria2 or hy2)"),
+    (f"vless://{LINK_UUID}@example.com", "the link has no port"),
+    (f"vless://{LINK_UUID}@example.com:99999", "bad port `99999` (expected a number in 1-65535)"),
+    ("vless://1234@example.com:443", "bad UUID `1234` (expected 8-4-4-4-12 hex digits)"),
+    ("vmess://not*base64", "bad base64 in the vmess link"),
+    ("vmess://e3=", "bad base64 in the vmess link"),
+    ("vmess://eyJhIjpbXX0=", "bad JSON in the vmess link at byte 6 (expected one flat object)"),
+    ("ss://cmM0LW1kNTpwdw@example.com:1", "unknown method `rc4-md5`"),
+    (f"vless://{LINK_UUID}@example.com:443?type=kcp", "unknown network `kcp` (expected tcp, ws or grpc)"),
+]
+
+
+@pytest.mark.parametrize("link,line", BAD_LINKS)
+def test_link_import_bad_links(run, link, line):
+    r = run("link", "import", link)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"etemenanki-app: bad link: {line}\n")
+
+
+SERVER = f"""
+[[inbound]]
+tag = "tj"
+protocol = "trojan"
+listen = "0.0.0.0"
+port = 443
+[[inbound.settings.users]]
+name = "ann"
+password = "secret"
+[inbound.stream]
+security = "tls"
+[inbound.stream.tls]
+certificate = "cert.pem"
+key = "key.pem"
+
+[[inbound]]
+tag = "vl"
+protocol = "vless"
+listen = "0.0.0.0"
+port = 8443
+[[inbound.settings.users]]
+id = "{LINK_UUID}"
+[inbound.stream]
+network = "ws"
+[inbound.stream.ws]
+path = "/v"
+
+[[inbound]]
+tag = "ss"
+protocol = "shadowsocks"
+listen = "0.0.0.0"
+port = 8388
+[inbound.settings]
+method = "aes-128-gcm"
+password = "test"
+
+[[outbound]]
+tag = "direct"
+protocol = "freedom"
+"""
+
+
+def test_link_export_then_import(run, tmp_path):
+    config = tmp_path / "server.toml"
+    config.write_text(SERVER)
+    r = run("link", "export", "-c", str(config), "--host", "proxy.example")
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout.splitlines() == [
+        "trojan://secret@proxy.example:443?type=tcp&security=tls#tj-ann",
+        f"vless://{LINK_UUID}@proxy.example:8443?encryption=none&type=ws&path=%2Fv&security=none#vl",
+        "ss://YWVzLTEyOC1nY206dGVzdA@proxy.example:8388#ss",
+    ]
+    for link in r.stdout.splitlines():
+        back = run("link", "import", link)
+        assert back.returncode == 0, back.stderr
+        assert 'server = "proxy.example"\n' in back.stdout
+
+
+def test_link_export_errors(run, tmp_path):
+    config = tmp_path / "server.toml"
+    config.write_text(SERVER)
+    r = run("link", "export", "-c", str(config))
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", "etemenanki-app: cannot export: inbound tj listens on every address: give --host NAME\n")
+    r = run("link", "export")
+    assert (r.returncode, r.stderr) == (
+        2, "etemenanki-app: link export: no configuration file given; use -c FILE\n")
+    r = run("link", "export", "-c", str(ROOT / "examples" / "quickstart.toml"))
+    assert (r.returncode, r.stderr) == (
+        1, f"etemenanki-app: {ROOT / 'examples' / 'quickstart.toml'} has no trojan, vless, vmess "
+           "or shadowsocks inbound to export\n")
+    r = run("link", "frobnicate")
+    assert (r.returncode, r.stderr) == (
+        2, "etemenanki-app: link: unexpected argument `frobnicate` (see link --help)\n")
