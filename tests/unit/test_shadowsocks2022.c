@@ -81,7 +81,7 @@ static void account(ss_account *a, const vec *v)
 static layer *client_at(const vec *v, const uint8_t *salt, int64_t now)
 {
 	addr_dest d = example_com();
-	layer *l = ss_client_new(v->m, v->key, &d, salt, now, SS2V_PADDING_ARG);
+	layer *l = ss_client_new(v->m, v->key, NULL, &d, salt, now, SS2V_PADDING_ARG);
 	assert_non_null(l);
 	return l;
 }
