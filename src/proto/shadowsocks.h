@@ -328,8 +328,8 @@ __attribute__((warn_unused_result)) ssize_t ss_packet_open(ss_method m, const ui
  * end of its own: shutdown is the socket's.
  *
  * Returns NULL when out of memory, OpenSSL fails, dest is unset or a
- * domain socks_addr_wire_len refuses, or id has identities m cannot carry. Name "shadowsocks"; errors
- * LAYER_ERR_PROTO with error() "shadowsocks: bad chunk" (a tag that does
+ * domain socks_addr_wire_len refuses, or id has identities m cannot
+ * carry. Name "shadowsocks"; errors LAYER_ERR_PROTO with error() "shadowsocks: bad chunk" (a tag that does
  * not match: the wrong password, bytes changed), "shadowsocks: chunk
  * length out of bounds", and for 2022 "shadowsocks: bad response header"
  * (a response of another type or to another request) or "shadowsocks:

@@ -127,8 +127,9 @@ typedef struct ss_server {
  * Authentication is trial decryption: for each user in turn the core
  * derives the subkey of the client's salt (one HKDF-SHA1, or BLAKE3 for
  * 2022) and tries to open the first sealed length (one 2-byte AEAD open;
- * 2022: the 11-byte fixed header); the first that opens is the user. The cost grows with the number of users: n HKDFs and opens for
- * a client no user's key opens.
+ * 2022: the 11-byte fixed header); the first that opens is the user. The
+ * cost grows with the number of users: n HKDFs and opens for a client no
+ * user's key opens.
  *
  * Refusals: no user's key opens the first length ("shadowsocks:
  * authentication failed"), a salt seen within SS_REPLAY_WINDOW, a full
