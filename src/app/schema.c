@@ -221,14 +221,15 @@ static const schema_field ss_fields[] = {
 	     "Cipher: aes-128-gcm, aes-256-gcm, chacha20-ietf-poly1305, or a 2022-blake3- method. "
 	     "Required."),
 	STR(etm_settings_spec, password, "password", NULL,
-	    "Password; for 2022 methods the base64 key. Required."),
+	    "Password; for 2022 methods the base64 key, or <iPSK>:<uPSK> (base64 each) for a "
+	    "user behind an identity key. Required."),
 };
 static const schema_table out_ss = TABLE_OF("[outbound.settings] for shadowsocks", "", ss_fields);
 
 static const schema_field user_ss_fields[] = {
 	STR(etm_user_spec, name, "name", "none", "A label for the user (kept, not logged yet)."),
 	REQ_STR(etm_user_spec, password, "password",
-	        "The user's password, on the inbound's method."),
+	        "The user's password, on the inbound's method (2022: the user's base64 key)."),
 };
 static const schema_table user_ss =
 	TABLE_OF("[[inbound.settings.users]] for shadowsocks", "", user_ss_fields);
@@ -238,11 +239,13 @@ static const schema_field in_ss_fields[] = {
 	     "Cipher: aes-128-gcm, aes-256-gcm, chacha20-ietf-poly1305, or a 2022-blake3- method. "
 	     "Required."),
 	STR(etm_settings_spec, password, "password", NULL,
-	    "Password; for 2022 methods the base64 key. Required unless users are listed."),
+	    "Password; for 2022 methods the base64 key. Required unless users are listed; with "
+	    "users on a 2022 method, the identity key (iPSK) they are behind."),
 	TABLE_ARRAY(etm_settings_spec, users, users_len, "users", user_ss, etm_user_spec,
-	            "Several users, each with its own password, all on the method above (AEAD "
-	            "methods only: 2022's identity headers are not built); the client is found by "
-	            "trial decryption. With users, password is not read."),
+	            "Several users, each with its own password, all on the method above. AEAD: the "
+	            "client is found by trial decryption and password is not read. 2022 (AES "
+	            "methods): each password is the user's key, found by its identity header "
+	            "under password."),
 };
 static const schema_table in_ss = TABLE_OF("[inbound.settings] for shadowsocks", "", in_ss_fields);
 

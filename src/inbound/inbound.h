@@ -37,6 +37,7 @@ typedef struct inbound_user {
 	const char *password;
 	const char *id;
 	const char *method;
+	const char *identity; /* shadowsocks 2022, several users: the server's iPSK (SIP022-2) */
 	const char *name; /* what the access log calls the user; NULL: nothing */
 } inbound_user;
 

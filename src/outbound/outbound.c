@@ -33,6 +33,8 @@ enum {
 	MSG_SS_KEY,
 	MSG_SS_PSK,
 	MSG_SS_2022_UDP,
+	MSG_SS_IDENTITY_METHOD,
+	MSG_SS_IDENTITY_MAX,
 	MSG_COUNT_,
 };
 static const char *const msgs[MSG_COUNT_] = {
@@ -46,6 +48,10 @@ static const char *const msgs[MSG_COUNT_] = {
 	[MSG_SS_KEY] = "outbound %s: cannot derive the key",
 	[MSG_SS_PSK] = "outbound %s: shadowsocks 2022 key must be base64 of %zu bytes",
 	[MSG_SS_2022_UDP] = "outbound %s: shadowsocks 2022 UDP is not available yet",
+	/* SIP022-2: identity headers are AES blocks */
+	[MSG_SS_IDENTITY_METHOD] = "outbound %s: identity PSKs (\"<iPSK>:<uPSK>\") need a "
+	                           "shadowsocks 2022 AES method, not %s",
+	[MSG_SS_IDENTITY_MAX] = "outbound %s: at most %d identity PSKs before the user's PSK",
 };
 
 /* ---- freedom and blackhole ---- */
@@ -240,7 +246,8 @@ static layer *vmess_request(const outbound *o, const addr_dest *dest)
 
 typedef struct ss_cred {
 	ss_method method;
-	uint8_t key[SS_KEY_MAX]; /* EVP_BytesToKey of the password; 2022: the PSK */
+	uint8_t key[SS_KEY_MAX]; /* EVP_BytesToKey of the password; 2022: the (user's) PSK */
+	ss_identity id;          /* 2022: the identity PSKs before it (SIP022-2) */
 	addr_dest server;        /* where UDP packets go: the server's UDP port */
 } ss_cred;
 
@@ -255,13 +262,17 @@ static int ss_build(outbound *o, const outbound_config *cfg, char *err, size_t e
 		return -1;
 	}
 	const char *pw = cfg->password ? cfg->password : "";
-	if (ss_master_key(s->method, pw, strlen(pw), s->key)) {
-		if (ss_method_is_2022(s->method))
-			snprintf(err, err_size, msgs[MSG_SS_PSK], cfg->tag, ss_key_len(s->method));
-		else
-			snprintf(err, err_size, msgs[MSG_SS_KEY], cfg->tag);
+	int r = ss_client_keys(s->method, pw, strlen(pw), s->key, &s->id);
+	if (r == SS_KEYS_ERR_METHOD)
+		snprintf(err, err_size, msgs[MSG_SS_IDENTITY_METHOD], cfg->tag, cfg->method);
+	else if (r == SS_KEYS_ERR_TOO_MANY)
+		snprintf(err, err_size, msgs[MSG_SS_IDENTITY_MAX], cfg->tag, SS2022_IDENTITY_MAX);
+	else if (r && ss_method_is_2022(s->method))
+		snprintf(err, err_size, msgs[MSG_SS_PSK], cfg->tag, ss_key_len(s->method));
+	else if (r)
+		snprintf(err, err_size, msgs[MSG_SS_KEY], cfg->tag);
+	if (r)
 		return -1;
-	}
 	s->server = cfg->server;
 	return 0;
 }
@@ -278,7 +289,7 @@ static layer *ss_request(const outbound *o, const addr_dest *dest)
 	if (RAND_bytes(salt, sizeof salt) != 1 ||
 	    RAND_bytes((uint8_t *)&padding, sizeof padding) != 1)
 		return NULL;
-	return ss_client_new(s->method, s->key, dest, salt, (int64_t)time(NULL), padding);
+	return ss_client_new(s->method, s->key, &s->id, dest, salt, (int64_t)time(NULL), padding);
 }
 
 /* Shadowsocks UDP is packets of its own to the server's port, not a

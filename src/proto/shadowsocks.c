@@ -112,6 +112,35 @@ int ss_master_key(ss_method m, const char *password, size_t len, uint8_t out[SS_
 	return ok ? 0 : -1;
 }
 
+bool ss_method_has_identity(ss_method m)
+{
+	return m == SS_METHOD_2022_AES_128_GCM || m == SS_METHOD_2022_AES_256_GCM;
+}
+
+int ss_client_keys(ss_method m, const char *password, size_t len, uint8_t key[SS_KEY_MAX],
+                   ss_identity *id)
+{
+	*id = (ss_identity){0};
+	if (!ss_method_is_2022(m))
+		return ss_master_key(m, password, len, key) ? SS_KEYS_ERR_PSK : 0;
+	/* SIP022-2: "A set of PSKs, delimited by `:`"; the last is the user's */
+	size_t start = 0;
+	for (size_t i = 0; i <= len; i++) {
+		if (i < len && password[i] != ':')
+			continue;
+		bool last = i == len;
+		if (!last && id->n == SS2022_IDENTITY_MAX)
+			return SS_KEYS_ERR_TOO_MANY;
+		uint8_t *out = last ? key : id->ipsk[id->n];
+		if (ss_master_key(m, password + start, i - start, out))
+			return SS_KEYS_ERR_PSK;
+		if (!last)
+			id->n++;
+		start = i + 1;
+	}
+	return id->n && !ss_method_has_identity(m) ? SS_KEYS_ERR_METHOD : 0;
+}
+
 int ss_subkey(ss_method m, const uint8_t *key, const uint8_t *salt, uint8_t out[SS_KEY_MAX])
 {
 	size_t n = ss_key_len(m), outlen = n;

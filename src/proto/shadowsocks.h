@@ -42,6 +42,18 @@
  *   response    salt, Seal(type 1, timestamp, the request's salt, u16be
  *               length), Seal(payload), then chunks
  *   timestamps  more than SS2022_TIME_WINDOW seconds off is a replay
+ *
+ * and its extensible identity headers (SIP022-2,
+ * 2022-2-shadowsocks-2022-extensible-identity-headers.md, TCP), which put
+ * several users behind one port: between the salt and the first chunk,
+ * one 16-byte header per identity PSK (iPSK) the client was given,
+ *
+ *   identity_subkey  BLAKE3 derive_key("shadowsocks 2022 identity subkey",
+ *                    iPSK || salt), key length
+ *   header           AES-ECB(identity_subkey, BLAKE3 hash(next PSK)[0, 16])
+ *
+ * where the next PSK is the next iPSK, or the user's PSK (uPSK) for the
+ * last; the session subkey is the uPSK's. The response carries none.
  */
 
 typedef enum ss_method {
@@ -92,6 +104,20 @@ typedef enum ss_method {
 #define SS2022_REQ_HEADERS_MAX                                                                  \
 	(SS2022_REQ_FIXED_SEALED + SS_ADDR_MAX + 2 + SS2022_PADDING_MAX + SS_TAG_LEN)
 
+/* SIP022-2: one identity header, one AES block. */
+#define SS2022_IDENTITY_LEN 16
+/* Identity PSKs a client sends headers for at most: one per relay layer
+ * and the server's; four layers is more than any deployment we know. */
+#define SS2022_IDENTITY_MAX 4
+
+/* The identity PSKs a client's request goes through, in order (the
+ * first is the outermost relay's, the last the server's). A zeroed struct
+ * is none: a plain 2022 request. */
+typedef struct ss_identity {
+	size_t n;
+	uint8_t ipsk[SS2022_IDENTITY_MAX][SS_KEY_MAX];
+} ss_identity;
+
 /* A UDP packet at most: what one IPv4/IPv6 datagram can carry. */
 #define SS_PACKET_MAX 65507
 
@@ -117,6 +143,26 @@ size_t ss_chunk_max(ss_method m);
  * another length). */
 __attribute__((warn_unused_result)) int ss_master_key(ss_method m, const char *password,
                                                       size_t len, uint8_t out[SS_KEY_MAX]);
+
+/* What ss_client_keys returns besides 0. */
+enum {
+	SS_KEYS_ERR_PSK = -1,      /* a part is not base64 of ss_key_len(m) bytes */
+	SS_KEYS_ERR_METHOD = -2,   /* identity PSKs with a method that is not AES */
+	SS_KEYS_ERR_TOO_MANY = -3, /* over SS2022_IDENTITY_MAX identity PSKs */
+};
+
+/* A client's password: for AEAD-2017 and a plain 2022 one as
+ * ss_master_key; for 2022 also "iPSK:...:uPSK" (SIP022-2's form, each part
+ * base64), the identity PSKs into *id and the user's PSK into key. SIP022-2
+ * encrypts identity headers "using an AES block cipher": identities with
+ * 2022-blake3-chacha20-poly1305 are refused. 0 (id->n 0 for no
+ * identities), or an SS_KEYS_ERR_*. */
+__attribute__((warn_unused_result)) int ss_client_keys(ss_method m, const char *password,
+                                                       size_t len, uint8_t key[SS_KEY_MAX],
+                                                       ss_identity *id);
+
+/* Whether m can carry identity headers: the 2022 AES methods. */
+bool ss_method_has_identity(ss_method m);
 
 /* The session subkey of master key key and salt (both ss_key_len(m)
  * bytes), into out: HKDF-SHA1, or BLAKE3 derive_key for 2022. 0, or -1
@@ -215,6 +261,25 @@ __attribute__((warn_unused_result)) ssize_t ss2022_response_open(ss_aead *a, con
                                                                  const uint8_t *req_salt,
                                                                  size_t slen, int64_t now);
 
+/* SIP022-2's identity header for the next PSK next_psk, under the
+ * identity PSK ipsk, of the request with salt salt (all ss_key_len(m)
+ * bytes), into out. 0, or -1 (not an AES 2022 method, OpenSSL failed). */
+__attribute__((warn_unused_result)) int ss2022_identity_seal(ss_method m, const uint8_t *ipsk,
+                                                             const uint8_t *salt,
+                                                             const uint8_t *next_psk,
+                                                             uint8_t out[SS2022_IDENTITY_LEN]);
+
+/* Decrypts the identity header in under ipsk and salt into hash: the
+ * first 16 bytes of the next PSK's BLAKE3 hash when the client is one of
+ * ours (the caller looks it up; there is no tag). 0, or -1 (as above). */
+__attribute__((warn_unused_result)) int ss2022_identity_open(ss_method m, const uint8_t *ipsk,
+                                                             const uint8_t *salt,
+                                                             const uint8_t in[SS2022_IDENTITY_LEN],
+                                                             uint8_t hash[SS2022_IDENTITY_LEN]);
+
+/* What a PSK's identity header carries: BLAKE3 hash(psk[0, len))[0, 16]. */
+void ss2022_psk_hash(const uint8_t *psk, size_t len, uint8_t hash[SS2022_IDENTITY_LEN]);
+
 /* ---- target addresses ---- */
 
 /* The span of the ATYP ADDR PORT block at p[0, len): its length, 0 when
@@ -244,7 +309,9 @@ __attribute__((warn_unused_result)) ssize_t ss_packet_open(ss_method m, const ui
 /* ---- client layer ---- */
 
 /* A client layer that opens dest through a Shadowsocks server whose master
- * key is key (ss_key_len(m) bytes), sending salt (ss_key_len(m) random
+ * key is key (ss_key_len(m) bytes; behind identity PSKs, the user's PSK),
+ * with id's identity headers after the salt (id NULL or id->n 0: none;
+ * 2022 AES methods only), sending salt (ss_key_len(m) random
  * bytes, from the caller: the core reads no random source). For a 2022
  * method the request's headers carry now (unix seconds) and 1 + padding %
  * SS2022_PADDING_MAX bytes of padding (padding random from the caller:
@@ -260,14 +327,14 @@ __attribute__((warn_unused_result)) ssize_t ss_packet_open(ss_method m, const ui
  * salt, then opens chunks and passes their payload up. The stream has no
  * end of its own: shutdown is the socket's.
  *
- * Returns NULL when out of memory, OpenSSL fails, or dest is unset or a
- * domain socks_addr_wire_len refuses. Name "shadowsocks"; errors
- * LAYER_ERR_PROTO with error() "shadowsocks: bad chunk" (a tag that does
+ * Returns NULL when out of memory, OpenSSL fails, dest is unset or a
+ * domain socks_addr_wire_len refuses, or id has identities m cannot
+ * carry. Name "shadowsocks"; errors LAYER_ERR_PROTO with error() "shadowsocks: bad chunk" (a tag that does
  * not match: the wrong password, bytes changed), "shadowsocks: chunk
  * length out of bounds", and for 2022 "shadowsocks: bad response header"
  * (a response of another type or to another request) or "shadowsocks:
  * response timestamp out of the window". */
-layer *ss_client_new(ss_method m, const uint8_t *key, const addr_dest *dest,
+layer *ss_client_new(ss_method m, const uint8_t *key, const ss_identity *id, const addr_dest *dest,
                      const uint8_t *salt, int64_t now, uint16_t padding);
 
 #endif

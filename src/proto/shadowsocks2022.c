@@ -1,10 +1,15 @@
-/* shadowsocks2022.c - Shadowsocks 2022's TCP headers (SIP022 3.1.3): the request's fixed and variable headers, the response's fixed header, sealed and opened with their checks. */
+/* shadowsocks2022.c - Shadowsocks 2022's TCP headers (SIP022 3.1.3): the request's fixed and variable headers, the response's fixed header, sealed and opened with their checks; SIP022-2's identity headers. */
 #include <string.h>
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 
 #include "base/bytes.h"
+#include "crypto/blake3.h"
 #include "proto/shadowsocks.h"
+
+/* SIP022-2, TCP */
+#define IDENTITY_CONTEXT "shadowsocks 2022 identity subkey"
 
 /* SIP022 3.1.3: HeaderTypeClientStream, HeaderTypeServerStream */
 #define TYPE_CLIENT 0
@@ -98,4 +103,51 @@ ssize_t ss2022_response_open(ss_aead *a, const uint8_t *in, const uint8_t *req_s
 		return SS2022_ERR_TIME;
 	size_t n = bytes_get16(fixed + 9 + slen);
 	return n ? (ssize_t)n : SS2022_ERR_LENGTH;
+}
+
+/* ---- identity headers (SIP022-2) ---- */
+
+void ss2022_psk_hash(const uint8_t *psk, size_t len, uint8_t hash[SS2022_IDENTITY_LEN])
+{
+	blake3_hash(psk, len, hash, SS2022_IDENTITY_LEN);
+}
+
+/* One AES block of in into out under the identity subkey of ipsk and
+ * salt, one way or the other: ECB, no padding, one block. */
+static int identity_block(ss_method m, const uint8_t *ipsk, const uint8_t *salt,
+                          const uint8_t *in, uint8_t *out, bool enc)
+{
+	if (!ss_method_has_identity(m))
+		return -1;
+	size_t n = ss_key_len(m);
+	uint8_t material[2 * SS_KEY_MAX], sub[SS_KEY_MAX];
+	memcpy(material, ipsk, n);
+	memcpy(material + n, salt, n);
+	blake3_derive_key(IDENTITY_CONTEXT, material, 2 * n, sub, n);
+	OPENSSL_cleanse(material, sizeof material);
+	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+	int len = 0;
+	int ok = c &&
+	         EVP_CipherInit_ex(c, n == 16 ? EVP_aes_128_ecb() : EVP_aes_256_ecb(), NULL, sub,
+	                           NULL, enc) &&
+	         EVP_CIPHER_CTX_set_padding(c, 0) &&
+	         EVP_CipherUpdate(c, out, &len, in, SS2022_IDENTITY_LEN) &&
+	         len == SS2022_IDENTITY_LEN;
+	EVP_CIPHER_CTX_free(c);
+	OPENSSL_cleanse(sub, sizeof sub);
+	return ok ? 0 : -1;
+}
+
+int ss2022_identity_seal(ss_method m, const uint8_t *ipsk, const uint8_t *salt,
+                         const uint8_t *next_psk, uint8_t out[SS2022_IDENTITY_LEN])
+{
+	uint8_t hash[SS2022_IDENTITY_LEN];
+	ss2022_psk_hash(next_psk, ss_key_len(m), hash);
+	return identity_block(m, ipsk, salt, hash, out, true);
+}
+
+int ss2022_identity_open(ss_method m, const uint8_t *ipsk, const uint8_t *salt,
+                         const uint8_t in[SS2022_IDENTITY_LEN], uint8_t hash[SS2022_IDENTITY_LEN])
+{
+	return identity_block(m, ipsk, salt, in, hash, false);
 }

@@ -1,4 +1,4 @@
-/* shadowsocks_client.c - the Shadowsocks client layer (AEAD-2017 and 2022): our salt and the target's address (for 2022 in the request's headers), then chunks both ways. */
+/* shadowsocks_client.c - the Shadowsocks client layer (AEAD-2017 and 2022): our salt (2022: and identity headers) and the target's address (for 2022 in the request's headers), then chunks both ways. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +20,9 @@ static const char *const TEXTS[T_COUNT_] = {
 static size_t pend_max(ss_method m)
 {
 	size_t chunk = SS_LEN_BLOCK + ss_chunk_max(m) + SS_TAG_LEN;
-	size_t first = SS_KEY_MAX + (ss_method_is_2022(m) ? SS2022_REQ_HEADERS_MAX : SS_CHUNK_MAX);
+	size_t first = SS_KEY_MAX + (ss_method_is_2022(m) ? SS2022_IDENTITY_MAX * SS2022_IDENTITY_LEN +
+	                                                        SS2022_REQ_HEADERS_MAX
+	                                                  : SS_CHUNK_MAX);
 	return chunk > first ? chunk : first;
 }
 
@@ -201,11 +203,28 @@ static const layer_ops client_ops = {
 	.free = client_free,
 };
 
-layer *ss_client_new(ss_method m, const uint8_t *key, const addr_dest *dest, const uint8_t *salt,
-                     int64_t now, uint16_t padding)
+/* SIP022-2: one identity header per iPSK, each naming the next PSK (the
+ * next iPSK, the user's for the last), at out. Returns their length, or
+ * -1. */
+static ssize_t identities(ss_method m, const uint8_t *key, const ss_identity *id,
+                          const uint8_t *salt, uint8_t *out)
 {
+	for (size_t i = 0; i < id->n; i++) {
+		const uint8_t *next = i + 1 < id->n ? id->ipsk[i + 1] : key;
+		if (ss2022_identity_seal(m, id->ipsk[i], salt, next, out + i * SS2022_IDENTITY_LEN))
+			return -1;
+	}
+	return (ssize_t)(id->n * SS2022_IDENTITY_LEN);
+}
+
+layer *ss_client_new(ss_method m, const uint8_t *key, const ss_identity *id, const addr_dest *dest,
+                     const uint8_t *salt, int64_t now, uint16_t padding)
+{
+	static const ss_identity none = {0};
 	size_t alen = socks_addr_wire_len(dest), slen = ss_key_len(m);
-	if (!alen || !slen)
+	if (!id)
+		id = &none;
+	if (!alen || !slen || id->n > SS2022_IDENTITY_MAX || (id->n && !ss_method_has_identity(m)))
 		return NULL;
 	ss_client *c = calloc(1, sizeof *c);
 	if (!c)
@@ -225,14 +244,18 @@ layer *ss_client_new(ss_method m, const uint8_t *key, const addr_dest *dest, con
 	if (bad)
 		goto fail;
 	memcpy(c->pend, salt, slen);
+	ssize_t ih = identities(m, key, id, salt, c->pend + slen);
+	if (ih < 0)
+		goto fail;
+	size_t head = slen + (size_t)ih;
 	socks_addr_put(dest, addr);
 	ssize_t n = ss_method_is_2022(m)
 	                    ? ss2022_request_seal(&c->tx, now, addr, alen,
-	                                          1 + padding % SS2022_PADDING_MAX, c->pend + slen)
-	                    : ss_chunk_seal(&c->tx, addr, alen, c->pend + slen);
+	                                          1 + padding % SS2022_PADDING_MAX, c->pend + head)
+	                    : ss_chunk_seal(&c->tx, addr, alen, c->pend + head);
 	if (n < 0)
 		goto fail;
-	c->pend_len = slen + (size_t)n;
+	c->pend_len = head + (size_t)n;
 	return &c->base;
 fail:
 	client_free(&c->base);

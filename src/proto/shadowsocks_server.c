@@ -24,6 +24,7 @@ enum text {
 	T_EMPTY,
 	T_MEMORY,
 	T_STATE,
+	T_IDENTITY,
 	T_COUNT_,
 };
 
@@ -42,12 +43,27 @@ static const char *const TEXTS[T_COUNT_] = {
 	[T_EMPTY] = "shadowsocks: a request header with neither payload nor padding",
 	[T_MEMORY] = "shadowsocks: out of memory",
 	[T_STATE] = "shadowsocks: called after the request was decided",
+	[T_IDENTITY] = "shadowsocks: unknown identity (no user's key hash matches the identity header)",
 };
 
 int ss_account_init(ss_account *a, ss_method m, const char *password, size_t len)
 {
 	*a = (ss_account){.method = m};
-	return ss_master_key(m, password, len, a->key);
+	if (ss_master_key(m, password, len, a->key))
+		return -1;
+	if (ss_method_is_2022(m))
+		ss2022_psk_hash(a->key, ss_key_len(m), a->hash);
+	return 0;
+}
+
+int ss_account_set_identity(ss_account *a, const char *ipsk, size_t len)
+{
+	if (!ss_method_has_identity(a->method))
+		return SS_KEYS_ERR_METHOD;
+	if (ss_master_key(a->method, ipsk, len, a->ipsk))
+		return SS_KEYS_ERR_PSK;
+	a->identity = true;
+	return 0;
 }
 
 /* ---- replay filter ---- */
@@ -123,13 +139,12 @@ static size_t start_len(ss_method m)
 }
 
 /* Trial decryption: the first user whose subkey of the salt at in opens
- * the sealed start after it. Returns the bytes used (salt and start), 0
- * for more, or REFUSE with *why. */
-static ssize_t authenticate(ss_server *s, const uint8_t *in, size_t len, int64_t now,
-                            enum text *why)
+ * the sealed start after it. Returns the bytes used (salt and start) with
+ * *plen the first chunk's length, 0 for more, or REFUSE with *why. */
+static ssize_t trial(ss_server *s, const uint8_t *in, size_t len, int64_t now, ssize_t *plen,
+                     enum text *why)
 {
 	bool short_ = false;
-	ssize_t plen = 0;
 	size_t slen = 0, start = 0;
 	enum text bad_start = T_LENGTH;
 	for (size_t i = 0; i < s->n_users && s->user < 0; i++) {
@@ -148,8 +163,8 @@ static ssize_t authenticate(ss_server *s, const uint8_t *in, size_t len, int64_t
 			*why = T_MEMORY;
 			return REFUSE;
 		}
-		plen = open_start(s, a, in + slen, now, &bad_start);
-		if (plen == PROTO_ERR_MALFORMED) {
+		*plen = open_start(s, a, in + slen, now, &bad_start);
+		if (*plen == PROTO_ERR_MALFORMED) {
 			ss_aead_free(&s->rx);
 			continue;
 		}
@@ -159,10 +174,63 @@ static ssize_t authenticate(ss_server *s, const uint8_t *in, size_t len, int64_t
 		*why = T_AUTH;
 		return short_ ? 0 : REFUSE;
 	}
-	if (plen < 0) {
-		*why = bad_start; /* the right key, a start no client of ours sends */
+	*why = bad_start; /* if the start is one no client of ours sends */
+	return (ssize_t)(slen + start);
+}
+
+/* SIP022-2: the identity header after the salt names the user; that
+ * user's subkey must open the fixed header. As trial. */
+static ssize_t identify(ss_server *s, const uint8_t *in, size_t len, int64_t now, ssize_t *plen,
+                        enum text *why)
+{
+	const ss_account *first = &s->users[0];
+	size_t slen = ss_key_len(first->method), start = SS2022_IDENTITY_LEN + SS2022_REQ_FIXED_SEALED;
+	if (len < slen + start)
+		return 0;
+	uint8_t hash[SS2022_IDENTITY_LEN];
+	if (ss2022_identity_open(first->method, first->ipsk, in, in + slen, hash)) {
+		*why = T_MEMORY;
 		return REFUSE;
 	}
+	/* every user compared, so the time taken does not say which matched */
+	int who = -1;
+	for (size_t i = 0; i < s->n_users; i++)
+		if (CRYPTO_memcmp(s->users[i].hash, hash, sizeof hash) == 0 && who < 0)
+			who = (int)i;
+	if (who < 0) {
+		*why = T_IDENTITY;
+		return REFUSE;
+	}
+	const ss_account *a = &s->users[who];
+	uint8_t sub[SS_KEY_MAX];
+	int bad = ss_subkey(a->method, a->key, in, sub) || ss_aead_init(&s->rx, a->method, sub, false);
+	OPENSSL_cleanse(sub, sizeof sub);
+	if (bad) {
+		*why = T_MEMORY;
+		return REFUSE;
+	}
+	*plen = open_start(s, a, in + slen + SS2022_IDENTITY_LEN, now, why);
+	if (*plen == PROTO_ERR_MALFORMED) {
+		*why = T_AUTH;
+		return REFUSE;
+	}
+	s->user = who;
+	return (ssize_t)(slen + start);
+}
+
+/* Finds the user (trial or identify), then checks the start and the
+ * salt. Returns the bytes used, 0 for more, or REFUSE with *why. */
+static ssize_t authenticate(ss_server *s, const uint8_t *in, size_t len, int64_t now,
+                            enum text *why)
+{
+	ssize_t plen = 0;
+	bool eih = s->n_users && s->users[0].identity;
+	ssize_t used = eih ? identify(s, in, len, now, &plen, why) : trial(s, in, len, now, &plen, why);
+	if (used <= 0)
+		return used;
+	if (plen < 0)
+		return REFUSE; /* the right key, a start no client of ours sends: *why says */
+	size_t slen = ss_key_len(s->users[s->user].method);
 	if (s->replay) {
 		int r = s->replay(s->replay_ud, in, slen, now);
 		if (r != SS_REPLAY_NEW) {
@@ -178,7 +246,7 @@ static ssize_t authenticate(ss_server *s, const uint8_t *in, size_t len, int64_t
 		*why = T_MEMORY;
 		return REFUSE;
 	}
-	return (ssize_t)(slen + start);
+	return used;
 }
 
 /* The first chunk is whole in s->first: open it and read the target. 0,

@@ -14,16 +14,29 @@
 /* ---- accounts ---- */
 
 /* One user as the core reads it: the method and the master key, derived
- * once on the control thread. */
+ * once on the control thread; behind an identity PSK (SIP022-2, several
+ * users on one 2022 port) also that iPSK and the hash its clients' identity
+ * header carries. */
 typedef struct ss_account {
 	ss_method method;
 	uint8_t key[SS_KEY_MAX];
+	bool identity;                       /* ipsk set: the client sends an identity header */
+	uint8_t ipsk[SS_KEY_MAX];            /* the server's iPSK, the same for every user */
+	uint8_t hash[SS2022_IDENTITY_LEN];   /* ss2022_psk_hash of key */
 } ss_account;
 
 /* Fills a for method m and password[0, len) (for 2022 the PSK's base64,
  * ss_master_key). 0, or -1 (OpenSSL failed, or not a 2022 key). */
 __attribute__((warn_unused_result)) int ss_account_init(ss_account *a, ss_method m,
                                                         const char *password, size_t len);
+
+/* Puts a (ss_account_init'ed) behind the identity PSK ipsk[0, len)
+ * (base64, as a 2022 key). The core reads the identity of users[0] for all:
+ * every user of a core has the same iPSK, or none has one. 0, or
+ * SS_KEYS_ERR_METHOD (not a 2022 AES method: SIP022-2's headers are AES
+ * blocks) or SS_KEYS_ERR_PSK (not base64 of the key's length). */
+__attribute__((warn_unused_result)) int ss_account_set_identity(ss_account *a, const char *ipsk,
+                                                                size_t len);
 
 /* ---- the salt replay filter ---- */
 
@@ -114,8 +127,9 @@ typedef struct ss_server {
  * Authentication is trial decryption: for each user in turn the core
  * derives the subkey of the client's salt (one HKDF-SHA1, or BLAKE3 for
  * 2022) and tries to open the first sealed length (one 2-byte AEAD open;
- * 2022: the 11-byte fixed header); the first that opens is the user. The cost grows with the number of users: n HKDFs and opens for
- * a client no user's key opens.
+ * 2022: the 11-byte fixed header); the first that opens is the user. The
+ * cost grows with the number of users: n HKDFs and opens for a client no
+ * user's key opens.
  *
  * Refusals: no user's key opens the first length ("shadowsocks:
  * authentication failed"), a salt seen within SS_REPLAY_WINDOW, a full
@@ -127,7 +141,12 @@ typedef struct ss_server {
  * SS2022_TIME_WINDOW off now ("shadowsocks: request timestamp out of the
  * window"), a padding over SS2022_PADDING_MAX or past the header ("...
  * the padding runs past the header"), and a header with neither payload
- * nor padding (SIP022 3.1.3). A 2022 request's salt and fixed header that
+ * nor padding (SIP022 3.1.3). Behind an identity PSK (SIP022-2) there is
+ * no trial: the identity header after the salt names the user by its
+ * PSK's hash, and a hash no user has is refused ("shadowsocks: unknown
+ * identity (no user's key hash matches the identity header)"); then the
+ * user's key opens the fixed header or the request is refused as
+ * "authentication failed". A 2022 request's salt and fixed header that
  * come over several reads are waited for (SIP022 3.1.3 asks for one read:
  * not built; a refusal is drained either way). */
 

@@ -104,10 +104,14 @@ int build_inbound(inbound_rt *in, const etm_inbound_spec *sp, const connector *c
 		                          .name = set->users[i].name ? set->users[i].name
 		                                                     : set->users[i].username};
 	/* Shadowsocks: settings.method for every user; settings.password is
-	 * the one user when settings.users lists none */
+	 * the one user when settings.users lists none, and with a 2022 method
+	 * and users the identity PSK they are behind (SIP022-2) */
 	if (sp->protocol == ETM_PROTO_SHADOWSOCKS) {
-		for (size_t i = 0; i < set->users_len; i++)
+		bool eih = set->method >= ETM_SS_2022_BLAKE3_AES_128_GCM;
+		for (size_t i = 0; i < set->users_len; i++) {
 			users[i].method = etm_ss_method_name(set->method);
+			users[i].identity = eih ? set->password : NULL;
+		}
 		if (set->users_len == 0) {
 			users[0] = (inbound_user){.password = set->password,
 			                          .method = etm_ss_method_name(set->method)};

@@ -54,6 +54,10 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_UNAVAILABLE_OUTBOUND] = "outbound %s: protocol %s is not available yet",
 	[SPEC_UNAVAILABLE_FEATURE] = "%s is not available yet",
 	[SPEC_UNAVAILABLE_IN_FEATURE] = "inbound %s: %s is not available yet",
+	[SPEC_SS_IDENTITY_NEEDED] = "inbound %s: several users on a shadowsocks 2022 inbound need "
+				    "settings.password, the identity PSK they are behind",
+	[SPEC_SS_IDENTITY_METHOD] = "inbound %s: several users on a shadowsocks 2022 inbound need "
+				    "an AES method (identity headers are AES blocks), not %s",
 	[SPEC_UNAVAILABLE_IN_METHOD] = "inbound %s: shadowsocks method %s is not available yet",
 	[SPEC_UNAVAILABLE_OUT_METHOD] = "outbound %s: shadowsocks method %s is not available yet",
 	[SPEC_DUPLICATE_CLUSTER] = "duplicate cluster tag: %s",
@@ -511,6 +515,13 @@ static int check_inbound(const etm_inbound_spec *in, char *msg, size_t size)
 		if (!st->password && st->users_len == 0)
 			return spec_format(msg, size, SPEC_INBOUND_NEEDS_SETTING, in->tag, pn,
 			                   "password");
+		/* SIP022-2: several 2022 users are told apart by an identity
+		 * header under the server's identity PSK, an AES block */
+		if (st->users_len && st->method == ETM_SS_2022_BLAKE3_CHACHA20_POLY1305)
+			return spec_format(msg, size, SPEC_SS_IDENTITY_METHOD, in->tag,
+			                   etm_ss_method_name(st->method));
+		if (st->users_len && st->method >= ETM_SS_2022_BLAKE3_AES_128_GCM && !st->password)
+			return spec_format(msg, size, SPEC_SS_IDENTITY_NEEDED, in->tag);
 		break;
 	default:
 		break;
@@ -788,12 +799,6 @@ int etm_spec_check_available(const etm_spec *s, char *msg, size_t size)
 		if (in->sniffing && in->protocol == ETM_PROTO_SHADOWSOCKS)
 			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag,
 			                   "sniffing on a shadowsocks inbound");
-		/* SIP022's identity headers (several users on one 2022 port) are
-		 * not built: refused rather than served to the first user only */
-		if (in->protocol == ETM_PROTO_SHADOWSOCKS && in->settings.users_len &&
-		    in->settings.method >= ETM_SS_2022_BLAKE3_AES_128_GCM)
-			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag,
-			                   "several users on a shadowsocks 2022 inbound");
 		if (in->protocol == ETM_PROTO_SHADOWSOCKS &&
 		    !ss_method_available(in->settings.method))
 			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_METHOD, in->tag,

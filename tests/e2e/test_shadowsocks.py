@@ -20,7 +20,9 @@ TCP, both ways.
 Shadowsocks 2022 (SIP022, TCP): no packaged peer exists, so ours to ours
 for 2022-blake3-aes-128-gcm, -aes-256-gcm and -chacha20-poly1305 (16 MiB,
 half-close, burst), a wrong key drained and not answered, a replayed first
-flight refused, and the exact texts for a key of the wrong length.
+flight refused, and the exact texts for a key of the wrong length. Two
+users behind an identity PSK (SIP022-2), ours to ours, and an unknown
+identity drained.
 
 Also: a wrong password is not answered and not closed at once (the drain),
 a replayed first packet is refused and logged, the spec refuses sniffing
@@ -359,6 +361,60 @@ def test_2022_replayed_request_is_refused(chain, echo):
     assert replies[1] is None, chain.logs()
 
 
+def our_server_eih(method, ipsk, upsks):
+    """A 2022 inbound on {port0} with users behind the identity PSK ipsk
+    (SIP022-2) -> freedom."""
+    text = ('[log]\naccess = "stderr"\n\n'
+            '[[inbound]]\ntag = "in"\nprotocol = "shadowsocks"\nlisten = "127.0.0.1"\n'
+            f'port = {{port0}}\n[inbound.settings]\nmethod = "{method}"\npassword = "{ipsk}"\n')
+    for i, pw in enumerate(upsks):
+        text += f'[[inbound.settings.users]]\nname = "u{i}"\npassword = "{pw}"\n'
+    return text + "\n" + interop.FREEDOM
+
+
+@pytest.mark.parametrize("method", ["2022-blake3-aes-128-gcm", "2022-blake3-aes-256-gcm"])
+def test_2022_two_users_ours_to_ours(chain, echo, method):
+    """Two users behind one identity PSK: each client ("iPSK:uPSK") gets
+    through (the first with 16 MiB, half-close and burst), and the server
+    names the user the identity header named."""
+    n = METHODS_2022[method]
+    ipsk, users = psk(n), [psk(n), psk(n)]
+    server = chain.proxy(our_server_eih(method, ipsk, users))
+    first = chain.proxy(our_client(method, server.port, password=f"{ipsk}:{users[0]}"))
+    interop.echo_check(first.port, echo.port, chain.logs)
+    second = chain.proxy(our_client(method, server.port, password=f"{ipsk}:{users[1]}"))
+    with socks5_connect(second.port, LOOPBACK, echo.port, timeout=5) as s:
+        s.settimeout(5)
+        s.sendall(b"second user")
+        assert s.recv(64) == b"second user", chain.logs()
+    saw_ours(chain, echo.port)
+    interop.assert_logged(server, "inbound in user u0 rule", chain.logs)
+    interop.assert_logged(server, "inbound in user u1 rule", chain.logs)
+
+
+def test_2022_unknown_identity_is_drained_not_answered(chain, echo):
+    """A client behind the right identity PSK with a user PSK the server
+    does not list: nothing comes back, the connection is held for the drain
+    and the refusal is logged."""
+    method = "2022-blake3-aes-128-gcm"
+    ipsk = psk(16)
+    server = chain.proxy(our_server_eih(method, ipsk, [psk(16), psk(16)]))
+    client = chain.proxy(our_client(method, server.port, password=f"{ipsk}:{psk(16)}"))
+    start = time.monotonic()
+    with socks5_connect(client.port, LOOPBACK, echo.port, timeout=5) as s:
+        s.settimeout(10)
+        s.sendall(b"hello")
+        try:
+            got = s.recv(16)
+        except OSError:
+            got = b""
+    took = time.monotonic() - start
+    assert got == b"", chain.logs()
+    assert took >= 1.9, f"closed after {took:.2f} s\n{chain.logs()}"
+    interop.assert_logged(server, "refused: shadowsocks: unknown identity (no user's key hash "
+                          "matches the identity header)", chain.logs)
+
+
 def check_fails(run, tmp_path, text, want):
     path = tmp_path / "c.toml"
     path.write_text(text)
@@ -624,10 +680,39 @@ def test_users_spec(run, tmp_path):
     check_fails(run, tmp_path, base + '[inbound.settings]\nmethod = "aes-128-gcm"\n'
                 '[[inbound.settings.users]]\nname = "a"\n\n' + interop.FREEDOM,
                 "missing field `password`")
-    check_fails(run, tmp_path, base + '[inbound.settings]\nmethod = "2022-blake3-aes-128-gcm"\n'
-                f'password = "{psk(16)}"\n[[inbound.settings.users]]\npassword = "{psk(16)}"\n\n' +
-                interop.FREEDOM,
-                "inbound ss: several users on a shadowsocks 2022 inbound is not available yet")
+    # SIP022-2: several 2022 users are behind settings.password, an AES
+    # identity PSK
+    users = f'[[inbound.settings.users]]\npassword = "{psk(32)}"\n\n' + interop.FREEDOM
+    check_fails(run, tmp_path, base + '[inbound.settings]\nmethod = '
+                f'"2022-blake3-chacha20-poly1305"\npassword = "{psk(32)}"\n' + users,
+                "inbound ss: several users on a shadowsocks 2022 inbound need an AES method "
+                "(identity headers are AES blocks), not 2022-blake3-chacha20-poly1305")
+    check_fails(run, tmp_path, base + '[inbound.settings]\nmethod = "2022-blake3-aes-256-gcm"\n'
+                + users,
+                "inbound ss: several users on a shadowsocks 2022 inbound need settings.password, "
+                "the identity PSK they are behind")
+    check_fails(run, tmp_path, base + '[inbound.settings]\nmethod = "2022-blake3-aes-256-gcm"\n'
+                f'password = "{psk(16)}"\n' + users,
+                "configuration invalid: inbound ss: shadowsocks 2022 identity key "
+                "(settings.password) must be base64 of 32 bytes")
+    check_fails(run, tmp_path, base + '[inbound.settings]\nmethod = "2022-blake3-aes-256-gcm"\n'
+                f'password = "{psk(32)}"\n[[inbound.settings.users]]\npassword = "{psk(16)}"\n\n'
+                + interop.FREEDOM,
+                "configuration invalid: inbound ss: shadowsocks 2022 key must be base64 of 32 "
+                "bytes")
+    out = ('[[outbound]]\ntag = "o"\nprotocol = "shadowsocks"\nserver = "127.0.0.1"\n'
+           'port = 1\n[outbound.settings]\n')
+    check_fails(run, tmp_path, out + 'method = "2022-blake3-chacha20-poly1305"\n'
+                f'password = "{psk(32)}:{psk(32)}"\n',
+                'configuration invalid: outbound o: identity PSKs ("<iPSK>:<uPSK>") need a '
+                "shadowsocks 2022 AES method, not 2022-blake3-chacha20-poly1305")
+    check_fails(run, tmp_path, out + 'method = "2022-blake3-aes-128-gcm"\n'
+                f'password = "{":".join(psk(16) for _ in range(6))}"\n',
+                "configuration invalid: outbound o: at most 4 identity PSKs before the user's PSK")
+    check_fails(run, tmp_path, out + 'method = "2022-blake3-aes-128-gcm"\n'
+                f'password = "{psk(16)}:{psk(32)}"\n',
+                "configuration invalid: outbound o: shadowsocks 2022 key must be base64 of 16 "
+                "bytes")
     path = tmp_path / "ok.toml"
     path.write_text(base + '[inbound.settings]\nmethod = "aes-128-gcm"\n'
                     '[[inbound.settings.users]]\npassword = "a"\n'

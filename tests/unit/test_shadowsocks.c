@@ -79,7 +79,7 @@ static void methods_and_keys(void **state)
 static layer *client(const vec *v)
 {
 	addr_dest d = example_com();
-	layer *l = ss_client_new(v->m, v->key, &d, SALT, NOW, 0);
+	layer *l = ss_client_new(v->m, v->key, NULL, &d, SALT, NOW, 0);
 	assert_non_null(l);
 	return l;
 }
@@ -108,9 +108,9 @@ static void client_refuses_what_it_cannot_send(void **state)
 {
 	(void)state;
 	addr_dest unset = {0};
-	assert_null(ss_client_new(SS_METHOD_AES_128_GCM, VECS[0].key, &unset, SALT, NOW, 0));
+	assert_null(ss_client_new(SS_METHOD_AES_128_GCM, VECS[0].key, NULL, &unset, SALT, NOW, 0));
 	addr_dest d = example_com();
-	assert_null(ss_client_new(SS_METHOD_COUNT_, VECS[0].key, &d, SALT, NOW, 0));
+	assert_null(ss_client_new(SS_METHOD_COUNT_, VECS[0].key, NULL, &d, SALT, NOW, 0));
 }
 
 /* Server-side bytes for the client: salt, then a chunk of each of

@@ -1,8 +1,9 @@
-/* test_shadowsocks2022.c - Shadowsocks 2022 (SIP022) over TCP: PSKs, subkeys and both sides' first bytes against vectors computed apart (shadowsocks2022_vectors.h), every truncation and changed byte, the time window, replays, bad headers, round trips with 0xFFFF-byte chunks. */
+/* test_shadowsocks2022.c - Shadowsocks 2022 (SIP022) over TCP: PSKs, subkeys and both sides' first bytes against vectors computed apart (shadowsocks2022_vectors.h), every truncation and changed byte, the time window, replays, bad headers, identity headers (SIP022-2: several users behind an iPSK), round trips with 0xFFFF-byte chunks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,7 +82,7 @@ static void account(ss_account *a, const vec *v)
 static layer *client_at(const vec *v, const uint8_t *salt, int64_t now)
 {
 	addr_dest d = example_com();
-	layer *l = ss_client_new(v->m, v->key, &d, salt, now, SS2V_PADDING_ARG);
+	layer *l = ss_client_new(v->m, v->key, NULL, &d, salt, now, SS2V_PADDING_ARG);
 	assert_non_null(l);
 	return l;
 }
@@ -479,6 +480,267 @@ static void server_refuses_bad_headers(void **state)
 	}
 }
 
+/* ---- identity headers (SIP022-2): several users behind an iPSK ---- */
+
+typedef struct eih_vec {
+	ss_method m;
+	const char *ipsk, *relay_ipsk, *upsk, *other; /* other: a user that is not the client */
+	const uint8_t *hash, *first, *two, *response;
+	size_t first_len, two_len, response_len;
+} eih_vec;
+
+#define E(M, T, O)                                                                                \
+	{M,                                                                                        \
+	 SS2V_##T##_IPSK,                                                                          \
+	 SS2V_##T##_RELAY_IPSK,                                                                    \
+	 SS2V_##T##_UPSK,                                                                          \
+	 O,                                                                                        \
+	 SS2V_##T##_UPSK_HASH,                                                                     \
+	 SS2V_##T##_EIH_FIRST,                                                                     \
+	 SS2V_##T##_EIH_TWO,                                                                       \
+	 SS2V_##T##_EIH_RESPONSE,                                                                  \
+	 sizeof SS2V_##T##_EIH_FIRST,                                                              \
+	 sizeof SS2V_##T##_EIH_TWO,                                                                \
+	 sizeof SS2V_##T##_EIH_RESPONSE}
+
+static const eih_vec EIH[] = {
+	E(SS_METHOD_2022_AES_128_GCM, AES_128_GCM, SS2V_AES_128_GCM_PSK),
+	E(SS_METHOD_2022_AES_256_GCM, AES_256_GCM, SS2V_AES_256_GCM_PSK),
+};
+#define N_EIH (sizeof EIH / sizeof EIH[0])
+
+static const char UNKNOWN_IDENTITY[] =
+	"shadowsocks: unknown identity (no user's key hash matches the identity header)";
+
+/* users[0] is another user, users[1] the vectors' client; both behind
+ * ipsk. */
+static void eih_users(ss_account users[2], const eih_vec *e, const char *ipsk)
+{
+	assert_int_equal(ss_account_init(&users[0], e->m, e->other, strlen(e->other)), 0);
+	assert_int_equal(ss_account_init(&users[1], e->m, e->upsk, strlen(e->upsk)), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(ss_account_set_identity(&users[i], ipsk, strlen(ipsk)), 0);
+	assert_memory_equal(users[1].hash, e->hash, SS2022_IDENTITY_LEN);
+}
+
+static layer *eih_client(const eih_vec *e, const char *password)
+{
+	uint8_t key[SS_KEY_MAX];
+	ss_identity id;
+	assert_int_equal(ss_client_keys(e->m, password, strlen(password), key, &id), 0);
+	addr_dest d = example_com();
+	layer *l = ss_client_new(e->m, key, &id, &d, SALT, NOW, SS2V_PADDING_ARG);
+	assert_non_null(l);
+	return l;
+}
+
+static void identity_client_bytes_are_exact(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < N_EIH; i++) {
+		const eih_vec *e = &EIH[i];
+		char pw[256];
+		const struct {
+			const uint8_t *want;
+			size_t len;
+			int n;
+		} cases[] = {{e->first, e->first_len, 1}, {e->two, e->two_len, 2}};
+		for (size_t k = 0; k < 2; k++) {
+			if (cases[k].n == 1)
+				snprintf(pw, sizeof pw, "%s:%s", e->ipsk, e->upsk);
+			else
+				snprintf(pw, sizeof pw, "%s:%s:%s", e->relay_ipsk, e->ipsk, e->upsk);
+			layer *l = eih_client(e, pw);
+			uint8_t out[2048];
+			layer_buf down = {out, 0, sizeof out};
+			assert_int_equal(l->ops->start(l, &down), 0);
+			assert_int_equal(down.len, cases[k].len);
+			assert_memory_equal(out, cases[k].want, cases[k].len);
+			/* the response is the user's: its PSK opens it */
+			uint8_t got[64];
+			size_t n;
+			l->ops->free(l);
+			l = eih_client(e, pw);
+			assert_null(client_reads(l, e->response, e->response_len, 1, got, &n));
+			assert_int_equal(n, 5);
+			assert_memory_equal(got, "world", 5);
+			l->ops->free(l);
+		}
+	}
+}
+
+static void identity_keys_are_checked(void **state)
+{
+	(void)state;
+	const eih_vec *e = &EIH[0];
+	uint8_t key[SS_KEY_MAX];
+	ss_identity id;
+	char pw[512];
+	/* no identity: the plain PSK */
+	assert_int_equal(ss_client_keys(e->m, e->upsk, strlen(e->upsk), key, &id), 0);
+	assert_int_equal(id.n, 0);
+	/* AEAD-2017 passwords may hold a colon: not split */
+	assert_int_equal(ss_client_keys(SS_METHOD_AES_128_GCM, "a:b", 3, key, &id), 0);
+	assert_int_equal(id.n, 0);
+	/* chacha20: identity headers are AES blocks (SIP022-2) */
+	snprintf(pw, sizeof pw, "%s:%s", SS2V_CHACHA20_POLY1305_PSK, SS2V_CHACHA20_POLY1305_PSK);
+	assert_int_equal(ss_client_keys(SS_METHOD_2022_CHACHA20_POLY1305, pw, strlen(pw), key, &id),
+	                 SS_KEYS_ERR_METHOD);
+	/* a part that is not the key's length, an empty part */
+	snprintf(pw, sizeof pw, "%s:%s", EIH[1].ipsk, e->upsk);
+	assert_int_equal(ss_client_keys(e->m, pw, strlen(pw), key, &id), SS_KEYS_ERR_PSK);
+	snprintf(pw, sizeof pw, "%s:", e->ipsk);
+	assert_int_equal(ss_client_keys(e->m, pw, strlen(pw), key, &id), SS_KEYS_ERR_PSK);
+	snprintf(pw, sizeof pw, ":%s", e->upsk);
+	assert_int_equal(ss_client_keys(e->m, pw, strlen(pw), key, &id), SS_KEYS_ERR_PSK);
+	/* SS2022_IDENTITY_MAX identity PSKs are taken, one more is not */
+	int at = 0;
+	for (int k = 0; k < SS2022_IDENTITY_MAX; k++)
+		at += snprintf(pw + at, sizeof pw - (size_t)at, "%s:", e->ipsk);
+	snprintf(pw + at, sizeof pw - (size_t)at, "%s", e->upsk);
+	assert_int_equal(ss_client_keys(e->m, pw, strlen(pw), key, &id), 0);
+	assert_int_equal(id.n, SS2022_IDENTITY_MAX);
+	char more[600];
+	snprintf(more, sizeof more, "%s:%s", e->ipsk, pw);
+	assert_int_equal(ss_client_keys(e->m, more, strlen(more), key, &id), SS_KEYS_ERR_TOO_MANY);
+	/* the server's side */
+	ss_account a;
+	assert_int_equal(ss_account_init(&a, SS_METHOD_2022_CHACHA20_POLY1305,
+	                                 SS2V_CHACHA20_POLY1305_PSK,
+	                                 strlen(SS2V_CHACHA20_POLY1305_PSK)),
+	                 0);
+	assert_int_equal(ss_account_set_identity(&a, SS2V_CHACHA20_POLY1305_PSK,
+	                                         strlen(SS2V_CHACHA20_POLY1305_PSK)),
+	                 SS_KEYS_ERR_METHOD);
+	assert_int_equal(ss_account_init(&a, e->m, e->upsk, strlen(e->upsk)), 0);
+	assert_int_equal(ss_account_set_identity(&a, EIH[1].ipsk, strlen(EIH[1].ipsk)),
+	                 SS_KEYS_ERR_PSK);
+	/* a client layer refuses identities its method cannot carry */
+	addr_dest d = example_com();
+	id = (ss_identity){.n = 1};
+	assert_null(ss_client_new(SS_METHOD_2022_CHACHA20_POLY1305, VECS[2].key, &id, &d, SALT, NOW,
+	                          0));
+	assert_null(ss_client_new(SS_METHOD_AES_128_GCM, VECS[0].key, &id, &d, SALT, NOW, 0));
+}
+
+static void identity_server_finds_the_user(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < N_EIH; i++) {
+		const eih_vec *e = &EIH[i];
+		ss_account users[2];
+		eih_users(users, e, e->ipsk);
+		size_t steps[] = {0, 1, 7};
+		for (size_t s = 0; s < 3; s++) {
+			ss_server sv;
+			ss_server_init(&sv, users, 2, NULL, NULL);
+			result r = serve_at(&sv, e->first, e->first_len, steps[s], NOW);
+			assert_int_equal(r.ev.kind, PROTO_EV_OPEN);
+			assert_int_equal(r.used, e->first_len);
+			assert_int_equal(r.ev.user, 1);
+			assert_string_equal(r.ev.dest.u.domain.name, "example.com");
+			layer *b = ss_server_body_new(&sv, server_salt, NOW);
+			assert_non_null(b);
+			uint8_t buf[256];
+			layer_buf up = {buf, 0, sizeof buf};
+			assert_int_equal(b->ops->from_below(b, (const uint8_t *)"world", 5, &up, NULL), 5);
+			assert_int_equal(up.len, e->response_len);
+			assert_memory_equal(buf, e->response, e->response_len);
+			b->ops->free(b);
+			ss_server_free(&sv);
+		}
+		/* every truncation waits */
+		for (size_t cut = 0; cut < e->first_len; cut++) {
+			ss_server sv;
+			ss_server_init(&sv, users, 2, NULL, NULL);
+			assert_int_equal(serve_at(&sv, e->first, cut, 0, NOW).ev.kind, PROTO_EV_NONE);
+			ss_server_free(&sv);
+		}
+		/* a client of ours through it: round trip at once */
+		char pw[256];
+		snprintf(pw, sizeof pw, "%s:%s", e->ipsk, e->other);
+		layer *c = eih_client(e, pw);
+		uint8_t out[2048];
+		layer_buf w = {out, 0, sizeof out};
+		assert_int_equal(c->ops->start(c, &w), 0);
+		ss_server sv;
+		ss_server_init(&sv, users, 2, NULL, NULL);
+		result r = serve_at(&sv, out, w.len, 0, NOW);
+		assert_int_equal(r.ev.kind, PROTO_EV_OPEN);
+		assert_int_equal(r.ev.user, 0);
+		ss_server_free(&sv);
+		c->ops->free(c);
+	}
+}
+
+static void identity_server_refuses_strangers(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < N_EIH; i++) {
+		const eih_vec *e = &EIH[i];
+		ss_account users[2], other_ipsk[2];
+		eih_users(users, e, e->ipsk);
+		eih_users(other_ipsk, e, e->relay_ipsk);
+		/* the client's user missing: the hash is no one's */
+		const struct {
+			const ss_account *u;
+			size_t n;
+			const uint8_t *p;
+			size_t len;
+			const char *why;
+		} cases[] = {
+			{users, 1, e->first, e->first_len, UNKNOWN_IDENTITY},
+			/* another iPSK decrypts the header into noise */
+			{other_ipsk, 2, e->first, e->first_len, UNKNOWN_IDENTITY},
+			/* a plain request (no identity header) to a server with users */
+			{users, 2, VECS[i].first, VECS[i].first_len, UNKNOWN_IDENTITY},
+			/* a relay's request with the relay's header still on */
+			{users, 2, e->two, e->two_len, UNKNOWN_IDENTITY},
+		};
+		for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+			ss_server sv;
+			ss_server_init(&sv, cases[k].u, cases[k].n, NULL, NULL);
+			result r = serve_at(&sv, cases[k].p, cases[k].len, 0, NOW);
+			assert_int_equal(r.ev.kind, PROTO_EV_CLOSE);
+			assert_int_equal(r.used, 0); /* nothing consumed: the shell drains */
+			assert_string_equal(r.ev.reason, cases[k].why);
+			ss_server_free(&sv);
+		}
+		/* every changed byte: the salt and the identity header name no
+		 * one, the fixed header does not open, then a bad chunk */
+		size_t slen = ss_key_len(e->m), ident_end = slen + SS2022_IDENTITY_LEN;
+		for (size_t k = 0; k < e->first_len; k++) {
+			uint8_t bad[2048];
+			memcpy(bad, e->first, e->first_len);
+			bad[k] ^= 0x80;
+			ss_server sv;
+			ss_server_init(&sv, users, 2, NULL, NULL);
+			result r = serve_at(&sv, bad, e->first_len, 0, NOW);
+			assert_int_equal(r.ev.kind, PROTO_EV_CLOSE);
+			assert_string_equal(r.ev.reason, k < ident_end ? UNKNOWN_IDENTITY
+			                                 : k < ident_end + SS2022_REQ_FIXED_SEALED
+			                                         ? AUTH
+			                                         : "shadowsocks: bad chunk");
+			ss_server_free(&sv);
+		}
+		/* replays and the time window hold behind an identity too */
+		ss_replay *f = calloc(1, sizeof *f);
+		ss_server sv;
+		ss_server_init(&sv, users, 2, replay_add, f);
+		assert_int_equal(serve_at(&sv, e->first, e->first_len, 0, NOW).ev.kind, PROTO_EV_OPEN);
+		ss_server_free(&sv);
+		ss_server_init(&sv, users, 2, replay_add, f);
+		assert_string_equal(serve_at(&sv, e->first, e->first_len, 0, NOW + 1).ev.reason,
+		                    "shadowsocks: replayed salt");
+		ss_server_free(&sv);
+		ss_server_init(&sv, users, 2, NULL, NULL);
+		assert_string_equal(serve_at(&sv, e->first, e->first_len, 0, NOW + 31).ev.reason,
+		                    "shadowsocks: request timestamp out of the window");
+		ss_server_free(&sv);
+		free(f);
+	}
+}
+
 /* ---- round trips ---- */
 
 static void round_trip_with_full_chunks(void **state)
@@ -561,6 +823,10 @@ int main(void)
 		cmocka_unit_test(server_keeps_the_time_window),
 		cmocka_unit_test(server_refuses_a_replayed_salt),
 		cmocka_unit_test(server_refuses_bad_headers),
+		cmocka_unit_test(identity_client_bytes_are_exact),
+		cmocka_unit_test(identity_keys_are_checked),
+		cmocka_unit_test(identity_server_finds_the_user),
+		cmocka_unit_test(identity_server_refuses_strangers),
 		cmocka_unit_test(round_trip_with_full_chunks),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
