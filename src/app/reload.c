@@ -32,6 +32,7 @@ struct reloader {
 	uv_fs_event_t watch;
 	uv_timer_t debounce;
 	bool watching;
+	int open_handles; /* the watch and the timer: freed when both closed */
 };
 
 static void reload(reloader *r)
@@ -124,20 +125,23 @@ reloader *reloader_start(uv_loop_t *loop, const char *path, etm_supervisor *sup,
 	return r;
 }
 
+/* libuv runs close callbacks in no order a caller may count on (the
+ * last closed runs first): the reloader goes once both have run. */
 static void free_closed(uv_handle_t *h)
 {
 	reloader *r = h->data;
-	if (h == (uv_handle_t *)&r->debounce) {
-		free(r->dir);
-		free(r->base);
-		free(r);
-	}
+	if (--r->open_handles > 0)
+		return;
+	free(r->dir);
+	free(r->base);
+	free(r);
 }
 
 void reloader_stop(reloader *r)
 {
 	if (!r)
 		return;
-	uv_close((uv_handle_t *)&r->watch, NULL);
-	uv_close((uv_handle_t *)&r->debounce, free_closed); /* closed after the watch */
+	r->open_handles = 2;
+	uv_close((uv_handle_t *)&r->watch, free_closed);
+	uv_close((uv_handle_t *)&r->debounce, free_closed);
 }
