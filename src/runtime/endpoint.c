@@ -15,6 +15,7 @@ static const char *const msgs[] = {
 /* A write of its own, beyond the slots (endpoint_send_all). */
 typedef struct big_write {
 	uv_write_t req;
+	struct big_write *next, **prev; /* on a channel: in the endpoint's list */
 	uint8_t data[];
 } big_write;
 
@@ -35,6 +36,7 @@ struct endpoint {
 	wslot slots[ENDPOINT_MAX_PENDING];
 	unsigned pending; /* slot writes in flight */
 	unsigned extra;   /* endpoint_send_all writes in flight */
+	big_write *bigs;  /* on a channel: those writes (a closing channel forgets them) */
 
 	/* The last read's pool buffer while bytes of it remain: app bytes on a
 	 * plain endpoint, wire bytes the layers have not taken on a stacked one. */
@@ -76,6 +78,19 @@ static void close_now(endpoint *e)
 	if (e->ch) {
 		if (e->handles == 2) {
 			e->ch->ops->close(e->ch); /* reports nothing after this */
+			/* the writes it had are forgotten: their buffers come back */
+			for (unsigned i = 0; i < ENDPOINT_MAX_PENDING; i++)
+				if (e->slots[i].buf) {
+					pool_put(bufs(e), e->slots[i].buf);
+					e->slots[i].buf = NULL;
+				}
+			e->pending = 0;
+			while (e->bigs) {
+				big_write *b = e->bigs;
+				e->bigs = b->next;
+				free(b);
+			}
+			e->extra = 0;
 			e->handles = 1;
 			uv_close((uv_handle_t *)&e->timer, on_closed);
 		}
@@ -375,7 +390,13 @@ static void free_handle(uv_handle_t *h) { free(h); }
 static void on_big_written(uv_write_t *req, int status)
 {
 	endpoint *e = req->data;
-	free(req);
+	big_write *b = (big_write *)req;
+	if (e->ch) {
+		*b->prev = b->next;
+		if (b->next)
+			b->next->prev = b->prev;
+	}
+	free(b);
 	e->extra--;
 	written(e, status);
 }
@@ -403,6 +424,13 @@ int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)
 	          : uv_write(&b->req, (uv_stream_t *)e->tcp, &ub, 1, on_big_written)) {
 		free(b);
 		return fail(e, uv_strerror(UV_EPIPE));
+	}
+	if (e->ch) {
+		b->next = e->bigs;
+		b->prev = &e->bigs;
+		if (e->bigs)
+			e->bigs->prev = &b->next;
+		e->bigs = b;
 	}
 	e->extra++;
 	e->sent += n;

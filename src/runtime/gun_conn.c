@@ -9,6 +9,7 @@
 
 #include "base/list.h"
 #include "base/log.h"
+#include "runtime/chan_queue.h"
 #include "runtime/dial_stream.h"
 #include "transport/grpc.h"
 #include "transport/gun.h"
@@ -34,25 +35,9 @@ static const char *const msgs[] = {
 	[M_NO_SETTINGS] = "grpc: handshake timed out",
 };
 
-/* Writes a stream's endpoint may have queued: its slots and a few replies
- * of its own (endpoint.h). */
-#define WQ_MAX 16
 #define WHY_MAX 192
 
 typedef struct gun_conn gun_conn;
-
-typedef struct wreq {
-	const uint8_t *d;
-	size_t n, off;
-	uint8_t hdr[GUN_HEADER_MAX];
-	size_t hlen, hoff;
-	void *req;
-} wreq;
-
-typedef struct done {
-	void *req;
-	int status;
-} done;
 
 typedef struct gstream {
 	chan ch; /* first: the endpoint's channel */
@@ -63,10 +48,9 @@ typedef struct gstream {
 	uint8_t *rx;   /* Hunk data not yet taken by the endpoint */
 	size_t rx_len, rx_cap;
 	size_t unconsumed; /* wire bytes received whose window is not given back */
-	wreq wq[WQ_MAX];
-	unsigned wq_head, wq_n;
-	done dn[WQ_MAX];
-	unsigned n_done;
+	chan_queue wq;   /* the endpoint's writes */
+	uint8_t hdr[GUN_HEADER_MAX]; /* the head write's message header */
+	size_t hlen, hoff; /* hlen 0: not made yet */
 	bool want;        /* the endpoint reads */
 	bool peer_end;    /* END_STREAM came */
 	bool eof_told, shut_wanted, shut_sent, shut_told, fail_told;
@@ -153,11 +137,9 @@ static int ch_write(chan *ch, const uint8_t *d, size_t n, void *req)
 {
 	gstream *s = of(ch);
 	gun_conn *c = s->c;
-	if (c->dead || s->failed || s->shut_wanted || s->wq_n == WQ_MAX || s->h2_closed)
+	if (c->dead || s->failed || s->shut_wanted || s->h2_closed ||
+	    chan_queue_push(&s->wq, d, n, req))
 		return -1;
-	wreq *q = &s->wq[(s->wq_head + s->wq_n++) % WQ_MAX];
-	*q = (wreq){.d = d, .n = n, .req = req};
-	q->hlen = gun_header(q->hdr, n);
 	if (s->deferred && s->id > 0) {
 		s->deferred = false;
 		nghttp2_session_resume_data(c->h2, s->id);
@@ -205,8 +187,7 @@ static void ch_close(chan *ch)
 	gun_conn *c = s->c;
 	s->ep_closed = true;
 	s->ch.ep = NULL;
-	s->wq_n = 0; /* the buffers are the endpoint's: forgotten */
-	s->n_done = 0;
+	chan_queue_forget(&s->wq); /* the buffers are the endpoint's */
 	if (!c->dead && s->id > 0 && !s->h2_closed && !(s->peer_end && s->shut_sent))
 		nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
 	if (!c->dead)
@@ -216,13 +197,7 @@ static void ch_close(chan *ch)
 
 static size_t ch_queued(const chan *ch)
 {
-	const gstream *s = of(ch);
-	size_t n = 0;
-	for (unsigned i = 0; i < s->wq_n; i++) {
-		const wreq *q = &s->wq[(s->wq_head + i) % WQ_MAX];
-		n += q->n - q->off;
-	}
-	return n;
+	return chan_queue_bytes(&of(ch)->wq);
 }
 
 static int ch_peername(const chan *ch, struct sockaddr_storage *ss)
@@ -279,14 +254,18 @@ static ssize_t read_source(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t
 	gun_conn *c = ud;
 	gstream *s = src->ptr;
 	size_t out = 0;
-	while (out < length && s->wq_n) {
-		wreq *q = &s->wq[s->wq_head];
-		if (q->hoff < q->hlen) {
-			size_t k = q->hlen - q->hoff;
+	chan_write *q;
+	while (out < length && (q = chan_queue_head(&s->wq))) {
+		if (!s->hlen) { /* each write goes as one message */
+			s->hlen = gun_header(s->hdr, q->n);
+			s->hoff = 0;
+		}
+		if (s->hoff < s->hlen) {
+			size_t k = s->hlen - s->hoff;
 			if (k > length - out)
 				k = length - out;
-			memcpy(buf + out, q->hdr + q->hoff, k);
-			q->hoff += k;
+			memcpy(buf + out, s->hdr + s->hoff, k);
+			s->hoff += k;
 			out += k;
 			continue;
 		}
@@ -297,9 +276,8 @@ static ssize_t read_source(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t
 		q->off += k;
 		out += k;
 		if (q->off == q->n) {
-			s->dn[s->n_done++] = (done){.req = q->req, .status = 0};
-			s->wq_head = (s->wq_head + 1) % WQ_MAX;
-			s->wq_n--;
+			chan_queue_pop(&s->wq, 0);
+			s->hlen = 0;
 			kick(c);
 		}
 	}
@@ -506,11 +484,7 @@ static void die(gun_conn *c, const char *why)
 			s->failed = true;
 			snprintf(s->why, sizeof s->why, "%s", c->why);
 		}
-		while (s->wq_n) { /* unsent: reported as such */
-			s->dn[s->n_done++] = (done){.req = s->wq[s->wq_head].req, .status = UV_ECANCELED};
-			s->wq_head = (s->wq_head + 1) % WQ_MAX;
-			s->wq_n--;
-		}
+		chan_queue_cancel_all(&s->wq, UV_ECANCELED); /* unsent: reported as such */
 	}
 	kick(c);
 }
@@ -628,9 +602,8 @@ static void open_done(gopen *o, const connect_result *r);
 /* What each stream has to tell its endpoint, then the opens, then output. */
 static void tell(gstream *s)
 {
-	for (unsigned i = 0; i < s->n_done && !s->ep_closed; i++)
-		endpoint_chan_written(s->ch.ep, s->dn[i].req, s->dn[i].status);
-	s->n_done = 0;
+	if (!s->ep_closed)
+		chan_queue_tell(&s->wq, s->ch.ep);
 	if (s->ep_closed)
 		return;
 	if (s->failed) {

@@ -13,6 +13,7 @@
 #include "outbound/fanout.h"
 #include "proto/mux.h"
 #include "proto/sniff.h"
+#include "runtime/chan_queue.h"
 #include "runtime/relay.h"
 
 enum {
@@ -39,71 +40,12 @@ static const char *const msgs[] = {
 	[M_UDP_ENDED] = "mux: the server ended the UDP sub-flow",
 };
 
-/* Writes an endpoint queues on a channel at most (endpoint.h: its slots
- * and a few replies of its own). */
-#define WQ_MAX 16
 /* Frames toward the client waiting for its relay: sub-flows stop adding
  * data frames beyond this (End frames still go). */
 #define OUT_SOFT (64 * 1024)
 #define OUT_CAP (OUT_SOFT + MUX_FRAME_MAX + 64 * MUX_SHORT_FRAME_LEN)
 
 typedef struct mux_conn mux_conn;
-
-typedef struct wreq {
-	const uint8_t *d;
-	size_t n, off;
-	void *req;
-} wreq;
-
-typedef struct wdone {
-	void *req;
-	int status;
-} wdone;
-
-/* A queue of an endpoint's writes on a channel. */
-typedef struct wqueue {
-	wreq q[WQ_MAX];
-	unsigned head, n;
-	wdone done[WQ_MAX];
-	unsigned n_done;
-} wqueue;
-
-static int wq_push(wqueue *w, const uint8_t *d, size_t n, void *req)
-{
-	if (w->n == WQ_MAX)
-		return -1;
-	w->q[(w->head + w->n++) % WQ_MAX] = (wreq){.d = d, .n = n, .req = req};
-	return 0;
-}
-
-static wreq *wq_head(wqueue *w) { return w->n ? &w->q[w->head] : NULL; }
-
-/* The head write is all taken: reported later. */
-static void wq_pop(wqueue *w, int status)
-{
-	w->done[w->n_done++] = (wdone){.req = w->q[w->head].req, .status = status};
-	w->head = (w->head + 1) % WQ_MAX;
-	w->n--;
-}
-
-static size_t wq_bytes(const wqueue *w)
-{
-	size_t b = 0;
-	for (unsigned i = 0; i < w->n; i++) {
-		const wreq *r = &w->q[(w->head + i) % WQ_MAX];
-		b += r->n - r->off;
-	}
-	return b;
-}
-
-/* Reports the writes done to ep (which may close inside). */
-static void wq_tell(wqueue *w, endpoint *ep)
-{
-	unsigned n = w->n_done;
-	w->n_done = 0;
-	for (unsigned i = 0; i < n; i++)
-		endpoint_chan_written(ep, w->done[i].req, w->done[i].status);
-}
 
 typedef struct msub {
 	chan ch; /* first: the sub-flow's endpoint runs on it (TCP) */
@@ -119,7 +61,7 @@ typedef struct msub {
 	uint64_t origin; /* the outbound version its upstream was opened on */
 	uint8_t *rx;     /* data from the client its endpoint has not taken */
 	size_t rx_len, rx_cap;
-	wqueue wq;       /* the upstream's bytes toward the client */
+	chan_queue wq;       /* the upstream's bytes toward the client */
 	bool want, peer_end, eof_told, shut_wanted, shut_told, end_sent, failed, gone;
 	bool fail_told;  /* client: the endpoint was told the sub-flow broke */
 	struct mux_dlink *dl; /* client, UDP: its link while open */
@@ -141,7 +83,7 @@ struct mux_conn {
 	mux_server core;
 	list_node reg;
 	list subs;
-	wqueue fq;    /* the client's bytes, from the relay */
+	chan_queue fq;    /* the client's bytes, from the relay */
 	uint8_t *in;  /* [0, in_len): the client's bytes not yet decoded */
 	size_t in_len;
 	uint8_t *out; /* [0, out_len): frames toward the client */
@@ -240,7 +182,7 @@ static msub *sub_of(const chan *ch) { return (msub *)(void *)ch; }
 static int sub_write(chan *ch, const uint8_t *d, size_t n, void *req)
 {
 	msub *s = sub_of(ch);
-	if (s->end_sent || s->m->dead || wq_push(&s->wq, d, n, req))
+	if (s->end_sent || s->m->dead || chan_queue_push(&s->wq, d, n, req))
 		return -1;
 	kick(s->m);
 	return 0;
@@ -266,13 +208,12 @@ static void sub_close(chan *ch)
 {
 	msub *s = sub_of(ch);
 	s->has_ep = false;
-	s->wq.n = 0; /* the endpoint's buffers: forgotten */
-	s->wq.n_done = 0;
+	chan_queue_forget(&s->wq); /* the endpoint's buffers */
 	send_end(s, s->failed || !s->peer_end);
 	kick(s->m);
 }
 
-static size_t sub_queued(const chan *ch) { return wq_bytes(&sub_of(ch)->wq); }
+static size_t sub_queued(const chan *ch) { return chan_queue_bytes(&sub_of(ch)->wq); }
 
 static int no_name(const chan *ch, struct sockaddr_storage *ss)
 {
@@ -500,8 +441,8 @@ static void read_frames(mux_conn *m)
 			return;
 		}
 	}
-	wreq *r;
-	while (!m->client && (r = wq_head(&m->fq))) {
+	chan_write *r;
+	while (!m->client && (r = chan_queue_head(&m->fq))) {
 		size_t k = r->n - r->off;
 		if (k > 2 * MUX_FRAME_MAX - m->in_len)
 			k = 2 * MUX_FRAME_MAX - m->in_len;
@@ -510,7 +451,7 @@ static void read_frames(mux_conn *m)
 		r->off += k;
 		if (r->off < r->n)
 			break;
-		wq_pop(&m->fq, 0);
+		chan_queue_pop(&m->fq, 0);
 	}
 	while (!m->dead && m->in_len && m->out_len < OUT_SOFT) {
 		mux_event peek, ev;
@@ -592,7 +533,7 @@ static void serve_sub(mux_conn *m, msub *s)
 		return;
 	}
 	if (s->has_ep)
-		wq_tell(&s->wq, s->ch.ep);
+		chan_queue_tell(&s->wq, s->ch.ep);
 	if (!s->has_ep)
 		return;
 	endpoint *ep = s->ch.ep;
@@ -615,15 +556,15 @@ static void serve_sub(mux_conn *m, msub *s)
 		s->eof_told = true;
 		endpoint_chan_eof(ep);
 	}
-	wreq *r;
-	while (s->has_ep && !s->end_sent && m->out_len < OUT_SOFT && (r = wq_head(&s->wq))) {
+	chan_write *r;
+	while (s->has_ep && !s->end_sent && m->out_len < OUT_SOFT && (r = chan_queue_head(&s->wq))) {
 		size_t used = 0;
 		m->out_len += mux_encode_stream(s->id, r->d + r->off, r->n - r->off,
 		                                m->out + m->out_len, OUT_CAP - m->out_len, &used);
 		r->off += used;
 		m->moved += used;
 		if (r->off == r->n)
-			wq_pop(&s->wq, 0);
+			chan_queue_pop(&s->wq, 0);
 		else if (!used)
 			break;
 	}
@@ -636,7 +577,7 @@ static void serve_sub(mux_conn *m, msub *s)
 		endpoint_chan_shut(ep);
 	}
 	if (s->has_ep && s->wq.n_done)
-		wq_tell(&s->wq, ep);
+		chan_queue_tell(&s->wq, ep);
 }
 
 static void on_freed(uv_handle_t *h)
@@ -684,13 +625,13 @@ static void service(mux_conn *m)
 	m->servicing = true;
 	uint64_t before = m->moved;
 	if (m->face_open)
-		wq_tell(&m->fq, m->face.ep);
+		chan_queue_tell(&m->fq, m->face.ep);
 	if (m->face_open && !m->client_ended)
 		read_frames(m);
 	for (list_node *n = m->subs.head; n; n = n->next)
 		serve_sub(m, LIST_ENTRY(n, msub, node));
 	if (m->face_open && (m->fq.n_done))
-		wq_tell(&m->fq, m->face.ep);
+		chan_queue_tell(&m->fq, m->face.ep);
 	while (m->face_open && m->face_want && m->out_len) {
 		size_t k = endpoint_chan_input(m->face.ep, m->out, m->out_len);
 		if (k == 0)
@@ -731,7 +672,7 @@ static mux_conn *face_of(const chan *ch) { return (mux_conn *)(void *)ch; }
 static int face_write(chan *ch, const uint8_t *d, size_t n, void *req)
 {
 	mux_conn *m = face_of(ch);
-	if (m->client_ended || wq_push(&m->fq, d, n, req))
+	if (m->client_ended || chan_queue_push(&m->fq, d, n, req))
 		return -1;
 	kick(m);
 	return 0;
@@ -760,12 +701,11 @@ static void face_close(chan *ch)
 {
 	mux_conn *m = face_of(ch);
 	m->face_open = false;
-	m->fq.n = 0;
-	m->fq.n_done = 0;
+	chan_queue_forget(&m->fq);
 	die(m, NULL);
 }
 
-static size_t face_queued(const chan *ch) { return wq_bytes(&face_of(ch)->fq); }
+static size_t face_queued(const chan *ch) { return chan_queue_bytes(&face_of(ch)->fq); }
 
 static const chan_ops face_chan = {
 	.write = face_write,
