@@ -11,6 +11,7 @@
 #include "proto/shadowsocks.h"
 #include "proto/shadowsocks_server.h"
 #include "shadowsocks_vectors.h"
+#include "sstest.h"
 
 #define NOW 1700000000
 
@@ -31,16 +32,6 @@ static const vec VECS[] = {
 	V(SS_METHOD_CHACHA20_POLY1305, CHACHA20_IETF_POLY1305),
 };
 #define N_VECS (sizeof VECS / sizeof VECS[0])
-
-static const uint8_t SALT[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
-                                 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
-
-static addr_dest example_com(void)
-{
-	addr_dest d = {0};
-	assert_int_equal(addr_dest_set_domain(&d, "example.com", 11, 443), 0);
-	return d;
-}
 
 static void account(ss_account *a, ss_method m, const char *pw)
 {
@@ -201,36 +192,9 @@ static void client_reads_the_server(void **state)
 
 /* ---- the server core ---- */
 
-typedef struct result {
-	ssize_t used; /* total consumed */
-	proto_event ev;
-} result;
-
-/* Feeds in[0, len) step bytes at a time (0: whole) the way the shell does:
- * unconsumed bytes offered again with the next ones. Stops at a decision. */
 static result serve(ss_server *s, const uint8_t *in, size_t len, size_t step)
 {
-	result r = {0};
-	size_t arrived = 0, off = 0;
-	proto_out out;
-	while (arrived < len) {
-		arrived += step && len - arrived > step ? step : len - arrived;
-		for (;;) {
-			ssize_t n = ss_server_feed(s, in + off, arrived - off, NOW, &out, &r.ev);
-			assert_int_equal(out.len, 0);
-			if (n < 0 || r.ev.kind != PROTO_EV_NONE) {
-				if (n > 0)
-					off += (size_t)n;
-				r.used = n < 0 ? n : (ssize_t)off;
-				return r;
-			}
-			off += (size_t)n;
-			if (n == 0 || off == arrived)
-				break;
-		}
-	}
-	r.used = (ssize_t)off;
-	return r;
+	return serve_at(s, in, len, step, NOW);
 }
 
 static void server_opens_the_first_chunk(void **state)
@@ -286,19 +250,9 @@ static void server_waits_on_every_truncation(void **state)
 		const vec *v = &VECS[i];
 		ss_account a;
 		account(&a, v->m, SSV_PASSWORD);
-		for (size_t cut = 0; cut < v->first_len; cut++) {
-			ss_server sv;
-			ss_server_init(&sv, &a, 1, NULL, NULL);
-			result r = serve(&sv, v->first, cut, 0);
-			assert_int_equal(r.ev.kind, PROTO_EV_NONE);
-			assert_true(r.used >= 0 && (size_t)r.used <= cut);
-			ss_server_free(&sv);
-		}
+		assert_waits_on_every_truncation(&a, v->first, v->first_len, NOW);
 	}
 }
-
-static const char AUTH[] =
-	"shadowsocks: authentication failed (no user's key opens the first chunk)";
 
 static void server_refuses_changed_bytes(void **state)
 {
@@ -433,11 +387,6 @@ static void server_refuses_bad_lengths_and_addresses(void **state)
 	assert_memory_equal(buf, "GET", 3);
 	b->ops->free(b);
 	ss_server_free(&sv);
-}
-
-static int replay_add(void *ud, const uint8_t *salt, size_t len, int64_t now)
-{
-	return ss_replay_add(ud, salt, len, now);
 }
 
 static void server_refuses_a_replayed_salt(void **state)
