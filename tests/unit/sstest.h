@@ -75,4 +75,39 @@ static inline void assert_waits_on_every_truncation(ss_account *a, const uint8_t
 	}
 }
 
+
+/* Gives l all of data[0, len) from above, its output into *w; l takes some
+ * on every call. */
+static inline void send_all(layer *l, const uint8_t *data, size_t len, layer_buf *w)
+{
+	for (size_t off = 0; off < len;) {
+		ssize_t n = l->ops->from_above(l, data + off, len - off, w);
+		assert_true(n > 0);
+		off += (size_t)n;
+	}
+}
+
+/* Gives l all of data[0, len) from below, what it sends up into *up (and
+ * nothing down); l takes some on every call. */
+static inline void send_all_up(layer *l, const uint8_t *data, size_t len, layer_buf *up)
+{
+	for (size_t k = 0; k < len;) {
+		ssize_t n = l->ops->from_below(l, data + k, len - k, up, NULL);
+		assert_true(n > 0);
+		k += (size_t)n;
+	}
+}
+
+/* Gives l in[off, len) from above, at most step bytes a call, its output
+ * into *down; l never fails. */
+static inline void feed_above(layer *l, const uint8_t *in, size_t off, size_t len, size_t step,
+                              layer_buf *down)
+{
+	while (off < len) {
+		ssize_t n = l->ops->from_above(l, in + off, len - off > step ? step : len - off, down);
+		assert_true(n >= 0);
+		off += (size_t)n;
+	}
+}
+
 #endif

@@ -437,11 +437,7 @@ static void round_trip_through_client_and_server(void **state)
 		layer *c = client(v);
 		layer_buf w = {wire, 0, 2 * big};
 		assert_int_equal(c->ops->start(c, &w), 0);
-		for (size_t off = 0; off < big;) {
-			ssize_t n = c->ops->from_above(c, data + off, big - off, &w);
-			assert_true(n > 0);
-			off += (size_t)n;
-		}
+		send_all(c, data, big, &w);
 		/* the server: the first chunk, then the body */
 		ss_server sv;
 		ss_server_init(&sv, &a, 1, NULL, NULL);
@@ -452,22 +448,12 @@ static void round_trip_through_client_and_server(void **state)
 		layer *b = ss_server_body_new(&sv, our_salt, NOW);
 		layer_buf down = {got, 0, big};
 		assert_int_equal(b->ops->start(b, &down), 0);
-		size_t off = (size_t)r.used;
-		while (off < w.len) {
-			ssize_t n = b->ops->from_above(b, wire + off, w.len - off > 333 ? 333 : w.len - off,
-			                               &down);
-			assert_true(n >= 0);
-			off += (size_t)n;
-		}
+		feed_above(b, wire, (size_t)r.used, w.len, 333, &down);
 		assert_int_equal(down.len, big);
 		assert_memory_equal(got, data, big);
 		/* and back: the body seals, the client opens */
 		layer_buf up = {wire, 0, 2 * big};
-		for (size_t k = 0; k < big;) {
-			ssize_t n = b->ops->from_below(b, data + k, big - k, &up, NULL);
-			assert_true(n > 0);
-			k += (size_t)n;
-		}
+		send_all_up(b, data, big, &up);
 		size_t got_len = 0;
 		assert_int_equal(client_read(c, wire, up.len, 4096, got, big, &got_len), 0);
 		assert_int_equal(got_len, big);

@@ -704,11 +704,7 @@ static void round_trip_with_full_chunks(void **state)
 		layer_buf w = {wire, 0, 2 * big};
 		assert_int_equal(c->ops->start(c, &w), 0);
 		size_t head = w.len;
-		for (size_t off = 0; off < big;) {
-			ssize_t n = c->ops->from_above(c, data + off, big - off, &w);
-			assert_true(n > 0);
-			off += (size_t)n;
-		}
+		send_all(c, data, big, &w);
 		/* four chunks: three of 0xFFFF, the rest */
 		assert_int_equal(w.len - head, big + 4 * (SS_LEN_BLOCK + SS_TAG_LEN));
 		ss_server sv;
@@ -718,21 +714,12 @@ static void round_trip_with_full_chunks(void **state)
 		layer *b = ss_server_body_new(&sv, server_salt, NOW);
 		layer_buf down = {got, 0, big};
 		assert_int_equal(b->ops->start(b, &down), 0);
-		for (size_t off = (size_t)r.used; off < w.len;) {
-			size_t k = w.len - off > 4099 ? 4099 : w.len - off;
-			ssize_t n = b->ops->from_above(b, wire + off, k, &down);
-			assert_true(n >= 0);
-			off += (size_t)n;
-		}
+		feed_above(b, wire, (size_t)r.used, w.len, 4099, &down);
 		assert_int_equal(down.len, big);
 		assert_memory_equal(got, data, big);
 		/* and back: the header carries the first chunk, then chunks */
 		layer_buf up = {wire, 0, 2 * big};
-		for (size_t k = 0; k < big;) {
-			ssize_t n = b->ops->from_below(b, data + k, big - k, &up, NULL);
-			assert_true(n > 0);
-			k += (size_t)n;
-		}
+		send_all_up(b, data, big, &up);
 		assert_int_equal(up.len, slen + SS2022_RESP_FIXED_LEN(slen) + SS_TAG_LEN + big +
 		                             SS_TAG_LEN + 3 * (SS_LEN_BLOCK + SS_TAG_LEN));
 		uint8_t scratch[1];
