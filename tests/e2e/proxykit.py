@@ -129,6 +129,15 @@ def stop_process(owner):
     return status
 
 
+def log_text(path):
+    """The text of a process's log file; "" before there is one (path None
+    or not written yet)."""
+    try:
+        return path.read_text(errors="replace")
+    except (OSError, AttributeError):
+        return ""
+
+
 def stop_cleanly(started, what="proxy"):
     """Fixture teardown: stops every process in started (objects with
     .proc, .stop(), .cfg_path and .log()) and fails the test when one still
@@ -623,13 +632,13 @@ class DnsServer:
         self.sock.close()
 
 
-def make_cert(tmp_path):
-    """A self-signed certificate for 127.0.0.1 / localhost, via the openssl CLI."""
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+def make_cert(directory, name="localhost", san="DNS:localhost,IP:127.0.0.1", days=1):
+    """A self-signed P-256 certificate for CN=name with subjectAltName san,
+    via the openssl CLI; returns the paths (cert.pem, key.pem) in directory."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
-                    "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", str(days),
+                    "-subj", f"/CN={name}", "-addext", f"subjectAltName={san}",
                     "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True, timeout=30)
     return cert, key

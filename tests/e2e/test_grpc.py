@@ -12,13 +12,12 @@ protobuf encoding rules, not by our code. A test skips only when grpcio is
 missing (scripts/deps.sh installs it)."""
 import hashlib
 import socket
-import subprocess
 import threading
 from concurrent import futures
 
 import pytest
 
-from proxykit import (EchoServer, Proxy, UdpEcho, big_chunks, big_sha256, parse_udp_header,
+from proxykit import (EchoServer, UdpEcho, big_chunks, big_sha256, parse_udp_header,
                       recv_exact, socks5_connect, socks5_greet, socks5_request, socks_addr)
 
 try:
@@ -168,31 +167,6 @@ class GunClient:
             ch.close()
 
 
-@pytest.fixture
-def pki(tmp_path):
-    c, k = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
-                    "-subj", "/CN=proxy.test", "-addext", "subjectAltName=DNS:proxy.test",
-                    "-keyout", str(k), "-out", str(c)],
-                   check=True, capture_output=True, timeout=30)
-    return c, k
-
-
-@pytest.fixture
-def procs(app, tmp_path):
-    started = []
-
-    def _start(text, **kw):
-        p = Proxy(app, tmp_path, text, **kw)
-        started.append(p)
-        return p.start()
-
-    yield _start
-    for p in started:
-        p.stop()
-
-
 def vless_inbound(stream=""):
     return f"""
 [[inbound]]
@@ -290,6 +264,21 @@ def udp_round_trip(proxy_port, udp_echo, logs):
             assert parse_udp_header(pkt) == (("127.0.0.1", udp_echo.port), msg)
 
 
+def carries_tcp_and_udp(front, server, gun):
+    """Through front, with gun (a grpcio peer) between it and server: 16 MiB
+    echoed, a half-close answered, datagrams of every size echoed. Closes
+    gun."""
+    echo, udp = EchoServer(), UdpEcho()
+    try:
+        assert sixteen_mib_echoed(front.port, echo) == big_sha256(SIXTEEN_MIB)
+        assert half_close_answered(front.port, echo) == b"before the end"
+        udp_round_trip(front.port, udp, lambda: front.log() + server.log())
+    finally:
+        echo.close()
+        udp.close()
+        gun.close()
+
+
 @needs_grpcio
 @pytest.mark.parametrize("tls", [True, False], ids=["tls", "h2c"])
 def test_our_gun_client_through_a_grpcio_server(procs, pki, tls):
@@ -300,15 +289,7 @@ def test_our_gun_client_through_a_grpcio_server(procs, pki, tls):
     gun = GunServer(server.port, creds)
     front = procs(socks_to_vless(gun.port, grpc_stream(tls, "outbound", cert)),
                   log_level="debug")
-    echo, udp = EchoServer(), UdpEcho()
-    try:
-        assert sixteen_mib_echoed(front.port, echo) == big_sha256(SIXTEEN_MIB)
-        assert half_close_answered(front.port, echo) == b"before the end"
-        udp_round_trip(front.port, udp, lambda: front.log() + server.log())
-    finally:
-        echo.close()
-        udp.close()
-        gun.close()
+    carries_tcp_and_udp(front, server, gun)
 
 
 @needs_grpcio
@@ -319,15 +300,7 @@ def test_a_grpcio_client_through_our_gun_server(procs, pki, tls):
     creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes()) if tls else None
     gun = GunClient(server.port, creds, "proxy.test" if tls else None)
     front = procs(socks_to_vless(gun.port), log_level="debug")
-    echo, udp = EchoServer(), UdpEcho()
-    try:
-        assert sixteen_mib_echoed(front.port, echo) == big_sha256(SIXTEEN_MIB)
-        assert half_close_answered(front.port, echo) == b"before the end"
-        udp_round_trip(front.port, udp, lambda: front.log() + server.log())
-    finally:
-        echo.close()
-        udp.close()
-        gun.close()
+    carries_tcp_and_udp(front, server, gun)
 
 
 @needs_grpcio

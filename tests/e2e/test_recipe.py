@@ -2,42 +2,14 @@
 Trojan-over-TLS member and a VLESS-over-WebSocket-and-TLS member, each an
 etemenanki-app server instance, behind a failover balancer."""
 import socket
-import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
-from proxykit import (EchoServer, Proxy, UdpEcho, big_chunks, big_sha256, parse_udp_header,
+from proxykit import (EchoServer, UdpEcho, big_chunks, big_sha256, parse_udp_header,
                       recv_exact, socks5_connect, socks5_greet, socks5_request, socks_addr,
                       Sha256Sink)
 
 UUID = "11111111-2222-3333-4444-555555555555"
-
-
-@pytest.fixture
-def cert(tmp_path):
-    c, k = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
-                    "-subj", "/CN=proxy.test", "-addext", "subjectAltName=DNS:proxy.test",
-                    "-keyout", str(k), "-out", str(c)],
-                   check=True, capture_output=True, timeout=30)
-    return c, k
-
-
-@pytest.fixture
-def procs(app, tmp_path):
-    started = []
-
-    def _start(text, **kw):
-        p = Proxy(app, tmp_path, text, **kw)
-        started.append(p)
-        return p.start()
-
-    yield _start
-    for p in started:
-        p.stop()
 
 
 def trojan_server(cert, key):
@@ -182,8 +154,8 @@ def wait_for(predicate, timeout):
     return False
 
 
-def test_the_recipe_fails_over_from_trojan_tls_to_vless_ws_tls(procs, cert):
-    c, k = cert
+def test_the_recipe_fails_over_from_trojan_tls_to_vless_ws_tls(procs, pki):
+    c, k = pki
     trojan = procs(trojan_server(c, k), log_level="debug")
     vless = procs(vless_server(c, k), log_level="debug")
     front = procs(client(c, trojan.port, vless.port), log_level="debug")
@@ -206,8 +178,8 @@ def test_the_recipe_fails_over_from_trojan_tls_to_vless_ws_tls(procs, cert):
         echo.close()
 
 
-def test_a_failed_dial_moves_to_the_next_member_with_retry(procs, cert):
-    c, k = cert
+def test_a_failed_dial_moves_to_the_next_member_with_retry(procs, pki):
+    c, k = pki
     vless = procs(vless_server(c, k), log_level="debug")
     s = socket.socket()  # a closed port stands for a dead primary
     s.bind(("127.0.0.1", 0))
@@ -317,11 +289,11 @@ def flows_seen(server, n, before):
             if f"route: {net} flow to " in log and f"from inbound {INBOUND_OF[n]} takes" in log}
 
 
-def test_the_seed_recipe_runs_as_written_through_each_member_in_order(procs, cert):
+def test_the_seed_recipe_runs_as_written_through_each_member_in_order(procs, pki):
     """Issue 17: examples/failover.toml starts and carries TCP and UDP
     through each member (trojan+tls, vless+ws+tls, vmess+grpc+tls, each one
     of our servers), in the failover order, as the members before it stop."""
-    c, k = cert
+    c, k = pki
     servers = [procs(trojan_server(c, k), log_level="debug"),
                procs(vless_server(c, k), log_level="debug"),
                procs(vmess_grpc_server(c, k), log_level="debug")]
