@@ -110,4 +110,22 @@ static inline void feed_above(layer *l, const uint8_t *in, size_t off, size_t le
 	}
 }
 
+/* l, a client layer just made, sends exactly first[0, first_len) when
+ * started and exactly second[0, second_len) for "hello"; frees l. */
+static inline void assert_client_sends(layer *l, const uint8_t *first, size_t first_len,
+                                       const uint8_t *second, size_t second_len)
+{
+	uint8_t out[2048];
+	layer_buf down = {out, 0, sizeof out};
+	assert_int_equal(l->ops->start(l, &down), 0);
+	assert_true(l->ops->ready(l));
+	assert_int_equal(down.len, first_len);
+	assert_memory_equal(out, first, first_len);
+	down.len = 0;
+	assert_int_equal(l->ops->from_above(l, (const uint8_t *)"hello", 5, &down), 5);
+	assert_int_equal(down.len, second_len);
+	assert_memory_equal(out, second, second_len);
+	l->ops->free(l);
+}
+
 #endif

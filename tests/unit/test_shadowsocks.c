@@ -81,17 +81,7 @@ static void client_first_bytes_are_exact(void **state)
 	for (size_t i = 0; i < N_VECS; i++) {
 		const vec *v = &VECS[i];
 		layer *l = client(v);
-		uint8_t out[256];
-		layer_buf down = {out, 0, sizeof out};
-		assert_int_equal(l->ops->start(l, &down), 0);
-		assert_true(l->ops->ready(l));
-		assert_int_equal(down.len, v->first_len);
-		assert_memory_equal(out, v->first, v->first_len);
-		down.len = 0;
-		assert_int_equal(l->ops->from_above(l, (const uint8_t *)"hello", 5, &down), 5);
-		assert_int_equal(down.len, v->second_len);
-		assert_memory_equal(out, v->second, v->second_len);
-		l->ops->free(l);
+		assert_client_sends(l, v->first, v->first_len, v->second, v->second_len);
 	}
 }
 
