@@ -360,6 +360,25 @@ def big_sha256(n):
     return h.hexdigest()
 
 
+def echoed_sha256(proxy_port, echo, n, timeout):
+    """n bytes of big_chunks through a SOCKS5 proxy to echo (an EchoServer)
+    and back, read while they are written (so it needs no half-close on the
+    way); the hex sha256 of what came back, to compare with big_sha256(n).
+    timeout bounds each read and the writer's end."""
+    with socks5_connect(proxy_port, LOOPBACK, echo.port) as s:
+        sender = threading.Thread(target=lambda: [s.sendall(c) for c in big_chunks(n)])
+        sender.start()
+        h, got = hashlib.sha256(), 0
+        s.settimeout(timeout)
+        while got < n:
+            chunk = s.recv(1 << 20)
+            assert chunk, f"EOF after {got} bytes"
+            h.update(chunk)
+            got += len(chunk)
+        sender.join(timeout)
+        return h.hexdigest()
+
+
 class RawOrigin(_ThreadedServer):
     """An HTTP/1.1 origin whose answers are written byte for byte: ANSWERS maps
     a path to the exact response. It reads request bodies framed by

@@ -10,14 +10,13 @@ flow of ours crosses it unchanged:
 The Hunk message (bytes data = 1) is written and read here from the
 protobuf encoding rules, not by our code. A test skips only when grpcio is
 missing (scripts/deps.sh installs it)."""
-import hashlib
 import socket
 import threading
 from concurrent import futures
 
 import pytest
 
-from proxykit import (EchoServer, UdpEcho, big_chunks, big_sha256, parse_udp_header,
+from proxykit import (EchoServer, UdpEcho, big_sha256, echoed_sha256, parse_udp_header,
                       recv_exact, socks5_connect, socks5_greet, socks5_request, socks_addr)
 
 try:
@@ -46,27 +45,25 @@ def hunk_encode(data):
     return b"\x0a" + varint(len(data)) + data
 
 
+def read_varint(msg, i):
+    """The varint at msg[i]: (its value, the index after it)."""
+    n, shift = 0, 0
+    while True:
+        b = msg[i]
+        i += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return n, i
+
+
 def hunk_decode(msg):
     """The bytes of every field 1 in the message (a Hunk or a MultiHunk)."""
     out, i = bytearray(), 0
     while i < len(msg):
-        key, shift = 0, 0
-        while True:
-            b = msg[i]
-            i += 1
-            key |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
+        key, i = read_varint(msg, i)
         assert key == 0x0A, f"unexpected field key {key:#x}"
-        n, shift = 0, 0
-        while True:
-            b = msg[i]
-            i += 1
-            n |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
+        n, i = read_varint(msg, i)
         out += msg[i:i + n]
         i += n
     return bytes(out)
@@ -213,22 +210,6 @@ def grpc_stream(tls, side, cert=None, key=None):
     return text
 
 
-def sixteen_mib_echoed(proxy_port, echo):
-    """16 MiB to the echo server and back, read while written."""
-    with socks5_connect(proxy_port, "127.0.0.1", echo.port) as s:
-        sender = threading.Thread(target=lambda: [s.sendall(c) for c in big_chunks(SIXTEEN_MIB)])
-        sender.start()
-        h, got = hashlib.sha256(), 0
-        s.settimeout(30)
-        while got < SIXTEEN_MIB:
-            chunk = s.recv(1 << 20)
-            assert chunk, f"EOF after {got} bytes"
-            h.update(chunk)
-            got += len(chunk)
-        sender.join(30)
-        return h.hexdigest()
-
-
 def half_close_answered(proxy_port, echo):
     """The client's FIN crosses the Gun stream (END_STREAM) and the answer
     still comes back after it: the stream half-closes, it does not end."""
@@ -270,7 +251,7 @@ def carries_tcp_and_udp(front, server, gun):
     gun."""
     echo, udp = EchoServer(), UdpEcho()
     try:
-        assert sixteen_mib_echoed(front.port, echo) == big_sha256(SIXTEEN_MIB)
+        assert echoed_sha256(front.port, echo, SIXTEEN_MIB, 30) == big_sha256(SIXTEEN_MIB)
         assert half_close_answered(front.port, echo) == b"before the end"
         udp_round_trip(front.port, udp, lambda: front.log() + server.log())
     finally:

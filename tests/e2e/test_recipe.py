@@ -5,9 +5,9 @@ import socket
 import time
 from pathlib import Path
 
-from proxykit import (EchoServer, UdpEcho, big_chunks, big_sha256, parse_udp_header,
-                      recv_exact, socks5_connect, socks5_greet, socks5_request, socks_addr,
-                      Sha256Sink)
+from proxykit import (EchoServer, UdpEcho, big_chunks, big_sha256, echoed_sha256,
+                      parse_udp_header, recv_exact, socks5_connect, socks5_greet, socks5_request,
+                      socks_addr, Sha256Sink)
 
 UUID = "11111111-2222-3333-4444-555555555555"
 
@@ -118,21 +118,7 @@ def ten_mib_echoed(proxy_port, echo):
     """10 MiB to the echo server and back, read while it is written: a
     WebSocket hop carries no half-close (a FIN would end both ways), so
     the check cannot wait for the sink's answer after our FIN."""
-    import hashlib
-    import threading
-    with socks5_connect(proxy_port, "127.0.0.1", echo.port) as s:
-        sender = threading.Thread(target=lambda: [s.sendall(c) for c in big_chunks(TEN_MIB)])
-        sender.start()
-        h = hashlib.sha256()
-        got = 0
-        s.settimeout(20)
-        while got < TEN_MIB:
-            chunk = s.recv(1 << 20)
-            assert chunk, f"EOF after {got} bytes"
-            h.update(chunk)
-            got += len(chunk)
-        sender.join(20)
-        return h.hexdigest()
+    return echoed_sha256(proxy_port, echo, TEN_MIB, 20)
 
 
 def ten_mib_through(proxy_port, sink):
