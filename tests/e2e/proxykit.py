@@ -832,6 +832,28 @@ def udp_packet(host, port, data):
     return b"\0\0\0" + socks_addr(host, port) + data
 
 
+def udp_echoed(proxy_port, udp_echo, logs, sizes, first=0):
+    """One datagram of each size through one SOCKS5 UDP association on
+    proxy_port to udp_echo (a UdpEcho), each filled with byte first + its
+    index, comes back from the echo's address unchanged; logs() is said
+    when one does not."""
+    with socket.create_connection((LOOPBACK, proxy_port), timeout=5) as ctl, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+        socks5_greet(ctl)
+        rep, relay = socks5_request(ctl, "0.0.0.0", 0, cmd=3)
+        assert rep == 0, logs()
+        relay = (LOOPBACK if relay[0] in ("0.0.0.0", "::") else relay[0], relay[1])
+        a.settimeout(5)
+        for i, n in enumerate(sizes):
+            msg = bytes([first + i]) * n
+            a.sendto(b"\0\0\0" + socks_addr(LOOPBACK, udp_echo.port) + msg, relay)
+            try:
+                pkt, _ = a.recvfrom(65535)
+            except socket.timeout:
+                raise AssertionError(f"no answer to datagram {i}\n{logs()}")
+            assert parse_udp_header(pkt) == ((LOOPBACK, udp_echo.port), msg)
+
+
 class Association:
     """A SOCKS5 UDP ASSOCIATE: the control connection and a client UDP socket
     bound on the control connection's IP."""

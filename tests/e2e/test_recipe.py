@@ -5,9 +5,8 @@ import socket
 import time
 from pathlib import Path
 
-from proxykit import (EchoServer, UdpEcho, big_chunks, big_sha256, echoed_sha256,
-                      parse_udp_header, recv_exact, socks5_connect, socks5_greet, socks5_request,
-                      socks_addr, Sha256Sink)
+from proxykit import (EchoServer, UdpEcho, big_chunks, big_sha256, echoed_sha256, recv_exact,
+                      socks5_connect, udp_echoed, Sha256Sink)
 
 UUID = "11111111-2222-3333-4444-555555555555"
 
@@ -244,26 +243,6 @@ def echo_once(proxy_port, echo, payload):
         assert recv_exact(s, len(payload)) == payload
 
 
-def udp_echoed(proxy_port, udp_echo, logs):
-    """Datagrams through one SOCKS5 UDP association come back from the echo."""
-    with socket.create_connection(("127.0.0.1", proxy_port), timeout=5) as ctl, \
-            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
-        socks5_greet(ctl)
-        rep, relay = socks5_request(ctl, "0.0.0.0", 0, cmd=3)
-        assert rep == 0, logs()
-        relay = ("127.0.0.1" if relay[0] in ("0.0.0.0", "::") else relay[0], relay[1])
-        a.settimeout(5)
-        for i, n in enumerate([1, 100, 1400, 8000]):
-            msg = bytes([i]) * n
-            a.sendto(b"\0\0\0" + socks_addr("127.0.0.1", udp_echo.port) + msg, relay)
-            try:
-                pkt, _ = a.recvfrom(65535)
-            except socket.timeout:
-                raise AssertionError(f"no answer to datagram {i}\n{logs()}")
-            source, data = parse_udp_header(pkt)
-            assert (source, data) == (("127.0.0.1", udp_echo.port), msg)
-
-
 INBOUND_OF = ["trojan-in", "vless-in", "vmess-in"]
 
 
@@ -291,7 +270,7 @@ def test_the_seed_recipe_runs_as_written_through_each_member_in_order(procs, pki
             marks = [len(s.log()) for s in servers]
             echo_once(front.port, echo, b"through %s" % name.encode())
             assert ten_mib_echoed(front.port, echo) == big_sha256(TEN_MIB)
-            udp_echoed(front.port, udp, front.log)
+            udp_echoed(front.port, udp, front.log, [1, 100, 1400, 8000])
             # this member's server carried both, the ones after it nothing
             for m, s in enumerate(servers[n:], start=n):
                 assert flows_seen(s, m, marks[m]) == ({"tcp", "udp"} if m == n else set()), \
