@@ -129,6 +129,15 @@ def stop_process(owner):
     return status
 
 
+def log_text(path):
+    """The text of a process's log file; "" before there is one (path None
+    or not written yet)."""
+    try:
+        return path.read_text(errors="replace")
+    except (OSError, AttributeError):
+        return ""
+
+
 def stop_cleanly(started, what="proxy"):
     """Fixture teardown: stops every process in started (objects with
     .proc, .stop(), .cfg_path and .log()) and fails the test when one still
@@ -349,6 +358,25 @@ def big_sha256(n):
     for chunk in big_chunks(n):
         h.update(chunk)
     return h.hexdigest()
+
+
+def echoed_sha256(proxy_port, echo, n, timeout):
+    """n bytes of big_chunks through a SOCKS5 proxy to echo (an EchoServer)
+    and back, read while they are written (so it needs no half-close on the
+    way); the hex sha256 of what came back, to compare with big_sha256(n).
+    timeout bounds each read and the writer's end."""
+    with socks5_connect(proxy_port, LOOPBACK, echo.port) as s:
+        sender = threading.Thread(target=lambda: [s.sendall(c) for c in big_chunks(n)])
+        sender.start()
+        h, got = hashlib.sha256(), 0
+        s.settimeout(timeout)
+        while got < n:
+            chunk = s.recv(1 << 20)
+            assert chunk, f"EOF after {got} bytes"
+            h.update(chunk)
+            got += len(chunk)
+        sender.join(timeout)
+        return h.hexdigest()
 
 
 class RawOrigin(_ThreadedServer):
@@ -623,13 +651,13 @@ class DnsServer:
         self.sock.close()
 
 
-def make_cert(tmp_path):
-    """A self-signed certificate for 127.0.0.1 / localhost, via the openssl CLI."""
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+def make_cert(directory, name="localhost", san="DNS:localhost,IP:127.0.0.1", days=1):
+    """A self-signed P-256 certificate for CN=name with subjectAltName san,
+    via the openssl CLI; returns the paths (cert.pem, key.pem) in directory."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
-                    "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", str(days),
+                    "-subj", f"/CN={name}", "-addext", f"subjectAltName={san}",
                     "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True, timeout=30)
     return cert, key
@@ -802,6 +830,28 @@ def assert_echoes(sock, payload=b"echo me"):
 
 def udp_packet(host, port, data):
     return b"\0\0\0" + socks_addr(host, port) + data
+
+
+def udp_echoed(proxy_port, udp_echo, logs, sizes, first=0):
+    """One datagram of each size through one SOCKS5 UDP association on
+    proxy_port to udp_echo (a UdpEcho), each filled with byte first + its
+    index, comes back from the echo's address unchanged; logs() is said
+    when one does not."""
+    with socket.create_connection((LOOPBACK, proxy_port), timeout=5) as ctl, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+        socks5_greet(ctl)
+        rep, relay = socks5_request(ctl, "0.0.0.0", 0, cmd=3)
+        assert rep == 0, logs()
+        relay = (LOOPBACK if relay[0] in ("0.0.0.0", "::") else relay[0], relay[1])
+        a.settimeout(5)
+        for i, n in enumerate(sizes):
+            msg = bytes([first + i]) * n
+            a.sendto(b"\0\0\0" + socks_addr(LOOPBACK, udp_echo.port) + msg, relay)
+            try:
+                pkt, _ = a.recvfrom(65535)
+            except socket.timeout:
+                raise AssertionError(f"no answer to datagram {i}\n{logs()}")
+            assert parse_udp_header(pkt) == ((LOOPBACK, udp_echo.port), msg)
 
 
 class Association:

@@ -83,13 +83,6 @@ def start_proxy(app, tmp_path):
     stop_cleanly(started, "proxy")
 
 
-@pytest.fixture(scope="module")
-def echo():
-    s = EchoServer()
-    yield s
-    s.close()
-
-
 def tcp_flow(proxy, echo):
     """One SOCKS CONNECT to the echo server; returns the client's ip:port."""
     s = socks_open(proxy.port, LOOPBACK, echo.port)

@@ -29,7 +29,7 @@ import pytest
 
 from balancerkit import (MemberServer, PinnedProxy, lines_with, pinned_port, socks_flow,
                          stamp, state_lines, wait_line, wait_state)
-from proxykit import EchoServer, Proxy, stop_cleanly
+from proxykit import Proxy, stop_cleanly
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -111,13 +111,6 @@ def members():
     yield _make
     for m in made:
         m.close()
-
-
-@pytest.fixture(scope="module")
-def echo():
-    s = EchoServer()
-    yield s
-    s.close()
 
 
 def carrier(proxy, echo, servers):

@@ -10,16 +10,14 @@ flow of ours crosses it unchanged:
 The Hunk message (bytes data = 1) is written and read here from the
 protobuf encoding rules, not by our code. A test skips only when grpcio is
 missing (scripts/deps.sh installs it)."""
-import hashlib
 import socket
-import subprocess
 import threading
 from concurrent import futures
 
 import pytest
 
-from proxykit import (EchoServer, Proxy, UdpEcho, big_chunks, big_sha256, parse_udp_header,
-                      recv_exact, socks5_connect, socks5_greet, socks5_request, socks_addr)
+from proxykit import (EchoServer, UdpEcho, big_sha256, echoed_sha256, recv_exact,
+                      socks5_connect, udp_echoed)
 
 try:
     import grpc
@@ -47,27 +45,25 @@ def hunk_encode(data):
     return b"\x0a" + varint(len(data)) + data
 
 
+def read_varint(msg, i):
+    """The varint at msg[i]: (its value, the index after it)."""
+    n, shift = 0, 0
+    while True:
+        b = msg[i]
+        i += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return n, i
+
+
 def hunk_decode(msg):
     """The bytes of every field 1 in the message (a Hunk or a MultiHunk)."""
     out, i = bytearray(), 0
     while i < len(msg):
-        key, shift = 0, 0
-        while True:
-            b = msg[i]
-            i += 1
-            key |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
+        key, i = read_varint(msg, i)
         assert key == 0x0A, f"unexpected field key {key:#x}"
-        n, shift = 0, 0
-        while True:
-            b = msg[i]
-            i += 1
-            n |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
+        n, i = read_varint(msg, i)
         out += msg[i:i + n]
         i += n
     return bytes(out)
@@ -168,31 +164,6 @@ class GunClient:
             ch.close()
 
 
-@pytest.fixture
-def pki(tmp_path):
-    c, k = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
-                    "-subj", "/CN=proxy.test", "-addext", "subjectAltName=DNS:proxy.test",
-                    "-keyout", str(k), "-out", str(c)],
-                   check=True, capture_output=True, timeout=30)
-    return c, k
-
-
-@pytest.fixture
-def procs(app, tmp_path):
-    started = []
-
-    def _start(text, **kw):
-        p = Proxy(app, tmp_path, text, **kw)
-        started.append(p)
-        return p.start()
-
-    yield _start
-    for p in started:
-        p.stop()
-
-
 def vless_inbound(stream=""):
     return f"""
 [[inbound]]
@@ -239,22 +210,6 @@ def grpc_stream(tls, side, cert=None, key=None):
     return text
 
 
-def sixteen_mib_echoed(proxy_port, echo):
-    """16 MiB to the echo server and back, read while written."""
-    with socks5_connect(proxy_port, "127.0.0.1", echo.port) as s:
-        sender = threading.Thread(target=lambda: [s.sendall(c) for c in big_chunks(SIXTEEN_MIB)])
-        sender.start()
-        h, got = hashlib.sha256(), 0
-        s.settimeout(30)
-        while got < SIXTEEN_MIB:
-            chunk = s.recv(1 << 20)
-            assert chunk, f"EOF after {got} bytes"
-            h.update(chunk)
-            got += len(chunk)
-        sender.join(30)
-        return h.hexdigest()
-
-
 def half_close_answered(proxy_port, echo):
     """The client's FIN crosses the Gun stream (END_STREAM) and the answer
     still comes back after it: the stream half-closes, it does not end."""
@@ -271,23 +226,21 @@ def half_close_answered(proxy_port, echo):
         return got
 
 
-def udp_round_trip(proxy_port, udp_echo, logs):
-    with socket.create_connection(("127.0.0.1", proxy_port), timeout=5) as ctl, \
-            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
-        socks5_greet(ctl)
-        rep, relay = socks5_request(ctl, "0.0.0.0", 0, cmd=3)
-        assert rep == 0, logs()
-        relay = ("127.0.0.1" if relay[0] in ("0.0.0.0", "::") else relay[0], relay[1])
-        a.settimeout(5)
+def carries_tcp_and_udp(front, server, gun):
+    """Through front, with gun (a grpcio peer) between it and server: 16 MiB
+    echoed, a half-close answered, datagrams of every size echoed. Closes
+    gun."""
+    echo, udp = EchoServer(), UdpEcho()
+    try:
+        assert echoed_sha256(front.port, echo, SIXTEEN_MIB, 30) == big_sha256(SIXTEEN_MIB)
+        assert half_close_answered(front.port, echo) == b"before the end"
         # VLESS carries at most 8192 bytes a datagram (VLESS_UDP_PAYLOAD_MAX)
-        for i, n in enumerate([1, 512, 1400, 8000]):
-            msg = bytes([i + 1]) * n
-            a.sendto(b"\0\0\0" + socks_addr("127.0.0.1", udp_echo.port) + msg, relay)
-            try:
-                pkt, _ = a.recvfrom(65535)
-            except socket.timeout:
-                raise AssertionError(f"no answer to datagram {i}\n{logs()}")
-            assert parse_udp_header(pkt) == (("127.0.0.1", udp_echo.port), msg)
+        udp_echoed(front.port, udp, lambda: front.log() + server.log(), [1, 512, 1400, 8000],
+                   first=1)
+    finally:
+        echo.close()
+        udp.close()
+        gun.close()
 
 
 @needs_grpcio
@@ -300,15 +253,7 @@ def test_our_gun_client_through_a_grpcio_server(procs, pki, tls):
     gun = GunServer(server.port, creds)
     front = procs(socks_to_vless(gun.port, grpc_stream(tls, "outbound", cert)),
                   log_level="debug")
-    echo, udp = EchoServer(), UdpEcho()
-    try:
-        assert sixteen_mib_echoed(front.port, echo) == big_sha256(SIXTEEN_MIB)
-        assert half_close_answered(front.port, echo) == b"before the end"
-        udp_round_trip(front.port, udp, lambda: front.log() + server.log())
-    finally:
-        echo.close()
-        udp.close()
-        gun.close()
+    carries_tcp_and_udp(front, server, gun)
 
 
 @needs_grpcio
@@ -319,15 +264,7 @@ def test_a_grpcio_client_through_our_gun_server(procs, pki, tls):
     creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes()) if tls else None
     gun = GunClient(server.port, creds, "proxy.test" if tls else None)
     front = procs(socks_to_vless(gun.port), log_level="debug")
-    echo, udp = EchoServer(), UdpEcho()
-    try:
-        assert sixteen_mib_echoed(front.port, echo) == big_sha256(SIXTEEN_MIB)
-        assert half_close_answered(front.port, echo) == b"before the end"
-        udp_round_trip(front.port, udp, lambda: front.log() + server.log())
-    finally:
-        echo.close()
-        udp.close()
-        gun.close()
+    carries_tcp_and_udp(front, server, gun)
 
 
 @needs_grpcio

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from proxykit import (LOOPBACK, Acceptor, EchoServer, HttpReader, HttpTarget, RawOrigin, connect,
+from proxykit import (LOOPBACK, Acceptor, HttpReader, HttpTarget, RawOrigin, connect,
                       recv_exact, recv_until_closed, socks5_connect, socks5_greet,
                       socks5_request, wait_closed)
 
@@ -34,13 +34,6 @@ def inbound(tag, protocol, port_key="port0", listen="127.0.0.1", extra=""):
 
 def policy(**kv):
     return "[policy]\n" + "".join(f"{k} = {v}\n" for k, v in kv.items()) + "\n"
-
-
-@pytest.fixture(scope="module")
-def echo():
-    e = EchoServer()
-    yield e
-    e.close()
 
 
 def echo_once(proxy_port, echo_port, message=b"still serving"):

@@ -35,7 +35,6 @@ both).
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -44,10 +43,10 @@ import time
 
 import pytest
 
-from proxykit import (LOOPBACK, EchoServer, HttpReader, HttpTarget, Proxy, UdpEcho, connect,
-                      free_port, parse_udp_header, read_socks_addr, recv_exact,
+from proxykit import (LOOPBACK, HttpReader, HttpTarget, Proxy, connect, free_port, log_text,
+                      make_cert, parse_udp_header, read_socks_addr, recv_exact,
                       recv_until_closed, socks5_connect, socks5_greet, socks5_request, socks_addr,
-                      stop_cleanly, wait_closed)
+                      stop_cleanly, stop_process, wait_closed)
 
 from reloadkit import reload
 
@@ -145,23 +144,11 @@ class Peer:
         return self.kind != "v2ray"
 
     def log(self):
-        try:
-            return self.log_path.read_text(errors="replace")
-        except (OSError, AttributeError):
-            return ""
+        return log_text(self.log_path)
 
     def stop(self):
         """SIGTERM, then SIGKILL after 3 s; only this process."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(3)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        stop_process(self)
 
 
 class Chain:
@@ -230,37 +217,8 @@ def chain(app, tmp_path):
 def pki(tmp_path_factory):
     """A self-signed certificate for proxy.test (SAN DNS:proxy.test only, so a
     client that checked 127.0.0.1 instead of the name would fail)."""
-    d = tmp_path_factory.mktemp("pki")
-    cert, key = d / "cert.pem", d / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
-                    "-subj", f"/CN={SNI}", "-addext", f"subjectAltName=DNS:{SNI}",
-                    "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True, timeout=30)
+    cert, key = make_cert(tmp_path_factory.mktemp("pki"), SNI, f"DNS:{SNI}", days=2)
     return {"cert": str(cert), "key": str(key)}
-
-
-@pytest.fixture(scope="module")
-def echo():
-    s = EchoServer()
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def udp_echo():
-    s = UdpEcho()
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def udp_echo_b():
-    """A second UDP echo, on a port of its own: a second peer of one
-    association."""
-    s = UdpEcho()
-    yield s
-    s.close()
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from proxykit import (LOOPBACK, DnsServer, EchoServer, HttpReader, HttpTarget,
-                      RawOrigin, Sha256Sink, Spout, UdpEcho, big_chunks, big_sha256, connect,
+                      RawOrigin, Sha256Sink, Spout, big_chunks, big_sha256, connect,
                       free_port, header_lines, make_cert, parse_udp_header, read_socks_addr,
                       recv_all, recv_exact, recv_until_closed, socks5_connect, socks5_echo_async,
                       socks5_greet, socks5_request, socks_addr, tls_server_context,
@@ -86,22 +86,8 @@ def raw_origin():
 
 
 @pytest.fixture(scope="module")
-def echo():
-    s = EchoServer()
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
 def sink():
     s = Sha256Sink()
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def udp_echo():
-    s = UdpEcho()
     yield s
     s.close()
 

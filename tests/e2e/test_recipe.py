@@ -2,42 +2,13 @@
 Trojan-over-TLS member and a VLESS-over-WebSocket-and-TLS member, each an
 etemenanki-app server instance, behind a failover balancer."""
 import socket
-import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
-from proxykit import (EchoServer, Proxy, UdpEcho, big_chunks, big_sha256, parse_udp_header,
-                      recv_exact, socks5_connect, socks5_greet, socks5_request, socks_addr,
-                      Sha256Sink)
+from proxykit import (EchoServer, UdpEcho, big_chunks, big_sha256, echoed_sha256, recv_exact,
+                      socks5_connect, udp_echoed, Sha256Sink)
 
 UUID = "11111111-2222-3333-4444-555555555555"
-
-
-@pytest.fixture
-def cert(tmp_path):
-    c, k = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
-                    "-subj", "/CN=proxy.test", "-addext", "subjectAltName=DNS:proxy.test",
-                    "-keyout", str(k), "-out", str(c)],
-                   check=True, capture_output=True, timeout=30)
-    return c, k
-
-
-@pytest.fixture
-def procs(app, tmp_path):
-    started = []
-
-    def _start(text, **kw):
-        p = Proxy(app, tmp_path, text, **kw)
-        started.append(p)
-        return p.start()
-
-    yield _start
-    for p in started:
-        p.stop()
 
 
 def trojan_server(cert, key):
@@ -146,21 +117,7 @@ def ten_mib_echoed(proxy_port, echo):
     """10 MiB to the echo server and back, read while it is written: a
     WebSocket hop carries no half-close (a FIN would end both ways), so
     the check cannot wait for the sink's answer after our FIN."""
-    import hashlib
-    import threading
-    with socks5_connect(proxy_port, "127.0.0.1", echo.port) as s:
-        sender = threading.Thread(target=lambda: [s.sendall(c) for c in big_chunks(TEN_MIB)])
-        sender.start()
-        h = hashlib.sha256()
-        got = 0
-        s.settimeout(20)
-        while got < TEN_MIB:
-            chunk = s.recv(1 << 20)
-            assert chunk, f"EOF after {got} bytes"
-            h.update(chunk)
-            got += len(chunk)
-        sender.join(20)
-        return h.hexdigest()
+    return echoed_sha256(proxy_port, echo, TEN_MIB, 20)
 
 
 def ten_mib_through(proxy_port, sink):
@@ -182,8 +139,8 @@ def wait_for(predicate, timeout):
     return False
 
 
-def test_the_recipe_fails_over_from_trojan_tls_to_vless_ws_tls(procs, cert):
-    c, k = cert
+def test_the_recipe_fails_over_from_trojan_tls_to_vless_ws_tls(procs, pki):
+    c, k = pki
     trojan = procs(trojan_server(c, k), log_level="debug")
     vless = procs(vless_server(c, k), log_level="debug")
     front = procs(client(c, trojan.port, vless.port), log_level="debug")
@@ -206,8 +163,8 @@ def test_the_recipe_fails_over_from_trojan_tls_to_vless_ws_tls(procs, cert):
         echo.close()
 
 
-def test_a_failed_dial_moves_to_the_next_member_with_retry(procs, cert):
-    c, k = cert
+def test_a_failed_dial_moves_to_the_next_member_with_retry(procs, pki):
+    c, k = pki
     vless = procs(vless_server(c, k), log_level="debug")
     s = socket.socket()  # a closed port stands for a dead primary
     s.bind(("127.0.0.1", 0))
@@ -286,26 +243,6 @@ def echo_once(proxy_port, echo, payload):
         assert recv_exact(s, len(payload)) == payload
 
 
-def udp_echoed(proxy_port, udp_echo, logs):
-    """Datagrams through one SOCKS5 UDP association come back from the echo."""
-    with socket.create_connection(("127.0.0.1", proxy_port), timeout=5) as ctl, \
-            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
-        socks5_greet(ctl)
-        rep, relay = socks5_request(ctl, "0.0.0.0", 0, cmd=3)
-        assert rep == 0, logs()
-        relay = ("127.0.0.1" if relay[0] in ("0.0.0.0", "::") else relay[0], relay[1])
-        a.settimeout(5)
-        for i, n in enumerate([1, 100, 1400, 8000]):
-            msg = bytes([i]) * n
-            a.sendto(b"\0\0\0" + socks_addr("127.0.0.1", udp_echo.port) + msg, relay)
-            try:
-                pkt, _ = a.recvfrom(65535)
-            except socket.timeout:
-                raise AssertionError(f"no answer to datagram {i}\n{logs()}")
-            source, data = parse_udp_header(pkt)
-            assert (source, data) == (("127.0.0.1", udp_echo.port), msg)
-
-
 INBOUND_OF = ["trojan-in", "vless-in", "vmess-in"]
 
 
@@ -317,11 +254,11 @@ def flows_seen(server, n, before):
             if f"route: {net} flow to " in log and f"from inbound {INBOUND_OF[n]} takes" in log}
 
 
-def test_the_seed_recipe_runs_as_written_through_each_member_in_order(procs, cert):
+def test_the_seed_recipe_runs_as_written_through_each_member_in_order(procs, pki):
     """Issue 17: examples/failover.toml starts and carries TCP and UDP
     through each member (trojan+tls, vless+ws+tls, vmess+grpc+tls, each one
     of our servers), in the failover order, as the members before it stop."""
-    c, k = cert
+    c, k = pki
     servers = [procs(trojan_server(c, k), log_level="debug"),
                procs(vless_server(c, k), log_level="debug"),
                procs(vmess_grpc_server(c, k), log_level="debug")]
@@ -333,7 +270,7 @@ def test_the_seed_recipe_runs_as_written_through_each_member_in_order(procs, cer
             marks = [len(s.log()) for s in servers]
             echo_once(front.port, echo, b"through %s" % name.encode())
             assert ten_mib_echoed(front.port, echo) == big_sha256(TEN_MIB)
-            udp_echoed(front.port, udp, front.log)
+            udp_echoed(front.port, udp, front.log, [1, 100, 1400, 8000])
             # this member's server carried both, the ones after it nothing
             for m, s in enumerate(servers[n:], start=n):
                 assert flows_seen(s, m, marks[m]) == ({"tcp", "udp"} if m == n else set()), \

@@ -29,7 +29,7 @@ import pytest
 
 from balancerkit import (MemberServer, lines_with, socks_flow, state_lines, wait_line,
                          wait_state)
-from proxykit import (LOOPBACK, REP_OK, Association, EchoServer, UdpEcho, assert_blackholed,
+from proxykit import (LOOPBACK, REP_OK, Association, assert_blackholed,
                       assert_echoes, free_port, make_cert, socks5_greet, socks5_request,
                       socks_open, wait_closed)
 from reloadkit import (OUTCOME, config, lines, outbound, reload, render, sighup, socks_in,
@@ -42,20 +42,6 @@ BLOCK_B = outbound("b", "blackhole")
 
 
 # ---------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def echo():
-    s = EchoServer()
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def udp_echo():
-    s = UdpEcho()
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -26,9 +26,7 @@ import struct
 import threading
 import time
 
-import pytest
-
-from proxykit import LOOPBACK, EchoServer, recv_exact, socks_open
+from proxykit import LOOPBACK, recv_exact, socks_open
 from reloadkit import OUTCOME, config, lines, outbound, render, save, socks_in, wait_lines
 
 RELOADS = 50
@@ -46,13 +44,6 @@ CRR_PACE = 0.01
 CRR_MIN = 200          # crr flows the test must have run at the least
 
 WARNINGS = re.compile(r"^\S+ (?:WARN|ERROR)\b.*$", re.M)
-
-
-@pytest.fixture(scope="module")
-def echo():
-    s = EchoServer()
-    yield s
-    s.close()
 
 
 def chunk(flow, k):

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from proxykit import (LOOPBACK, Association, EchoServer, HttpReader, HttpTarget, Proxy, UdpEcho,
+from proxykit import (LOOPBACK, Association, HttpReader, HttpTarget, Proxy, UdpEcho,
                       assert_blackholed, assert_echoes, closed_without_bytes, connect, make_cert,
                       read_socks_addr, recv_all, recv_exact, socks_open, socks_addr, stop_cleanly,
                       tls_server_context)
@@ -97,13 +97,6 @@ def start_proxy(app, tmp_path):
 
     yield _start
     stop_cleanly(started, "proxy")
-
-
-@pytest.fixture(scope="module")
-def echo():
-    s = EchoServer()
-    yield s
-    s.close()
 
 
 @pytest.fixture(scope="module")

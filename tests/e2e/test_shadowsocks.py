@@ -32,7 +32,6 @@ process started here is stopped by its own pid.
 import base64
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -40,8 +39,8 @@ import time
 import pytest
 
 import test_interop as interop
-from proxykit import (LOOPBACK, Association, EchoServer, UdpEcho, connect, free_port,
-                      socks5_connect, stop_cleanly)
+from proxykit import (LOOPBACK, Association, connect, free_port, log_text, socks5_connect,
+                      stop_cleanly, stop_process)
 
 SS_SERVER = shutil.which("ss-server")
 SS_LOCAL = shutil.which("ss-local")
@@ -90,22 +89,10 @@ class Libev:
         raise AssertionError(f"shadowsocks-libev did not start:\n{self.log()}")
 
     def log(self):
-        try:
-            return self.log_path.read_text(errors="replace")
-        except (OSError, AttributeError):
-            return ""
+        return log_text(self.log_path)
 
     def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(3)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        stop_process(self)
 
 
 class SsChain(interop.Chain):
@@ -142,13 +129,6 @@ def chain(app, tmp_path):
     for p in c.libev + c.peers:
         p.stop()
     stop_cleanly(c.ours, "proxy")
-
-
-@pytest.fixture(scope="module")
-def echo():
-    s = EchoServer()
-    yield s
-    s.close()
 
 
 def our_client(method, server_port, password=PASSWORD):
@@ -235,12 +215,10 @@ def test_libev_first_bytes_with_the_address(chain, echo):
 
 # ---------------------------------------------------------------- refusals
 
-@needs_libev
-def test_wrong_password_is_drained_not_answered(chain, echo):
-    """ss-local with the wrong password: our inbound sends nothing back and
-    keeps the connection open for the drain (2 s at least), and logs why."""
-    server = chain.proxy(our_server("aes-256-gcm"))
-    client = chain.ss_local("aes-256-gcm", server.port, password=WRONG_PASSWORD)
+def assert_drained(chain, client, echo, server, why):
+    """A CONNECT through client to echo that sends "hello": nothing comes
+    back, the connection is held for the drain (2 s at least) and server
+    logged why."""
     start = time.monotonic()
     with socks5_connect(client.port, LOOPBACK, echo.port, timeout=5) as s:
         s.settimeout(10)
@@ -252,8 +230,58 @@ def test_wrong_password_is_drained_not_answered(chain, echo):
     took = time.monotonic() - start
     assert got == b"", chain.logs()
     assert took >= 1.9, f"closed after {took:.2f} s\n{chain.logs()}"
-    interop.assert_logged(chain.ours[0], "refused: shadowsocks: authentication failed "
-                          "(no user's key opens the first chunk)", chain.logs)
+    interop.assert_logged(server, why, chain.logs)
+
+
+def first_flight(chain, method, password, echo, size=None):
+    """What our client (method, password) sends first for a CONNECT to echo
+    that sends b"first", caught by a listener of ours in its server's place:
+    size bytes (5 s for them), or with size None all that comes before 0.5 s
+    of quiet."""
+    sink = socket.socket()
+    sink.bind((LOOPBACK, 0))
+    sink.listen(1)
+    spy = chain.proxy(our_client(method, sink.getsockname()[1], password=password))
+    with socks5_connect(spy.port, LOOPBACK, echo.port, timeout=5) as s:
+        s.sendall(b"first")
+        conn, _ = sink.accept()
+        conn.settimeout(0.5 if size is None else 5)
+        first = b""
+        while size is None or len(first) < size:
+            try:
+                more = conn.recv(4096)
+            except socket.timeout:
+                if size is not None:
+                    raise
+                break
+            if not more:
+                break
+            first += more
+        conn.close()
+    sink.close()
+    return first
+
+
+def reply_to(port, first):
+    """Sends first to port on a new connection; what comes back within 1 s,
+    or None when nothing has (the connection still open)."""
+    with connect(port) as r:
+        r.sendall(first)
+        r.settimeout(1.0)
+        try:
+            return r.recv(64)
+        except socket.timeout:
+            return None
+
+
+@needs_libev
+def test_wrong_password_is_drained_not_answered(chain, echo):
+    """ss-local with the wrong password: our inbound sends nothing back and
+    keeps the connection open for the drain (2 s at least), and logs why."""
+    server = chain.proxy(our_server("aes-256-gcm"))
+    client = chain.ss_local("aes-256-gcm", server.port, password=WRONG_PASSWORD)
+    assert_drained(chain, client, echo, server, "refused: shadowsocks: authentication failed "
+                   "(no user's key opens the first chunk)")
 
 
 def test_replayed_salt_is_refused(chain, echo):
@@ -261,32 +289,9 @@ def test_replayed_salt_is_refused(chain, echo):
     refused as a replay (logged), and nothing comes back."""
     server = chain.proxy(our_server("aes-128-gcm"))
     client = chain.proxy(our_client("aes-128-gcm", server.port))
-    # capture what our client sends by pointing it at a listener of ours
-    sink = socket.socket()
-    sink.bind((LOOPBACK, 0))
-    sink.listen(1)
-    spy = chain.proxy(our_client("aes-128-gcm", sink.getsockname()[1]))
-    with socks5_connect(spy.port, LOOPBACK, echo.port, timeout=5) as s:
-        s.sendall(b"first")
-        conn, _ = sink.accept()
-        conn.settimeout(5)
-        first = b""
-        while len(first) < 16 + 18 + 7 + 16 + 18 + 5 + 16:
-            more = conn.recv(4096)
-            if not more:
-                break
-            first += more
-        conn.close()
-    sink.close()
-    replies = []
-    for _ in range(2):
-        with connect(server.port) as r:
-            r.sendall(first)
-            r.settimeout(1.0)
-            try:
-                replies.append(r.recv(64))
-            except socket.timeout:
-                replies.append(None)  # nothing back yet: still open
+    first = first_flight(chain, "aes-128-gcm", PASSWORD, echo,
+                         size=16 + 18 + 7 + 16 + 18 + 5 + 16)
+    replies = [reply_to(server.port, first) for _ in range(2)]
     interop.assert_logged(server, "refused: shadowsocks: replayed salt", chain.logs)
     assert replies[1] is None, chain.logs()
     del client
@@ -309,19 +314,8 @@ def test_2022_wrong_key_is_drained_not_answered(chain, echo):
     method = "2022-blake3-aes-256-gcm"
     server = chain.proxy(our_server(method, password=psk(32)))
     client = chain.proxy(our_client(method, server.port, password=psk(32)))
-    start = time.monotonic()
-    with socks5_connect(client.port, LOOPBACK, echo.port, timeout=5) as s:
-        s.settimeout(10)
-        s.sendall(b"hello")
-        try:
-            got = s.recv(16)
-        except OSError:
-            got = b""
-    took = time.monotonic() - start
-    assert got == b"", chain.logs()
-    assert took >= 1.9, f"closed after {took:.2f} s\n{chain.logs()}"
-    interop.assert_logged(chain.ours[0], "refused: shadowsocks: authentication failed "
-                          "(no user's key opens the first chunk)", chain.logs)
+    assert_drained(chain, client, echo, server, "refused: shadowsocks: authentication failed "
+                   "(no user's key opens the first chunk)")
 
 
 def test_2022_replayed_request_is_refused(chain, echo):
@@ -329,34 +323,9 @@ def test_2022_replayed_request_is_refused(chain, echo):
     second is refused as a replay (logged) and not answered."""
     method, key = "2022-blake3-aes-128-gcm", psk(16)
     server = chain.proxy(our_server(method, password=key))
-    sink = socket.socket()
-    sink.bind((LOOPBACK, 0))
-    sink.listen(1)
-    spy = chain.proxy(our_client(method, sink.getsockname()[1], password=key))
-    with socks5_connect(spy.port, LOOPBACK, echo.port, timeout=5) as s:
-        s.sendall(b"first")
-        conn, _ = sink.accept()
-        conn.settimeout(0.5)
-        first = b""
-        while True:  # the headers (random padding) and the first chunk
-            try:
-                more = conn.recv(4096)
-            except socket.timeout:
-                break
-            if not more:
-                break
-            first += more
-        conn.close()
-    sink.close()
-    replies = []
-    for _ in range(2):
-        with connect(server.port) as r:
-            r.sendall(first)
-            r.settimeout(1.0)
-            try:
-                replies.append(r.recv(64))
-            except socket.timeout:
-                replies.append(None)
+    # the headers (random padding) and the first chunk
+    first = first_flight(chain, method, key, echo)
+    replies = [reply_to(server.port, first) for _ in range(2)]
     interop.assert_logged(server, "refused: shadowsocks: replayed salt", chain.logs)
     assert replies[1] is None, chain.logs()
 
@@ -400,19 +369,8 @@ def test_2022_unknown_identity_is_drained_not_answered(chain, echo):
     ipsk = psk(16)
     server = chain.proxy(our_server_eih(method, ipsk, [psk(16), psk(16)]))
     client = chain.proxy(our_client(method, server.port, password=f"{ipsk}:{psk(16)}"))
-    start = time.monotonic()
-    with socks5_connect(client.port, LOOPBACK, echo.port, timeout=5) as s:
-        s.settimeout(10)
-        s.sendall(b"hello")
-        try:
-            got = s.recv(16)
-        except OSError:
-            got = b""
-    took = time.monotonic() - start
-    assert got == b"", chain.logs()
-    assert took >= 1.9, f"closed after {took:.2f} s\n{chain.logs()}"
-    interop.assert_logged(server, "refused: shadowsocks: unknown identity (no user's key hash "
-                          "matches the identity header)", chain.logs)
+    assert_drained(chain, client, echo, server, "refused: shadowsocks: unknown identity "
+                   "(no user's key hash matches the identity header)")
 
 
 def check_fails(run, tmp_path, text, want):
@@ -456,20 +414,6 @@ def test_spec_refusals(run, tmp_path):
                 "`2022-blake3-chacha20-poly1305`")
     check_fails(run, tmp_path, out + 'method = "aes-128-gcm"\n',
                 "outbound o: protocol shadowsocks needs settings.password")
-
-
-@pytest.fixture(scope="module")
-def udp_echo():
-    s = UdpEcho()
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def udp_echo_b():
-    s = UdpEcho()
-    yield s
-    s.close()
 
 
 @needs_libev

@@ -11,6 +11,7 @@
 #include "proto/shadowsocks.h"
 #include "proto/shadowsocks_server.h"
 #include "shadowsocks_vectors.h"
+#include "sstest.h"
 
 #define NOW 1700000000
 
@@ -31,16 +32,6 @@ static const vec VECS[] = {
 	V(SS_METHOD_CHACHA20_POLY1305, CHACHA20_IETF_POLY1305),
 };
 #define N_VECS (sizeof VECS / sizeof VECS[0])
-
-static const uint8_t SALT[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
-                                 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
-
-static addr_dest example_com(void)
-{
-	addr_dest d = {0};
-	assert_int_equal(addr_dest_set_domain(&d, "example.com", 11, 443), 0);
-	return d;
-}
 
 static void account(ss_account *a, ss_method m, const char *pw)
 {
@@ -90,17 +81,7 @@ static void client_first_bytes_are_exact(void **state)
 	for (size_t i = 0; i < N_VECS; i++) {
 		const vec *v = &VECS[i];
 		layer *l = client(v);
-		uint8_t out[256];
-		layer_buf down = {out, 0, sizeof out};
-		assert_int_equal(l->ops->start(l, &down), 0);
-		assert_true(l->ops->ready(l));
-		assert_int_equal(down.len, v->first_len);
-		assert_memory_equal(out, v->first, v->first_len);
-		down.len = 0;
-		assert_int_equal(l->ops->from_above(l, (const uint8_t *)"hello", 5, &down), 5);
-		assert_int_equal(down.len, v->second_len);
-		assert_memory_equal(out, v->second, v->second_len);
-		l->ops->free(l);
+		assert_client_sends(l, v->first, v->first_len, v->second, v->second_len);
 	}
 }
 
@@ -201,36 +182,9 @@ static void client_reads_the_server(void **state)
 
 /* ---- the server core ---- */
 
-typedef struct result {
-	ssize_t used; /* total consumed */
-	proto_event ev;
-} result;
-
-/* Feeds in[0, len) step bytes at a time (0: whole) the way the shell does:
- * unconsumed bytes offered again with the next ones. Stops at a decision. */
 static result serve(ss_server *s, const uint8_t *in, size_t len, size_t step)
 {
-	result r = {0};
-	size_t arrived = 0, off = 0;
-	proto_out out;
-	while (arrived < len) {
-		arrived += step && len - arrived > step ? step : len - arrived;
-		for (;;) {
-			ssize_t n = ss_server_feed(s, in + off, arrived - off, NOW, &out, &r.ev);
-			assert_int_equal(out.len, 0);
-			if (n < 0 || r.ev.kind != PROTO_EV_NONE) {
-				if (n > 0)
-					off += (size_t)n;
-				r.used = n < 0 ? n : (ssize_t)off;
-				return r;
-			}
-			off += (size_t)n;
-			if (n == 0 || off == arrived)
-				break;
-		}
-	}
-	r.used = (ssize_t)off;
-	return r;
+	return serve_at(s, in, len, step, NOW);
 }
 
 static void server_opens_the_first_chunk(void **state)
@@ -286,19 +240,9 @@ static void server_waits_on_every_truncation(void **state)
 		const vec *v = &VECS[i];
 		ss_account a;
 		account(&a, v->m, SSV_PASSWORD);
-		for (size_t cut = 0; cut < v->first_len; cut++) {
-			ss_server sv;
-			ss_server_init(&sv, &a, 1, NULL, NULL);
-			result r = serve(&sv, v->first, cut, 0);
-			assert_int_equal(r.ev.kind, PROTO_EV_NONE);
-			assert_true(r.used >= 0 && (size_t)r.used <= cut);
-			ss_server_free(&sv);
-		}
+		assert_waits_on_every_truncation(&a, v->first, v->first_len, NOW);
 	}
 }
-
-static const char AUTH[] =
-	"shadowsocks: authentication failed (no user's key opens the first chunk)";
 
 static void server_refuses_changed_bytes(void **state)
 {
@@ -435,11 +379,6 @@ static void server_refuses_bad_lengths_and_addresses(void **state)
 	ss_server_free(&sv);
 }
 
-static int replay_add(void *ud, const uint8_t *salt, size_t len, int64_t now)
-{
-	return ss_replay_add(ud, salt, len, now);
-}
-
 static void server_refuses_a_replayed_salt(void **state)
 {
 	(void)state;
@@ -488,11 +427,7 @@ static void round_trip_through_client_and_server(void **state)
 		layer *c = client(v);
 		layer_buf w = {wire, 0, 2 * big};
 		assert_int_equal(c->ops->start(c, &w), 0);
-		for (size_t off = 0; off < big;) {
-			ssize_t n = c->ops->from_above(c, data + off, big - off, &w);
-			assert_true(n > 0);
-			off += (size_t)n;
-		}
+		send_all(c, data, big, &w);
 		/* the server: the first chunk, then the body */
 		ss_server sv;
 		ss_server_init(&sv, &a, 1, NULL, NULL);
@@ -503,22 +438,12 @@ static void round_trip_through_client_and_server(void **state)
 		layer *b = ss_server_body_new(&sv, our_salt, NOW);
 		layer_buf down = {got, 0, big};
 		assert_int_equal(b->ops->start(b, &down), 0);
-		size_t off = (size_t)r.used;
-		while (off < w.len) {
-			ssize_t n = b->ops->from_above(b, wire + off, w.len - off > 333 ? 333 : w.len - off,
-			                               &down);
-			assert_true(n >= 0);
-			off += (size_t)n;
-		}
+		feed_above(b, wire, (size_t)r.used, w.len, 333, &down);
 		assert_int_equal(down.len, big);
 		assert_memory_equal(got, data, big);
 		/* and back: the body seals, the client opens */
 		layer_buf up = {wire, 0, 2 * big};
-		for (size_t k = 0; k < big;) {
-			ssize_t n = b->ops->from_below(b, data + k, big - k, &up, NULL);
-			assert_true(n > 0);
-			k += (size_t)n;
-		}
+		send_all_up(b, data, big, &up);
 		size_t got_len = 0;
 		assert_int_equal(client_read(c, wire, up.len, 4096, got, big, &got_len), 0);
 		assert_int_equal(got_len, big);

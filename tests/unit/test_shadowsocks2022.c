@@ -12,6 +12,7 @@
 #include "proto/shadowsocks.h"
 #include "proto/shadowsocks_server.h"
 #include "shadowsocks2022_vectors.h"
+#include "sstest.h"
 
 #define NOW SS2V_NOW
 
@@ -51,13 +52,8 @@ static const vec VECS[] = {
 };
 #define N_VECS (sizeof VECS / sizeof VECS[0])
 
-static const uint8_t SALT[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
-                                 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
 /* the server's salt in the vectors: 0x80, 0x81, ... */
 static uint8_t server_salt[32];
-
-static const char AUTH[] =
-	"shadowsocks: authentication failed (no user's key opens the first chunk)";
 
 static int setup(void **state)
 {
@@ -65,13 +61,6 @@ static int setup(void **state)
 	for (int i = 0; i < 32; i++)
 		server_salt[i] = (uint8_t)(0x80 + i);
 	return 0;
-}
-
-static addr_dest example_com(void)
-{
-	addr_dest d = {0};
-	assert_int_equal(addr_dest_set_domain(&d, "example.com", 11, 443), 0);
-	return d;
 }
 
 static void account(ss_account *a, const vec *v)
@@ -147,17 +136,7 @@ static void client_first_bytes_are_exact(void **state)
 	for (size_t i = 0; i < N_VECS; i++) {
 		const vec *v = &VECS[i];
 		layer *l = client_at(v, SALT, NOW);
-		uint8_t out[2048];
-		layer_buf down = {out, 0, sizeof out};
-		assert_int_equal(l->ops->start(l, &down), 0);
-		assert_true(l->ops->ready(l));
-		assert_int_equal(down.len, v->first_len);
-		assert_memory_equal(out, v->first, v->first_len);
-		down.len = 0;
-		assert_int_equal(l->ops->from_above(l, (const uint8_t *)"hello", 5, &down), 5);
-		assert_int_equal(down.len, v->second_len);
-		assert_memory_equal(out, v->second, v->second_len);
-		l->ops->free(l);
+		assert_client_sends(l, v->first, v->first_len, v->second, v->second_len);
 	}
 }
 
@@ -250,38 +229,6 @@ static void client_reads_the_response(void **state)
 
 /* ---- the server core ---- */
 
-typedef struct result {
-	ssize_t used;
-	proto_event ev;
-} result;
-
-/* As test_shadowsocks.c's: step bytes at a time (0: whole), unconsumed
- * bytes offered again; stops at a decision. */
-static result serve_at(ss_server *s, const uint8_t *in, size_t len, size_t step, int64_t now)
-{
-	result r = {0};
-	size_t arrived = 0, off = 0;
-	proto_out out;
-	while (arrived < len) {
-		arrived += step && len - arrived > step ? step : len - arrived;
-		for (;;) {
-			ssize_t n = ss_server_feed(s, in + off, arrived - off, now, &out, &r.ev);
-			assert_int_equal(out.len, 0);
-			if (n < 0 || r.ev.kind != PROTO_EV_NONE) {
-				if (n > 0)
-					off += (size_t)n;
-				r.used = n < 0 ? n : (ssize_t)off;
-				return r;
-			}
-			off += (size_t)n;
-			if (n == 0 || off == arrived)
-				break;
-		}
-	}
-	r.used = (ssize_t)off;
-	return r;
-}
-
 static void server_opens_the_request_and_answers_exactly(void **state)
 {
 	(void)state;
@@ -334,14 +281,7 @@ static void server_waits_on_every_truncation(void **state)
 		const vec *v = &VECS[i];
 		ss_account a;
 		account(&a, v);
-		for (size_t cut = 0; cut < v->first_len; cut++) {
-			ss_server sv;
-			ss_server_init(&sv, &a, 1, NULL, NULL);
-			result r = serve_at(&sv, v->first, cut, 0, NOW);
-			assert_int_equal(r.ev.kind, PROTO_EV_NONE);
-			assert_true(r.used >= 0 && (size_t)r.used <= cut);
-			ss_server_free(&sv);
-		}
+		assert_waits_on_every_truncation(&a, v->first, v->first_len, NOW);
 	}
 }
 
@@ -400,11 +340,6 @@ static void server_keeps_the_time_window(void **state)
 			c->ops->free(c);
 		}
 	}
-}
-
-static int replay_add(void *ud, const uint8_t *salt, size_t len, int64_t now)
-{
-	return ss_replay_add(ud, salt, len, now);
 }
 
 static void server_refuses_a_replayed_salt(void **state)
@@ -759,11 +694,7 @@ static void round_trip_with_full_chunks(void **state)
 		layer_buf w = {wire, 0, 2 * big};
 		assert_int_equal(c->ops->start(c, &w), 0);
 		size_t head = w.len;
-		for (size_t off = 0; off < big;) {
-			ssize_t n = c->ops->from_above(c, data + off, big - off, &w);
-			assert_true(n > 0);
-			off += (size_t)n;
-		}
+		send_all(c, data, big, &w);
 		/* four chunks: three of 0xFFFF, the rest */
 		assert_int_equal(w.len - head, big + 4 * (SS_LEN_BLOCK + SS_TAG_LEN));
 		ss_server sv;
@@ -773,21 +704,12 @@ static void round_trip_with_full_chunks(void **state)
 		layer *b = ss_server_body_new(&sv, server_salt, NOW);
 		layer_buf down = {got, 0, big};
 		assert_int_equal(b->ops->start(b, &down), 0);
-		for (size_t off = (size_t)r.used; off < w.len;) {
-			size_t k = w.len - off > 4099 ? 4099 : w.len - off;
-			ssize_t n = b->ops->from_above(b, wire + off, k, &down);
-			assert_true(n >= 0);
-			off += (size_t)n;
-		}
+		feed_above(b, wire, (size_t)r.used, w.len, 4099, &down);
 		assert_int_equal(down.len, big);
 		assert_memory_equal(got, data, big);
 		/* and back: the header carries the first chunk, then chunks */
 		layer_buf up = {wire, 0, 2 * big};
-		for (size_t k = 0; k < big;) {
-			ssize_t n = b->ops->from_below(b, data + k, big - k, &up, NULL);
-			assert_true(n > 0);
-			k += (size_t)n;
-		}
+		send_all_up(b, data, big, &up);
 		assert_int_equal(up.len, slen + SS2022_RESP_FIXED_LEN(slen) + SS_TAG_LEN + big +
 		                             SS_TAG_LEN + 3 * (SS_LEN_BLOCK + SS_TAG_LEN));
 		uint8_t scratch[1];
