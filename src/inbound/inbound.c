@@ -218,8 +218,8 @@ static void on_deadline(conn *c, void *drv)
 	in_conn *ic = drv;
 	if (ic->sniffing)
 		in_conn_sniff_give_up(ic); /* the client sent nothing sniffable in time */
-	else if (ic->ops && ic->ops->deadline)
-		ic->ops->deadline(ic);
+	else if (ic->draining)
+		conn_close(ic->c); /* the drain of a refused client ends (in_conn_drain) */
 }
 
 static void on_written(conn *c, void *drv)

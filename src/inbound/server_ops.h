@@ -27,7 +27,7 @@
  *   client EOF   client_end
  *   write done   written
  *   stall        timeout, then as CLOSE
- *   deadline     deadline (one the row set with conn_set_deadline)
+ *   deadline     a refused client's drain ends: close (in_conn_drain)
  *   close        free
  *
  * Only size, init and feed are required. */
@@ -62,7 +62,8 @@ typedef struct inbound_proto_ops {
 	 * reason, may be NULL) and no fallback takes the bytes: log it and
 	 * end the connection, after the answer the core wrote if it has one.
 	 * NULL: the protocol has no refusal answer (Trojan, VLESS): the
-	 * refusal is logged and the connection closes at once. */
+	 * refusal is logged and the connection closes at once. in_conn_drain
+	 * fits here as it is (VMess, Shadowsocks). */
 	void (*refused)(in_conn *ic, const char *why);
 	/* Whether the bytes the core refused go, untouched, to the inbound's
 	 * fallback (settings.fallback, which inbound_rt_build reads only for a
@@ -96,9 +97,6 @@ typedef struct inbound_proto_ops {
 	 * answer is still to be delivered (as conn_driver.on_client_end).
 	 * NULL: close. */
 	bool (*client_end)(in_conn *ic);
-	/* The deadline the row set with conn_set_deadline passed (VMess: the
-	 * drain of a refused client ends). May be NULL. */
-	void (*deadline)(in_conn *ic);
 	/* A client write finished (as conn_driver.on_written). May be NULL. */
 	void (*written)(in_conn *ic);
 	/* The connection closed: release what ic->state holds, not the state
