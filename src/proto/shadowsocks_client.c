@@ -56,9 +56,7 @@ typedef struct ss_client {
 
 static void flush(ss_client *c, layer_buf *down)
 {
-	c->pend_off += layer_buf_put(down, c->pend + c->pend_off, c->pend_len - c->pend_off);
-	if (c->pend_off == c->pend_len)
-		c->pend_off = c->pend_len = 0;
+	layer_buf_put_pending(down, c->pend, &c->pend_len, &c->pend_off);
 }
 
 static int client_start(layer *l, layer_buf *down)
