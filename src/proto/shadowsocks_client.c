@@ -73,6 +73,19 @@ static ssize_t fail(ss_client *c, enum text t)
 	return LAYER_ERR_PROTO;
 }
 
+/* What both directions do first: nothing before start, nothing more after
+ * an error, and what waits for room below goes first. Returns true to go
+ * on, or false with *ret what the call returns. */
+static bool begin(ss_client *c, layer_buf *down, ssize_t *ret)
+{
+	if (c->err || !c->started) {
+		*ret = c->err ? LAYER_ERR_PROTO : 0;
+		return false;
+	}
+	flush(c, down);
+	return true;
+}
+
 /* Takes up to want bytes of in[*used, len) into dst + *fill; true once
  * want bytes are there. */
 static bool gather(uint8_t *dst, size_t *fill, size_t want, const uint8_t *in, size_t len,
@@ -89,11 +102,9 @@ static ssize_t client_from_below(layer *l, const uint8_t *in, size_t len, layer_
                                  layer_buf *down)
 {
 	ss_client *c = (ss_client *)l;
-	if (c->err)
-		return LAYER_ERR_PROTO;
-	if (!c->started)
-		return 0;
-	flush(c, down);
+	ssize_t r;
+	if (!begin(c, down, &r))
+		return r;
 	size_t used = 0, slen = ss_key_len(c->method);
 	for (;;) {
 		c->out_off += layer_buf_put(up, c->rbuf + c->out_off, c->out_len - c->out_off);
@@ -150,11 +161,9 @@ static ssize_t client_from_below(layer *l, const uint8_t *in, size_t len, layer_
 static ssize_t client_from_above(layer *l, const uint8_t *in, size_t len, layer_buf *down)
 {
 	ss_client *c = (ss_client *)l;
-	if (c->err)
-		return LAYER_ERR_PROTO;
-	if (!c->started)
-		return 0;
-	flush(c, down);
+	ssize_t r;
+	if (!begin(c, down, &r))
+		return r;
 	size_t used = 0;
 	/* seal while what is sealed goes straight out */
 	size_t max = c->tx.chunk_max;
