@@ -383,6 +383,23 @@ fail:
 
 /* ---- building an inbound ---- */
 
+inbound_locked *inbound_locked_new(size_t size)
+{
+	inbound_locked *s = calloc(1, sizeof *s + size);
+	if (s && pthread_mutex_init(&s->lock, NULL)) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+void inbound_locked_free(void *p)
+{
+	inbound_locked *s = p;
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
 enum { BUILD_REASON, BUILD_NO_MEMORY, BUILD_FALLBACK };
 static const char *const build_msgs[] = {
 	[BUILD_REASON] = "inbound %s: %s",

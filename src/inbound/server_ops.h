@@ -2,6 +2,7 @@
 #ifndef ETM_INBOUND_SERVER_OPS_H
 #define ETM_INBOUND_SERVER_OPS_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -13,6 +14,20 @@
  * failed, a framed datagram was malformed): the driver touches nothing
  * more. Below every PROTO_ERR_*, so it is never taken for a refusal. */
 #define INBOUND_FEED_GONE (-100)
+
+/* State an inbound's connections share across workers behind one lock
+ * (VMess's and Shadowsocks's replay filters): a row's shared_new makes it
+ * with inbound_locked_new(the state's size) and its shared_free is
+ * inbound_locked_free. Hold lock around every use of data. */
+typedef struct inbound_locked {
+	pthread_mutex_t lock;
+	_Alignas(max_align_t) unsigned char data[]; /* size bytes, zeroed */
+} inbound_locked;
+
+/* Returns the lock and size zeroed bytes, or NULL on no memory. */
+inbound_locked *inbound_locked_new(size_t size);
+/* Frees what inbound_locked_new made (p is one, as shared_free gets it). */
+void inbound_locked_free(void *p);
 
 /* The steps of one server protocol on one client connection, all on the
  * connection's worker thread but account. How inbound.c runs them:

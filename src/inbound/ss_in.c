@@ -43,33 +43,13 @@ static const char *const msgs[] = {
 /* The inbound's replay filter, one for all its workers (a replay comes
  * from another port, so SO_REUSEPORT may hand it to another worker). The
  * lock is held for one lookup of at most SS_REPLAY_PROBES slots. */
-typedef struct shared {
-	pthread_mutex_t lock;
-	ss_replay filter;
-} shared;
-
-static void *shared_new(void)
-{
-	shared *s = calloc(1, sizeof *s);
-	if (s && pthread_mutex_init(&s->lock, NULL)) {
-		free(s);
-		return NULL;
-	}
-	return s;
-}
-
-static void shared_free(void *p)
-{
-	shared *s = p;
-	pthread_mutex_destroy(&s->lock);
-	free(s);
-}
+static void *shared_new(void) { return inbound_locked_new(sizeof(ss_replay)); }
 
 static int replay(void *ud, const uint8_t *salt, size_t len, int64_t now)
 {
-	shared *s = ud;
+	inbound_locked *s = ud;
 	pthread_mutex_lock(&s->lock);
-	int r = ss_replay_add(&s->filter, salt, len, now);
+	int r = ss_replay_add((ss_replay *)s->data, salt, len, now);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
@@ -177,7 +157,7 @@ const inbound_proto_ops ss_in_ops = {
 	.account_size = sizeof(ss_account),
 	.account = account,
 	.shared_new = shared_new,
-	.shared_free = shared_free,
+	.shared_free = inbound_locked_free,
 	.init = init,
 	.feed = feed,
 	.refused = in_conn_drain,

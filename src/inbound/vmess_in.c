@@ -33,33 +33,13 @@ static const char *const msgs[] = {
  * their addresses, and a replay comes from another port), so per-worker
  * filters would miss it. The lock is held for one lookup (at most
  * VMESS_REPLAY_PROBES slots), next to the KDFs every connection runs. */
-typedef struct shared {
-	pthread_mutex_t lock;
-	vmess_replay filter;
-} shared;
-
-static void *shared_new(void)
-{
-	shared *s = calloc(1, sizeof *s);
-	if (s && pthread_mutex_init(&s->lock, NULL)) {
-		free(s);
-		return NULL;
-	}
-	return s;
-}
-
-static void shared_free(void *p)
-{
-	shared *s = p;
-	pthread_mutex_destroy(&s->lock);
-	free(s);
-}
+static void *shared_new(void) { return inbound_locked_new(sizeof(vmess_replay)); }
 
 static int replay(void *ud, const uint8_t id[VMESS_AUTH_ID_LEN], int64_t expiry, int64_t now)
 {
-	shared *s = ud;
+	inbound_locked *s = ud;
 	pthread_mutex_lock(&s->lock);
-	int r = vmess_replay_add(&s->filter, id, expiry, now);
+	int r = vmess_replay_add((vmess_replay *)s->data, id, expiry, now);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
@@ -247,7 +227,7 @@ const inbound_proto_ops vmess_in_ops = {
 	.account_size = sizeof(vmess_account),
 	.account = account,
 	.shared_new = shared_new,
-	.shared_free = shared_free,
+	.shared_free = inbound_locked_free,
 	.init = init,
 	.feed = feed,
 	.refused = in_conn_drain,
