@@ -125,6 +125,20 @@ void in_conn_relay_connected(const connect_result *r, void *data)
 	conn_relay(ic->c, r->ep); /* NULL: the blackhole */
 }
 
+int in_conn_start_upstream(endpoint *ep, layer *l)
+{
+	stack *st = stack_new();
+	if (!st) {
+		l->ops->free(l);
+		return -1;
+	}
+	if (stack_push(st, l)) { /* l is freed; a new stack is never full */
+		stack_free(st);
+		return -1;
+	}
+	return endpoint_start(ep, st); /* takes st over, started or not */
+}
+
 /* ---- sniffing ---- */
 
 static void finish_sniff(in_conn *ic, const char *name)

@@ -85,6 +85,11 @@ void in_conn_sniff_give_up(in_conn *ic);
  * (VMess, Shadowsocks). */
 void in_conn_drain(in_conn *ic, const char *why);
 
+/* Starts ep, an upstream with no stack yet, with a new stack of l, the
+ * layer a row puts on top (a body codec). l is owned from now on: freed
+ * on failure too. Returns 0, or -1. */
+__attribute__((warn_unused_result)) int in_conn_start_upstream(endpoint *ep, layer *l);
+
 /* Debug line "<tag> connection from <peer> to <dest> ended: <why>". */
 void in_conn_log_end(const in_conn *ic, const char *why);
 

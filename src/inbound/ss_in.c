@@ -126,14 +126,7 @@ static int push_body(ss_in *v, endpoint *ep)
 		}
 		return stack_push(st, l);
 	}
-	st = stack_new();
-	if (!st) {
-		l->ops->free(l);
-		return -1;
-	}
-	if (stack_push(st, l))
-		return -1;
-	return endpoint_start(ep, st);
+	return in_conn_start_upstream(ep, l);
 }
 
 static int opened(in_conn *ic, const connect_result *r)

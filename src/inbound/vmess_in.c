@@ -133,14 +133,7 @@ static int push_body(vmess_in *v, endpoint *ep)
 	stack *st = endpoint_stack(ep);
 	if (st)
 		return stack_push(st, l); /* nothing has moved on it: the dial just ended */
-	st = stack_new();
-	if (!st) {
-		l->ops->free(l);
-		return -1;
-	}
-	if (stack_push(st, l))
-		return -1;
-	return endpoint_start(ep, st);
+	return in_conn_start_upstream(ep, l);
 }
 
 static int opened(in_conn *ic, const connect_result *r)
