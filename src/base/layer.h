@@ -39,6 +39,17 @@ static inline size_t layer_buf_put(layer_buf *to, const uint8_t *in, size_t len)
 	return n;
 }
 
+/* Output a layer made but could not give yet: pend[*off, *len) goes into
+ * to as far as it fits; once all of it is out, *off and *len go back to 0,
+ * so the next output is written from pend[0]. */
+static inline void layer_buf_put_pending(layer_buf *to, const uint8_t *pend, size_t *len,
+                                         size_t *off)
+{
+	*off += layer_buf_put(to, pend + *off, *len - *off);
+	if (*off == *len)
+		*off = *len = 0;
+}
+
 /* Errors a layer returns. The layer's error() text says more. */
 enum {
 	LAYER_ERR_PROTO = -1,  /* the peer broke the protocol (bad record, bad frame, bad reply) */

@@ -1,7 +1,9 @@
-/* in_conn.c - what every inbound protocol does with its client connection: answer, open the flow, sniff, log. */
+/* in_conn.c - what every inbound protocol does with its client connection: answer, open the flow, sniff, drain a refusal, log. */
 #include "inbound/in_conn.h"
 
 #include <string.h>
+
+#include <openssl/rand.h>
 
 #include "base/log.h"
 #include "proto/sniff.h"
@@ -59,6 +61,17 @@ bool in_conn_flush(in_conn *ic)
 	return true;
 }
 
+void in_conn_drain(in_conn *ic, const char *why)
+{
+	in_conn_log_refused(ic, why);
+	uint16_t r = 0;
+	if (RAND_bytes((uint8_t *)&r, sizeof r) != 1)
+		r = 0;
+	ic->draining = true;
+	conn_set_deadline(ic->c, INBOUND_DRAIN_MIN_MS + r % (INBOUND_DRAIN_SPAN_MS + 1));
+	conn_hold(ic->c);
+}
+
 /* ---- opening the flow ---- */
 
 void in_conn_set_flow(in_conn *ic, const addr_dest *dest, int user)
@@ -110,6 +123,20 @@ void in_conn_relay_connected(const connect_result *r, void *data)
 		return;
 	}
 	conn_relay(ic->c, r->ep); /* NULL: the blackhole */
+}
+
+int in_conn_start_upstream(endpoint *ep, layer *l)
+{
+	stack *st = stack_new();
+	if (!st) {
+		l->ops->free(l);
+		return -1;
+	}
+	if (stack_push(st, l)) { /* l is freed; a new stack is never full */
+		stack_free(st);
+		return -1;
+	}
+	return endpoint_start(ep, st); /* takes st over, started or not */
 }
 
 /* ---- sniffing ---- */

@@ -25,6 +25,7 @@ typedef struct in_conn {
 	addr_dest sniff_dest;     /* the open waiting for the sniff */
 	int sniff_user;
 	connect_cb sniff_cb;
+	bool draining; /* refused (in_conn_drain): the deadline closes it */
 	flow f;
 	flow_ctx ctx;
 } in_conn;
@@ -67,6 +68,27 @@ size_t in_conn_sniff_feed(in_conn *ic, const uint8_t *data, size_t len);
 /* Ends the sniff without a name (the client's FIN, or the wait ran out):
  * the flow opens. */
 void in_conn_sniff_give_up(in_conn *ic);
+
+/* A refused client is neither answered nor closed at once: it is read and
+ * discarded (conn_hold) for DRAIN_MIN_MS plus a random part of up to
+ * DRAIN_SPAN_MS, so a prober cannot tell a refusal (a wrong key, a replay)
+ * from a slow server by what comes back or when the connection ends (v2ray
+ * drains a refused VMess connection too). The bound: at most 6 s a
+ * connection, less when the inbound's idle timeout is shorter or the
+ * client closes first. */
+#define INBOUND_DRAIN_MIN_MS 2000
+#define INBOUND_DRAIN_SPAN_MS 4000
+
+/* Logs the refusal (in_conn_log_refused) and drains the client as above;
+ * the driver closes it at the deadline (ic->draining). A row's refused
+ * step for a protocol with no refusal answer that a prober must not see
+ * (VMess, Shadowsocks). */
+void in_conn_drain(in_conn *ic, const char *why);
+
+/* Starts ep, an upstream with no stack yet, with a new stack of l, the
+ * layer a row puts on top (a body codec). l is owned from now on: freed
+ * on failure too. Returns 0, or -1. */
+__attribute__((warn_unused_result)) int in_conn_start_upstream(endpoint *ep, layer *l);
 
 /* Debug line "<tag> connection from <peer> to <dest> ended: <why>". */
 void in_conn_log_end(const in_conn *ic, const char *why);

@@ -218,8 +218,8 @@ static void on_deadline(conn *c, void *drv)
 	in_conn *ic = drv;
 	if (ic->sniffing)
 		in_conn_sniff_give_up(ic); /* the client sent nothing sniffable in time */
-	else if (ic->ops && ic->ops->deadline)
-		ic->ops->deadline(ic);
+	else if (ic->draining)
+		conn_close(ic->c); /* the drain of a refused client ends (in_conn_drain) */
 }
 
 static void on_written(conn *c, void *drv)
@@ -382,6 +382,23 @@ fail:
 }
 
 /* ---- building an inbound ---- */
+
+inbound_locked *inbound_locked_new(size_t size)
+{
+	inbound_locked *s = calloc(1, sizeof *s + size);
+	if (s && pthread_mutex_init(&s->lock, NULL)) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+void inbound_locked_free(void *p)
+{
+	inbound_locked *s = p;
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
 
 enum { BUILD_REASON, BUILD_NO_MEMORY, BUILD_FALLBACK };
 static const char *const build_msgs[] = {

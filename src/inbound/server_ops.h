@@ -2,6 +2,7 @@
 #ifndef ETM_INBOUND_SERVER_OPS_H
 #define ETM_INBOUND_SERVER_OPS_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -13,6 +14,20 @@
  * failed, a framed datagram was malformed): the driver touches nothing
  * more. Below every PROTO_ERR_*, so it is never taken for a refusal. */
 #define INBOUND_FEED_GONE (-100)
+
+/* State an inbound's connections share across workers behind one lock
+ * (VMess's and Shadowsocks's replay filters): a row's shared_new makes it
+ * with inbound_locked_new(the state's size) and its shared_free is
+ * inbound_locked_free. Hold lock around every use of data. */
+typedef struct inbound_locked {
+	pthread_mutex_t lock;
+	_Alignas(max_align_t) unsigned char data[]; /* size bytes, zeroed */
+} inbound_locked;
+
+/* Returns the lock and size zeroed bytes, or NULL on no memory. */
+inbound_locked *inbound_locked_new(size_t size);
+/* Frees what inbound_locked_new made (p is one, as shared_free gets it). */
+void inbound_locked_free(void *p);
 
 /* The steps of one server protocol on one client connection, all on the
  * connection's worker thread but account. How inbound.c runs them:
@@ -27,7 +42,7 @@
  *   client EOF   client_end
  *   write done   written
  *   stall        timeout, then as CLOSE
- *   deadline     deadline (one the row set with conn_set_deadline)
+ *   deadline     a refused client's drain ends: close (in_conn_drain)
  *   close        free
  *
  * Only size, init and feed are required. */
@@ -62,7 +77,8 @@ typedef struct inbound_proto_ops {
 	 * reason, may be NULL) and no fallback takes the bytes: log it and
 	 * end the connection, after the answer the core wrote if it has one.
 	 * NULL: the protocol has no refusal answer (Trojan, VLESS): the
-	 * refusal is logged and the connection closes at once. */
+	 * refusal is logged and the connection closes at once. in_conn_drain
+	 * fits here as it is (VMess, Shadowsocks). */
 	void (*refused)(in_conn *ic, const char *why);
 	/* Whether the bytes the core refused go, untouched, to the inbound's
 	 * fallback (settings.fallback, which inbound_rt_build reads only for a
@@ -96,9 +112,6 @@ typedef struct inbound_proto_ops {
 	 * answer is still to be delivered (as conn_driver.on_client_end).
 	 * NULL: close. */
 	bool (*client_end)(in_conn *ic);
-	/* The deadline the row set with conn_set_deadline passed (VMess: the
-	 * drain of a refused client ends). May be NULL. */
-	void (*deadline)(in_conn *ic);
 	/* A client write finished (as conn_driver.on_written). May be NULL. */
 	void (*written)(in_conn *ic);
 	/* The connection closed: release what ic->state holds, not the state

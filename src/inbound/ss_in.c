@@ -40,52 +40,22 @@ static const char *const msgs[] = {
 	                        "(identity headers are AES blocks)",
 };
 
-/* A refused client is neither answered nor closed at once: it is read and
- * discarded (conn_hold) for DRAIN_MIN_MS plus a random part of up to
- * DRAIN_SPAN_MS, as the VMess inbound does, so a prober cannot tell a
- * refusal (a wrong key, a replayed salt) from a slow server by what comes
- * back or when the connection ends. At most 6 s a connection, less when
- * the inbound's idle timeout is shorter or the client closes first. */
-#define DRAIN_MIN_MS 2000
-#define DRAIN_SPAN_MS 4000
-
 /* The inbound's replay filter, one for all its workers (a replay comes
  * from another port, so SO_REUSEPORT may hand it to another worker). The
  * lock is held for one lookup of at most SS_REPLAY_PROBES slots. */
-typedef struct shared {
-	pthread_mutex_t lock;
-	ss_replay filter;
-} shared;
-
-static void *shared_new(void)
-{
-	shared *s = calloc(1, sizeof *s);
-	if (s && pthread_mutex_init(&s->lock, NULL)) {
-		free(s);
-		return NULL;
-	}
-	return s;
-}
-
-static void shared_free(void *p)
-{
-	shared *s = p;
-	pthread_mutex_destroy(&s->lock);
-	free(s);
-}
+static void *shared_new(void) { return inbound_locked_new(sizeof(ss_replay)); }
 
 static int replay(void *ud, const uint8_t *salt, size_t len, int64_t now)
 {
-	shared *s = ud;
+	inbound_locked *s = ud;
 	pthread_mutex_lock(&s->lock);
-	int r = ss_replay_add(&s->filter, salt, len, now);
+	int r = ss_replay_add((ss_replay *)s->data, salt, len, now);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
 
 typedef struct ss_in {
 	ss_server core;
-	bool draining; /* refused: the deadline closes it */
 } ss_in;
 
 /* An account is an ss_account: the method and the master key (and the
@@ -128,26 +98,6 @@ static ssize_t feed(in_conn *ic, const uint8_t *in, size_t len, proto_event *ev)
 	return ss_server_feed(&v->core, in, len, (int64_t)time(NULL), &ic->out, ev);
 }
 
-/* Not answered, not closed: drained for a random while (DRAIN_MIN_MS). */
-static void refused(in_conn *ic, const char *why)
-{
-	ss_in *v = ic->state;
-	in_conn_log_refused(ic, why);
-	uint16_t r = 0;
-	if (RAND_bytes((uint8_t *)&r, sizeof r) != 1)
-		r = 0;
-	v->draining = true;
-	conn_set_deadline(ic->c, DRAIN_MIN_MS + r % (DRAIN_SPAN_MS + 1));
-	conn_hold(ic->c);
-}
-
-static void deadline(in_conn *ic)
-{
-	ss_in *v = ic->state;
-	if (v->draining)
-		conn_close(ic->c);
-}
-
 /* Room for what followed the address in the first chunk. */
 #define REST_MAX SS_CHUNK_PAYLOAD_MAX
 
@@ -176,14 +126,7 @@ static int push_body(ss_in *v, endpoint *ep)
 		}
 		return stack_push(st, l);
 	}
-	st = stack_new();
-	if (!st) {
-		l->ops->free(l);
-		return -1;
-	}
-	if (stack_push(st, l))
-		return -1;
-	return endpoint_start(ep, st);
+	return in_conn_start_upstream(ep, l);
 }
 
 static int opened(in_conn *ic, const connect_result *r)
@@ -207,11 +150,10 @@ const inbound_proto_ops ss_in_ops = {
 	.account_size = sizeof(ss_account),
 	.account = account,
 	.shared_new = shared_new,
-	.shared_free = shared_free,
+	.shared_free = inbound_locked_free,
 	.init = init,
 	.feed = feed,
-	.refused = refused,
+	.refused = in_conn_drain,
 	.opened = opened,
-	.deadline = deadline,
 	.free = free_state,
 };

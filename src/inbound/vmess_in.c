@@ -21,15 +21,6 @@ static const char *const msgs[] = {
 	[MSG_BAD_CHUNK] = "vmess: bad chunk",
 };
 
-/* A refused client is neither answered nor closed at once: it is read and
- * discarded (conn_hold) for DRAIN_MIN_MS plus a random part of up to
- * DRAIN_SPAN_MS, so a prober cannot tell a refusal from a slow server by
- * when the connection ends (v2ray drains a refused connection too). The
- * bound: at most DRAIN_MIN_MS + DRAIN_SPAN_MS = 6 s a connection, less
- * when the inbound's idle timeout is shorter or the client closes first. */
-#define DRAIN_MIN_MS 2000
-#define DRAIN_SPAN_MS 4000
-
 /* Replies queued to the client beyond this are dropped (UDP), as
  * stream_udp_in does. */
 #define VMESS_UDP_QUEUE_MAX (256 * 1024)
@@ -42,40 +33,19 @@ static const char *const msgs[] = {
  * their addresses, and a replay comes from another port), so per-worker
  * filters would miss it. The lock is held for one lookup (at most
  * VMESS_REPLAY_PROBES slots), next to the KDFs every connection runs. */
-typedef struct shared {
-	pthread_mutex_t lock;
-	vmess_replay filter;
-} shared;
-
-static void *shared_new(void)
-{
-	shared *s = calloc(1, sizeof *s);
-	if (s && pthread_mutex_init(&s->lock, NULL)) {
-		free(s);
-		return NULL;
-	}
-	return s;
-}
-
-static void shared_free(void *p)
-{
-	shared *s = p;
-	pthread_mutex_destroy(&s->lock);
-	free(s);
-}
+static void *shared_new(void) { return inbound_locked_new(sizeof(vmess_replay)); }
 
 static int replay(void *ud, const uint8_t id[VMESS_AUTH_ID_LEN], int64_t expiry, int64_t now)
 {
-	shared *s = ud;
+	inbound_locked *s = ud;
 	pthread_mutex_lock(&s->lock);
-	int r = vmess_replay_add(&s->filter, id, expiry, now);
+	int r = vmess_replay_add((vmess_replay *)s->data, id, expiry, now);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
 
 typedef struct vmess_in {
 	vmess_server core;
-	bool draining;    /* refused: the deadline closes it */
 	layer *udp_body;  /* owned: the body codec after a UDP request */
 	dgram_link *link; /* owned: after a UDP request */
 	addr_dest udp_dest;
@@ -143,26 +113,6 @@ static ssize_t feed(in_conn *ic, const uint8_t *in, size_t len, proto_event *ev)
 	return vmess_server_feed(&v->core, in, len, (int64_t)time(NULL), &ic->out, ev);
 }
 
-/* Not answered, not closed: drained for a random while (DRAIN_MIN_MS). */
-static void refused(in_conn *ic, const char *why)
-{
-	vmess_in *v = ic->state;
-	in_conn_log_refused(ic, why);
-	uint16_t r = 0;
-	if (RAND_bytes((uint8_t *)&r, sizeof r) != 1)
-		r = 0;
-	v->draining = true;
-	conn_set_deadline(ic->c, DRAIN_MIN_MS + r % (DRAIN_SPAN_MS + 1));
-	conn_hold(ic->c);
-}
-
-static void deadline(in_conn *ic)
-{
-	vmess_in *v = ic->state;
-	if (v->draining)
-		conn_close(ic->c);
-}
-
 static layer *body_new(vmess_in *v)
 {
 	uint8_t seed[32];
@@ -183,14 +133,7 @@ static int push_body(vmess_in *v, endpoint *ep)
 	stack *st = endpoint_stack(ep);
 	if (st)
 		return stack_push(st, l); /* nothing has moved on it: the dial just ended */
-	st = stack_new();
-	if (!st) {
-		l->ops->free(l);
-		return -1;
-	}
-	if (stack_push(st, l))
-		return -1;
-	return endpoint_start(ep, st);
+	return in_conn_start_upstream(ep, l);
 }
 
 static int opened(in_conn *ic, const connect_result *r)
@@ -277,12 +220,11 @@ const inbound_proto_ops vmess_in_ops = {
 	.account_size = sizeof(vmess_account),
 	.account = account,
 	.shared_new = shared_new,
-	.shared_free = shared_free,
+	.shared_free = inbound_locked_free,
 	.init = init,
 	.feed = feed,
-	.refused = refused,
+	.refused = in_conn_drain,
 	.udp_open = udp_open,
 	.opened = opened,
-	.deadline = deadline,
 	.free = free_state,
 };

@@ -258,6 +258,45 @@ int ss_chunk_open_payload(ss_aead *a, uint8_t *buf, size_t len)
 	return ss_aead_open(a, buf, len + SS_TAG_LEN, buf) ? PROTO_ERR_MALFORMED : 0;
 }
 
+ssize_t ss_reader_feed(ss_reader *r, ss_aead *a, const uint8_t *in, size_t len, layer_buf *out)
+{
+	size_t used = 0;
+	for (;;) {
+		r->out_off += layer_buf_put(out, r->rbuf + r->out_off, r->out_len - r->out_off);
+		if (r->out_off < r->out_len || used == len)
+			break;
+		size_t n;
+		if (r->chunk_len == 0) {
+			n = SS_LEN_BLOCK - r->len_fill < len - used ? SS_LEN_BLOCK - r->len_fill
+			                                            : len - used;
+			memcpy(r->len_block + r->len_fill, in + used, n);
+			r->len_fill += n;
+			used += n;
+			if (r->len_fill < SS_LEN_BLOCK)
+				break;
+			ssize_t c = ss_chunk_open_len(a, r->len_block);
+			if (c < 0)
+				return c;
+			r->chunk_len = (size_t)c;
+			r->len_fill = 0;
+			continue;
+		}
+		size_t want = r->chunk_len + SS_TAG_LEN - r->rfill;
+		n = want < len - used ? want : len - used;
+		memcpy(r->rbuf + r->rfill, in + used, n);
+		r->rfill += n;
+		used += n;
+		if (r->rfill < r->chunk_len + SS_TAG_LEN)
+			break;
+		if (ss_chunk_open_payload(a, r->rbuf, r->chunk_len))
+			return PROTO_ERR_MALFORMED;
+		r->out_off = 0;
+		r->out_len = r->chunk_len;
+		r->chunk_len = r->rfill = 0;
+	}
+	return (ssize_t)used;
+}
+
 /* ---- addresses ---- */
 
 ssize_t ss_addr_span(const uint8_t *p, size_t len)

@@ -214,6 +214,26 @@ __attribute__((warn_unused_result)) ssize_t ss_chunk_open_len(ss_aead *a, const 
 __attribute__((warn_unused_result)) int ss_chunk_open_payload(ss_aead *a, uint8_t *buf,
                                                               size_t len);
 
+/* One direction's chunks being opened, as far as the bytes have come. A
+ * zeroed one with rbuf set starts at a length. */
+typedef struct ss_reader {
+	uint8_t len_block[SS_LEN_BLOCK];
+	size_t len_fill;
+	size_t chunk_len; /* 0: reading a length */
+	uint8_t *rbuf;    /* borrowed, ss_chunk_max + SS_TAG_LEN bytes: the owner frees it */
+	size_t rfill;
+	size_t out_off, out_len; /* rbuf[out_off, out_len) still goes out */
+} ss_reader;
+
+/* Opens the chunks of in[0, len) with a and gives their payloads to out;
+ * what does not fit waits in r->rbuf, and no more is read until it is out
+ * (len 0 just gives it). Returns the bytes of in consumed, or
+ * PROTO_ERR_TOO_BIG (a length out of bounds) or PROTO_ERR_MALFORMED (a
+ * tag that does not match). */
+__attribute__((warn_unused_result)) ssize_t ss_reader_feed(ss_reader *r, ss_aead *a,
+                                                           const uint8_t *in, size_t len,
+                                                           layer_buf *out);
+
 /* ---- Shadowsocks 2022 headers (shadowsocks2022.c) ---- */
 
 /* What the 2022 header codecs return besides a length. */

@@ -46,19 +46,12 @@ typedef struct ss_client {
 	uint8_t resp[SS2022_RESP_FIXED_SEALED_MAX]; /* 2022: the response's header */
 	size_t resp_fill;
 	bool resp_done;
-	uint8_t len_block[SS_LEN_BLOCK];
-	size_t len_fill;
-	size_t chunk_len; /* 0: reading a length */
-	uint8_t *rbuf;    /* owned, ss_chunk_max + SS_TAG_LEN bytes */
-	size_t rfill;
-	size_t out_off, out_len; /* rbuf[out_off, out_len) still goes up */
+	ss_reader rd; /* rd.rbuf owned */
 } ss_client;
 
 static void flush(ss_client *c, layer_buf *down)
 {
-	c->pend_off += layer_buf_put(down, c->pend + c->pend_off, c->pend_len - c->pend_off);
-	if (c->pend_off == c->pend_len)
-		c->pend_off = c->pend_len = 0;
+	layer_buf_put_pending(down, c->pend, &c->pend_len, &c->pend_off);
 }
 
 static int client_start(layer *l, layer_buf *down)
@@ -73,6 +66,19 @@ static ssize_t fail(ss_client *c, enum text t)
 {
 	c->err = TEXTS[t];
 	return LAYER_ERR_PROTO;
+}
+
+/* What both directions do first: nothing before start, nothing more after
+ * an error, and what waits for room below goes first. Returns true to go
+ * on, or false with *ret what the call returns. */
+static bool begin(ss_client *c, layer_buf *down, ssize_t *ret)
+{
+	if (c->err || !c->started) {
+		*ret = c->err ? LAYER_ERR_PROTO : 0;
+		return false;
+	}
+	flush(c, down);
+	return true;
 }
 
 /* Takes up to want bytes of in[*used, len) into dst + *fill; true once
@@ -91,72 +97,47 @@ static ssize_t client_from_below(layer *l, const uint8_t *in, size_t len, layer_
                                  layer_buf *down)
 {
 	ss_client *c = (ss_client *)l;
-	if (c->err)
-		return LAYER_ERR_PROTO;
-	if (!c->started)
-		return 0;
-	flush(c, down);
+	ssize_t r;
+	if (!begin(c, down, &r))
+		return r;
 	size_t used = 0, slen = ss_key_len(c->method);
-	for (;;) {
-		c->out_off += layer_buf_put(up, c->rbuf + c->out_off, c->out_len - c->out_off);
-		if (c->out_off < c->out_len || used == len)
-			break;
-		if (!c->rx.ctx) {
-			if (!gather(c->salt, &c->salt_fill, slen, in, len, &used))
-				break;
-			uint8_t sub[SS_KEY_MAX];
-			int bad = ss_subkey(c->method, c->key, c->salt, sub) ||
-			          ss_aead_init(&c->rx, c->method, sub, false);
-			OPENSSL_cleanse(sub, sizeof sub);
-			if (bad)
-				return LAYER_ERR_STATE;
-			/* AEAD-2017 has no response header */
-			c->resp_done = !ss_method_is_2022(c->method);
-			continue;
-		}
-		if (!c->resp_done) {
-			if (!gather(c->resp, &c->resp_fill, SS2022_RESP_FIXED_LEN(slen) + SS_TAG_LEN,
-			            in, len, &used))
-				break;
-			ssize_t n = ss2022_response_open(&c->rx, c->resp, c->req_salt, slen, c->now);
-			if (n < 0)
-				return fail(c, n == SS2022_ERR_TAG    ? T_CHUNK
-				               : n == SS2022_ERR_TIME ? T_TIME
-				                                      : T_HEADER);
-			/* the header is the first length: its payload follows */
-			c->chunk_len = (size_t)n;
-			c->resp_done = true;
-			continue;
-		}
-		if (c->chunk_len == 0) {
-			if (!gather(c->len_block, &c->len_fill, SS_LEN_BLOCK, in, len, &used))
-				break;
-			ssize_t n = ss_chunk_open_len(&c->rx, c->len_block);
-			if (n < 0)
-				return fail(c, n == PROTO_ERR_TOO_BIG ? T_LENGTH : T_CHUNK);
-			c->chunk_len = (size_t)n;
-			c->len_fill = 0;
-			continue;
-		}
-		if (!gather(c->rbuf, &c->rfill, c->chunk_len + SS_TAG_LEN, in, len, &used))
-			break;
-		if (ss_chunk_open_payload(&c->rx, c->rbuf, c->chunk_len))
-			return fail(c, T_CHUNK);
-		c->out_off = 0;
-		c->out_len = c->chunk_len;
-		c->chunk_len = c->rfill = 0;
+	if (!c->rx.ctx) {
+		if (!gather(c->salt, &c->salt_fill, slen, in, len, &used))
+			return (ssize_t)used;
+		uint8_t sub[SS_KEY_MAX];
+		int bad = ss_subkey(c->method, c->key, c->salt, sub) ||
+		          ss_aead_init(&c->rx, c->method, sub, false);
+		OPENSSL_cleanse(sub, sizeof sub);
+		if (bad)
+			return LAYER_ERR_STATE;
+		/* AEAD-2017 has no response header */
+		c->resp_done = !ss_method_is_2022(c->method);
 	}
-	return (ssize_t)used;
+	if (!c->resp_done) {
+		if (!gather(c->resp, &c->resp_fill, SS2022_RESP_FIXED_LEN(slen) + SS_TAG_LEN, in, len,
+		            &used))
+			return (ssize_t)used;
+		ssize_t n = ss2022_response_open(&c->rx, c->resp, c->req_salt, slen, c->now);
+		if (n < 0)
+			return fail(c, n == SS2022_ERR_TAG    ? T_CHUNK
+			               : n == SS2022_ERR_TIME ? T_TIME
+			                                      : T_HEADER);
+		/* the header is the first length: its payload follows */
+		c->rd.chunk_len = (size_t)n;
+		c->resp_done = true;
+	}
+	ssize_t n = ss_reader_feed(&c->rd, &c->rx, in + used, len - used, up);
+	if (n < 0)
+		return fail(c, n == PROTO_ERR_TOO_BIG ? T_LENGTH : T_CHUNK);
+	return (ssize_t)used + n;
 }
 
 static ssize_t client_from_above(layer *l, const uint8_t *in, size_t len, layer_buf *down)
 {
 	ss_client *c = (ss_client *)l;
-	if (c->err)
-		return LAYER_ERR_PROTO;
-	if (!c->started)
-		return 0;
-	flush(c, down);
+	ssize_t r;
+	if (!begin(c, down, &r))
+		return r;
 	size_t used = 0;
 	/* seal while what is sealed goes straight out */
 	size_t max = c->tx.chunk_max;
@@ -188,7 +169,7 @@ static void client_free(layer *l)
 	ss_aead_free(&c->tx);
 	ss_aead_free(&c->rx);
 	free(c->pend);
-	free(c->rbuf);
+	free(c->rd.rbuf);
 	OPENSSL_cleanse(c, sizeof *c);
 	free(c);
 }
@@ -235,8 +216,8 @@ layer *ss_client_new(ss_method m, const uint8_t *key, const ss_identity *id, con
 	memcpy(c->req_salt, salt, slen);
 	c->now = now;
 	c->pend = malloc(pend_max(m));
-	c->rbuf = malloc(ss_chunk_max(m) + SS_TAG_LEN);
-	if (!c->pend || !c->rbuf)
+	c->rd.rbuf = malloc(ss_chunk_max(m) + SS_TAG_LEN);
+	if (!c->pend || !c->rd.rbuf)
 		goto fail;
 	uint8_t sub[SS_KEY_MAX], addr[SS_ADDR_MAX];
 	int bad = ss_subkey(m, key, salt, sub) || ss_aead_init(&c->tx, m, sub, true);

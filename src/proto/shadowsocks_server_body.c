@@ -29,14 +29,8 @@ typedef struct body_layer {
 	 * room above */
 	uint8_t *pend; /* owned, pend_max bytes */
 	size_t pend_len, pend_off;
-	/* opening: the sealed length, the sealed payload, the payload going
-	 * down (first the rest of the first chunk) */
-	uint8_t len_block[SS_LEN_BLOCK];
-	size_t len_fill;
-	size_t chunk_len; /* 0: reading a length */
-	uint8_t *rbuf;    /* owned, ss_chunk_max + SS_TAG_LEN bytes */
-	size_t rfill;
-	size_t out_off, out_len; /* rbuf[out_off, out_len) still goes down */
+	/* opening, the first chunk's rest going down first; rd.rbuf owned */
+	ss_reader rd;
 } body_layer;
 
 /* The client's bytes: chunks opened, their payload down to the upstream. */
@@ -45,52 +39,17 @@ static ssize_t from_above(layer *l, const uint8_t *in, size_t len, layer_buf *do
 	body_layer *b = (body_layer *)l;
 	if (b->err)
 		return LAYER_ERR_PROTO;
-	size_t used = 0;
-	for (;;) {
-		b->out_off += layer_buf_put(down, b->rbuf + b->out_off, b->out_len - b->out_off);
-		if (b->out_off < b->out_len || used == len)
-			break;
-		size_t n;
-		if (b->chunk_len == 0) {
-			n = SS_LEN_BLOCK - b->len_fill < len - used ? SS_LEN_BLOCK - b->len_fill
-			                                            : len - used;
-			memcpy(b->len_block + b->len_fill, in + used, n);
-			b->len_fill += n;
-			used += n;
-			if (b->len_fill < SS_LEN_BLOCK)
-				break;
-			ssize_t c = ss_chunk_open_len(&b->rx, b->len_block);
-			if (c < 0) {
-				b->err = c == PROTO_ERR_TOO_BIG ? BAD_LENGTH : BAD_CHUNK;
-				return LAYER_ERR_PROTO;
-			}
-			b->chunk_len = (size_t)c;
-			b->len_fill = 0;
-			continue;
-		}
-		size_t want = b->chunk_len + SS_TAG_LEN - b->rfill;
-		n = want < len - used ? want : len - used;
-		memcpy(b->rbuf + b->rfill, in + used, n);
-		b->rfill += n;
-		used += n;
-		if (b->rfill < b->chunk_len + SS_TAG_LEN)
-			break;
-		if (ss_chunk_open_payload(&b->rx, b->rbuf, b->chunk_len)) {
-			b->err = BAD_CHUNK;
-			return LAYER_ERR_PROTO;
-		}
-		b->out_off = 0;
-		b->out_len = b->chunk_len;
-		b->chunk_len = b->rfill = 0;
+	ssize_t n = ss_reader_feed(&b->rd, &b->rx, in, len, down);
+	if (n < 0) {
+		b->err = n == PROTO_ERR_TOO_BIG ? BAD_LENGTH : BAD_CHUNK;
+		return LAYER_ERR_PROTO;
 	}
-	return (ssize_t)used;
+	return n;
 }
 
 static void flush(body_layer *b, layer_buf *up)
 {
-	b->pend_off += layer_buf_put(up, b->pend + b->pend_off, b->pend_len - b->pend_off);
-	if (b->pend_off == b->pend_len)
-		b->pend_off = b->pend_len = 0;
+	layer_buf_put_pending(up, b->pend, &b->pend_len, &b->pend_off);
 }
 
 /* The upstream's bytes: sealed as chunks, up to the client. */
@@ -126,7 +85,8 @@ static ssize_t from_below(layer *l, const uint8_t *in, size_t len, layer_buf *up
 static int start(layer *l, layer_buf *down)
 {
 	body_layer *b = (body_layer *)l;
-	b->out_off += layer_buf_put(down, b->rbuf + b->out_off, b->out_len - b->out_off);
+	ss_reader *r = &b->rd;
+	r->out_off += layer_buf_put(down, r->rbuf + r->out_off, r->out_len - r->out_off);
 	return 0;
 }
 
@@ -146,7 +106,7 @@ static void body_free(layer *l)
 	ss_aead_free(&b->rx);
 	ss_aead_free(&b->tx);
 	free(b->pend);
-	free(b->rbuf);
+	free(b->rd.rbuf);
 	OPENSSL_cleanse(b, sizeof *b);
 	free(b);
 }
@@ -192,10 +152,10 @@ layer *ss_server_body_new(ss_server *s, const uint8_t *salt, int64_t now)
 	 * after the address goes down first */
 	b->rx = s->rx;
 	s->rx = (ss_aead){0};
-	b->rbuf = s->first;
+	b->rd.rbuf = s->first;
 	s->first = NULL;
-	b->out_off = s->rest_off;
-	b->out_len = s->first_len;
+	b->rd.out_off = s->rest_off;
+	b->rd.out_len = s->first_len;
 	return &b->base;
 fail:
 	body_free(&b->base);

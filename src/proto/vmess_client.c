@@ -36,9 +36,7 @@ static bool chunked(const vmess_client *c) { return c->sec != VMESS_SEC_ZERO; }
 
 static void flush(vmess_client *c, layer_buf *down)
 {
-	c->pend_off += layer_buf_put(down, c->pend + c->pend_off, c->pend_len - c->pend_off);
-	if (c->pend_off == c->pend_len)
-		c->pend_off = c->pend_len = 0;
+	layer_buf_put_pending(down, c->pend, &c->pend_len, &c->pend_off);
 	if (c->fin_pending && c->pend_len == 0 && chunked(c)) {
 		ssize_t n = vmess_body_seal(&c->tx, NULL, 0, c->pend, TX_MAX);
 		c->fin_pending = false;

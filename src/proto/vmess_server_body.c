@@ -39,9 +39,7 @@ static ssize_t from_above(layer *l, const uint8_t *in, size_t len, layer_buf *do
 
 static void flush(body_layer *b, layer_buf *up)
 {
-	b->pend_off += layer_buf_put(up, b->pend + b->pend_off, b->pend_len - b->pend_off);
-	if (b->pend_off == b->pend_len)
-		b->pend_off = b->pend_len = 0;
+	layer_buf_put_pending(up, b->pend, &b->pend_len, &b->pend_off);
 }
 
 /* The upstream's bytes: sealed as chunks, up to the client. */

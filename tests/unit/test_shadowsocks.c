@@ -482,6 +482,72 @@ static void oversize_length_fails_the_layers(void **state)
 	c->ops->free(c);
 }
 
+/* The chunk reader both layers use: one byte at a time or all at once,
+ * into room of 1 byte or plenty, the payloads come out whole and in order;
+ * a changed byte and an oversize length are its two errors. */
+static void reader_opens_chunks_on_every_cut(void **state)
+{
+	(void)state;
+	const vec *v = &VECS[0];
+	uint8_t plain[1000], wire[1200], rbuf[SS_CHUNK_PAYLOAD_MAX + SS_TAG_LEN], got[1000];
+	for (size_t i = 0; i < sizeof plain; i++)
+		plain[i] = (uint8_t)(i * 7);
+	/* two chunks, 5 and 995 bytes, after a salt the reader does not read */
+	size_t slen = ss_key_len(v->m), n = slen;
+	uint8_t tsub[SS_KEY_MAX];
+	ss_aead tx;
+	assert_int_equal(ss_subkey(v->m, v->key, SALT, tsub), 0);
+	assert_int_equal(ss_aead_init(&tx, v->m, tsub, true), 0);
+	ssize_t w = ss_chunk_seal(&tx, plain, 5, wire + n);
+	assert_true(w > 0);
+	n += (size_t)w;
+	w = ss_chunk_seal(&tx, plain + 5, sizeof plain - 5, wire + n);
+	assert_true(w > 0);
+	n += (size_t)w;
+	ss_aead_free(&tx);
+	static const size_t steps[] = {1, 0};
+	static const size_t rooms[] = {1, sizeof got};
+	for (size_t s = 0; s < 2; s++)
+		for (size_t r = 0; r < 2; r++) {
+			uint8_t sub[SS_KEY_MAX];
+			ss_aead a;
+			assert_int_equal(ss_subkey(v->m, v->key, SALT, sub), 0);
+			assert_int_equal(ss_aead_init(&a, v->m, sub, false), 0);
+			ss_reader rd = {.rbuf = rbuf};
+			layer_buf out = {got, 0, 0};
+			size_t off = slen, held = 0;
+			while (off < n || held || rd.out_off < rd.out_len) {
+				size_t k = steps[s] && n - off > steps[s] ? steps[s] : n - off;
+				held += k;
+				off += k;
+				out.cap = out.len + rooms[r] < sizeof got ? out.len + rooms[r] : sizeof got;
+				ssize_t used = ss_reader_feed(&rd, &a, wire + off - held, held, &out);
+				assert_true(used >= 0 && (size_t)used <= held);
+				held -= (size_t)used;
+			}
+			assert_int_equal(out.len, sizeof plain);
+			assert_memory_equal(got, plain, sizeof plain);
+			ss_aead_free(&a);
+		}
+	/* a changed tag byte: MALFORMED; a length over the bound: TOO_BIG */
+	wire[slen + SS_LEN_BLOCK + 5] ^= 1;
+	uint8_t sub[SS_KEY_MAX];
+	ss_aead a;
+	assert_int_equal(ss_subkey(v->m, v->key, SALT, sub), 0);
+	assert_int_equal(ss_aead_init(&a, v->m, sub, false), 0);
+	ss_reader rd = {.rbuf = rbuf};
+	layer_buf out = {got, 0, sizeof got};
+	assert_int_equal(ss_reader_feed(&rd, &a, wire + slen, n - slen, &out), PROTO_ERR_MALFORMED);
+	ss_aead_free(&a);
+	n = forge(&VECS[2], 0x4000, NULL, 0, wire);
+	assert_int_equal(ss_subkey(VECS[2].m, VECS[2].key, wire, sub), 0);
+	assert_int_equal(ss_aead_init(&a, VECS[2].m, sub, false), 0);
+	rd = (ss_reader){.rbuf = rbuf};
+	slen = ss_key_len(VECS[2].m);
+	assert_int_equal(ss_reader_feed(&rd, &a, wire + slen, n - slen, &out), PROTO_ERR_TOO_BIG);
+	ss_aead_free(&a);
+}
+
 /* ---- UDP packets ---- */
 
 static void packets(void **state)
@@ -593,6 +659,7 @@ int main(void)
 		cmocka_unit_test(server_refuses_a_replayed_salt),
 		cmocka_unit_test(round_trip_through_client_and_server),
 		cmocka_unit_test(oversize_length_fails_the_layers),
+		cmocka_unit_test(reader_opens_chunks_on_every_cut),
 		cmocka_unit_test(packets),
 		cmocka_unit_test(server_opens_packets_of_every_user),
 	};
