@@ -453,7 +453,12 @@ static void read_frames(mux_conn *m)
 			break;
 		chan_queue_pop(&m->fq, 0);
 	}
-	while (!m->dead && m->in_len && m->out_len < OUT_SOFT) {
+	/* Input is read whatever our output holds: a session that stopped
+	 * reading while its output waited for the peer, whose output waited
+	 * for it, would stall both (16 MiB echoed through ours to ours did).
+	 * A sub-flow's own buffer is the bound (room_for); the control frames
+	 * a frame may cause go only as far as OUT_CAP (put_out). */
+	while (!m->dead && m->in_len) {
 		mux_event peek, ev;
 		ssize_t n = mux_decode(m->in, m->in_len, &peek);
 		if (n == MUX_NEED_MORE)
