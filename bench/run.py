@@ -206,6 +206,17 @@ SUBJECTS = [
     Subject("etm-vmess-grpc-tls", "etemenanki vmess+grpc+tls (aes-128-gcm)", "vmess+grpc+tls",
             [app("etemenanki/vmess-grpc-tls-server.toml", ("SERVER",)),
              app("etemenanki/vmess-grpc-tls-client.toml")], ours=True),
+    Subject("etm-ss-aes", "etemenanki shadowsocks aes-128-gcm", "shadowsocks",
+            [app("etemenanki/ss-aes-128-gcm-server.toml", ("SERVER",)),
+             app("etemenanki/ss-aes-128-gcm-client.toml")], ours=True),
+    Subject("etm-ss-chacha", "etemenanki shadowsocks chacha20-ietf-poly1305", "shadowsocks",
+            [app("etemenanki/ss-chacha20-server.toml", ("SERVER",)),
+             app("etemenanki/ss-chacha20-client.toml")], ours=True),
+    # no packaged peer speaks Shadowsocks 2022: its row stands beside the
+    # AEAD-2017 ones of the same group
+    Subject("etm-ss-2022", "etemenanki shadowsocks 2022-blake3-aes-128-gcm", "shadowsocks",
+            [app("etemenanki/ss-2022-aes-128-gcm-server.toml", ("SERVER",)),
+             app("etemenanki/ss-2022-aes-128-gcm-client.toml")], ours=True),
     Subject("v2ray-ss", "v2ray shadowsocks aes-128-gcm", "shadowsocks",
             [v2ray("v2ray/shadowsocks-server.json", ("SERVER",)),
              v2ray("v2ray/shadowsocks-client.json")]),
