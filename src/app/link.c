@@ -489,14 +489,24 @@ static int need_user(const url *u, const char *what, link_error *e)
 
 /* ---- per scheme ---- */
 
+/* The opening every user@host scheme shares: the link split into *u and
+ * its query into *q, and its user part, which must be there, into *user
+ * (named what in an error). */
+static int open_user_link(const char *p, size_t len, url *u, query *q, char **user,
+                          const char *what, link_error *e)
+{
+	url_split(p, len, u);
+	query_parse(u->query.p, u->query.len, q);
+	int rc = need_user(u, what, e);
+	return rc ? rc : take(u->user, user, what, e);
+}
+
 static int import_vless(const char *p, size_t len, etm_outbound_spec *o, link_error *e)
 {
 	url u;
 	query q = {0};
-	url_split(p, len, &u);
-	query_parse(u.query.p, u.query.len, &q);
-	int rc;
-	if ((rc = need_user(&u, "id", e)) || (rc = take(u.user, &o->settings.id, "id", e)))
+	int rc = open_user_link(p, len, &u, &q, &o->settings.id, "id", e);
+	if (rc)
 		return rc;
 	if (!is_uuid(o->settings.id))
 		return fails(e, LINK_E_BAD_UUID, o->settings.id);
@@ -517,11 +527,8 @@ static int import_trojan(const char *p, size_t len, etm_outbound_spec *o, link_e
 {
 	url u;
 	query q = {0};
-	url_split(p, len, &u);
-	query_parse(u.query.p, u.query.len, &q);
 	int rc;
-	if ((rc = need_user(&u, "password", e)) ||
-	    (rc = take(u.user, &o->settings.password, "password", e)) ||
+	if ((rc = open_user_link(p, len, &u, &q, &o->settings.password, "password", e)) ||
 	    (rc = take_endpoint(&u, 443, o, e)) || (rc = take_stream(&q, ETM_SEC_TLS, o, e)))
 		return rc;
 	return take_tag(u.frag, o, e);
@@ -533,11 +540,8 @@ static int import_hysteria2(const char *p, size_t len, etm_outbound_spec *o, lin
 {
 	url u;
 	query q = {0};
-	url_split(p, len, &u);
-	query_parse(u.query.p, u.query.len, &q);
 	int rc;
-	if ((rc = need_user(&u, "password", e)) ||
-	    (rc = take(u.user, &o->settings.password, "password", e)) ||
+	if ((rc = open_user_link(p, len, &u, &q, &o->settings.password, "password", e)) ||
 	    (rc = take_endpoint(&u, 443, o, e)))
 		return rc;
 	if (q.obfs.set && q.obfs.len)
