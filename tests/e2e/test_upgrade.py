@@ -1,0 +1,318 @@
+"""The binary upgrade (docs/install.md "Upgrade"): SIGUSR2 starts the new
+binary with the listening sockets; the new process serves, the old one
+stops accepting, drains its flows (up to [policy] upgrade_drain_after) and
+exits 0; a new binary that fails to start leaves the old one serving.
+
+The binary is copied to the test's directory and started from there, so a
+test can replace the file as an install does (a new inode at the same
+path). The new process is the old one's child, not the test's: its pid
+comes from the log line that names it, and it is stopped by that pid (the
+`spawned` fixture stops whatever is left at teardown).
+
+Standard library only. Everything is on loopback.
+"""
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from proxykit import LOOPBACK, Proxy, free_port, recv_exact, socks_open, stop_cleanly
+from udplbkit import EchoBackend
+
+SERVING = re.compile(r"^\S+ INFO  app: upgrade: new process (\d+) is serving; this process "
+                     r"stops accepting and drains$", re.M)
+CRR_THREADS = 3
+CRR_PACE = 0.005       # seconds between two flows of a crr thread
+CRR_MIN = 50           # crr flows before the upgrade, and after it, at the least
+AFTER = 2.5            # seconds of crr load after the new process serves
+
+
+def line(text):
+    """A log line's pattern: any time stamp and level, the text exactly."""
+    return re.compile(r"^\S+ [A-Z]+ +\S+: " + re.escape(text) + "$", re.M)
+
+
+def wait_for(proxy, pattern, count=1, timeout=10.0):
+    """The matches of pattern in proxy's log once there are count of them;
+    fails at timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = pattern.findall(proxy.log())
+        if len(found) >= count:
+            return found
+        assert time.monotonic() < deadline, f"{pattern.pattern} not logged; log:\n{proxy.log()}"
+        time.sleep(0.02)
+
+
+def alive(pid):
+    """True while pid runs (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_pid(pid, timeout=5.0):
+    """SIGTERM to pid, a process this test's proxy started; SIGKILL when it
+    has not ended after timeout. Returns whether SIGTERM was enough."""
+    if not alive(pid):
+        return True
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        return False
+    return True
+
+
+@pytest.fixture
+def binary(app, tmp_path):
+    """A copy of the binary under test in the test's directory: its path."""
+    path = tmp_path / "etemenanki-app"
+    shutil.copy2(app, path)
+    return path
+
+
+def install(path, source):
+    """What an install does: the file at path replaced by a new one (a new
+    inode; the running process keeps the old)."""
+    tmp = path.with_name(path.name + ".new")
+    shutil.copy2(source, tmp)
+    os.replace(tmp, path)
+
+
+def install_script(path, text):
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_text(text)
+    tmp.chmod(0o755)
+    os.replace(tmp, path)
+
+
+@pytest.fixture
+def upgrading(binary, tmp_path):
+    """Starts proxies from the copied binary (a start_proxy of its own);
+    yields (start, spawned): spawned is the list of new processes' pids,
+    each a test appends as it reads it, stopped at teardown."""
+    started, spawned = [], []
+
+    def _start(text, n_ports=1, **kw):
+        p = Proxy(str(binary), tmp_path, text, n_ports, **kw)
+        started.append(p)
+        return p.start()
+
+    yield _start, spawned
+    for pid in spawned:
+        stop_pid(pid)
+    stop_cleanly(started, "proxy")
+
+
+def socks_config(port="{port0}", *policy):
+    text = '[log]\nlevel = "info"\n\n[runtime]\nworkers = 2\n\n'
+    if policy:
+        text += "[policy]\n" + "".join(p + "\n" for p in policy) + "\n"
+    return text + (f'[[inbound]]\ntag = "in"\nprotocol = "socks"\nlisten = "127.0.0.1"\n'
+                   f'port = {port}\n\n[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
+
+
+def echo_once(sock, payload):
+    sock.sendall(payload)
+    assert recv_exact(sock, len(payload)) == payload
+
+
+def one_flow(proxy_port, echo_port):
+    """A SOCKS5 flow that echoes a few bytes, then closes."""
+    with socks_open(proxy_port, LOOPBACK, echo_port) as s:
+        echo_once(s, b"one flow")
+
+
+class Crr:
+    """Threads that each open a SOCKS5 flow, echo a few bytes and close, in
+    a loop; every flow's end time goes in done, every failure in refused
+    (connection refused) or errors (anything else)."""
+
+    def __init__(self, proxy_port, echo_port):
+        self.proxy_port, self.echo_port = proxy_port, echo_port
+        self.done, self.refused, self.errors = [], [], []
+        self._stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
+                        for i in range(CRR_THREADS)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, i):
+        k = 0
+        while not self._stop.is_set():
+            request = struct.pack(">II", i, k) * 16
+            try:
+                with socks_open(self.proxy_port, LOOPBACK, self.echo_port) as s:
+                    echo_once(s, request)
+                self.done.append(time.monotonic())
+            except ConnectionRefusedError as e:
+                self.refused.append(f"thread {i} flow {k}: {e!r}")
+            except (OSError, EOFError, AssertionError) as e:
+                self.errors.append(f"thread {i} flow {k}: {e!r}")
+            k += 1
+            time.sleep(CRR_PACE)
+
+    def stop(self):
+        self._stop.set()
+        for t in self.threads:
+            t.join(10)
+
+
+def upgrade(proxy, spawned, n=1):
+    """SIGUSR2, then the pid of the new process from the n-th serving line
+    (appended to spawned)."""
+    proxy.proc.send_signal(signal.SIGUSR2)
+    pid = int(wait_for(proxy, SERVING, n)[n - 1])
+    spawned.append(pid)
+    assert pid != proxy.proc.pid and alive(pid)
+    return pid
+
+
+def test_upgrade_under_crr_load_refuses_nothing_and_keeps_a_long_flow(upgrading, binary, echo,
+                                                                      app):
+    start, spawned = upgrading
+    proxy = start(socks_config())
+    long_flow = socks_open(proxy.port, LOOPBACK, echo.port)
+    echo_once(long_flow, b"before")
+    install(binary, app)  # the file is a new one now; the process runs the old
+    crr = Crr(proxy.port, echo.port)
+    try:
+        time.sleep(1.0)
+        signalled = time.monotonic()
+        new_pid = upgrade(proxy, spawned)
+        serving = time.monotonic()
+        echo_once(long_flow, b"after the new process serves")
+        time.sleep(AFTER)
+        echo_once(long_flow, b"still")
+    finally:
+        crr.stop()
+    before = [t for t in crr.done if t < signalled]
+    after = [t for t in crr.done if t > serving]
+    print(f"\ncrr: {len(before)} flows before SIGUSR2, {len(after)} in the {AFTER} s after")
+    assert crr.refused == [], crr.refused[:10]
+    assert crr.errors == [], crr.errors[:10]
+    assert len(before) >= CRR_MIN and len(after) >= CRR_MIN, (len(before), len(after))
+    log = proxy.log()
+    assert line(f"upgrade: SIGUSR2 received; starting {binary} with 2 listening socket(s)"
+                ).search(log), log
+    assert line("upgrade: sockets passed by the old process: 2").search(log), log
+
+    # the long flow holds the old process, and nothing else does
+    time.sleep(0.5)
+    assert proxy.proc.poll() is None, log
+    echo_once(long_flow, b"the old process still relays it")
+    long_flow.close()
+    assert proxy.proc.wait(5) == 0, proxy.log()
+    assert line("upgrade: no flow is open any more; this process exits").search(proxy.log())
+
+    # the new process serves on alone, on the same port
+    assert alive(new_pid)
+    one_flow(proxy.port, echo.port)
+    assert stop_pid(new_pid)
+    log = proxy.log()
+    assert len(line("SIGTERM received, stopping").findall(log)) == 1, log
+    assert len(line("stopped").findall(log)) == 2, log
+    assert not re.search(r"^\S+ (?:WARN|ERROR)\b", log, re.M), log
+
+
+def test_the_grace_closes_a_long_flow_and_the_old_process_exits(upgrading, echo):
+    start, spawned = upgrading
+    proxy = start(socks_config("{port0}", "upgrade_drain_after = 1"))
+    long_flow = socks_open(proxy.port, LOOPBACK, echo.port)
+    echo_once(long_flow, b"before")
+    new_pid = upgrade(proxy, spawned)
+    handed_over = time.monotonic()
+    # during the drain: no second upgrade, no reload
+    proxy.proc.send_signal(signal.SIGUSR2)
+    proxy.proc.send_signal(signal.SIGHUP)
+    wait_for(proxy, line("upgrade: SIGUSR2 ignored: this process drains after an upgrade"))
+    wait_for(proxy, line("SIGHUP ignored: this process drains after an upgrade; the new one "
+                         "reloads"))
+    long_flow.settimeout(5)
+    try:
+        ended = long_flow.recv(1) == b""
+    except ConnectionResetError:
+        ended = True
+    closed_after = time.monotonic() - handed_over
+    long_flow.close()
+    assert ended and 0.7 < closed_after < 3.0, closed_after
+    assert proxy.proc.wait(5) == 0, proxy.log()
+    assert line("upgrade: 1 flow(s) still open after 1 s (upgrade_drain_after); closing them"
+                ).search(proxy.log()), proxy.log()
+    one_flow(proxy.port, echo.port)
+    assert stop_pid(new_pid)
+
+
+def test_a_failed_start_keeps_the_old_process_serving(upgrading, binary, app, echo):
+    start, spawned = upgrading
+    proxy = start(socks_config())
+    failed = line("upgrade: the new process failed to start (exit status 1); this process "
+                  "keeps serving")
+
+    # the file at the binary's path is a script that fails
+    install_script(binary, "#!/bin/sh\nexit 1\n")
+    proxy.proc.send_signal(signal.SIGUSR2)
+    wait_for(proxy, failed, 1)
+    one_flow(proxy.port, echo.port)
+
+    # the binary is fine again, the config on disk is not
+    install(binary, app)
+    good = proxy.cfg_path.read_text()
+    proxy.cfg_path.write_text(good.replace('protocol = "socks"', 'protocol = "sox"'))
+    proxy.proc.send_signal(signal.SIGUSR2)
+    wait_for(proxy, failed, 2)
+    assert proxy.proc.poll() is None
+    one_flow(proxy.port, echo.port)
+
+    # both put right: the next SIGUSR2 upgrades
+    proxy.cfg_path.write_text(good)
+    time.sleep(0.5)  # the save's reload first (an unchanged config)
+    new_pid = upgrade(proxy, spawned)
+    assert proxy.proc.wait(5) == 0, proxy.log()
+    one_flow(proxy.port, echo.port)
+    assert stop_pid(new_pid)
+    log = proxy.log()
+    assert len(SERVING.findall(log)) == 1 and len(failed.findall(log)) == 2, log
+
+
+def test_udp_lb_answers_on_the_same_port_before_and_after(upgrading):
+    start, spawned = upgrading
+    backend = EchoBackend("b0")
+    try:
+        port = free_port(socket.SOCK_DGRAM)
+        text = ('[log]\nlevel = "info"\n\n[runtime]\nworkers = 2\n\n'
+                f'[[inbound]]\ntag = "lb"\nprotocol = "udp_lb"\nlisten = "127.0.0.1"\n'
+                f'port = {port}\n[inbound.settings]\ncluster = "pool"\n\n'
+                '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n'
+                f'[[cluster]]\ntag = "pool"\nbackends = ["{backend.addr}"]\n')
+        proxy = start(text, n_ports=0)
+        wait_for(proxy, line(f"listening on 127.0.0.1:{port} (lb, 2 workers)"))
+        client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        client.settimeout(2)
+
+        def ask(payload):
+            client.sendto(payload, (LOOPBACK, port))
+            data, src = client.recvfrom(2048)
+            assert src == (LOOPBACK, port)
+            return data
+
+        assert ask(b"before") == b"b0|before"
+        new_pid = upgrade(proxy, spawned)
+        assert line("upgrade: sockets passed by the old process: 2").search(proxy.log())
+        assert proxy.proc.wait(5) == 0, proxy.log()
+        assert ask(b"after") == b"b0|after"
+        client.close()
+        assert stop_pid(new_pid)
+    finally:
+        backend.close()
