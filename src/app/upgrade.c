@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -448,6 +449,9 @@ void upgrader_del(upgrader *u)
 {
 	if (!u)
 		return;
+	/* a stop while the new process starts stops that start too */
+	if (u->c && u->state == STARTING && u->c->proc_init && !u->c->exited)
+		(void)uv_process_kill(&u->c->proc, SIGTERM);
 	if (u->c)
 		child_release(u->c);
 	uv_close((uv_handle_t *)&u->drain, upgrader_closed);

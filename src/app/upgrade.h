@@ -64,8 +64,9 @@ void upgrader_start(upgrader *u);
  * service's main one. */
 bool upgrader_draining(const upgrader *u);
 
-/* Closes the upgrader's handles (run the loop once more to free it); a new
- * process started stays running. NULL does nothing. */
+/* Closes the upgrader's handles (run the loop once more to free it). A new
+ * process that serves stays running; one still starting gets SIGTERM (a
+ * stop during an upgrade stops both). NULL does nothing. */
 void upgrader_del(upgrader *u);
 
 #endif

@@ -50,6 +50,13 @@ def wait_for(proxy, pattern, count=1, timeout=10.0):
         time.sleep(0.02)
 
 
+def assert_sanitizer_clean(proxy):
+    """Neither process reported a leak or undefined behaviour (an ASan
+    build; the new process's exit status is not the test's to read)."""
+    log = proxy.log()
+    assert "Sanitizer" not in log and "runtime error" not in log, log
+
+
 def alive(pid):
     """True while pid runs (a zombie has ended)."""
     try:
@@ -224,6 +231,7 @@ def test_upgrade_under_crr_load_refuses_nothing_and_keeps_a_long_flow(upgrading,
     assert len(line("SIGTERM received, stopping").findall(log)) == 1, log
     assert len(line("stopped").findall(log)) == 2, log
     assert not re.search(r"^\S+ (?:WARN|ERROR)\b", log, re.M), log
+    assert_sanitizer_clean(proxy)
 
 
 def test_the_grace_closes_a_long_flow_and_the_old_process_exits(upgrading, echo):
@@ -252,6 +260,7 @@ def test_the_grace_closes_a_long_flow_and_the_old_process_exits(upgrading, echo)
                 ).search(proxy.log()), proxy.log()
     one_flow(proxy.port, echo.port)
     assert stop_pid(new_pid)
+    assert_sanitizer_clean(proxy)
 
 
 def test_a_failed_start_keeps_the_old_process_serving(upgrading, binary, app, echo):
@@ -284,6 +293,28 @@ def test_a_failed_start_keeps_the_old_process_serving(upgrading, binary, app, ec
     assert stop_pid(new_pid)
     log = proxy.log()
     assert len(SERVING.findall(log)) == 1 and len(failed.findall(log)) == 2, log
+    assert_sanitizer_clean(proxy)
+
+
+@pytest.mark.parametrize("before,after", [(2, 1), (1, 3)])
+def test_every_passed_socket_is_served_when_the_workers_change(upgrading, echo, before, after):
+    """More sockets passed than workers: one worker serves several (a
+    socket nobody accepts on would keep its share of the port's
+    connections); fewer: workers share them."""
+    start, spawned = upgrading
+    proxy = start(socks_config().replace(f"workers = 2", f"workers = {before}"))
+    proxy.cfg_path.write_text(proxy.cfg_path.read_text().replace(f"workers = {before}",
+                                                                 f"workers = {after}"))
+    time.sleep(0.5)  # the save's reload: [runtime] applies at the next start
+    new_pid = upgrade(proxy, spawned)
+    assert line(f"upgrade: sockets passed by the old process: {before}").search(proxy.log())
+    assert proxy.proc.wait(5) == 0, proxy.log()
+    wait_for(proxy, line(f"listening on 127.0.0.1:{proxy.port} (in, {after} worker"
+                         f"{'s' if after > 1 else ''})"), 1)
+    for _ in range(60):  # the kernel spreads them over every socket of the port
+        one_flow(proxy.port, echo.port)
+    assert stop_pid(new_pid)
+    assert_sanitizer_clean(proxy)
 
 
 def test_udp_lb_answers_on_the_same_port_before_and_after(upgrading):
@@ -314,5 +345,6 @@ def test_udp_lb_answers_on_the_same_port_before_and_after(upgrading):
         assert ask(b"after") == b"b0|after"
         client.close()
         assert stop_pid(new_pid)
+        assert_sanitizer_clean(proxy)
     finally:
         backend.close()
