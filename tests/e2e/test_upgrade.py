@@ -348,3 +348,15 @@ def test_udp_lb_answers_on_the_same_port_before_and_after(upgrading):
         assert_sanitizer_clean(proxy)
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("value,out,err", [
+    (0, "Configuration OK.\n", ""),
+    (86400, "Configuration OK.\n", ""),
+    (86401, "", "configuration invalid: policy.upgrade_drain_after must be 0 to 86400\n"),
+])
+def test_upgrade_drain_after_is_checked(run, tmp_path, value, out, err):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(socks_config("1080", f"upgrade_drain_after = {value}"))
+    r = run("--test", "-c", str(cfg))
+    assert (r.returncode, r.stdout, r.stderr) == (1 if err else 0, out, err)
