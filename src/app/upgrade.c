@@ -50,7 +50,7 @@ static const char *const msgs[M_COUNT_] = {
 		    "them",
 	[M_NEW_EXITED] = "upgrade: new process %d exited (%s)",
 	[M_PASSED] = "upgrade: sockets passed by the old process: %zu",
-	[M_BAD_ENV] = "upgrade: %s ignored: `%s` is not a list of open descriptors",
+	[M_BAD_ENV] = "upgrade: %s ignored: `%s` is not a list of open descriptors above 2",
 	[M_READY_FAILED] = "upgrade: cannot tell the old process this one serves: %s",
 };
 
@@ -61,7 +61,9 @@ static const char *const msgs[M_COUNT_] = {
 static int ready_fd = -1;
 
 /* Parses "5,6,7" into fds (each checked open and made close-on-exec);
- * returns how many, or 0 with nothing taken when the text is not that. */
+ * returns how many, or 0 with nothing taken when the text is not that.
+ * The old process maps them above stderr: a 0, 1 or 2 is a mistake, and
+ * one closed here would hand stdio's number to the next socket. */
 static size_t parse_fds(const char *text, int *fds, size_t max)
 {
 	size_t n = 0;
@@ -70,7 +72,7 @@ static size_t parse_fds(const char *text, int *fds, size_t max)
 		char *end;
 		errno = 0;
 		long v = strtol(p, &end, 10);
-		if (errno || end == p || v < 0 || v > INT_MAX || (*end && *end != ',') ||
+		if (errno || end == p || v <= STDERR_FILENO || v > INT_MAX || (*end && *end != ',') ||
 		    fcntl((int)v, F_SETFD, FD_CLOEXEC) < 0)
 			return 0;
 		fds[n++] = (int)v;

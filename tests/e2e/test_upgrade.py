@@ -296,6 +296,76 @@ def test_a_failed_start_keeps_the_old_process_serving(upgrading, binary, app, ec
     assert_sanitizer_clean(proxy)
 
 
+def failed_line(why):
+    return line(f"upgrade: the new process failed to start ({why}); this process keeps serving")
+
+
+def test_failures_say_why_and_a_second_sigusr2_waits(upgrading, binary, echo):
+    start, spawned = upgrading
+    proxy = start(socks_config())
+    # still starting: a second SIGUSR2 is ignored
+    install_script(binary, "#!/bin/sh\nsleep 1\nexit 3\n")
+    proxy.proc.send_signal(signal.SIGUSR2)
+    wait_for(proxy, line(f"upgrade: SIGUSR2 received; starting {binary} with 2 listening "
+                         "socket(s)"))
+    proxy.proc.send_signal(signal.SIGUSR2)
+    wait_for(proxy, line("upgrade: SIGUSR2 ignored: an upgrade is under way"))
+    wait_for(proxy, failed_line("exit status 3"))
+    # killed by a signal
+    install_script(binary, "#!/bin/sh\nkill -9 $$\n")
+    proxy.proc.send_signal(signal.SIGUSR2)
+    wait_for(proxy, failed_line("killed by signal 9"))
+    # no file at the path
+    binary.unlink()
+    proxy.proc.send_signal(signal.SIGUSR2)
+    wait_for(proxy, failed_line(f"cannot run {binary}: no such file or directory"))
+    one_flow(proxy.port, echo.port)
+    assert proxy.proc.poll() is None
+    assert SERVING.findall(proxy.log()) == []
+    assert_sanitizer_clean(proxy)
+
+
+def test_the_new_process_dying_during_the_drain_is_logged(upgrading, echo):
+    start, spawned = upgrading
+    proxy = start(socks_config())
+    long_flow = socks_open(proxy.port, LOOPBACK, echo.port)
+    new_pid = upgrade(proxy, spawned)
+    os.kill(new_pid, signal.SIGKILL)
+    wait_for(proxy, line(f"upgrade: new process {new_pid} exited (killed by signal 9)"))
+    echo_once(long_flow, b"the old process drains on")
+    long_flow.close()
+    assert proxy.proc.wait(5) == 0, proxy.log()
+    assert not alive(new_pid)  # reaped by the old process: no zombie
+    assert_sanitizer_clean(proxy)
+
+
+def test_bad_upgrade_variables_are_ignored(app, tmp_path, echo):
+    """A start with the variables set but wrong serves as usual and says
+    what it ignored; a readiness descriptor it cannot write to is logged."""
+    # the app with descriptor 3 open read-only: no write gets through it
+    wrapper = tmp_path / "with-fd3"
+    install_script(wrapper, f'#!/bin/sh\nexec 3</dev/null\nexec "{app}" "$@"\n')
+    started = []
+    try:
+        for fds, ready, logged in [
+                ("3x", "3", ["upgrade: ETM_UPGRADE_FDS ignored: `3x` is not a list of open "
+                             "descriptors above 2",
+                             "upgrade: cannot tell the old process this one serves: Bad file "
+                             "descriptor"]),
+                ("", "1", ["upgrade: ETM_UPGRADE_READY ignored: `1` is not a list of open "
+                           "descriptors above 2"])]:
+            p = Proxy(str(wrapper), tmp_path, socks_config(),
+                      env={"ETM_UPGRADE_FDS": fds, "ETM_UPGRADE_READY": ready})
+            started.append(p)
+            p.start()
+            for text in logged:
+                wait_for(p, line(text))
+            assert line("upgrade: sockets passed by the old process: 0").search(p.log())
+            one_flow(p.port, echo.port)
+    finally:
+        stop_cleanly(started, "proxy")
+
+
 @pytest.mark.parametrize("before,after", [(2, 1), (1, 3)])
 def test_every_passed_socket_is_served_when_the_workers_change(upgrading, echo, before, after):
     """More sockets passed than workers: one worker serves several (a
