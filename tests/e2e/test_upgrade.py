@@ -66,6 +66,20 @@ def alive(pid):
         return False
 
 
+def zombies_of(pid):
+    """The children of pid that have ended and were not reaped."""
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == "Z" and int(fields[1]) == pid:
+            found.append(int(d))
+    return found
+
+
 def stop_pid(pid, timeout=5.0):
     """SIGTERM to pid, a process this test's proxy started; SIGKILL when it
     has not ended after timeout. Returns whether SIGTERM was enough."""
@@ -321,6 +335,7 @@ def test_failures_say_why_and_a_second_sigusr2_waits(upgrading, binary, echo):
     wait_for(proxy, failed_line(f"cannot run {binary}: no such file or directory"))
     one_flow(proxy.port, echo.port)
     assert proxy.proc.poll() is None
+    assert zombies_of(proxy.proc.pid) == []
     assert SERVING.findall(proxy.log()) == []
     assert_sanitizer_clean(proxy)
 
@@ -332,10 +347,10 @@ def test_the_new_process_dying_during_the_drain_is_logged(upgrading, echo):
     new_pid = upgrade(proxy, spawned)
     os.kill(new_pid, signal.SIGKILL)
     wait_for(proxy, line(f"upgrade: new process {new_pid} exited (killed by signal 9)"))
+    assert zombies_of(proxy.proc.pid) == []  # reaped by the old process
     echo_once(long_flow, b"the old process drains on")
     long_flow.close()
     assert proxy.proc.wait(5) == 0, proxy.log()
-    assert not alive(new_pid)  # reaped by the old process: no zombie
     assert_sanitizer_clean(proxy)
 
 
