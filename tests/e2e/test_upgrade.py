@@ -23,6 +23,7 @@ import time
 import pytest
 
 from proxykit import LOOPBACK, Proxy, free_port, recv_exact, socks_open, stop_cleanly
+from test_shadowsocks import PASSWORD, open_packet, seal_packet
 from udplbkit import EchoBackend
 
 SERVING = re.compile(r"^\S+ INFO  app: upgrade: new process (\d+) is serving; this process "
@@ -445,3 +446,36 @@ def test_upgrade_drain_after_is_checked(run, tmp_path, value, out, err):
     cfg.write_text(socks_config("1080", f"upgrade_drain_after = {value}"))
     r = run("--test", "-c", str(cfg))
     assert (r.returncode, r.stdout, r.stderr) == (1 if err else 0, out, err)
+
+
+def test_shadowsocks_udp_answers_on_the_same_port_after(upgrading, udp_echo):
+    """A shadowsocks inbound's UDP socket is handed over with its TCP
+    listener: a packet sealed here reaches the echo through the old process,
+    then through the new one, on the same port."""
+    start, spawned = upgrading
+    method = "chacha20-ietf-poly1305"
+    proxy = start('[log]\nlevel = "info"\n\n[runtime]\nworkers = 2\n\n'
+                  '[[inbound]]\ntag = "in"\nprotocol = "shadowsocks"\nlisten = "127.0.0.1"\n'
+                  f'port = {{port0}}\n[inbound.settings]\nmethod = "{method}"\n'
+                  f'password = "{PASSWORD}"\n\n'
+                  '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
+    target = b"\x01\x7f\x00\x00\x01" + udp_echo.port.to_bytes(2, "big")
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.settimeout(3)
+    try:
+        def ask(payload):
+            u.sendto(seal_packet(method, PASSWORD, target + payload), (LOOPBACK, proxy.port))
+            reply, src = u.recvfrom(65535)
+            assert src == (LOOPBACK, proxy.port)
+            return open_packet(method, PASSWORD, reply)
+
+        assert ask(b"before") == target + b"before"
+        new_pid = upgrade(proxy, spawned)
+        # each worker's TCP listener and UDP socket
+        assert line("upgrade: sockets passed by the old process: 4").search(proxy.log())
+        assert proxy.proc.wait(5) == 0, proxy.log()
+        assert ask(b"after") == target + b"after"
+    finally:
+        u.close()
+    assert stop_pid(new_pid)
+    assert_sanitizer_clean(proxy)
