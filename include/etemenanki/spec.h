@@ -333,6 +333,7 @@ typedef struct etm_dns_spec {
 
 #define ETM_DEFAULT_HANDSHAKE_TIMEOUT 10 /* seconds for a client to finish its handshake */
 #define ETM_DEFAULT_IDLE_TIMEOUT 300     /* seconds a flow may pass no byte either way */
+#define ETM_DEFAULT_UPGRADE_DRAIN_AFTER 600 /* seconds an upgrade's old process drains */
 
 typedef struct etm_runtime_spec {
 	uint64_t workers; /* worker threads; 0 = one per core */
@@ -344,6 +345,7 @@ typedef struct etm_policy_spec {
 	uint64_t idle_timeout;      /* seconds */
 	uint64_t max_connections_per_source; /* open client connections per address; 0 = auto */
 	etm_drain_spec drain; /* the default of every [[outbound]] that sets no drain key */
+	uint64_t upgrade_drain_after; /* seconds the old process of an upgrade lets flows run */
 } etm_policy_spec;
 
 typedef struct etm_spec {

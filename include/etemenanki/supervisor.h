@@ -19,7 +19,7 @@ __attribute__((warn_unused_result)) int etm_supervisor_start(etm_spec *spec, etm
                                                              char *err, size_t err_size);
 
 /* Most sockets etm_supervisor_inherit takes. */
-#define ETM_INHERITED_MAX 64
+#define ETM_INHERITED_MAX 1024
 
 /* Hands the engine sockets a service manager passed (socket activation,
  * sd_listen_fds(3)), borrowed for the life of the process: a TCP inbound
@@ -28,6 +28,41 @@ __attribute__((warn_unused_result)) int etm_supervisor_start(etm_spec *spec, etm
  * reload; the others bind as usual. Call once, before etm_supervisor_start.
  * Takes the first ETM_INHERITED_MAX of them; this function can't fail. */
 void etm_supervisor_inherit(const int *fds, size_t n);
+
+/* The same for sockets a process being upgraded passed (etm_supervisor_
+ * listen_fds of the old one): owned from now on. TCP ones as above; UDP
+ * ones serve a udp_lb inbound or a shadowsocks inbound's UDP on their
+ * address, worker i on the i-th of them (a worker past them binds a socket
+ * that joins theirs). Call before etm_supervisor_start. */
+void etm_supervisor_inherit_upgrade(const int *fds, size_t n);
+
+/* After etm_supervisor_start (whatever its outcome): closes the sockets
+ * etm_supervisor_inherit_upgrade passed, every listener holding its own
+ * descriptor by then, so none stays open that no inbound serves. */
+void etm_supervisor_inherit_release(void);
+
+/* For an upgrade: close-on-exec copies (the caller's to close) of every
+ * socket clients reach the engine on: each worker's TCP listening socket
+ * of each inbound (every one: a SO_REUSEPORT socket nobody accepts on
+ * would keep its share of the port's connections), each udp_lb front
+ * socket and each shadowsocks UDP socket, worker by worker. Up to max
+ * into fds; returns how many, or a negative errno with none left open.
+ * The thread that started the engine. */
+__attribute__((warn_unused_result)) int etm_supervisor_listen_fds(etm_supervisor *s, int *fds,
+                                                                  size_t max);
+
+/* Closes every listening socket (TCP listeners, udp_lb fronts with their
+ * flows, shadowsocks UDP sockets) and stops the balancer probes; the open
+ * TCP flows go on. Nothing reopens them but a later apply. The thread that
+ * started the engine. */
+void etm_supervisor_stop_accepting(etm_supervisor *s);
+
+/* The client connections open on every worker: flows, and gRPC and
+ * Mux.Cool server carriers. The thread that started the engine. */
+size_t etm_supervisor_open_flows(etm_supervisor *s);
+
+/* [policy] upgrade_drain_after of the running config, in seconds. */
+uint64_t etm_supervisor_upgrade_drain_after(const etm_supervisor *s);
 
 /* Applies spec, a new config that passed etm_spec_check and
  * etm_spec_check_available, to the running engine (seed 002 "plan and

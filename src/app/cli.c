@@ -20,6 +20,7 @@
 #include "app/link_cmd.h"
 #include "app/notify.h"
 #include "app/reload.h"
+#include "app/upgrade.h"
 #include "base/access_log.h"
 #include "base/log.h"
 #include "etemenanki/etemenanki.h"
@@ -40,6 +41,7 @@ typedef enum cli_msg_id {
 	CLI_STOPPED,
 	CLI_NO_SYSTEMD,
 	CLI_PASSED,
+	CLI_HUP_DRAINING,
 	CLI_MSG_COUNT_,
 } cli_msg_id;
 
@@ -79,6 +81,8 @@ static const char *const msgs[CLI_MSG_COUNT_] = {
 	[CLI_STOPPED] = "stopped",
 	[CLI_NO_SYSTEMD] = "no libsystemd",
 	[CLI_PASSED] = "socket activation: sockets passed: %zu",
+	[CLI_HUP_DRAINING] = "SIGHUP ignored: this process drains after an upgrade; the new one "
+			     "reloads",
 };
 
 /* The formats are the constant table above; nothing from input is a format. */
@@ -93,6 +97,7 @@ static const char *const msgs[CLI_MSG_COUNT_] = {
 #endif
 
 typedef struct cli_opts {
+	char *const *argv; /* main's: an upgrade starts the new binary with them */
 	const char *config; /* borrowed from argv */
 	bool test;
 	bool level_set;
@@ -197,18 +202,32 @@ static void raise_fd_limit(void)
 	}
 }
 
-/* SIGHUP: reload the config file (h->data: the reloader). */
+/* What the control thread's signal handlers act on (their data). */
+typedef struct app {
+	reloader *rl; /* NULL before the engine runs and once an upgrade drains */
+	upgrader *up; /* NULL before the engine runs */
+	etm_supervisor *sup;
+} app;
+
+/* SIGHUP: reload the config file, unless the process drains after an
+ * upgrade (the new one owns the config). */
 static void on_hup(uv_signal_t *h, int signum)
 {
 	(void)signum;
-	if (h->data)
-		reloader_now(h->data, "SIGHUP");
+	app *a = h->data;
+	if (upgrader_draining(a->up))
+		log_info("app", "%s", msgs[CLI_HUP_DRAINING]);
+	else if (a->rl)
+		reloader_now(a->rl, "SIGHUP");
 }
 
 static void on_signal(uv_signal_t *h, int signum)
 {
+	app *a = h->data;
 	log_info("app", msgs[CLI_STOPPING], signum == SIGINT ? "SIGINT" : "SIGTERM");
-	notify_stopping();
+	/* after an upgrade the service is the new process's: not stopping */
+	if (!upgrader_draining(a->up))
+		notify_stopping();
 	uv_stop(h->loop);
 }
 
@@ -216,8 +235,26 @@ static void on_signal(uv_signal_t *h, int signum)
 static void on_usr1(uv_signal_t *h, int signum)
 {
 	(void)signum;
-	if (h->data)
-		etm_supervisor_write_metrics(h->data, stderr);
+	app *a = h->data;
+	if (a->sup)
+		etm_supervisor_write_metrics(a->sup, stderr);
+}
+
+/* SIGUSR2: start the new binary with the listening sockets. */
+static void on_usr2(uv_signal_t *h, int signum)
+{
+	(void)signum;
+	app *a = h->data;
+	if (a->up)
+		upgrader_start(a->up);
+}
+
+/* The new process serves: reloads are its business now. */
+static void on_upgrade_serving(void *data)
+{
+	app *a = data;
+	reloader_stop(a->rl);
+	a->rl = NULL;
 }
 
 static void close_handle(uv_handle_t *h, void *arg)
@@ -227,8 +264,33 @@ static void close_handle(uv_handle_t *h, void *arg)
 		uv_close(h, NULL);
 }
 
+/* The sockets passed in (socket activation, an upgrade) go to the engine
+ * before it starts. */
+static void take_passed(void)
+{
+	int passed[ETM_INHERITED_MAX];
+	size_t n_passed = notify_listen_fds(passed, ETM_INHERITED_MAX);
+	if (n_passed)
+		log_info("app", msgs[CLI_PASSED], n_passed);
+	etm_supervisor_inherit(passed, n_passed);
+	size_t n_up = upgrade_passed_fds(passed, ETM_INHERITED_MAX);
+	etm_supervisor_inherit_upgrade(passed, n_up);
+}
+
+/* Every inbound listens on every worker: the service manager hears it,
+ * and an old process waiting for this one (the manager first, so it
+ * follows this process before the old one exits). */
+static void tell_ready(void)
+{
+	if (upgrade_awaited())
+		notify_mainpid();
+	notify_ready();
+	upgrade_tell_ready();
+}
+
 /* The control thread: start the engine, reload it on SIGHUP or a save of
- * the file, stop on SIGINT or SIGTERM. */
+ * the file, upgrade on SIGUSR2, stop on SIGINT or SIGTERM or at the end of
+ * an upgrade's drain. */
 static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 {
 	char msg[CONFIG_MSG_MAX];
@@ -237,38 +299,37 @@ static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 	/* The handlers come first: a signal during the start is kept by libuv
 	 * and handled as soon as the loop runs, so it still exits cleanly. */
 	uv_loop_t loop;
-	uv_signal_t sigint, sigterm, sigusr1, sighup;
+	uv_signal_t sigint, sigterm, sigusr1, sigusr2, sighup;
+	app a = {0};
 	uv_loop_init(&loop);
-	uv_signal_init(&loop, &sigint);
-	uv_signal_init(&loop, &sigterm);
-	uv_signal_init(&loop, &sigusr1);
-	uv_signal_init(&loop, &sighup);
-	sigusr1.data = NULL;
-	sighup.data = NULL;
+	uv_signal_t *sigs[] = {&sigint, &sigterm, &sigusr1, &sigusr2, &sighup};
+	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+		uv_signal_init(&loop, sigs[i]);
+		sigs[i]->data = &a;
+	}
 	uv_signal_start(&sigint, on_signal, SIGINT);
 	uv_signal_start(&sigterm, on_signal, SIGTERM);
 	uv_signal_start(&sigusr1, on_usr1, SIGUSR1);
+	uv_signal_start(&sigusr2, on_usr2, SIGUSR2);
 	uv_signal_start(&sighup, on_hup, SIGHUP); /* kept until the engine runs */
-	/* socket activation: inbounds on a passed socket's address serve on it */
-	int passed[ETM_INHERITED_MAX];
-	size_t n_passed = notify_listen_fds(passed, ETM_INHERITED_MAX);
-	if (n_passed)
-		log_info("app", msgs[CLI_PASSED], n_passed);
-	etm_supervisor_inherit(passed, n_passed);
+	/* socket activation and upgrades: inbounds on a passed socket's
+	 * address serve on it */
+	take_passed();
 	etm_supervisor *sup;
 	int rc = etm_supervisor_start(spec, &sup, msg, sizeof msg);
+	etm_supervisor_inherit_release(); /* the listeners hold their own copies */
 	if (rc) {
 		etm_spec_free(spec);
 		say(err, CLI_START_FAILED, msg);
 	} else {
-		sigusr1.data = sup;
-		notify_ready(); /* every inbound listens on every worker */
-		reloader *rl = reloader_start(&loop, o->config, sup, o->level_set);
-		sighup.data = rl;
+		a.sup = sup;
+		a.up = upgrader_new(&loop, sup, o->argv, on_upgrade_serving, &a);
+		tell_ready();
+		a.rl = reloader_start(&loop, o->config, sup, o->level_set);
 		uv_run(&loop, UV_RUN_DEFAULT);
-		sigusr1.data = NULL;
-		sighup.data = NULL;
-		reloader_stop(rl);
+		reloader_stop(a.rl);
+		upgrader_del(a.up);
+		a = (app){0};
 		etm_supervisor_stop(sup);
 	}
 	uv_walk(&loop, close_handle, NULL);
@@ -284,7 +345,7 @@ int cli_main(int argc, char **argv, FILE *out, FILE *err)
 {
 	if (argc >= 2 && strcmp(argv[1], "link") == 0)
 		return link_cmd_main(argc - 1, argv + 1, out, err);
-	cli_opts o = {0};
+	cli_opts o = {.argv = argv};
 	int rc = parse(argc, argv, &o, out, err);
 	if (rc >= 0)
 		return rc;

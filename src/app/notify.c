@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/log.h"
 
@@ -41,6 +42,16 @@ void notify_ready(void)
 {
 #ifdef ETM_HAVE_LIBSYSTEMD
 	send_state("READY=1", "READY=1");
+#endif
+}
+
+void notify_mainpid(void)
+{
+#ifdef ETM_HAVE_LIBSYSTEMD
+	char text[32];
+	int n = snprintf(text, sizeof text, "MAINPID=%ld", (long)getpid());
+	if (n > 0 && (size_t)n < sizeof text)
+		send_state("MAINPID", text);
 #endif
 }
 

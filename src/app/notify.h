@@ -12,6 +12,12 @@ bool notify_built_in(void);
  * reload is over, whatever its outcome. */
 void notify_ready(void);
 
+/* "MAINPID=<this process's pid>": an upgrade's new process becomes the
+ * service's main one, before the old one exits (the unit needs
+ * NotifyAccess=all: the manager takes it from a process not yet its main
+ * one only then). A notify_ready() follows. */
+void notify_mainpid(void);
+
 /* "RELOADING=1" with "MONOTONIC_USEC=<CLOCK_MONOTONIC in µs>": systemd
  * 253 and later match a reload to the RELOADING=1 sent after it began by
  * that timestamp (sd_notify(3), MONOTONIC_USEC=); older ones ignore it. A

@@ -647,6 +647,11 @@ static const schema_field policy_fields[] = {
 	 .aux_offset = offsetof(etm_policy_spec, drain.has_after), .def = 0, .default_doc = "none",
 	 .doc = "The drain_after of every [[outbound]] that sets neither drain nor drain_after "
 		"(0-86400); implies drain = \"close\"."},
+	{.name = "upgrade_drain_after", .kind = SK_U64,
+	 .offset = offsetof(etm_policy_spec, upgrade_drain_after),
+	 .def = ETM_DEFAULT_UPGRADE_DRAIN_AFTER, .default_doc = "600",
+	 .doc = "Seconds (0-86400) the old process of a binary upgrade (SIGUSR2, docs/install.md) "
+	        "lets its open flows run after the new one serves; then it closes them and exits."},
 };
 static const schema_table policy_table =
 	TABLE_OF("[policy]",

@@ -315,6 +315,12 @@ void ss_udp_in_close(ss_udp_in *u)
 	uv_close((uv_handle_t *)&u->sock, on_closed);
 }
 
+int ss_udp_in_fd(const ss_udp_in *u)
+{
+	uv_os_fd_t fd = -1;
+	return uv_fileno((const uv_handle_t *)&u->sock, &fd) ? -1 : fd;
+}
+
 void ss_udp_in_set_inbound(ss_udp_in *u, const inbound_rt *in)
 {
 	if (u->in == in)
@@ -325,10 +331,15 @@ void ss_udp_in_set_inbound(ss_udp_in *u, const inbound_rt *in)
 	u->in = in;
 }
 
-/* Makes the bound SO_REUSEPORT socket; returns it, or -errno. */
-static int bind_socket(const struct sockaddr_storage *ss)
+/* Makes the bound SO_REUSEPORT socket, or takes the one an upgrade passed
+ * for worker index; returns it, or -errno. */
+static int bind_socket(const struct sockaddr_storage *ss, size_t index)
 {
-	int fd = socket(ss->ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd;
+	int rc = listener_take_udp(ss, index, &fd);
+	if (rc || fd >= 0)
+		return rc ? rc : fd;
+	fd = socket(ss->ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	int one = 1;
@@ -362,7 +373,7 @@ ss_udp_in *ss_udp_in_open(worker *w, const char *ip, uint16_t port, const inboun
 	u->tx = malloc(SS_PACKET_MAX);
 	if (!u->rx || !u->rx_plain || !u->tx_plain || !u->tx)
 		goto fail;
-	fd = bind_socket(&ss);
+	fd = bind_socket(&ss, worker_index(w));
 	if (fd < 0) {
 		rc = fd;
 		goto fail;

@@ -45,6 +45,10 @@ ss_udp_in *ss_udp_in_open(worker *w, const char *ip, uint16_t port, const inboun
  * build it serves already. Worker thread only. */
 void ss_udp_in_set_inbound(ss_udp_in *u, const inbound_rt *in);
 
+/* The socket clients send to (an upgrade passes it on), or -1; it stays
+ * u's. Worker thread only. */
+int ss_udp_in_fd(const ss_udp_in *u);
+
 /* Closes every NAT entry and the socket; frees u once its handles close.
  * NULL does nothing. Worker thread only. */
 void ss_udp_in_close(ss_udp_in *u);

@@ -949,3 +949,12 @@ void gun_close_all(worker *w)
 			die(c, msgs[M_CONN_CLOSED]);
 		}
 }
+
+size_t gun_server_count(worker *w)
+{
+	(void)w;
+	size_t n = 0;
+	for (const list_node *i = servers.head; i; i = i->next)
+		n++;
+	return n;
+}

@@ -79,4 +79,8 @@ int gun_serve(worker *w, endpoint *below, const gun_server_config *cfg);
 /* Closes every connection of the worker's (a stop ends the flows). */
 void gun_close_all(worker *w);
 
+/* The worker's server connections open now (an upgrade's drain waits for
+ * them). Worker thread only. */
+size_t gun_server_count(worker *w);
+
 #endif

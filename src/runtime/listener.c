@@ -24,21 +24,49 @@ struct listener {
 	void *data;
 	uint16_t port;
 	char where[64]; /* "<ip>:<port>" for the log */
+	listener *next;  /* owned: more passed sockets this worker serves (open_surplus) */
 };
 
 static const char FAILED[] = "failed to listen on %s:%u: %s";
 static const char NOT_IP[] = "not an IP address";
 
-/* The sockets the service manager passed (socket activation), written once
- * by listener_inherit before any worker starts, read-only after: no lock. */
-static int inherited[LISTENER_INHERITED_MAX];
+/* The sockets passed in: by the service manager (socket activation,
+ * borrowed for the life of the process) or by the process an upgrade
+ * replaces (owned until listener_inherit_release). Written by the control
+ * thread before any worker starts and at the release, which follows the
+ * start's worker jobs (worker_run waits): the workers read it without a
+ * lock. */
+typedef struct passed {
+	int fd;
+	bool owned;
+} passed;
+static passed inherited[LISTENER_INHERITED_MAX];
 static size_t n_inherited;
 
-void listener_inherit(const int *fds, size_t n)
+static void add_inherited(const int *fds, size_t n, bool owned)
 {
-	n_inherited = n < LISTENER_INHERITED_MAX ? n : LISTENER_INHERITED_MAX;
-	if (n_inherited)
-		memcpy(inherited, fds, n_inherited * sizeof *fds);
+	for (size_t i = 0; i < n; i++) {
+		if (n_inherited < LISTENER_INHERITED_MAX)
+			inherited[n_inherited++] = (passed){.fd = fds[i], .owned = owned};
+		else if (owned)
+			close(fds[i]); /* nobody would serve it, nor close it */
+	}
+}
+
+void listener_inherit(const int *fds, size_t n) { add_inherited(fds, n, false); }
+
+void listener_inherit_owned(const int *fds, size_t n) { add_inherited(fds, n, true); }
+
+void listener_inherit_release(void)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n_inherited; i++) {
+		if (inherited[i].owned)
+			close(inherited[i].fd);
+		else
+			inherited[k++] = inherited[i];
+	}
+	n_inherited = k;
 }
 
 static bool same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
@@ -54,44 +82,75 @@ static bool same_address(const struct sockaddr_storage *a, const struct sockaddr
 	       memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
 }
 
-/* The passed TCP socket bound to exactly ss, or -1. Port 0 asks for any
- * port, which no passed socket is. */
-static int inherited_for(const struct sockaddr_storage *ss)
+static bool bound_to(int fd, int type, const struct sockaddr_storage *ss)
 {
-	for (size_t i = 0; i < n_inherited; i++) {
-		struct sockaddr_storage bound;
-		socklen_t blen = sizeof bound;
-		int type = 0;
-		socklen_t tlen = sizeof type;
-		if (getsockopt(inherited[i], SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 &&
-		    type == SOCK_STREAM &&
-		    getsockname(inherited[i], (struct sockaddr *)&bound, &blen) == 0 &&
-		    same_address(&bound, ss))
-			return inherited[i];
-	}
+	struct sockaddr_storage bound;
+	socklen_t blen = sizeof bound;
+	int t = 0;
+	socklen_t tlen = sizeof t;
+	return getsockopt(fd, SOL_SOCKET, SO_TYPE, &t, &tlen) == 0 && t == type &&
+	       getsockname(fd, (struct sockaddr *)&bound, &blen) == 0 && same_address(&bound, ss);
+}
+
+/* How many passed sockets of type are bound to exactly ss. Port 0 asks for
+ * any port, which no passed socket is. */
+static size_t passed_count(const struct sockaddr_storage *ss, int type)
+{
+	size_t m = 0;
+	for (size_t i = 0; i < n_inherited; i++)
+		m += bound_to(inherited[i].fd, type, ss);
+	return m;
+}
+
+/* The k-th of them, in the order passed (an upgrade passes them in its
+ * workers' order), or -1. */
+static int passed_nth(const struct sockaddr_storage *ss, int type, size_t k)
+{
+	for (size_t i = 0; i < n_inherited; i++)
+		if (bound_to(inherited[i].fd, type, ss) && k-- == 0)
+			return inherited[i].fd;
 	return -1;
 }
 
-/* A descriptor of this listener's own for the passed socket (each worker
- * closes its own; the passed one stays for a later reload), non-blocking,
- * listening. Returns it, or a negative errno. */
-static int take_inherited(int fd)
+/* A non-blocking, close-on-exec descriptor of the caller's own for the
+ * passed socket fd (each worker closes its own), or a negative errno. */
+static int dup_passed(int fd)
 {
 	int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	if (dup < 0)
 		return -errno;
 	int flags = fcntl(dup, F_GETFL);
+	if (flags < 0 || fcntl(dup, F_SETFL, flags | O_NONBLOCK) < 0) {
+		int rc = -errno;
+		close(dup);
+		return rc;
+	}
+	return dup;
+}
+
+/* dup_passed, and listening. */
+static int take_inherited(int fd)
+{
+	int dup = dup_passed(fd);
+	if (dup < 0)
+		return dup;
 	int listening = 0;
 	socklen_t len = sizeof listening;
 	/* systemd listens already (ListenStream=); another manager may not */
-	if (flags < 0 || fcntl(dup, F_SETFL, flags | O_NONBLOCK) < 0 ||
-	    getsockopt(dup, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 ||
+	if (getsockopt(dup, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 ||
 	    (!listening && listen(dup, LISTENER_BACKLOG) < 0)) {
 		int rc = -errno;
 		close(dup);
 		return rc;
 	}
 	return dup;
+}
+
+int listener_take_udp(const struct sockaddr_storage *ss, size_t index, int *fd)
+{
+	int p = passed_nth(ss, SOCK_DGRAM, index);
+	*fd = p < 0 ? -1 : dup_passed(p);
+	return *fd < -1 ? *fd : 0;
 }
 
 int listener_addr(const char *ip, uint16_t port, struct sockaddr_storage *ss, char *err,
@@ -147,13 +206,15 @@ static void on_readable(uv_poll_t *p, int status, int events)
 	}
 }
 
-/* A listening socket for ss: the passed one bound there, else a new one.
+/* A listening socket for ss on worker w: a passed one bound there, else a
+ * new one. With m passed for ss, worker i serves number i % m: every
+ * worker serves one, every socket is served when m <= the workers.
  * Returns it (non-blocking, close-on-exec), or a negative errno. */
-static int open_socket(const struct sockaddr_storage *ss, uint16_t port)
+static int open_socket(const struct sockaddr_storage *ss, uint16_t port, const worker *w)
 {
-	int passed = port ? inherited_for(ss) : -1;
-	if (passed >= 0)
-		return take_inherited(passed);
+	size_t m = port ? passed_count(ss, SOCK_STREAM) : 0;
+	if (m)
+		return take_inherited(passed_nth(ss, SOCK_STREAM, worker_index(w) % m));
 	/* libuv 1.44 cannot set SO_REUSEPORT itself: make the socket here. */
 	int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -173,18 +234,10 @@ static int open_socket(const struct sockaddr_storage *ss, uint16_t port)
 	return fd;
 }
 
-listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn, void *data,
-                        char *err, size_t err_size)
+/* A listener on fd (taken in every case), or NULL with the reason in err. */
+static listener *listener_new(worker *w, int fd, const char *ip, uint16_t port, listener_fn fn,
+                              void *data, char *err, size_t err_size)
 {
-	struct sockaddr_storage ss;
-	int rc;
-	if (listener_addr(ip, port, &ss, err, err_size))
-		return NULL;
-	int fd = open_socket(&ss, port);
-	if (fd < 0) {
-		snprintf(err, err_size, FAILED, ip, port, uv_strerror(fd));
-		return NULL;
-	}
 	struct sockaddr_storage bound;
 	socklen_t blen = sizeof bound;
 	getsockname(fd, (struct sockaddr *)&bound, &blen);
@@ -205,7 +258,7 @@ listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn
 	uv_timer_init(worker_loop(w), &l->backoff);
 	l->backoff.data = l;
 	l->open_handles = 1;
-	rc = uv_poll_init_socket(worker_loop(w), &l->poll, fd);
+	int rc = uv_poll_init_socket(worker_loop(w), &l->poll, fd);
 	if (rc == 0) {
 		l->open_handles++;
 		l->poll_open = true;
@@ -220,6 +273,56 @@ listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn
 	return l;
 }
 
+/* More passed sockets for ss than workers (an upgrade from a process that
+ * ran more of them): worker i serves number j too for every j = i mod n
+ * past the first n, since a socket nobody accepts on would still get its
+ * share of the port's connections from the kernel. Returns 0, or -1. */
+static int open_surplus(listener *l, const struct sockaddr_storage *ss, const char *ip,
+                        char *err, size_t err_size)
+{
+	size_t m = passed_count(ss, SOCK_STREAM), n = worker_set_size(l->w);
+	listener **tail = &l->next;
+	for (size_t j = worker_index(l->w) + n; n && j < m; j += n) {
+		int fd = take_inherited(passed_nth(ss, SOCK_STREAM, j));
+		if (fd < 0) {
+			snprintf(err, err_size, FAILED, ip, l->port, uv_strerror(fd));
+			return -1;
+		}
+		*tail = listener_new(l->w, fd, ip, l->port, l->fn, l->data, err, err_size);
+		if (!*tail)
+			return -1;
+		tail = &(*tail)->next;
+	}
+	return 0;
+}
+
+listener *listener_open(worker *w, const char *ip, uint16_t port, listener_fn fn, void *data,
+                        char *err, size_t err_size)
+{
+	struct sockaddr_storage ss;
+	if (listener_addr(ip, port, &ss, err, err_size))
+		return NULL;
+	int fd = open_socket(&ss, port, w);
+	if (fd < 0) {
+		snprintf(err, err_size, FAILED, ip, port, uv_strerror(fd));
+		return NULL;
+	}
+	listener *l = listener_new(w, fd, ip, port, fn, data, err, err_size);
+	if (l && port && open_surplus(l, &ss, ip, err, err_size)) {
+		listener_close(l);
+		return NULL;
+	}
+	return l;
+}
+
+size_t listener_fds(const listener *l, int *fds, size_t max)
+{
+	size_t k = 0;
+	for (; l && k < max; l = l->next)
+		fds[k++] = l->fd;
+	return k;
+}
+
 /* A probe bind without SO_REUSEPORT: it fails where any socket of the type
  * holds the address, where a SO_REUSEPORT bind would quietly share it. */
 static int check_free(int type, const char *ip, uint16_t port, char *err, size_t err_size)
@@ -229,8 +332,8 @@ static int check_free(int type, const char *ip, uint16_t port, char *err, size_t
 		return 0;
 	if (listener_addr(ip, port, &ss, err, err_size))
 		return -1;
-	if (type == SOCK_STREAM && inherited_for(&ss) >= 0)
-		return 0; /* ours: listener_open takes it */
+	if (passed_count(&ss, type))
+		return 0; /* ours: the open takes it */
 	int fd = socket(ss.ss_family, type | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return 0; /* the real bind will report it */
@@ -271,11 +374,19 @@ static void on_closed(uv_handle_t *h)
 	free(l);
 }
 
-void listener_set_data(listener *l, void *data) { l->data = data; }
+void listener_set_data(listener *l, void *data)
+{
+	for (; l; l = l->next)
+		l->data = data;
+}
 
 void listener_close(listener *l)
 {
-	if (l->poll_open)
-		uv_close((uv_handle_t *)&l->poll, on_closed);
-	uv_close((uv_handle_t *)&l->backoff, on_closed);
+	while (l) {
+		listener *next = l->next;
+		if (l->poll_open)
+			uv_close((uv_handle_t *)&l->poll, on_closed);
+		uv_close((uv_handle_t *)&l->backoff, on_closed);
+		l = next;
+	}
 }

@@ -21,18 +21,40 @@
  * and the worker's loop keeps serving them instead of spinning in accept. */
 #define LISTENER_BACKOFF_MS 100
 
-/* Sockets socket activation can pass in at most; a unit with more
- * ListenStream= lines than inbounds gains nothing. */
-#define LISTENER_INHERITED_MAX 64
+/* Sockets passed in at most: an upgrade passes one per worker per inbound
+ * (TCP, and UDP for udp_lb and shadowsocks), so 16 workers with 64
+ * inbounds fit; socket activation passes one per ListenStream= line. */
+#define LISTENER_INHERITED_MAX 1024
 
 typedef struct listener listener;
 
 /* Records fds, sockets the service manager passed (borrowed for the life
- * of the process): from now on listener_open serves on the TCP one bound
- * to exactly its ip:port, through a descriptor of its own, instead of
- * binding, and listener_check_free passes that address. Call before any
- * worker starts. Keeps the first LISTENER_INHERITED_MAX; can't fail. */
+ * of the process): from now on listener_open serves on the TCP ones bound
+ * to exactly its ip:port, through descriptors of its own, instead of
+ * binding, and listener_check_free passes that address (so does
+ * listener_check_free_udp for a UDP one, which listener_take_udp hands
+ * out). With m of them for one address, worker i serves number i % m, and
+ * number j past the workers' count n as well where j % n == i. Call before
+ * any worker starts. Keeps the first LISTENER_INHERITED_MAX; can't fail. */
 void listener_inherit(const int *fds, size_t n);
+
+/* The same for sockets the process an upgrade replaces passed: owned (past
+ * the bound they are closed now) until listener_inherit_release. */
+void listener_inherit_owned(const int *fds, size_t n);
+
+/* Closes the owned passed sockets and forgets them, once every listener
+ * that serves one has a descriptor of its own (after the start): a later
+ * reload binds anew. The thread that started the workers; can't fail. */
+void listener_inherit_release(void);
+
+/* The passed UDP socket number index for ss (a worker's index: each
+ * worker its own socket, so the kernel's 4-tuple hash keeps a client on
+ * one worker). Returns 0 with *fd a descriptor of the caller's own
+ * (non-blocking, close-on-exec, bound), or with *fd -1 when none is passed
+ * for that index (bind one: SO_REUSEPORT joins the passed ones' group);
+ * or a negative errno. */
+__attribute__((warn_unused_result)) int listener_take_udp(const struct sockaddr_storage *ss,
+                                                          size_t index, int *fd);
 
 /* A connection was accepted: fd (non-blocking, close-on-exec) is the
  * callee's, to serve (conn_accept) or close. */
@@ -64,6 +86,11 @@ __attribute__((warn_unused_result)) int listener_addr(const char *ip, uint16_t p
 /* Writes "failed to listen on <ip>:<port>: <why>" to err: the one text of
  * every listener's failure, TCP or UDP. */
 void listener_failed(char *err, size_t err_size, const char *ip, uint16_t port, const char *why);
+
+/* The listening sockets l serves on (one, or more when passed sockets
+ * outnumber the workers): up to max into fds, returns how many. The
+ * listener's worker thread only; they stay l's. */
+size_t listener_fds(const listener *l, int *fds, size_t max);
 
 /* The worker whose loop the listener runs on. */
 worker *listener_worker(const listener *l);

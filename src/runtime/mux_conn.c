@@ -1115,3 +1115,12 @@ static connect_pending *queue_open(worker *w, uint64_t origin, unsigned concurre
 	kick(m);
 	return &o->base;
 }
+
+size_t mux_session_count(worker *w)
+{
+	(void)w;
+	size_t n = 0;
+	for (const list_node *i = sessions.head; i; i = i->next)
+		n++;
+	return n;
+}

@@ -74,4 +74,8 @@ connect_pending *mux_open_datagram(worker *w, uint64_t origin, unsigned concurre
 /* Ends every session of the worker's (a stop). */
 void mux_close_all(worker *w);
 
+/* The worker's server sessions open now (an upgrade's drain waits for
+ * them). Worker thread only. */
+size_t mux_session_count(worker *w);
+
 #endif

@@ -18,6 +18,7 @@ struct worker {
 	uv_async_t wake;
 	pthread_t thread;
 	size_t index;
+	size_t n_set; /* workers in its set */
 	pool pool;
 	void *slot;
 	struct guard *guard; /* borrowed, shared by every worker */
@@ -130,6 +131,7 @@ workers *workers_start(size_t n, char *err, size_t err_size)
 	for (size_t i = 0; i < n; i++) {
 		worker *w = &ws->w[i];
 		w->index = i;
+		w->n_set = n;
 		pthread_mutex_init(&w->lock, NULL);
 		int rc = uv_loop_init(&w->loop);
 		w->loop.data = w; /* a handle finds its worker through its loop */
@@ -187,6 +189,7 @@ worker *workers_at(workers *ws, size_t i) { return &ws->w[i]; }
 uv_loop_t *worker_loop(worker *w) { return &w->loop; }
 pool *worker_pool(worker *w) { return &w->pool; }
 size_t worker_index(const worker *w) { return w->index; }
+size_t worker_set_size(const worker *w) { return w->n_set; }
 void *worker_slot(const worker *w) { return w->slot; }
 void worker_set_slot(worker *w, void *slot) { w->slot = slot; }
 worker_conns *worker_conn_list(worker *w) { return &w->conns; }

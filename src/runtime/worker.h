@@ -42,6 +42,8 @@ void worker_run(worker *w, worker_fn fn, void *arg);
 uv_loop_t *worker_loop(worker *w);
 pool *worker_pool(worker *w);
 size_t worker_index(const worker *w);
+/* How many workers w's set has (workers_count of it); any thread. */
+size_t worker_set_size(const worker *w);
 
 /* The connections open on a worker, kept by conn.c so a stop can end them. */
 typedef struct worker_conns {

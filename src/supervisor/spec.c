@@ -86,6 +86,7 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_OUT_DRAIN_KEEP] = "outbound %s: drain_after closes the flows of old versions, so it "
 				"cannot go with drain = \"keep\"",
 	[SPEC_POLICY_DRAIN_RANGE] = "policy.drain_after must be 0 to 86400",
+	[SPEC_POLICY_UPGRADE_RANGE] = "policy.upgrade_drain_after must be 0 to 86400",
 	[SPEC_POLICY_DRAIN_KEEP] = "policy.drain_after closes the flows of old versions, so it "
 				   "cannot go with policy.drain = \"keep\"",
 };
@@ -740,6 +741,8 @@ int etm_spec_check(etm_spec *s, char *msg, size_t size)
 		return spec_format(msg, size, SPEC_NO_OUTBOUND);
 	if (check_drain(&s->policy.drain, NULL, msg, size))
 		return -1;
+	if (s->policy.upgrade_drain_after > ETM_MAX_DRAIN_AFTER)
+		return spec_format(msg, size, SPEC_POLICY_UPGRADE_RANGE);
 	if (s->log_access && !access_target_valid(s->log_access))
 		return spec_format(msg, size, SPEC_BAD_ACCESS_LOG, s->log_access);
 	for (size_t i = 0; i < s->outbounds_len; i++) {

@@ -1,9 +1,12 @@
 /* supervisor.c - the engine's actor: starts the workers and the first spec, applies later ones (prepare.c, commit.c), stops; its counters. */
 #include "etemenanki/supervisor.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "runtime/gun_conn.h"
@@ -59,9 +62,10 @@ static void worker_setup(worker *w, void *arg)
 		}
 }
 
-/* Phase one of a stop: no new connections, every open one ends; pending
- * close-after drains end unrun (the flows close anyway). */
-static void worker_quiesce(worker *w, void *arg)
+/* No new connections or datagrams on this worker: its listeners, udp_lb
+ * fronts (with their flows) and shadowsocks UDP sockets close, and worker
+ * 0 stops the udp_lb checks. Open connections go on. */
+static void worker_stop_accepting(worker *w, void *arg)
 {
 	etm_supervisor *s = arg;
 	sup_worker *sw = worker_slot(w);
@@ -80,6 +84,16 @@ static void worker_quiesce(worker *w, void *arg)
 		ss_udp_in_close(sw->ss_udp[i]);
 		sw->ss_udp[i] = NULL;
 	}
+}
+
+/* Phase one of a stop: no new connections, every open one ends; pending
+ * close-after drains end unrun (the flows close anyway). */
+static void worker_quiesce(worker *w, void *arg)
+{
+	sup_worker *sw = worker_slot(w);
+	if (!sw)
+		return;
+	worker_stop_accepting(w, arg);
 	sup_worker_quiesce_timers(sw);
 	conn_close_all(w);
 	gun_close_all(w);
@@ -252,6 +266,9 @@ int etm_supervisor_apply(etm_supervisor *s, etm_spec *spec, char *err, size_t er
 		log_info("supervisor", "%s", line);
 	if (pp.p.restart_needed)
 		log_warn("supervisor", "%s", msgs[MSG_RUNTIME_RESTART]);
+	/* read when an upgrade drains, by nothing running: it takes effect
+	 * whatever else the plan finds */
+	s->spec.policy.upgrade_drain_after = spec->policy.upgrade_drain_after;
 	if (!pp.p.changed) { /* nothing to commit: no worker is bothered */
 		sup_prepared_free(&pp);
 		etm_spec_free(spec);
@@ -285,6 +302,88 @@ int etm_supervisor_apply(etm_supervisor *s, etm_spec *spec, char *err, size_t er
 _Static_assert(ETM_INHERITED_MAX == LISTENER_INHERITED_MAX, "one bound, two names");
 
 void etm_supervisor_inherit(const int *fds, size_t n) { listener_inherit(fds, n); }
+
+void etm_supervisor_inherit_upgrade(const int *fds, size_t n) { listener_inherit_owned(fds, n); }
+
+void etm_supervisor_inherit_release(void) { listener_inherit_release(); }
+
+/* ---- an upgrade: the sockets handed on, the accepts stopped, the flows counted ---- */
+
+typedef struct fd_list {
+	int *fds; /* borrowed from the caller */
+	size_t n, max;
+	int failed; /* a negative errno: a dup failed */
+} fd_list;
+
+/* A copy of fd of the list's own (the worker's may close at a reload). */
+static void fd_list_add(fd_list *fl, int fd)
+{
+	if (fd < 0 || fl->n >= fl->max || fl->failed)
+		return;
+	int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (dup < 0)
+		fl->failed = -errno;
+	else
+		fl->fds[fl->n++] = dup;
+}
+
+static void worker_listen_fds(worker *w, void *arg)
+{
+	fd_list *fl = arg;
+	sup_worker *sw = worker_slot(w);
+	int fds[WORKERS_MAX];
+	for (size_t i = 0; sw && i < sw->n; i++) {
+		size_t k = listener_fds(sw->listeners[i], fds, WORKERS_MAX);
+		for (size_t j = 0; j < k; j++)
+			fd_list_add(fl, fds[j]);
+		if (sw->lb_listeners[i])
+			fd_list_add(fl, udplb_listener_fd(sw->lb_listeners[i]));
+		if (sw->ss_udp[i])
+			fd_list_add(fl, ss_udp_in_fd(sw->ss_udp[i]));
+	}
+}
+
+int etm_supervisor_listen_fds(etm_supervisor *s, int *fds, size_t max)
+{
+	/* worker by worker: the sockets of one address in worker order, which
+	 * is how the new process deals them out to its own workers */
+	fd_list fl = {.fds = fds, .max = max};
+	for (size_t i = 0; i < workers_count(s->ws); i++)
+		worker_run(workers_at(s->ws, i), worker_listen_fds, &fl);
+	if (fl.failed) {
+		for (size_t i = 0; i < fl.n; i++)
+			close(fds[i]);
+		return fl.failed;
+	}
+	return (int)fl.n;
+}
+
+void etm_supervisor_stop_accepting(etm_supervisor *s)
+{
+	prober_stop(s->probes); /* nothing new is routed: the probes are idle work */
+	s->probes = NULL;
+	for (size_t i = 0; i < workers_count(s->ws); i++)
+		worker_run(workers_at(s->ws, i), worker_stop_accepting, s);
+}
+
+static void worker_count_open(worker *w, void *arg)
+{
+	size_t *n = arg;
+	*n += worker_conn_list(w)->n + gun_server_count(w) + mux_session_count(w);
+}
+
+size_t etm_supervisor_open_flows(etm_supervisor *s)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < workers_count(s->ws); i++)
+		worker_run(workers_at(s->ws, i), worker_count_open, &n);
+	return n;
+}
+
+uint64_t etm_supervisor_upgrade_drain_after(const etm_supervisor *s)
+{
+	return s->spec.policy.upgrade_drain_after;
+}
 
 uint64_t etm_supervisor_epoch(const etm_supervisor *s) { return s->epoch; }
 

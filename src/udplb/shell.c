@@ -222,11 +222,17 @@ static int setup_socket(udplb_listener *l, const struct sockaddr_storage *ss)
 	int one = 1;
 	socklen_t len = ss->ss_family == AF_INET ? sizeof(struct sockaddr_in)
 	                                          : sizeof(struct sockaddr_in6);
-	l->fd = socket(ss->ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	/* an upgrade passes each worker's socket, bound already */
+	int rc = listener_take_udp(ss, l->worker, &l->fd);
+	bool passed = l->fd >= 0;
+	if (rc)
+		return rc;
+	if (!passed)
+		l->fd = socket(ss->ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (l->fd < 0)
 		return -errno;
 	l->family = ss->ss_family;
-	if (setsockopt(l->fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one))
+	if (!passed && setsockopt(l->fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one))
 		return -errno;
 	if (l->wildcard) {
 		if (l->family == AF_INET6 &&
@@ -243,7 +249,7 @@ static int setup_socket(udplb_listener *l, const struct sockaddr_storage *ss)
 	int rcv = 4 << 20;
 	(void)setsockopt(l->fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
 	(void)setsockopt(l->fd, SOL_SOCKET, SO_SNDBUF, &rcv, sizeof rcv);
-	if (bind(l->fd, (const struct sockaddr *)ss, len))
+	if (!passed && bind(l->fd, (const struct sockaddr *)ss, len))
 		return -errno;
 	(void)steer(l);
 	struct sockaddr_storage bound;
@@ -322,6 +328,8 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 }
 
 uint16_t udplb_listener_port(const udplb_listener *l) { return l->port; }
+
+int udplb_listener_fd(const udplb_listener *l) { return l->fd; }
 
 static void on_closed(uv_handle_t *h)
 {

@@ -148,6 +148,10 @@ udplb_listener *udplb_listener_open(udplb_group *g, uv_loop_t *loop, size_t work
 /* The port bound (useful with port 0). */
 uint16_t udplb_listener_port(const udplb_listener *l);
 
+/* The front socket clients send to (an upgrade passes it on); it stays
+ * l's. */
+int udplb_listener_fd(const udplb_listener *l);
+
 /* Closes every flow (each counted as evicted, closed), then the listener;
  * memory goes once the loop has run the close callbacks. */
 void udplb_listener_close(udplb_listener *l);

@@ -122,7 +122,7 @@ def test_notify_socket_missing_is_logged(start_proxy, tmp_path, with_libsystemd)
 ACTIVATE = 'LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"'
 
 
-def start_activated(app, tmp_path, config, sock, listen_pid=None):
+def start_activated(app, tmp_path, config, sock, listen_pid=None, env=None):
     script = ACTIVATE if listen_pid is None else f"LISTEN_PID={listen_pid} LISTEN_FDS=1 exec \"$0\" \"$@\""
     cfg = tmp_path / "activated.toml"
     cfg.write_text(config)
@@ -134,7 +134,7 @@ def start_activated(app, tmp_path, config, sock, listen_pid=None):
     # test's own descriptors are not inheritable (PEP 446), so none leaks
     proc = subprocess.Popen(["/bin/sh", "-c", script, app, "-c", str(cfg)],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            close_fds=False, preexec_fn=to_fd3)
+                            close_fds=False, preexec_fn=to_fd3, env=env)
     return type("Owner", (), {"proc": proc, "_log": log})()
 
 
@@ -225,3 +225,63 @@ def test_man_page_names_every_option(run):
         assert f"`{short}`, `{long}" in cli
         roff = lambda opt: opt.replace("-", "\\-")
         assert f'.BR {roff(short)} ", " {roff(long)}' in page, long
+
+
+def test_upgrade_under_socket_activation(app, tmp_path, notify_socket, with_libsystemd):
+    """SIGUSR2 (docs/install.md "Upgrade") under systemd: the new process
+    serves on the activated socket too, tells the manager it is the main
+    process (MAINPID=, which NotifyAccess=all lets through) before READY=1,
+    and the old one exits 0 without a STOPPING=1: the service goes on."""
+    passed = socket.socket()
+    passed.bind((LOOPBACK, 0))
+    passed.listen(16)
+    port, other = passed.getsockname()[1], free_port()
+    env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify"))
+    owner = start_activated(app, tmp_path, CONFIG.format(port0=port, port1=other), passed,
+                            env=env)
+    new_pid = None
+    try:
+        assert states(notify_socket) == {"READY": "1"}
+        owner.proc.send_signal(signal.SIGUSR2)
+        first, second = states(notify_socket), states(notify_socket)
+        new_pid = int(first["MAINPID"])
+        assert first == {"MAINPID": str(new_pid)} and second == {"READY": "1"}
+        log = wait_log(tmp_path / "activated.log", "this process exits", owner.proc)
+        assert (f"INFO  app: upgrade: new process {new_pid} is serving; this process stops "
+                "accepting and drains") in log, log
+        # each worker's socket: two copies of the activated one, two of b's
+        assert "INFO  app: upgrade: sockets passed by the old process: 4" in log, log
+        assert owner.proc.wait(5) == 0
+        assert accepts(port) and accepts(other)
+        notify_socket.settimeout(0.3)
+        with pytest.raises(socket.timeout):
+            notify_socket.recv(4096)  # no STOPPING=1 from the old process
+        notify_socket.settimeout(10)
+        os.kill(new_pid, signal.SIGTERM)
+        assert states(notify_socket) == {"STOPPING": "1"}
+    finally:
+        if new_pid is not None:
+            stop_spawned(new_pid)
+        stop_process(owner)
+        passed.close()
+
+
+def running(pid):
+    """True while pid runs (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_spawned(pid):
+    """The process an upgrade started (pid, from its notification): SIGTERM
+    when it still runs, SIGKILL when that has not stopped it within 5 s."""
+    if running(pid):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if running(pid):
+        os.kill(pid, signal.SIGKILL)

@@ -97,6 +97,8 @@ static void bad_drain_values_are_refused_word_for_word(void **state)
 	        false);
 	refused(DIRECT "[policy]\ndrain_after = 100000\n", "policy.drain_after must be 0 to 86400",
 	        false);
+	refused(DIRECT "[policy]\nupgrade_drain_after = 86401\n",
+	        "policy.upgrade_drain_after must be 0 to 86400", false);
 	refused(DIRECT "[policy]\ndrain = \"keep\"\ndrain_after = 5\n",
 	        "policy.drain_after closes the flows of old versions, so it cannot go with "
 	        "policy.drain = \"keep\"",
