@@ -402,7 +402,7 @@ static ssize_t finish(ss_method m, const uint8_t *key, ss2022_udp_rx *rx, const 
 	size_t base = 0, blen;
 	if (is_chacha(m)) {
 		base = SS2022_UDP_SEP_LEN;
-		blen = len - SS2022_XNONCE_LEN - SS_TAG_LEN - base;
+		blen = len - SS_TAG_LEN - base;
 	} else {
 		if (cipher_key(&rx->cipher, m, key, sep))
 			return SS2022_UDP_ERR_STATE;
