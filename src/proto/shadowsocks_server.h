@@ -172,8 +172,9 @@ __attribute__((warn_unused_result)) ssize_t ss_server_feed(ss_server *s, const u
  * AEAD-2017 user in order; 2022 users are skipped (their UDP is
  * ss2022_udp_open_request's, shadowsocks2022_udp.h). The plaintext goes
  * to out[0, cap) (cap >= len). Returns the payload's length with *user,
- * *dest (network UDP) and *off (where the payload starts in out) set, or PROTO_ERR_MALFORMED (no user's key opens
- * it, or shorter than a salt and a tag), PROTO_ERR_TOO_BIG (cap) or
+ * *dest (network UDP) and *off (where the payload starts in out) set, or
+ * PROTO_ERR_MALFORMED (no user's key opens it, or shorter than a salt and
+ * a tag), PROTO_ERR_TOO_BIG (cap) or
  * SS_PACKET_ERR_ADDRESS (it opened, but its target is not an ATYP ADDR
  * PORT this build reads: *user is set). Reads no clock: AEAD-2017 UDP
  * carries none, and no salt filter is asked (ss-libev keeps none for UDP
