@@ -46,9 +46,11 @@ static const char *const msgs[MSG_COUNT_] = {
 	[MSG_SS_METHOD] = "outbound %s: shadowsocks method %s is not available yet",
 	[MSG_SS_KEY] = "outbound %s: cannot derive the key",
 	[MSG_SS_PSK] = "outbound %s: shadowsocks 2022 key must be base64 of %zu bytes",
-	/* SIP022-2: identity headers are AES blocks */
-	[MSG_SS_IDENTITY_METHOD] = "outbound %s: identity PSKs (\"<iPSK>:<uPSK>\") need a "
-	                           "shadowsocks 2022 AES method, not %s",
+	/* SIP022-2: identity headers are AES blocks. Parenthesized: clang's
+	 * -Wstring-concatenation takes a literal split in an array for a
+	 * missing comma. */
+	[MSG_SS_IDENTITY_METHOD] = ("outbound %s: identity PSKs (\"<iPSK>:<uPSK>\") need a "
+	                            "shadowsocks 2022 AES method, not %s"),
 	[MSG_SS_IDENTITY_MAX] = "outbound %s: at most %d identity PSKs before the user's PSK",
 };
 
