@@ -23,22 +23,9 @@ static const char *const msgs[MSG_COUNT_] = {
 	[MSG_2022_DROP] = "shadowsocks 2022: dropping a UDP packet: %s",
 };
 
-/* SIP022 3.2.4: a client "MAY keep one old and one current server session
- * and reject a new server session while the last packet from the old one
- * is under 1 minute old" (a server that restarted, or moved its session,
- * is taken once its old session went quiet). */
-#define SERVER_SESSION_HOLD 60
 /* Padding we add to a packet: 0 to this many random bytes' worth. SIP022
  * allows up to 900; UDP has no first-packet length to hide, so a little. */
 #define PADDING_MAX 32
-
-/* A server session the link takes packets from. */
-typedef struct srv_session {
-	bool used;
-	uint8_t id[SS2022_SESSION_ID_LEN];
-	int64_t last; /* unix seconds of its last packet that opened */
-	ss2022_udp_rx rx;
-} srv_session;
 
 typedef struct ss_udp {
 	dgram_link base;
@@ -57,8 +44,8 @@ typedef struct ss_udp {
 	uint8_t session[SS2022_SESSION_ID_LEN];
 	uint64_t packet;
 	ss2022_udp_cipher tx;
-	srv_session cur, old, scratch;
-	int64_t now; /* the clock read for the packet being opened */
+	ss2022_server_sessions srv; /* the server's sessions we take packets from */
+	int64_t now;                /* the clock read for the packet being opened */
 } ss_udp;
 
 /* ---- Shadowsocks 2022 ---- */
@@ -82,39 +69,12 @@ static int send_2022(ss_udp *s, const addr_dest *to, const uint8_t *data, size_t
 	return s->inner->ops->send_to(s->inner, &s->server, s->wire, (size_t)n);
 }
 
-/* The codec's lookup: the current or old server session, or the scratch
- * one for a new session when the old one has been quiet long enough. */
+/* The codec's lookup: SIP022 3.2.4's current and old server sessions. */
 static ss2022_udp_rx *lookup(void *ud, int user, const uint8_t *id)
 {
 	(void)user;
 	ss_udp *s = ud;
-	if (s->cur.used && memcmp(s->cur.id, id, sizeof s->cur.id) == 0)
-		return &s->cur.rx;
-	if (s->old.used && memcmp(s->old.id, id, sizeof s->old.id) == 0)
-		return &s->old.rx;
-	if (s->old.used && s->now - s->old.last < SERVER_SESSION_HOLD)
-		return NULL;
-	ss2022_udp_rx_free(&s->scratch.rx);
-	s->scratch = (srv_session){.used = true};
-	memcpy(s->scratch.id, id, sizeof s->scratch.id);
-	return &s->scratch.rx;
-}
-
-/* A packet of server session id opened: it is now the current one, or
- * stays the old one. */
-static void session_seen(ss_udp *s, const uint8_t *id)
-{
-	if (s->old.used && memcmp(s->old.id, id, sizeof s->old.id) == 0) {
-		s->old.last = s->now;
-		return;
-	}
-	if (!s->cur.used || memcmp(s->cur.id, id, sizeof s->cur.id) != 0) {
-		ss2022_udp_rx_free(&s->old.rx);
-		s->old = s->cur;
-		s->cur = s->scratch;
-		s->scratch = (srv_session){0};
-	}
-	s->cur.last = s->now;
+	return ss2022_server_sessions_lookup(&s->srv, id, s->now);
 }
 
 /* Opens a server packet into p; returns the payload's length with
@@ -130,7 +90,7 @@ static ssize_t open_2022(ss_udp *s, const uint8_t *data, size_t len, uint8_t *p,
 		log_debug("outbound", msgs[MSG_2022_DROP], ss2022_udp_strerror((int)n));
 		return -1;
 	}
-	session_seen(s, pk.session);
+	ss2022_server_sessions_seen(&s->srv, pk.session, s->now);
 	*addr_off = pk.addr_off;
 	*off = pk.payload_off;
 	return n;
@@ -209,9 +169,7 @@ static void link_close(dgram_link *l)
 	free(s->plain);
 	free(s->wire);
 	ss2022_udp_cipher_free(&s->tx);
-	ss2022_udp_rx_free(&s->cur.rx);
-	ss2022_udp_rx_free(&s->old.rx);
-	ss2022_udp_rx_free(&s->scratch.rx);
+	ss2022_server_sessions_free(&s->srv);
 	OPENSSL_cleanse(s, sizeof *s);
 	free(s);
 }

@@ -270,6 +270,54 @@ static int gcm(ss2022_udp_cipher *c, const uint8_t *nonce, const uint8_t *in, si
 
 static bool is_chacha(ss_method m) { return m == SS_METHOD_2022_CHACHA20_POLY1305; }
 
+/* ---- the client's server sessions ---- */
+
+static bool slot_is(const ss2022_server_slot *s, const uint8_t *id)
+{
+	return s->used && memcmp(s->id, id, SS2022_SESSION_ID_LEN) == 0;
+}
+
+ss2022_udp_rx *ss2022_server_sessions_lookup(ss2022_server_sessions *s,
+                                             const uint8_t id[SS2022_SESSION_ID_LEN], int64_t now)
+{
+	if (slot_is(&s->cur, id))
+		return &s->cur.rx;
+	if (slot_is(&s->old, id))
+		return &s->old.rx;
+	if (s->old.used && now - s->old.last < SS2022_SERVER_SESSION_HOLD)
+		return NULL;
+	ss2022_udp_rx_free(&s->cand.rx);
+	s->cand = (ss2022_server_slot){.used = true};
+	memcpy(s->cand.id, id, SS2022_SESSION_ID_LEN);
+	return &s->cand.rx;
+}
+
+void ss2022_server_sessions_seen(ss2022_server_sessions *s,
+                                 const uint8_t id[SS2022_SESSION_ID_LEN], int64_t now)
+{
+	if (slot_is(&s->old, id)) {
+		s->old.last = now;
+		return;
+	}
+	if (!slot_is(&s->cur, id)) {
+		if (!slot_is(&s->cand, id))
+			return; /* not asked for: nothing to take */
+		ss2022_udp_rx_free(&s->old.rx);
+		s->old = s->cur;
+		s->cur = s->cand;
+		s->cand = (ss2022_server_slot){0};
+	}
+	s->cur.last = now;
+}
+
+void ss2022_server_sessions_free(ss2022_server_sessions *s)
+{
+	ss2022_udp_rx_free(&s->cur.rx);
+	ss2022_udp_rx_free(&s->old.rx);
+	ss2022_udp_rx_free(&s->cand.rx);
+	*s = (ss2022_server_sessions){0};
+}
+
 /* ---- seal ---- */
 
 size_t ss2022_udp_overhead(ss_method m, size_t nid, bool server)

@@ -119,6 +119,40 @@ typedef struct ss2022_udp_rx {
 
 void ss2022_udp_rx_free(ss2022_udp_rx *rx);
 
+/* ---- the client's view of the server's sessions (SIP022 3.2.4) ---- */
+
+/* A client "MAY keep one old and one current server session and reject a
+ * new server session while the last packet from the old one is under 1
+ * minute old": a server that restarted, or moved to a new session, is
+ * taken once its old session has been quiet this long. */
+#define SS2022_SERVER_SESSION_HOLD 60
+
+typedef struct ss2022_server_slot {
+	bool used;
+	uint8_t id[SS2022_SESSION_ID_LEN];
+	int64_t last; /* unix seconds of its last packet that opened */
+	ss2022_udp_rx rx;
+} ss2022_server_slot;
+
+/* The current and old server sessions, and a candidate new one that is
+ * kept only once a packet of it opened. A zeroed struct has none;
+ * ss2022_server_sessions_free releases it. */
+typedef struct ss2022_server_sessions {
+	ss2022_server_slot cur, old, cand;
+} ss2022_server_sessions;
+
+/* What ss2022_udp_open_response's lookup returns for server session id
+ * at now: the current or old session's state; else the candidate, reset,
+ * when a new session may be taken (no old one, or the old one quiet for
+ * SS2022_SERVER_SESSION_HOLD seconds); else NULL (refused). Moves nothing. */
+ss2022_udp_rx *ss2022_server_sessions_lookup(ss2022_server_sessions *s,
+                                             const uint8_t id[SS2022_SESSION_ID_LEN], int64_t now);
+/* A packet of session id opened at now: a candidate becomes the current
+ * session, the current one the old one (the old one before is dropped). */
+void ss2022_server_sessions_seen(ss2022_server_sessions *s,
+                                 const uint8_t id[SS2022_SESSION_ID_LEN], int64_t now);
+void ss2022_server_sessions_free(ss2022_server_sessions *s);
+
 /* One packet to seal. */
 typedef struct ss2022_udp_msg {
 	const uint8_t *session;        /* the sender's session ID, 8 bytes */

@@ -593,6 +593,53 @@ static void bad_bodies(void **state)
 	}
 }
 
+/* ---- the client's server sessions ---- */
+
+static void server_sessions_current_and_old(void **state)
+{
+	(void)state;
+	static const uint8_t A[8] = {0xa}, B[8] = {0xb}, C[8] = {0xc};
+	ss2022_server_sessions s = {0};
+	/* the first session is a candidate until a packet of it opens */
+	ss2022_udp_rx *rx = ss2022_server_sessions_lookup(&s, A, NOW);
+	assert_ptr_equal(rx, &s.cand.rx);
+	assert_false(s.cur.used);
+	ss2022_server_sessions_seen(&s, A, NOW);
+	assert_true(s.cur.used);
+	assert_memory_equal(s.cur.id, A, 8);
+	assert_ptr_equal(ss2022_server_sessions_lookup(&s, A, NOW + 1), &s.cur.rx);
+	/* a forged packet of a new session asked for but not opened moves nothing */
+	assert_ptr_equal(ss2022_server_sessions_lookup(&s, C, NOW + 1), &s.cand.rx);
+	assert_memory_equal(s.cur.id, A, 8);
+	assert_false(s.old.used);
+	/* with no old session a new one is taken: A becomes the old one */
+	assert_non_null(ss2022_server_sessions_lookup(&s, B, NOW + 2));
+	ss2022_server_sessions_seen(&s, B, NOW + 2);
+	assert_memory_equal(s.cur.id, B, 8);
+	assert_memory_equal(s.old.id, A, 8);
+	assert_ptr_equal(ss2022_server_sessions_lookup(&s, A, NOW + 3), &s.old.rx);
+	ss2022_server_sessions_seen(&s, A, NOW + 3);
+	assert_memory_equal(s.cur.id, B, 8); /* the old one answering stays old */
+	/* a third while the old one spoke under a minute ago: refused */
+	assert_null(ss2022_server_sessions_lookup(&s, C, NOW + 3 + SS2022_SERVER_SESSION_HOLD - 1));
+	/* once it has been quiet a minute: taken, A dropped */
+	rx = ss2022_server_sessions_lookup(&s, C, NOW + 3 + SS2022_SERVER_SESSION_HOLD);
+	assert_ptr_equal(rx, &s.cand.rx);
+	ss2022_server_sessions_seen(&s, C, NOW + 3 + SS2022_SERVER_SESSION_HOLD);
+	assert_memory_equal(s.cur.id, C, 8);
+	assert_memory_equal(s.old.id, B, 8);
+	/* A was dropped: it would be a new session (B, now old, last spoke
+	 * over a minute ago) */
+	assert_ptr_equal(ss2022_server_sessions_lookup(&s, A, NOW + 3 + SS2022_SERVER_SESSION_HOLD),
+	                 &s.cand.rx);
+	/* each session keeps its own window */
+	ss2022_window_add(&s.cur.rx.window, 0);
+	assert_int_equal(ss2022_window_check(&s.old.rx.window, 0), 0);
+	assert_int_equal(ss2022_window_check(&s.cur.rx.window, 0), SS2022_UDP_ERR_REPLAY);
+	ss2022_server_sessions_free(&s);
+	assert_false(s.cur.used || s.old.used || s.cand.used);
+}
+
 static void texts(void **state)
 {
 	(void)state;
@@ -632,6 +679,7 @@ int main(void)
 		cmocka_unit_test(identity_server_finds_the_user),
 		cmocka_unit_test(refusals),
 		cmocka_unit_test(bad_bodies),
+		cmocka_unit_test(server_sessions_current_and_old),
 		cmocka_unit_test(texts),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
