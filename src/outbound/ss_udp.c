@@ -40,7 +40,7 @@ typedef struct ss_udp {
 	uint8_t *plain; /* owned, DGRAM_HEADROOM + SS_ADDR_MAX + DGRAM_MAX: address and payload */
 	uint8_t *wire;  /* owned, DGRAM_MAX: a sealed packet */
 	/* 2022: our session (SIP022 3.2.2: a random ID, packets counted from
-	 * 0), the server sessions we answer from, and a candidate one */
+	 * 0) and the server's */
 	uint8_t session[SS2022_SESSION_ID_LEN];
 	uint64_t packet;
 	ss2022_udp_cipher tx;
