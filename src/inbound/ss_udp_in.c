@@ -1,4 +1,4 @@
-/* ss_udp_in.c - the Shadowsocks inbound's UDP side: packets opened by trial decryption, a NAT entry (a datagram link) per client address, replies sealed with a fresh salt. */
+/* ss_udp_in.c - the Shadowsocks inbound's UDP side: AEAD-2017 packets opened by trial decryption, a NAT entry (a datagram link) per client address, replies sealed with a fresh salt; 2022 packets (SIP022 3.2) a NAT entry per client session, replies in a server session of ours. */
 #include "inbound/ss_udp_in.h"
 
 #include <errno.h>
@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -14,14 +15,20 @@
 
 #include "base/list.h"
 #include "base/log.h"
+#include "proto/shadowsocks2022_udp.h"
 #include "proto/shadowsocks_server.h"
 #include "proto/socks_addr.h"
 #include "runtime/listener.h"
 
-enum { MSG_NOT_OPEN, MSG_BAD_ADDRESS, MSG_LINK, MSG_EVICTED, MSG_UNKNOWN, MSG_COUNT_ };
+enum { MSG_NOT_OPEN, MSG_BAD_ADDRESS, MSG_REPLAY, MSG_DROPPED, MSG_LINK, MSG_EVICTED, MSG_UNKNOWN,
+       MSG_COUNT_ };
 static const char *const msgs[MSG_COUNT_] = {
 	[MSG_NOT_OPEN] = "%s: dropped a UDP packet from %s that no user's key opens (%llu so far)",
 	[MSG_BAD_ADDRESS] = "%s: dropped a UDP packet from %s with a bad target address",
+	/* 2022: a packet ID its session's window refuses (SIP022 3.2.4) */
+	[MSG_REPLAY] = "%s: dropped a replayed UDP packet from %s (%llu so far)",
+	/* 2022: the codec's reason last (ss2022_udp_strerror) */
+	[MSG_DROPPED] = "%s: dropped a UDP packet from %s: %s",
 	[MSG_LINK] = "%s: UDP from %s: cannot open the datagram link: %s",
 	[MSG_EVICTED] = "%s: UDP NAT full (%d entries): closed the least recently used, of %s",
 	[MSG_UNKNOWN] = "?",
@@ -45,6 +52,9 @@ struct ss_udp_in {
 	nat *bucket[NAT_BUCKETS];
 	int n_nat;
 	unsigned long long not_open; /* packets no user's key opened, since the socket opened */
+	unsigned long long replays;  /* 2022 packets its session's window refused */
+	ss2022_udp_rx scratch;       /* 2022: a new session's state until its packet opens */
+	nat *hit;                    /* 2022: the entry the codec's lookup found, or NULL */
 	/* Owned, each SS_PACKET_MAX (+ DGRAM_HEADROOM + SS_ADDR_MAX for the
 	 * plaintexts): the client's packet, its plaintext, a reply's plaintext
 	 * and the sealed reply. A link may deliver a reply while the client's
@@ -61,9 +71,35 @@ struct nat {
 	const inbound_rt *in;    /* a reference: the link's flow_ctx borrows its tag */
 	int user;                /* the account the client's last packet opened with */
 	uint64_t last;           /* uv_now of the last packet either way */
+	/* 2022 (SIP022 3.2.4): the entry is the client's session, keyed by its
+	 * ID and user; client is the address its last valid packet came
+	 * from, where replies go */
+	bool s2022;
+	uint8_t session[SS2022_SESSION_ID_LEN];
+	ss2022_udp_rx rx;
+	uint8_t server_session[SS2022_SESSION_ID_LEN]; /* ours, random, not the client's */
+	uint64_t tx_packet;                            /* our next packet ID */
+	ss2022_udp_cipher tx;
 };
 
 /* ---- the NAT table ---- */
+
+/* FNV-1a over p[0, len), from h. */
+static uint32_t fnv(uint32_t h, const uint8_t *p, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ p[i]) * 16777619u;
+	return h;
+}
+
+/* A 2022 session's bucket: the ID is the client's choice, bounded as
+ * hash_addr's address is. */
+static size_t hash_session(int user, const uint8_t *session)
+{
+	uint8_t u[4] = {(uint8_t)(user >> 24), (uint8_t)(user >> 16), (uint8_t)(user >> 8),
+	                (uint8_t)user};
+	return fnv(fnv(2166136261u, u, sizeof u), session, SS2022_SESSION_ID_LEN) & (NAT_BUCKETS - 1);
+}
 
 static size_t hash_addr(const struct sockaddr_storage *a)
 {
@@ -84,18 +120,30 @@ static size_t hash_addr(const struct sockaddr_storage *a)
 		len = 16;
 		port = s->sin6_port;
 	}
-	uint32_t h = 2166136261u;
-	for (size_t i = 0; i < len; i++)
-		h = (h ^ p[i]) * 16777619u;
+	uint32_t h = fnv(2166136261u, p, len);
 	h = (h ^ (port & 0xff)) * 16777619u;
 	h = (h ^ (port >> 8)) * 16777619u;
 	return h & (NAT_BUCKETS - 1);
 }
 
+static size_t nat_hash(const nat *e)
+{
+	return e->s2022 ? hash_session(e->user, e->session) : hash_addr(&e->client);
+}
+
 static nat *nat_find(ss_udp_in *u, const struct sockaddr *from)
 {
 	for (nat *e = u->bucket[hash_addr((const struct sockaddr_storage *)from)]; e; e = e->next)
-		if (addr_same_endpoint((const struct sockaddr *)&e->client, from))
+		if (!e->s2022 && addr_same_endpoint((const struct sockaddr *)&e->client, from))
+			return e;
+	return NULL;
+}
+
+static nat *nat_find_session(ss_udp_in *u, int user, const uint8_t *session)
+{
+	for (nat *e = u->bucket[hash_session(user, session)]; e; e = e->next)
+		if (e->s2022 && e->user == user &&
+		    memcmp(e->session, session, SS2022_SESSION_ID_LEN) == 0)
 			return e;
 	return NULL;
 }
@@ -103,7 +151,7 @@ static nat *nat_find(ss_udp_in *u, const struct sockaddr *from)
 static void nat_del(nat *e)
 {
 	ss_udp_in *u = e->u;
-	nat **pp = &u->bucket[hash_addr(&e->client)];
+	nat **pp = &u->bucket[nat_hash(e)];
 	while (*pp != e)
 		pp = &(*pp)->next;
 	*pp = e->next;
@@ -112,6 +160,8 @@ static void nat_del(nat *e)
 	if (e->link)
 		e->link->ops->close(e->link);
 	inbound_rt_release(e->in);
+	ss2022_udp_rx_free(&e->rx);
+	ss2022_udp_cipher_free(&e->tx);
 	free(e);
 }
 
@@ -139,11 +189,41 @@ static const char *tag_of(const ss_udp_in *u) { return u->in->tag ? u->in->tag :
 /* A reply from `from` on e's link: sealed for e's user with a fresh salt,
  * the source as its address (SIP004's UDP relay answers ATYP ADDR PORT of
  * the peer, then its payload), sent to the client. */
+/* SIP022 3.2.3: a reply in our server session, for the client's session,
+ * under the user's PSK; no identity header going back. */
+static ssize_t seal_2022(nat *e, const ss_account *a, const addr_dest *from, const uint8_t *data,
+                         size_t len)
+{
+	ss_udp_in *u = e->u;
+	uint8_t addr[SS_ADDR_MAX], nonce[SS2022_XNONCE_LEN];
+	size_t alen = socks_addr_wire_len(from);
+	if (!alen || RAND_bytes(nonce, sizeof nonce) != 1)
+		return -1;
+	socks_addr_put(from, addr);
+	ss2022_udp_msg msg = {.session = e->server_session, .packet = e->tx_packet,
+	                      .client_session = e->session, .now = (int64_t)time(NULL),
+	                      .addr = addr, .alen = alen, .payload = data, .plen = len,
+	                      .nonce = nonce};
+	ssize_t n = ss2022_udp_seal(a->method, a->key, NULL, &e->tx, &msg, u->tx, SS_PACKET_MAX);
+	if (n >= 0)
+		e->tx_packet++;
+	return n;
+}
+
 static void on_link_recv(const addr_dest *from, uint8_t *data, size_t len, void *ud)
 {
 	nat *e = ud;
 	ss_udp_in *u = e->u;
 	const ss_account *a = &((const ss_account *)e->in->accounts)[e->user];
+	if (e->s2022) {
+		ssize_t n = seal_2022(e, a, from, data, len);
+		if (n < 0)
+			return;
+		uv_buf_t b = uv_buf_init((char *)u->tx, (unsigned)n);
+		(void)uv_udp_try_send(&u->sock, &b, 1, (const struct sockaddr *)&e->client);
+		nat_touch(e);
+		return;
+	}
 	size_t alen = socks_addr_wire_len(from), slen = ss_key_len(a->method);
 	if (!alen || len > SS_PACKET_MAX - slen - SS_TAG_LEN - alen)
 		return;
@@ -165,7 +245,8 @@ static void on_link_recv(const addr_dest *from, uint8_t *data, size_t len, void 
 
 /* A new entry for a client, the least recently used one closed first when
  * the table is full. NULL when memory runs out or the link cannot open. */
-static nat *nat_new(ss_udp_in *u, const struct sockaddr *from, int user, const addr_dest *dest)
+static nat *nat_new(ss_udp_in *u, const struct sockaddr *from, int user, const addr_dest *dest,
+                    const uint8_t *session)
 {
 	char who[ADDR_TEXT_MAX];
 	if (u->n_nat >= SS_UDP_NAT_MAX && u->lru.tail) {
@@ -183,11 +264,25 @@ static nat *nat_new(ss_udp_in *u, const struct sockaddr *from, int user, const a
 	memcpy(&e->client, from,
 	       from->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
 	e->user = user;
+	if (session) {
+		e->s2022 = true;
+		memcpy(e->session, session, SS2022_SESSION_ID_LEN);
+		/* SIP022 3.2.2: "Servers MUST not use client session IDs as
+		 * server session IDs" */
+		do {
+			if (RAND_bytes(e->server_session, sizeof e->server_session) != 1) {
+				free(e);
+				return NULL;
+			}
+		} while (memcmp(e->server_session, session, SS2022_SESSION_ID_LEN) == 0);
+	}
 	e->in = u->in;
 	inbound_rt_hold(e->in);
 	flow f = {.dest = *dest, .user = user};
 	f.dest.network = ADDR_UDP;
-	flow_ctx ctx = {.inbound_tag = e->in->tag, .peer = e->client};
+	/* the user's name goes to the route and the access log, as TCP's */
+	flow_ctx ctx = {.inbound_tag = e->in->tag, .peer = e->client,
+	                .user_names = e->in->user_names, .n_users = e->in->n_user_names};
 	static const dgram_handlers handlers = {.recv = on_link_recv};
 	char why[LINK_WHY_MAX];
 	const connector *cn = e->in->connect;
@@ -199,7 +294,7 @@ static nat *nat_new(ss_udp_in *u, const struct sockaddr *from, int user, const a
 		free(e);
 		return NULL;
 	}
-	size_t h = hash_addr(&e->client);
+	size_t h = nat_hash(e);
 	e->next = u->bucket[h];
 	u->bucket[h] = e;
 	list_push_front(&u->lru, &e->node);
@@ -216,6 +311,78 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	buf->len = SS_PACKET_MAX;
 }
 
+/* The codec's lookup: the client session's entry, or the scratch state
+ * for a new one (kept only if the packet opens). */
+static ss2022_udp_rx *lookup(void *ud, int user, const uint8_t *session)
+{
+	ss_udp_in *u = ud;
+	u->hit = nat_find_session(u, user, session);
+	if (u->hit)
+		return &u->hit->rx;
+	ss2022_udp_rx_free(&u->scratch);
+	return &u->scratch;
+}
+
+/* A 2022 packet dropped: logged (debug) and counted as the AEAD-2017
+ * path counts, replays apart. */
+static void drop_2022(ss_udp_in *u, const struct sockaddr *from, ssize_t why)
+{
+	bool not_open = why == SS2022_UDP_ERR_TAG || why == SS2022_UDP_ERR_SHORT ||
+	                why == SS2022_UDP_ERR_IDENTITY;
+	u->not_open += not_open;
+	u->replays += why == SS2022_UDP_ERR_REPLAY;
+	if (log_get_level() < LOG_LEVEL_DEBUG)
+		return;
+	char who[ADDR_TEXT_MAX];
+	client_text((const struct sockaddr_storage *)from, who, sizeof who);
+	if (not_open)
+		log_debug("inbound", msgs[MSG_NOT_OPEN], tag_of(u), who, u->not_open);
+	else if (why == SS2022_UDP_ERR_REPLAY)
+		log_debug("inbound", msgs[MSG_REPLAY], tag_of(u), who, u->replays);
+	else if (why == SS2022_UDP_ERR_ADDRESS)
+		log_debug("inbound", msgs[MSG_BAD_ADDRESS], tag_of(u), who);
+	else
+		log_debug("inbound", msgs[MSG_DROPPED], tag_of(u), who,
+		          ss2022_udp_strerror((int)why));
+}
+
+/* SIP022 3.2.4: the entry is found by the client's session; a packet that
+ * opens moves the entry's client address to where it came from. */
+static void on_packet_2022(ss_udp_in *u, const uint8_t *in, size_t n, const struct sockaddr *from)
+{
+	ss2022_udp_packet pk;
+	u->hit = NULL;
+	ssize_t len = ss2022_udp_open_request((const ss_account *)u->in->accounts,
+	                                      u->in->n_accounts, (int64_t)time(NULL), lookup, u, in,
+	                                      n, u->rx_plain, SS_PACKET_MAX, &pk);
+	if (len < 0) {
+		drop_2022(u, from, len);
+		return;
+	}
+	addr_dest dest = {0};
+	if (socks_addr_get(u->rx_plain + pk.addr_off, ADDR_UDP, &dest) < 0) {
+		drop_2022(u, from, SS2022_UDP_ERR_ADDRESS);
+		return;
+	}
+	nat *e = u->hit;
+	if (!e) {
+		e = nat_new(u, from, pk.user, &dest, pk.session);
+		if (!e)
+			return;
+		e->rx = u->scratch; /* the window has this packet's ID */
+		u->scratch = (ss2022_udp_rx){0};
+	}
+	memcpy(&e->client, from,
+	       from->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+	nat_touch(e);
+	(void)e->link->ops->send_to(e->link, &dest, u->rx_plain + pk.payload_off, (size_t)len);
+}
+
+static bool serves_2022(const inbound_rt *in)
+{
+	return in->n_accounts && ss_method_is_2022(((const ss_account *)in->accounts)[0].method);
+}
+
 static void on_packet(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,
                       unsigned flags)
 {
@@ -223,6 +390,10 @@ static void on_packet(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct 
 	if (n <= 0 || !from || (flags & UV_UDP_PARTIAL) ||
 	    (from->sa_family != AF_INET && from->sa_family != AF_INET6))
 		return;
+	if (serves_2022(u->in)) {
+		on_packet_2022(u, (const uint8_t *)buf->base, (size_t)n, from);
+		return;
+	}
 	nat *e = nat_find(u, from);
 	int user = -1;
 	addr_dest dest = {0};
@@ -244,7 +415,7 @@ static void on_packet(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct 
 		return;
 	}
 	if (!e)
-		e = nat_new(u, from, user, &dest);
+		e = nat_new(u, from, user, &dest, NULL);
 	if (!e)
 		return;
 	/* replies go sealed with the key this client used last */
@@ -278,16 +449,12 @@ static void close_all(ss_udp_in *u)
 
 bool ss_udp_in_wanted(const inbound_rt *in)
 {
-	if (in->protocol != INBOUND_PROTO_SHADOWSOCKS)
-		return false;
-	for (size_t i = 0; i < in->n_accounts; i++)
-		if (!ss_method_is_2022(((const ss_account *)in->accounts)[i].method))
-			return true;
-	return false;
+	return in->protocol == INBOUND_PROTO_SHADOWSOCKS && in->n_accounts > 0;
 }
 
 static void free_buffers(ss_udp_in *u)
 {
+	ss2022_udp_rx_free(&u->scratch);
 	free(u->rx);
 	free(u->rx_plain);
 	free(u->tx_plain);

@@ -1,4 +1,4 @@
-/* ss_udp_in.h - the Shadowsocks inbound's UDP side (AEAD-2017): one SO_REUSEPORT socket per worker on the inbound's port, a NAT entry per client address, each a datagram link from the connector. */
+/* ss_udp_in.h - the Shadowsocks inbound's UDP side (AEAD-2017 and 2022): one SO_REUSEPORT socket per worker on the inbound's port, a NAT entry per client address (2022: per client session), each a datagram link from the connector. */
 #ifndef ETM_INBOUND_SS_UDP_IN_H
 #define ETM_INBOUND_SS_UDP_IN_H
 
@@ -27,8 +27,16 @@
 
 typedef struct ss_udp_in ss_udp_in;
 
-/* Whether in (a built shadowsocks inbound) serves UDP: an AEAD-2017
- * method (2022's UDP is not built). */
+/* Whether in (a built shadowsocks inbound) serves UDP: every method does.
+ *
+ * 2022 (SIP022 3.2.4): a NAT entry is one client session, found by its
+ * session ID and user (behind identity headers the header names the user),
+ * holding the session's cipher and replay window (SS2022_UDP_WINDOW) and a
+ * random server session ID of ours; replies go to the address the
+ * session's last valid packet came from. Timestamps over 30 s off, replayed
+ * packet IDs, and packets that do not open are dropped (debug, counted);
+ * the bound, the LRU eviction and the idle timeout are the constants
+ * above, for sessions as for addresses. */
 bool ss_udp_in_wanted(const inbound_rt *in);
 
 /* Binds UDP ip:port with SO_REUSEPORT on w's loop (worker thread only) and

@@ -32,7 +32,6 @@ enum {
 	MSG_SS_METHOD,
 	MSG_SS_KEY,
 	MSG_SS_PSK,
-	MSG_SS_2022_UDP,
 	MSG_SS_IDENTITY_METHOD,
 	MSG_SS_IDENTITY_MAX,
 	MSG_COUNT_,
@@ -47,10 +46,11 @@ static const char *const msgs[MSG_COUNT_] = {
 	[MSG_SS_METHOD] = "outbound %s: shadowsocks method %s is not available yet",
 	[MSG_SS_KEY] = "outbound %s: cannot derive the key",
 	[MSG_SS_PSK] = "outbound %s: shadowsocks 2022 key must be base64 of %zu bytes",
-	[MSG_SS_2022_UDP] = "outbound %s: shadowsocks 2022 UDP is not available yet",
-	/* SIP022-2: identity headers are AES blocks */
-	[MSG_SS_IDENTITY_METHOD] = "outbound %s: identity PSKs (\"<iPSK>:<uPSK>\") need a "
-	                           "shadowsocks 2022 AES method, not %s",
+	/* SIP022-2: identity headers are AES blocks. Parenthesized: clang's
+	 * -Wstring-concatenation takes a literal split in an array for a
+	 * missing comma. */
+	[MSG_SS_IDENTITY_METHOD] = ("outbound %s: identity PSKs (\"<iPSK>:<uPSK>\") need a "
+	                            "shadowsocks 2022 AES method, not %s"),
 	[MSG_SS_IDENTITY_MAX] = "outbound %s: at most %d identity PSKs before the user's PSK",
 };
 
@@ -293,7 +293,8 @@ static layer *ss_request(const outbound *o, const addr_dest *dest)
 }
 
 /* Shadowsocks UDP is packets of its own to the server's port, not a
- * stream: a link over direct UDP (ss_udp.h), open at once. */
+ * stream: a link over direct UDP (ss_udp.h), open at once; for 2022 the
+ * link is one client session (SIP022 3.2). */
 static connect_pending *ss_datagram(const outbound *o, worker *w, dns_resolver *dns,
                                     const addr_dest *to, const dgram_handlers *h, void *ud,
                                     outbound_dgram_cb done, void *oud)
@@ -301,14 +302,8 @@ static connect_pending *ss_datagram(const outbound *o, worker *w, dns_resolver *
 	(void)to;
 	const ss_cred *s = o->state;
 	char err[256];
-	if (ss_method_is_2022(s->method)) {
-		/* SIP022's UDP (3.2) is sessions of its own: not built */
-		snprintf(err, sizeof err, msgs[MSG_SS_2022_UDP], o->tag);
-		done(oud, NULL, err);
-		return NULL;
-	}
-	dgram_link *l = ss_udp_open(w, dns, o->af, s->method, s->key, &s->server, h, ud, err,
-	                            sizeof err);
+	dgram_link *l = ss_udp_open(w, dns, o->af, s->method, s->key, &s->id, &s->server, h, ud,
+	                            err, sizeof err);
 	if (l)
 		l->origin = o->id;
 	done(oud, l, l ? NULL : err);

@@ -341,7 +341,7 @@ ssize_t ss_packet_seal(ss_method m, const uint8_t *key, const uint8_t *salt, con
 {
 	size_t s = ss_key_len(m);
 	if (ss_method_is_2022(m))
-		return PROTO_ERR_STATE; /* SIP022's UDP is another format: not built */
+		return PROTO_ERR_STATE; /* SIP022's UDP is another format: shadowsocks2022_udp.h */
 	if (!s || cap < s || cap - s < SS_TAG_LEN || cap - s - SS_TAG_LEN < len)
 		return PROTO_ERR_TOO_BIG;
 	ss_aead a;

@@ -1,4 +1,4 @@
-/* shadowsocks.h - Shadowsocks AEAD (SIP004 with SIP007's subkeys) and Shadowsocks 2022 (SIP022, TCP): methods, key derivation, the chunk and packet codecs and the client layer. */
+/* shadowsocks.h - Shadowsocks AEAD (SIP004 with SIP007's subkeys) and Shadowsocks 2022 (SIP022, TCP; its UDP is shadowsocks2022_udp.h): methods, key derivation, the chunk and packet codecs and the client layer. */
 #ifndef ETM_PROTO_SHADOWSOCKS_H
 #define ETM_PROTO_SHADOWSOCKS_H
 
@@ -63,7 +63,8 @@ typedef enum ss_method {
 	SS_METHOD_2022_AES_128_GCM,  /* "2022-blake3-aes-128-gcm" */
 	SS_METHOD_2022_AES_256_GCM,  /* "2022-blake3-aes-256-gcm" */
 	/* "2022-blake3-chacha20-poly1305": for TCP "AES-GCM is simply replaced
-	 * by ChaCha-Poly1305" (SIP022 4); its UDP differs and is not built */
+	 * by ChaCha-Poly1305" (SIP022 4); its UDP is XChaCha20-Poly1305 under
+	 * the PSK (4.1, shadowsocks2022_udp.h) */
 	SS_METHOD_2022_CHACHA20_POLY1305,
 	SS_METHOD_COUNT_,
 } ss_method;
@@ -244,6 +245,10 @@ enum {
 	SS2022_ERR_TIME = -11,                 /* over SS2022_TIME_WINDOW off now */
 	SS2022_ERR_SALT = -12,                 /* a response to another request */
 };
+
+/* Whether the timestamp ts (unix seconds) is within SS2022_TIME_WINDOW of
+ * now, either way (TCP's headers and UDP's, SIP022 3.1.3 and 3.2.3). */
+bool ss2022_time_ok(uint64_t ts, int64_t now);
 
 /* Seals the request's two headers with a (nonce 0 and 1) into out
  * (SS2022_REQ_HEADERS_MAX bytes): type 0, now, then addr[0, alen), the

@@ -29,8 +29,7 @@ static uint64_t get64(const uint8_t *p)
 	return v;
 }
 
-/* Whether the timestamp ts is within SS2022_TIME_WINDOW of now. */
-static bool in_window(uint64_t ts, int64_t now)
+bool ss2022_time_ok(uint64_t ts, int64_t now)
 {
 	if (ts > INT64_MAX)
 		return false;
@@ -64,7 +63,7 @@ ssize_t ss2022_request_open_fixed(ss_aead *a, const uint8_t *in, int64_t now)
 		return SS2022_ERR_TAG;
 	if (fixed[0] != TYPE_CLIENT)
 		return SS2022_ERR_TYPE;
-	if (!in_window(get64(fixed + 1), now))
+	if (!ss2022_time_ok(get64(fixed + 1), now))
 		return SS2022_ERR_TIME;
 	size_t n = bytes_get16(fixed + 9);
 	return n ? (ssize_t)n : SS2022_ERR_LENGTH;
@@ -99,7 +98,7 @@ ssize_t ss2022_response_open(ss_aead *a, const uint8_t *in, const uint8_t *req_s
 	 * against the request salt." */
 	if (CRYPTO_memcmp(fixed + 9, req_salt, slen) != 0)
 		return SS2022_ERR_SALT;
-	if (!in_window(get64(fixed + 1), now))
+	if (!ss2022_time_ok(get64(fixed + 1), now))
 		return SS2022_ERR_TIME;
 	size_t n = bytes_get16(fixed + 9 + slen);
 	return n ? (ssize_t)n : SS2022_ERR_LENGTH;

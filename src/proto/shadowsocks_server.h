@@ -169,11 +169,12 @@ __attribute__((warn_unused_result)) ssize_t ss_server_feed(ss_server *s, const u
  * payload), tag: shadowsocks.h) by trial decryption across users[0, n):
  * users[hint] first when 0 <= hint < n (the user the client's address
  * matched last time: one open instead of up to n), then every other
- * AEAD-2017 user in order; 2022 users are skipped (their UDP is not
- * built). The plaintext goes to out[0, cap) (cap >= len). Returns the
- * payload's length with *user, *dest (network UDP) and *off (where the
- * payload starts in out) set, or PROTO_ERR_MALFORMED (no user's key opens
- * it, or shorter than a salt and a tag), PROTO_ERR_TOO_BIG (cap) or
+ * AEAD-2017 user in order; 2022 users are skipped (their UDP is
+ * ss2022_udp_open_request's, shadowsocks2022_udp.h). The plaintext goes
+ * to out[0, cap) (cap >= len). Returns the payload's length with *user,
+ * *dest (network UDP) and *off (where the payload starts in out) set, or
+ * PROTO_ERR_MALFORMED (no user's key opens it, or shorter than a salt and
+ * a tag), PROTO_ERR_TOO_BIG (cap) or
  * SS_PACKET_ERR_ADDRESS (it opened, but its target is not an ATYP ADDR
  * PORT this build reads: *user is set). Reads no clock: AEAD-2017 UDP
  * carries none, and no salt filter is asked (ss-libev keeps none for UDP

@@ -121,9 +121,8 @@ const char *etm_ss_method_name(etm_ss_method m)
 	return (unsigned)m < sizeof names / sizeof names[0] && names[m] ? names[m] : "?";
 }
 
-/* Every method of the schema runs: the AEAD methods of SIP004 and
- * Shadowsocks 2022's (SIP022) over TCP; a 2022 outbound refuses UDP when a
- * flow asks (outbound.c). */
+/* Every method of the schema runs, over TCP and UDP: the AEAD methods of
+ * SIP004 and Shadowsocks 2022's (SIP022). */
 static bool ss_method_available(etm_ss_method m)
 {
 	return m == ETM_SS_AES_128_GCM || m == ETM_SS_AES_256_GCM ||

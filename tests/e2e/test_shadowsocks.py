@@ -22,7 +22,10 @@ for 2022-blake3-aes-128-gcm, -aes-256-gcm and -chacha20-poly1305 (16 MiB,
 half-close, burst), a wrong key drained and not answered, a replayed first
 flight refused, and the exact texts for a key of the wrong length. Two
 users behind an identity PSK (SIP022-2), ours to ours, and an unknown
-identity drained.
+identity drained. 2022 UDP (SIP022 3.2, 4.1), ours to ours for the three
+methods, two users behind an identity PSK (a stranger's uPSK gets nothing),
+and a packet replayed by a relay between client and server not answered
+twice.
 
 Also: a wrong password is not answered and not closed at once (the drain),
 a replayed first packet is refused and logged, the spec refuses sniffing
@@ -373,6 +376,121 @@ def test_2022_unknown_identity_is_drained_not_answered(chain, echo):
                    "(no user's key hash matches the identity header)")
 
 
+# ---------------------------------------------------------------- 2022 UDP
+
+def saw_udp_echoes(chain, server, a, udp_echo, udp_echo_b):
+    """Datagrams of 1 to 2701 bytes, a 16 KiB one and both echoes through one
+    association, each answer from its own peer."""
+    for i in range(10):
+        a.echo(udp_echo, os.urandom(1 + i * 300))
+    a.echo(udp_echo, os.urandom(16384))
+    a.echo(udp_echo_b, b"to b")
+    saw_udp(server, udp_echo.port, chain.logs)
+
+
+@pytest.mark.parametrize("method", list(METHODS_2022))
+def test_2022_udp_ours_to_ours(chain, udp_echo, udp_echo_b, method):
+    """Our socks inbound -> our 2022 outbound's UDP (one client session) ->
+    our 2022 inbound's UDP (a NAT entry for the session) -> echoes."""
+    key = psk(METHODS_2022[method])
+    server = chain.proxy(our_server(method, password=key))
+    client = chain.proxy(our_client(method, server.port, password=key))
+    with Association(client.port) as a:
+        saw_udp_echoes(chain, server, a, udp_echo, udp_echo_b)
+    assert "ERROR" not in server.log(), server.log()
+
+
+@pytest.mark.parametrize("method", ["2022-blake3-aes-128-gcm", "2022-blake3-aes-256-gcm"])
+def test_2022_udp_two_users(chain, udp_echo, udp_echo_b, method):
+    """Two users behind one identity PSK: each client ("iPSK:uPSK") gets its
+    UDP echoes (the identity header names the user); a client whose uPSK
+    the server does not list gets nothing back, and the drop is counted."""
+    n = METHODS_2022[method]
+    ipsk, users = psk(n), [psk(n), psk(n)]
+    server = chain.proxy(our_server_eih(method, ipsk, users))
+    for i, upsk in enumerate(users):
+        client = chain.proxy(our_client(method, server.port, password=f"{ipsk}:{upsk}"))
+        with Association(client.port) as a:
+            saw_udp_echoes(chain, server, a, udp_echo, udp_echo_b)
+            a.echo(udp_echo, f"user {i}".encode())
+    interop.assert_logged(server, "inbound in user u0 rule", chain.logs)
+    interop.assert_logged(server, "inbound in user u1 rule", chain.logs)
+    stranger = chain.proxy(our_client(method, server.port, password=f"{ipsk}:{psk(n)}"))
+    with Association(stranger.port) as a:
+        a.send(LOOPBACK, udp_echo.port, b"stranger")
+        assert a.silent(1.0), chain.logs()
+    interop.assert_logged(server, "that no user's key opens (1 so far)", chain.logs)
+
+
+class UdpRelay:
+    """Forwards a client's datagrams to a server and the server's back to the
+    client's last address, keeping every datagram the client sent."""
+
+    def __init__(self, server_port):
+        import threading
+        self.server = (LOOPBACK, server_port)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((LOOPBACK, 0))
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.client = None
+        self.sent = []
+        self.answers = 0
+        self._stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self._stop:
+            try:
+                data, src = self.sock.recvfrom(65535)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if src == self.server:
+                self.answers += 1
+                if self.client:
+                    self.sock.sendto(data, self.client)
+            else:
+                self.client = src
+                self.sent.append(data)
+                self.sock.sendto(data, self.server)
+
+    def replay(self, pkt):
+        self.sock.sendto(pkt, self.server)
+
+    def close(self):
+        self._stop = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+def test_2022_udp_replayed_packet_is_not_answered_twice(chain, udp_echo):
+    """A relay between our 2022 client and server records the client's
+    packet and sends it again: the server drops it (its session's window
+    saw that packet ID), counts it, and neither the echo nor the relay sees
+    a second one."""
+    method, key = "2022-blake3-aes-256-gcm", psk(32)
+    server = chain.proxy(our_server(method, password=key))
+    relay = UdpRelay(server.port)
+    try:
+        client = chain.proxy(our_client(method, relay.port, password=key))
+        with Association(client.port) as a:
+            a.echo(udp_echo, b"once only")
+            assert len(relay.sent) == 1 and relay.answers == 1, chain.logs()
+            before = len(udp_echo.received)
+            relay.replay(relay.sent[0])
+            assert a.silent(1.0), chain.logs()
+            interop.assert_logged(server, "inbound: in: dropped a replayed UDP packet from "
+                                  f"127.0.0.1:{relay.port} (1 so far)", chain.logs)
+            assert relay.answers == 1 and len(udp_echo.received) == before, chain.logs()
+            # the session still works after the replay
+            a.echo(udp_echo, b"next")
+    finally:
+        relay.close()
+
+
 def check_fails(run, tmp_path, text, want):
     path = tmp_path / "c.toml"
     path.write_text(text)
@@ -561,7 +679,8 @@ def udp_round_trip(port, method, password, echo_port, data, timeout=2.0):
 def test_udp_follows_the_inbound_on_reload(chain, udp_echo):
     """The UDP socket follows the inbound like its TCP listener: a new
     password reaches UDP on the same port (the old one is dropped), a
-    switch to a 2022 method closes UDP, a switch back opens it again."""
+    switch to a 2022 method serves 2022 UDP there (an AEAD-2017 packet is
+    dropped), a switch back serves AEAD-2017 again."""
     import reloadkit
     method = "aes-128-gcm"
     server = chain.proxy(our_server(method, password="first"))

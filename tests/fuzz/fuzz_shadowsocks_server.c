@@ -1,4 +1,4 @@
-/* fuzz_shadowsocks_server.c - libFuzzer target: the Shadowsocks server core (AEAD-2017 and 2022) fed whole and cut in two, on raw bytes and on a fuzzed first chunk sealed with user 1's key; the body layer on what follows; UDP packets opened. */
+/* fuzz_shadowsocks_server.c - libFuzzer target: the Shadowsocks server core (AEAD-2017 and 2022, one key or users behind an identity PSK) fed whole and cut in two, on raw bytes and on a fuzzed first chunk sealed with user 1's key; the body layer on what follows; UDP packets opened. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -9,7 +9,9 @@
 
 /* Input: flags, two bytes of cut point, two bytes of declared length, then
  * the bytes.
- *   flags bits 0-1: the method (3: the first again);
+ *   flags bits 0-1: the method (3: the first again; with bit 5,
+ *          2022-blake3-aes-128-gcm with both users behind an identity PSK,
+ *          SIP022-2: sealed bytes then carry user 1's identity header);
  *   bit 2: seal the bytes (the fuzzer cannot forge a tag): the declared
  *          length sealed as the first length (2022: in the fixed header),
  *          the bytes up to it sealed as the first payload (2022: the
@@ -31,6 +33,9 @@
 #define IN_MAX (2 * SS_CHUNK_MAX + 4096)
 
 static ss_account users[2][SS_METHOD_COUNT_];
+/* users 0 and 1 of 2022-blake3-aes-128-gcm behind the iPSK 0x02.. */
+static ss_account eih_users[2];
+#define IPSK_B64 "AgICAgICAgICAgICAgICAg=="
 
 static const ss_method AEAD[3] = {SS_METHOD_AES_128_GCM, SS_METHOD_AES_256_GCM,
                                   SS_METHOD_CHACHA20_POLY1305};
@@ -95,7 +100,7 @@ static void serve(ss_server *s, const uint8_t *in, size_t len, size_t cut, outco
 	}
 	o->used = (ssize_t)off;
 	/* no decision: the input must be shorter than a whole first chunk */
-	CHECK(len < SS_KEY_MAX + SS2022_REQ_FIXED_SEALED + SS_CHUNK_BUF_MAX);
+	CHECK(len < SS_KEY_MAX + SS2022_IDENTITY_LEN + SS2022_REQ_FIXED_SEALED + SS_CHUNK_BUF_MAX);
 }
 
 static void body(ss_server *s, const uint8_t *in, size_t len)
@@ -139,6 +144,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				const char *pw = password((ss_method)m, u);
 				CHECK(ss_account_init(&users[u][m], (ss_method)m, pw, strlen(pw)) == 0);
 			}
+		for (int u = 0; u < 2; u++) {
+			eih_users[u] = users[u][SS_METHOD_2022_AES_128_GCM];
+			CHECK(ss_account_set_identity(&eih_users[u], IPSK_B64, strlen(IPSK_B64)) == 0);
+		}
 		ready = true;
 	}
 	if (size < 5 || size > IN_MAX)
@@ -149,7 +158,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	data += 5;
 	size -= 5;
 	ss_method m = (flags & 32 ? SS2022 : AEAD)[(flags & 3) % 3];
-	const ss_account acc[2] = {users[0][m], users[1][m]};
+	bool eih = (flags & 32) && (flags & 3) == 3;
+	const ss_account acc[2] = {eih ? eih_users[0] : users[0][m], eih ? eih_users[1] : users[1][m]};
 
 	uint8_t *in = malloc(IN_MAX + 4 * SS_CHUNK_MAX);
 	CHECK(in);
@@ -162,14 +172,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		memcpy(in, data, size < slen ? size : slen); /* a fuzzed salt */
 		CHECK(ss_subkey(m, acc[1].key, in, sub) == 0);
 		CHECK(ss_aead_init(&a, m, sub, true) == 0);
+		size_t hdr = 0;
+		if (eih) {
+			/* SIP022-2: user 1's identity header after the salt */
+			CHECK(ss2022_identity_seal(m, acc[1].ipsk, in, acc[1].key, in + slen) == 0);
+			hdr = SS2022_IDENTITY_LEN;
+		}
 		if (ss_method_is_2022(m)) {
 			uint64_t ts = NOW + (flags & 128 ? 31 : 0);
 			uint8_t fixed[SS2022_REQ_FIXED_LEN] = {flags & 64 ? 1 : 0};
 			for (int i = 0; i < 8; i++)
 				fixed[1 + i] = (uint8_t)(ts >> (56 - 8 * i));
 			memcpy(fixed + 9, l2, 2);
-			CHECK(ss_aead_seal(&a, fixed, sizeof fixed, in + slen) == 0);
-			len = slen + SS2022_REQ_FIXED_SEALED;
+			CHECK(ss_aead_seal(&a, fixed, sizeof fixed, in + slen + hdr) == 0);
+			len = slen + hdr + SS2022_REQ_FIXED_SEALED;
 		} else {
 			CHECK(ss_aead_seal(&a, l2, 2, in + slen) == 0);
 			len = slen + SS_LEN_BLOCK;
