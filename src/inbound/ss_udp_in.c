@@ -186,9 +186,6 @@ static const char *tag_of(const ss_udp_in *u) { return u->in->tag ? u->in->tag :
 
 /* ---- replies ---- */
 
-/* A reply from `from` on e's link: sealed for e's user with a fresh salt,
- * the source as its address (SIP004's UDP relay answers ATYP ADDR PORT of
- * the peer, then its payload), sent to the client. */
 /* SIP022 3.2.3: a reply in our server session, for the client's session,
  * under the user's PSK; no identity header going back. */
 static ssize_t seal_2022(nat *e, const ss_account *a, const addr_dest *from, const uint8_t *data,
@@ -210,6 +207,10 @@ static ssize_t seal_2022(nat *e, const ss_account *a, const addr_dest *from, con
 	return n;
 }
 
+/* A reply from `from` on e's link: sealed for e's user with a fresh salt,
+ * the source as its address (SIP004's UDP relay answers ATYP ADDR PORT of
+ * the peer, then its payload), sent to the client; a 2022
+ * entry's in its own server session (seal_2022). */
 static void on_link_recv(const addr_dest *from, uint8_t *data, size_t len, void *ud)
 {
 	nat *e = ud;
