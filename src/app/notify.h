@@ -30,8 +30,7 @@ void notify_stopping(void);
  * LISTEN_PID), each close-on-exec from now on: fills fds with up to max of
  * them and returns how many, 0 when none were passed (or in a build
  * without libsystemd, or when libsystemd.so.0 cannot be opened: logged).
- * Unsets the variables, so nothing started later
- * takes them for its own. */
+ * Unsets the variables, so nothing started later takes them for its own. */
 size_t notify_listen_fds(int *fds, size_t max);
 
 #endif
