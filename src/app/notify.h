@@ -1,11 +1,12 @@
-/* notify.h - tells the service manager where the process is (sd_notify(3)): ready, reloading, stopping; no-ops in a build without libsystemd or when NOTIFY_SOCKET is unset. */
+/* notify.h - tells the service manager where the process is (sd_notify(3)): ready, reloading, stopping; no-ops in a build without libsystemd or when NOTIFY_SOCKET is unset (libsystemd is then not even loaded). */
 #ifndef ETM_APP_NOTIFY_H
 #define ETM_APP_NOTIFY_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-/* True when this build links libsystemd (meson found it). */
+/* True when this build has libsystemd's support (meson found its headers;
+ * the library itself is opened at run time, under a service manager). */
 bool notify_built_in(void);
 
 /* "READY=1": every listener is bound (after etm_supervisor_start), or a
@@ -34,8 +35,8 @@ void notify_stopping(void);
 /* The sockets passed by socket activation (sd_listen_fds(3): LISTEN_FDS,
  * LISTEN_PID), each close-on-exec from now on: fills fds with up to max of
  * them and returns how many, 0 when none were passed (or in a build
- * without libsystemd). Unsets the variables, so nothing started later
- * takes them for its own. */
+ * without libsystemd, or when libsystemd.so.0 cannot be opened: logged).
+ * Unsets the variables, so nothing started later takes them for its own. */
 size_t notify_listen_fds(int *fds, size_t max);
 
 #endif

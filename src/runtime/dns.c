@@ -1,4 +1,4 @@
-/* dns.c - the resolver shell: one c-ares channel per loop, its sockets on uv_poll_t, its timeouts and ours on one uv_timer_t, early answers from a uv_idle_t. */
+/* dns.c - the resolver shell: one c-ares channel per loop (made by its first lookup), its sockets on uv_poll_t, its timeouts and ours on one uv_timer_t, early answers from a uv_idle_t. */
 #include "runtime/dns.h"
 
 #include <ares.h>
@@ -95,7 +95,12 @@ typedef struct watcher {
 struct dns_resolver {
 	uv_loop_t *loop; /* borrowed; this resolver is for its thread only */
 	dns_cache *cache; /* borrowed, shared process-wide; may be NULL */
+	/* NULL until the first lookup starts: a channel holds about 74 KiB
+	 * (c-ares 1.18's query tables), touched when made, on every worker,
+	 * though a proxy whose clients send addresses never looks a name up
+	 * (docs/performance.md, Idle memory). */
 	ares_channel channel;
+	struct ares_addr_port_node *servers; /* owned: set on the channel; NULL: resolv.conf's */
 	uv_timer_t timer; /* c-ares timeouts and query deadlines */
 	uv_idle_t idle;   /* runs while something is ready or to start */
 	uint64_t timeout_ms;
@@ -189,7 +194,7 @@ static void rearm(dns_resolver *r)
 	uint64_t now = uv_now(r->loop);
 	uint64_t wait = UINT64_MAX;
 	struct timeval tv;
-	if (ares_timeout(r->channel, NULL, &tv))
+	if (r->channel && ares_timeout(r->channel, NULL, &tv))
 		wait = (uint64_t)tv.tv_sec * 1000 + ((uint64_t)tv.tv_usec + 999) / 1000;
 	dns_query *first = first_deadline(r);
 	if (first) {
@@ -219,7 +224,8 @@ static void expire(dns_resolver *r)
 static void on_timer(uv_timer_t *t)
 {
 	dns_resolver *r = t->data;
-	ares_process_fd(r->channel, ARES_SOCKET_BAD, ARES_SOCKET_BAD);
+	if (r->channel)
+		ares_process_fd(r->channel, ARES_SOCKET_BAD, ARES_SOCKET_BAD);
 	expire(r);
 	rearm(r);
 }
@@ -348,6 +354,21 @@ static size_t take_addrs(const struct ares_addrinfo *ai, struct sockaddr_storage
 	return n;
 }
 
+/* Every waiter of lk hears status (addrs: n of them on DNS_OK), then lk is
+ * freed. */
+static void finish(lookup *lk, int status, const struct sockaddr_storage *addrs, size_t n)
+{
+	/* A query made by one of the callbacks below starts a fresh lookup
+	 * (or hits the cache) instead of joining this finished one. */
+	unjoin(lk);
+	dns_query *q;
+	while ((q = query_of(lk->waiters.head))) {
+		unwait(q);
+		deliver(q, status, addrs, n);
+	}
+	lookup_free(lk);
+}
+
 /* ares_getaddrinfo's callback: once per lookup, from ares_process_fd,
  * ares_getaddrinfo itself (hosts file, bad name) or ares_destroy. */
 static void on_addrinfo(void *arg, int ares_status, int timeouts, struct ares_addrinfo *ai)
@@ -372,22 +393,19 @@ static void on_addrinfo(void *arg, int ares_status, int timeouts, struct ares_ad
 		else if (status == DNS_ENOTFOUND)
 			dns_cache_store(r->cache, lk->name, NULL, 0, DNS_NEGATIVE_TTL_S, uv_now(r->loop));
 	}
-
-	/* A query made by one of the callbacks below starts a fresh lookup
-	 * (or hits the cache) instead of joining this finished one. */
-	unjoin(lk);
-	dns_query *q;
-	while ((q = query_of(lk->waiters.head))) {
-		unwait(q);
-		deliver(q, status, addrs, n);
-	}
-	lookup_free(lk);
+	finish(lk, status, addrs, n);
 }
+
+static int channel_open(dns_resolver *r);
 
 static void start(lookup *lk)
 {
 	if (!lk->waiters.head) {
 		lookup_free(lk); /* everyone cancelled before it began */
+		return;
+	}
+	if (!lk->r->channel && channel_open(lk->r) != ARES_SUCCESS) {
+		finish(lk, DNS_ESETUP, NULL, 0); /* the next lookup tries again */
 		return;
 	}
 	/* NOSORT: keep the answers' order and skip the RFC 6724 sort, which
@@ -636,6 +654,42 @@ static void library_init(void)
 	library_status = ares_library_init(ARES_LIB_INIT_ALL);
 }
 
+/* Makes r's channel: an ARES_* status. */
+static int channel_open(dns_resolver *r)
+{
+	uint64_t try_ms = r->timeout_ms / TRY_DIVISOR;
+	struct ares_options opts = {
+		.timeout = (int)(try_ms ? try_ms : 1), /* ARES_OPT_TIMEOUTMS: ms */
+		.tries = TRIES,
+		.sock_state_cb = on_sock_state,
+		.sock_state_cb_data = r,
+		/* No search domains: resolv.conf's "search" would turn a
+		 * client's "intranet" into queries it never asked for. */
+		.domains = NULL,
+		.ndomains = 0,
+	};
+	int mask = ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES | ARES_OPT_SOCK_STATE_CB | ARES_OPT_DOMAINS;
+	int rc = ares_init_options(&r->channel, &opts, mask);
+	if (rc != ARES_SUCCESS) {
+		r->channel = NULL;
+		return rc;
+	}
+	if (r->servers) {
+		rc = ares_set_servers_ports(r->channel, r->servers);
+		if (rc != ARES_SUCCESS) {
+			ares_destroy(r->channel);
+			r->channel = NULL;
+		}
+	}
+	return rc;
+}
+
+static void resolver_free(dns_resolver *r)
+{
+	free(r->servers);
+	free(r);
+}
+
 static void on_handle_closed(uv_handle_t *h)
 {
 	dns_resolver *r;
@@ -647,7 +701,7 @@ static void on_handle_closed(uv_handle_t *h)
 		r = h->data;
 	}
 	if (--r->open_handles == 0 && r->closing)
-		free(r);
+		resolver_free(r);
 }
 
 dns_resolver *dns_resolver_new(uv_loop_t *loop, dns_cache *cache, const char *const *servers,
@@ -655,7 +709,6 @@ dns_resolver *dns_resolver_new(uv_loop_t *loop, dns_cache *cache, const char *co
 {
 	struct ares_addr_port_node *nodes = NULL;
 	dns_resolver *r = NULL;
-	bool channel_open = false;
 
 	if (n_servers > DNS_MAX_SERVERS) {
 		set_err(err, err_size, DNS_ETOOMANYSERVERS, "at most " TEXT(DNS_MAX_SERVERS));
@@ -694,32 +747,7 @@ dns_resolver *dns_resolver_new(uv_loop_t *loop, dns_cache *cache, const char *co
 	if (timeout_ms > DNS_TIMEOUT_MAX_MS)
 		timeout_ms = DNS_TIMEOUT_MAX_MS;
 	r->timeout_ms = timeout_ms;
-
-	uint64_t try_ms = timeout_ms / TRY_DIVISOR;
-	struct ares_options opts = {
-		.timeout = (int)(try_ms ? try_ms : 1), /* ARES_OPT_TIMEOUTMS: ms */
-		.tries = TRIES,
-		.sock_state_cb = on_sock_state,
-		.sock_state_cb_data = r,
-		/* No search domains: resolv.conf's "search" would turn a
-		 * client's "intranet" into queries it never asked for. */
-		.domains = NULL,
-		.ndomains = 0,
-	};
-	int mask = ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES | ARES_OPT_SOCK_STATE_CB | ARES_OPT_DOMAINS;
-	int rc = ares_init_options(&r->channel, &opts, mask);
-	if (rc != ARES_SUCCESS) {
-		set_err(err, err_size, DNS_ESETUP, ares_strerror(rc));
-		goto fail;
-	}
-	channel_open = true;
-	if (nodes) {
-		rc = ares_set_servers_ports(r->channel, nodes);
-		if (rc != ARES_SUCCESS) {
-			set_err(err, err_size, DNS_ESETUP, ares_strerror(rc));
-			goto fail;
-		}
-	}
+	r->servers = nodes; /* the channel is made by the first lookup's start() */
 
 	/* Cannot fail on an open loop. */
 	(void)uv_timer_init(loop, &r->timer);
@@ -727,12 +755,9 @@ dns_resolver *dns_resolver_new(uv_loop_t *loop, dns_cache *cache, const char *co
 	r->timer.data = r;
 	r->idle.data = r;
 	r->open_handles = 2;
-	free(nodes);
 	return r;
 
 fail:
-	if (channel_open)
-		ares_destroy(r->channel);
 	free(r);
 	free(nodes);
 	return NULL;
@@ -767,7 +792,8 @@ void dns_resolver_del(dns_resolver *r)
 	/* Ends the lookups still in c-ares (on_addrinfo with
 	 * ARES_EDESTRUCTION frees each; no waiters are left) and reports its
 	 * sockets closed, which closes their watchers. */
-	ares_destroy(r->channel);
+	if (r->channel)
+		ares_destroy(r->channel);
 	while (r->watchers) {
 		watcher *w = r->watchers;
 		r->watchers = w->next;

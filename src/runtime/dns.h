@@ -76,11 +76,14 @@ typedef void (*dns_cb)(int status, const struct sockaddr_storage *addrs, size_t 
  * bounds each dns_resolve (0: DNS_TIMEOUT_DEFAULT_MS, cut to
  * DNS_TIMEOUT_MAX_MS): the callback comes at the latest that long after the
  * call (plus loop latency), with DNS_ETIMEOUT if nothing usable came; c-ares
- * may give up sooner on its own schedule, also as DNS_ETIMEOUT. Returns NULL
- * on failure with one of these texts in err (err may be NULL):
+ * may give up sooner on its own schedule, also as DNS_ETIMEOUT. The c-ares
+ * channel (and its read of resolv.conf) is made when the first lookup
+ * starts, not here: one that cannot be made answers that lookup's queries
+ * with DNS_ESETUP, and the next lookup tries again. Returns NULL on failure
+ * with one of these texts in err (err may be NULL):
  *   dns: bad server address "<server>"         (DNS_EBADSERVER)
  *   dns: too many servers: at most 16          (DNS_ETOOMANYSERVERS)
- *   dns: resolver setup failed: <c-ares text>  (DNS_ESETUP)
+ *   dns: resolver setup failed: <c-ares text>  (DNS_ESETUP: c-ares's library init)
  *   dns: out of memory                         (DNS_ENOMEM) */
 __attribute__((warn_unused_result)) dns_resolver *
 dns_resolver_new(uv_loop_t *loop, dns_cache *cache, const char *const *servers, size_t n_servers,

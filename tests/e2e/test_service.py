@@ -117,6 +117,37 @@ def test_notify_socket_missing_is_logged(start_proxy, tmp_path, with_libsystemd)
     assert accepts(p.ports[0])
 
 
+def maps_libsystemd(pid):
+    return "libsystemd.so" in pathlib.Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_libsystemd_loaded_only_under_a_manager(start_proxy, tmp_path, notify_socket,
+                                                with_libsystemd):
+    # an ordinary start does not map it (nor libgcrypt, liblz4, ... behind it)
+    plain = start_proxy(CONFIG, n_ports=2)
+    assert not maps_libsystemd(plain.proc.pid)
+    managed = start_proxy(CONFIG, n_ports=2, env={"NOTIFY_SOCKET": str(tmp_path / "notify")})
+    assert states(notify_socket) == {"READY": "1"}
+    assert maps_libsystemd(managed.proc.pid)
+
+
+def test_libsystemd_that_cannot_load_is_logged(start_proxy, tmp_path, with_libsystemd):
+    # an empty file found first on LD_LIBRARY_PATH: dlopen fails, the
+    # process serves on without the manager's messages
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libsystemd.so.0").write_bytes(b"")
+    p = start_proxy(CONFIG, n_ports=2, env={"NOTIFY_SOCKET": str(tmp_path / "absent"),
+                                            "LD_LIBRARY_PATH": str(lib)})
+    assert (f"WARN  app: systemd: cannot load libsystemd.so.0: {lib}/libsystemd.so.0: "
+            "file too short" in p.log())
+    # tried once, not once a message: a reload sends two more
+    p.proc.send_signal(signal.SIGHUP)
+    wait_log(p.log_path, "config reload: no changes", p.proc)
+    assert p.log().count("cannot load") == 1, p.log()
+    assert accepts(p.ports[0])
+
+
 # sh sets LISTEN_PID to its own pid, which exec hands to the app, as
 # systemd does; the socket is already fd 3 (preexec_fn).
 ACTIVATE = 'LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"'
