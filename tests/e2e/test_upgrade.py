@@ -390,6 +390,21 @@ def test_a_start_that_hangs_is_killed_after_the_timeout(upgrading, binary, app, 
     assert_sanitizer_clean(proxy)
 
 
+def test_a_start_that_closes_the_pipe_and_hangs_is_killed_too(upgrading, binary, echo):
+    """The end of the pipe without the byte waits for the exit; a process
+    that closed it and hangs is killed by the timeout all the same."""
+    start, spawned = upgrading
+    proxy = start(socks_config("{port0}", "upgrade_start_timeout = 1"))
+    install_script(binary, '#!/bin/sh\neval "exec $ETM_UPGRADE_READY>&-"\nexec sleep 1000\n')
+    proxy.proc.send_signal(signal.SIGUSR2)
+    hung = int(wait_for(proxy, starting(binary, 2))[0])
+    spawned.append(hung)
+    wait_for(proxy, failed_line("not serving after 1 s, killed"), timeout=5)
+    assert not alive(hung) and zombies_of(proxy.proc.pid) == []
+    one_flow(proxy.port, echo.port)
+    assert_sanitizer_clean(proxy)
+
+
 def test_the_new_process_dying_during_the_drain_is_logged(upgrading, echo):
     start, spawned = upgrading
     proxy = start(socks_config())
