@@ -405,6 +405,26 @@ def test_a_start_that_closes_the_pipe_and_hangs_is_killed_too(upgrading, binary,
     assert_sanitizer_clean(proxy)
 
 
+def test_a_stop_during_a_hung_start_stops_both(upgrading, binary):
+    """SIGTERM while the start timeout runs: the old process stops at once
+    and cleanly (its timer closes with it, nothing leaks), the hung one gets
+    SIGTERM."""
+    start, spawned = upgrading
+    proxy = start(socks_config("{port0}", "upgrade_start_timeout = 60"))
+    install_script(binary, "#!/bin/sh\nexec sleep 1000\n")
+    proxy.proc.send_signal(signal.SIGUSR2)
+    hung = int(wait_for(proxy, starting(binary, 2))[0])
+    spawned.append(hung)
+    proxy.proc.send_signal(signal.SIGTERM)
+    assert proxy.proc.wait(5) == 0, proxy.log()
+    deadline = time.monotonic() + 5
+    while alive(hung) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not alive(hung)
+    assert "failed to start" not in proxy.log(), proxy.log()
+    assert_sanitizer_clean(proxy)
+
+
 def test_the_new_process_dying_during_the_drain_is_logged(upgrading, echo):
     start, spawned = upgrading
     proxy = start(socks_config())
