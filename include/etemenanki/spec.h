@@ -334,6 +334,12 @@ typedef struct etm_dns_spec {
 #define ETM_DEFAULT_HANDSHAKE_TIMEOUT 10 /* seconds for a client to finish its handshake */
 #define ETM_DEFAULT_IDLE_TIMEOUT 300     /* seconds a flow may pass no byte either way */
 #define ETM_DEFAULT_UPGRADE_DRAIN_AFTER 600 /* seconds an upgrade's old process drains */
+#define ETM_DEFAULT_UPGRADE_START_TIMEOUT 60 /* seconds an upgrade's new process has to serve */
+/* Bounds of upgrade_start_timeout: at least a second (0 would kill every
+ * new process before it read its config); at most an hour, past which a
+ * start is hung, not slow, and every later SIGUSR2 waits on it. */
+#define ETM_MIN_UPGRADE_START_TIMEOUT 1
+#define ETM_MAX_UPGRADE_START_TIMEOUT 3600
 
 typedef struct etm_runtime_spec {
 	uint64_t workers; /* worker threads; 0 = one per core */
@@ -346,6 +352,7 @@ typedef struct etm_policy_spec {
 	uint64_t max_connections_per_source; /* open client connections per address; 0 = auto */
 	etm_drain_spec drain; /* the default of every [[outbound]] that sets no drain key */
 	uint64_t upgrade_drain_after; /* seconds the old process of an upgrade lets flows run */
+	uint64_t upgrade_start_timeout; /* seconds the new process of an upgrade has to serve */
 } etm_policy_spec;
 
 typedef struct etm_spec {

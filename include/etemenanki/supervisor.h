@@ -64,6 +64,9 @@ size_t etm_supervisor_open_flows(etm_supervisor *s);
 /* [policy] upgrade_drain_after of the running config, in seconds. */
 uint64_t etm_supervisor_upgrade_drain_after(const etm_supervisor *s);
 
+/* [policy] upgrade_start_timeout of the running config, in seconds. */
+uint64_t etm_supervisor_upgrade_start_timeout(const etm_supervisor *s);
+
 /* Applies spec, a new config that passed etm_spec_check and
  * etm_spec_check_available, to the running engine (seed 002 "plan and
  * apply"): what it leaves unchanged runs on as the same objects, new

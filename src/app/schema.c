@@ -652,6 +652,11 @@ static const schema_field policy_fields[] = {
 	 .def = ETM_DEFAULT_UPGRADE_DRAIN_AFTER, .default_doc = "600",
 	 .doc = "Seconds (0-86400) the old process of a binary upgrade (SIGUSR2, docs/install.md) "
 	        "lets its open flows run after the new one serves; then it closes them and exits."},
+	{.name = "upgrade_start_timeout", .kind = SK_U64,
+	 .offset = offsetof(etm_policy_spec, upgrade_start_timeout),
+	 .def = ETM_DEFAULT_UPGRADE_START_TIMEOUT, .default_doc = "60",
+	 .doc = "Seconds (1-3600) the new process of a binary upgrade (SIGUSR2, docs/install.md) "
+	        "has to serve; past them the old one kills it (SIGKILL) and keeps serving."},
 };
 static const schema_table policy_table =
 	TABLE_OF("[policy]",

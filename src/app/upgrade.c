@@ -32,10 +32,12 @@ enum {
 	M_PASSED,
 	M_BAD_ENV,
 	M_READY_FAILED,
+	M_TIMED_OUT,
 	M_COUNT_
 };
 static const char *const msgs[M_COUNT_] = {
-	[M_STARTING] = "upgrade: SIGUSR2 received; starting %s with %d listening socket(s)",
+	[M_STARTING] = "upgrade: SIGUSR2 received; starting %s (pid %d) with %d listening "
+		       "socket(s)",
 	[M_BUSY] = "upgrade: SIGUSR2 ignored: an upgrade is under way",
 	[M_DRAINING] = "upgrade: SIGUSR2 ignored: this process drains after an upgrade",
 	[M_SERVING] = "upgrade: new process %d is serving; this process stops accepting and drains",
@@ -52,6 +54,7 @@ static const char *const msgs[M_COUNT_] = {
 	[M_PASSED] = "upgrade: sockets passed by the old process: %zu",
 	[M_BAD_ENV] = "upgrade: %s ignored: `%s` is not a list of open descriptors above 2",
 	[M_READY_FAILED] = "upgrade: cannot tell the old process this one serves: %s",
+	[M_TIMED_OUT] = "not serving after %llu s, killed",
 };
 
 /* ---- the new process ---- */
@@ -129,6 +132,8 @@ typedef struct child {
 	int open_handles;
 	bool proc_init; /* uv_spawn ran: proc needs closing */
 	bool served, eof, exited;
+	bool timed_out;      /* killed by the start timeout: its exit says so */
+	uint64_t timeout_s;  /* [policy] upgrade_start_timeout when it started */
 	int64_t status;
 	int signal;
 	char buf[8];
@@ -143,8 +148,10 @@ struct upgrader {
 	void *data;
 	int state;
 	child *c; /* the start under way, or the new process serving */
+	uv_timer_t start;  /* the start timeout: runs while STARTING, until the byte or a failure */
 	uv_timer_t drain;
 	uint64_t deadline; /* loop time the drain gives up at */
+	int open_handles;  /* start and drain: freed when both have closed */
 };
 
 static void close_fds(child *c)
@@ -189,6 +196,7 @@ static void start_failed(child *c, const char *why)
 {
 	upgrader *u = c->u;
 	log_error("app", msgs[M_FAILED], why);
+	uv_timer_stop(&u->start);
 	u->state = IDLE;
 	child_release(c);
 }
@@ -212,6 +220,7 @@ static void served(child *c)
 {
 	upgrader *u = c->u;
 	log_info("app", msgs[M_SERVING], c->proc.pid);
+	uv_timer_stop(&u->start);
 	close_fds(c); /* the new process has its own */
 	u->state = DRAINING;
 	etm_supervisor_stop_accepting(u->sup);
@@ -266,10 +275,61 @@ static void on_child_exit(uv_process_t *p, int64_t status, int signal)
 		/* the service is its now; this process drains on regardless */
 		log_warn("app", msgs[M_NEW_EXITED], p->pid, why);
 		child_release(c);
+	} else if (c->timed_out) {
+		snprintf(why, sizeof why, msgs[M_TIMED_OUT], (unsigned long long)c->timeout_s);
+		start_failed(c, why);
 	} else if (c->eof) {
 		start_failed(c, why);
 	}
 	/* else the pipe's end of file follows, and decides */
+}
+
+/* The byte may be waiting unread: the loop runs due timers before it polls,
+ * so a process that became ready just now must not be killed for being
+ * late. True when the byte was there (the pipe is non-blocking). */
+static bool byte_waiting(child *c)
+{
+	uv_os_fd_t fd;
+	if (uv_is_closing((uv_handle_t *)&c->ready) || uv_fileno((uv_handle_t *)&c->ready, &fd))
+		return false;
+	ssize_t n;
+	do
+		n = read(fd, c->buf, sizeof c->buf);
+	while (n < 0 && errno == EINTR);
+	return n > 0;
+}
+
+/* upgrade_start_timeout has passed without the byte: the new process is
+ * hung, or too slow to be trusted with the service. SIGKILL, not SIGTERM:
+ * a hung process may not run its handler. The failure is logged from the
+ * exit callback, once the kill is reaped (proc stays open until then:
+ * closed earlier, nothing would wait for the child, and it would stay a
+ * zombie). */
+static void on_start_timeout(uv_timer_t *t)
+{
+	upgrader *u = t->data;
+	child *c = u->c;
+	if (!c || u->state != STARTING)
+		return;
+	bool ready = byte_waiting(c);
+	if (!uv_is_closing((uv_handle_t *)&c->ready)) {
+		uv_read_stop((uv_stream_t *)&c->ready);
+		uv_close((uv_handle_t *)&c->ready, child_closed);
+	}
+	if (ready) {
+		c->served = true;
+		served(c);
+		return;
+	}
+	if (c->exited) { /* reaped, but the pipe stays open: something it started holds it */
+		char why[64];
+		status_text(c, why, sizeof why);
+		start_failed(c, why);
+		return;
+	}
+	c->timed_out = true;
+	/* ESRCH only: it has exited and its exit callback is on its way */
+	(void)uv_process_kill(&c->proc, SIGKILL);
 }
 
 /* The environment of the new process: this one's, with the two variables
@@ -368,8 +428,11 @@ upgrader *upgrader_new(uv_loop_t *loop, etm_supervisor *sup, char *const *argv,
 		u->exe[n] = '\0';
 	else /* no /proc: the name it was started by, found on PATH as then */
 		snprintf(u->exe, sizeof u->exe, "%s", argv[0]);
+	uv_timer_init(loop, &u->start);
+	u->start.data = u;
 	uv_timer_init(loop, &u->drain);
 	u->drain.data = u;
+	u->open_handles = 2;
 	return u;
 }
 
@@ -440,12 +503,19 @@ void upgrader_start(upgrader *u)
 		start_failed(c, why);
 		return;
 	}
-	log_info("app", msgs[M_STARTING], u->exe, (int)c->n_fds);
+	c->timeout_s = etm_supervisor_upgrade_start_timeout(u->sup);
+	uv_timer_start(&u->start, on_start_timeout, c->timeout_s * 1000, 0);
+	log_info("app", msgs[M_STARTING], u->exe, c->proc.pid, (int)c->n_fds);
 }
 
 bool upgrader_draining(const upgrader *u) { return u && u->state == DRAINING; }
 
-static void upgrader_closed(uv_handle_t *h) { free(h->data); }
+static void upgrader_closed(uv_handle_t *h)
+{
+	upgrader *u = h->data;
+	if (--u->open_handles == 0)
+		free(u);
+}
 
 void upgrader_del(upgrader *u)
 {
@@ -456,5 +526,6 @@ void upgrader_del(upgrader *u)
 		(void)uv_process_kill(&u->c->proc, SIGTERM);
 	if (u->c)
 		child_release(u->c);
+	uv_close((uv_handle_t *)&u->start, upgrader_closed);
 	uv_close((uv_handle_t *)&u->drain, upgrader_closed);
 }

@@ -57,14 +57,18 @@ upgrader *upgrader_new(uv_loop_t *loop, etm_supervisor *sup, char *const *argv,
  * logged: "upgrade: new process <pid> is serving; this process stops
  * accepting and drains", then the drain ends the loop (uv_stop) when no
  * flow is open or [policy] upgrade_drain_after has passed; or "upgrade:
- * the new process failed to start (<why>); this process keeps serving". */
+ * the new process failed to start (<why>); this process keeps serving",
+ * when it exits first or has not served after [policy]
+ * upgrade_start_timeout (then it gets SIGKILL, and the line follows its
+ * exit). */
 void upgrader_start(upgrader *u);
 
 /* True from the new process's readiness on: this process is no longer the
  * service's main one. */
 bool upgrader_draining(const upgrader *u);
 
-/* Closes the upgrader's handles (run the loop once more to free it). A new
+/* Closes the upgrader's handles, its timers and those of the new process
+ * (run the loop once more to free it). A new
  * process that serves stays running; one still starting gets SIGTERM (a
  * stop during an upgrade stops both). NULL does nothing. */
 void upgrader_del(upgrader *u);

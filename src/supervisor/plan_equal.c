@@ -21,9 +21,10 @@ _Static_assert(sizeof(etm_cluster_spec) == 192, "compare the new field in plan_c
 _Static_assert(sizeof(etm_rule_spec) == 176, "compare the new field in rule_eq");
 _Static_assert(sizeof(etm_route_spec) == 40, "compare the new field in plan_route_equal");
 _Static_assert(sizeof(etm_dns_spec) == 16, "compare the new field in plan_dns_equal");
-/* upgrade_drain_after is left out: nothing running reads it (an upgrade's
- * drain does, from the running spec, which apply updates). */
-_Static_assert(sizeof(etm_policy_spec) == 56, "compare the new field in plan_policy_limits_equal");
+/* upgrade_drain_after and upgrade_start_timeout are left out: nothing
+ * running reads them (an upgrade does, from the running spec, which apply
+ * updates). */
+_Static_assert(sizeof(etm_policy_spec) == 64, "compare the new field in plan_policy_limits_equal");
 _Static_assert(sizeof(etm_runtime_spec) == 16, "compare the new field in plan_singletons (plan.c)");
 #endif
 

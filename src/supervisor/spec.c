@@ -87,6 +87,7 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 				"cannot go with drain = \"keep\"",
 	[SPEC_POLICY_DRAIN_RANGE] = "policy.drain_after must be 0 to 86400",
 	[SPEC_POLICY_UPGRADE_RANGE] = "policy.upgrade_drain_after must be 0 to 86400",
+	[SPEC_POLICY_UPGRADE_START_RANGE] = "policy.upgrade_start_timeout must be 1 to 3600",
 	[SPEC_POLICY_DRAIN_KEEP] = "policy.drain_after closes the flows of old versions, so it "
 				   "cannot go with policy.drain = \"keep\"",
 };
@@ -742,6 +743,11 @@ int etm_spec_check(etm_spec *s, char *msg, size_t size)
 		return -1;
 	if (s->policy.upgrade_drain_after > ETM_MAX_DRAIN_AFTER)
 		return spec_format(msg, size, SPEC_POLICY_UPGRADE_RANGE);
+	_Static_assert(ETM_MIN_UPGRADE_START_TIMEOUT == 1 && ETM_MAX_UPGRADE_START_TIMEOUT == 3600,
+	               "the upgrade_start_timeout message names the bounds");
+	if (s->policy.upgrade_start_timeout < ETM_MIN_UPGRADE_START_TIMEOUT ||
+	    s->policy.upgrade_start_timeout > ETM_MAX_UPGRADE_START_TIMEOUT)
+		return spec_format(msg, size, SPEC_POLICY_UPGRADE_START_RANGE);
 	if (s->log_access && !access_target_valid(s->log_access))
 		return spec_format(msg, size, SPEC_BAD_ACCESS_LOG, s->log_access);
 	for (size_t i = 0; i < s->outbounds_len; i++) {

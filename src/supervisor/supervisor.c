@@ -269,6 +269,7 @@ int etm_supervisor_apply(etm_supervisor *s, etm_spec *spec, char *err, size_t er
 	/* read when an upgrade drains, by nothing running: it takes effect
 	 * whatever else the plan finds */
 	s->spec.policy.upgrade_drain_after = spec->policy.upgrade_drain_after;
+	s->spec.policy.upgrade_start_timeout = spec->policy.upgrade_start_timeout;
 	if (!pp.p.changed) { /* nothing to commit: no worker is bothered */
 		sup_prepared_free(&pp);
 		etm_spec_free(spec);
@@ -383,6 +384,11 @@ size_t etm_supervisor_open_flows(etm_supervisor *s)
 uint64_t etm_supervisor_upgrade_drain_after(const etm_supervisor *s)
 {
 	return s->spec.policy.upgrade_drain_after;
+}
+
+uint64_t etm_supervisor_upgrade_start_timeout(const etm_supervisor *s)
+{
+	return s->spec.policy.upgrade_start_timeout;
 }
 
 uint64_t etm_supervisor_epoch(const etm_supervisor *s) { return s->epoch; }

@@ -1,7 +1,9 @@
 """The binary upgrade (docs/install.md "Upgrade"): SIGUSR2 starts the new
 binary with the listening sockets; the new process serves, the old one
 stops accepting, drains its flows (up to [policy] upgrade_drain_after) and
-exits 0; a new binary that fails to start leaves the old one serving.
+exits 0; a new binary that fails to start, or does not serve within
+[policy] upgrade_start_timeout (then it is killed), leaves the old one
+serving.
 
 The binary is copied to the test's directory and started from there, so a
 test can replace the file as an install does (a new inode at the same
@@ -37,6 +39,14 @@ AFTER = 2.5            # seconds of crr load after the new process serves
 def line(text):
     """A log line's pattern: any time stamp and level, the text exactly."""
     return re.compile(r"^\S+ [A-Z]+ +\S+: " + re.escape(text) + "$", re.M)
+
+
+def starting(binary, n_sockets):
+    """The starting line's pattern; its group is the new process's pid."""
+    return re.compile(r"^\S+ INFO  app: " + re.escape(f"upgrade: SIGUSR2 received; starting "
+                                                       f"{binary} (pid ")
+                      + r"(\d+)" + re.escape(f") with {n_sockets} listening socket(s)") + "$",
+                      re.M)
 
 
 def wait_for(proxy, pattern, count=1, timeout=10.0):
@@ -226,8 +236,7 @@ def test_upgrade_under_crr_load_refuses_nothing_and_keeps_a_long_flow(upgrading,
     assert crr.errors == [], crr.errors[:10]
     assert len(before) >= CRR_MIN and len(after) >= CRR_MIN, (len(before), len(after))
     log = proxy.log()
-    assert line(f"upgrade: SIGUSR2 received; starting {binary} with 2 listening socket(s)"
-                ).search(log), log
+    assert [int(pid) for pid in starting(binary, 2).findall(log)] == [new_pid], log
     assert line("upgrade: sockets passed by the old process: 2").search(log), log
 
     # the long flow holds the old process, and nothing else does
@@ -321,8 +330,7 @@ def test_failures_say_why_and_a_second_sigusr2_waits(upgrading, binary, echo):
     # still starting: a second SIGUSR2 is ignored
     install_script(binary, "#!/bin/sh\nsleep 1\nexit 3\n")
     proxy.proc.send_signal(signal.SIGUSR2)
-    wait_for(proxy, line(f"upgrade: SIGUSR2 received; starting {binary} with 2 listening "
-                         "socket(s)"))
+    wait_for(proxy, starting(binary, 2))
     proxy.proc.send_signal(signal.SIGUSR2)
     wait_for(proxy, line("upgrade: SIGUSR2 ignored: an upgrade is under way"))
     wait_for(proxy, failed_line("exit status 3"))
@@ -338,6 +346,82 @@ def test_failures_say_why_and_a_second_sigusr2_waits(upgrading, binary, echo):
     assert proxy.proc.poll() is None
     assert zombies_of(proxy.proc.pid) == []
     assert SERVING.findall(proxy.log()) == []
+    assert_sanitizer_clean(proxy)
+
+
+def test_a_start_that_hangs_is_killed_after_the_timeout(upgrading, binary, app, echo):
+    """A new process that never serves nor exits is killed (SIGKILL) after
+    [policy] upgrade_start_timeout and reaped; the old one serves on, and a
+    later SIGUSR2 upgrades."""
+    start, spawned = upgrading
+    proxy = start(socks_config("{port0}", "upgrade_start_timeout = 1"))
+    timed_out = failed_line("not serving after 1 s, killed")
+    install_script(binary, "#!/bin/sh\nexec sleep 1000\n")
+    signalled = time.monotonic()
+    proxy.proc.send_signal(signal.SIGUSR2)
+    hung = int(wait_for(proxy, starting(binary, 2))[0])
+    spawned.append(hung)  # stopped at teardown if this test fails first
+    assert hung != proxy.proc.pid
+    wait_for(proxy, timed_out, timeout=5)
+    assert 0.9 < time.monotonic() - signalled < 4.0
+    # killed and reaped by the old process: gone, and no zombie of it left
+    assert not alive(hung) and zombies_of(proxy.proc.pid) == []
+    assert proxy.proc.poll() is None
+    one_flow(proxy.port, echo.port)
+
+    # the real binary back, and a timeout the new process must not hit
+    # once it serves (the save's reload sets it for the next start)
+    install(binary, app)
+    proxy.cfg_path.write_text(proxy.cfg_path.read_text().replace("upgrade_start_timeout = 1",
+                                                                 "upgrade_start_timeout = 2"))
+    time.sleep(0.5)
+    long_flow = socks_open(proxy.port, LOOPBACK, echo.port)
+    new_pid = upgrade(proxy, spawned)
+    assert int(wait_for(proxy, starting(binary, 2), 2)[1]) == new_pid
+    time.sleep(2.5)
+    assert alive(new_pid)
+    echo_once(long_flow, b"the old process drains on")
+    long_flow.close()
+    assert proxy.proc.wait(5) == 0, proxy.log()
+    one_flow(proxy.port, echo.port)
+    assert stop_pid(new_pid)
+    log = proxy.log()
+    assert len(timed_out.findall(log)) == 1 and len(SERVING.findall(log)) == 1, log
+    assert_sanitizer_clean(proxy)
+
+
+def test_a_start_that_closes_the_pipe_and_hangs_is_killed_too(upgrading, binary, echo):
+    """The end of the pipe without the byte waits for the exit; a process
+    that closed it and hangs is killed by the timeout all the same."""
+    start, spawned = upgrading
+    proxy = start(socks_config("{port0}", "upgrade_start_timeout = 1"))
+    install_script(binary, '#!/bin/sh\neval "exec $ETM_UPGRADE_READY>&-"\nexec sleep 1000\n')
+    proxy.proc.send_signal(signal.SIGUSR2)
+    hung = int(wait_for(proxy, starting(binary, 2))[0])
+    spawned.append(hung)
+    wait_for(proxy, failed_line("not serving after 1 s, killed"), timeout=5)
+    assert not alive(hung) and zombies_of(proxy.proc.pid) == []
+    one_flow(proxy.port, echo.port)
+    assert_sanitizer_clean(proxy)
+
+
+def test_a_stop_during_a_hung_start_stops_both(upgrading, binary):
+    """SIGTERM while the start timeout runs: the old process stops at once
+    and cleanly (its timer closes with it, nothing leaks), the hung one gets
+    SIGTERM."""
+    start, spawned = upgrading
+    proxy = start(socks_config("{port0}", "upgrade_start_timeout = 60"))
+    install_script(binary, "#!/bin/sh\nexec sleep 1000\n")
+    proxy.proc.send_signal(signal.SIGUSR2)
+    hung = int(wait_for(proxy, starting(binary, 2))[0])
+    spawned.append(hung)
+    proxy.proc.send_signal(signal.SIGTERM)
+    assert proxy.proc.wait(5) == 0, proxy.log()
+    deadline = time.monotonic() + 5
+    while alive(hung) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not alive(hung)
+    assert "failed to start" not in proxy.log(), proxy.log()
     assert_sanitizer_clean(proxy)
 
 
@@ -444,6 +528,19 @@ def test_udp_lb_answers_on_the_same_port_before_and_after(upgrading):
 def test_upgrade_drain_after_is_checked(run, tmp_path, value, out, err):
     cfg = tmp_path / "c.toml"
     cfg.write_text(socks_config("1080", f"upgrade_drain_after = {value}"))
+    r = run("--test", "-c", str(cfg))
+    assert (r.returncode, r.stdout, r.stderr) == (1 if err else 0, out, err)
+
+
+@pytest.mark.parametrize("value,out,err", [
+    (1, "Configuration OK.\n", ""),
+    (3600, "Configuration OK.\n", ""),
+    (0, "", "configuration invalid: policy.upgrade_start_timeout must be 1 to 3600\n"),
+    (3601, "", "configuration invalid: policy.upgrade_start_timeout must be 1 to 3600\n"),
+])
+def test_upgrade_start_timeout_is_checked(run, tmp_path, value, out, err):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(socks_config("1080", f"upgrade_start_timeout = {value}"))
     r = run("--test", "-c", str(cfg))
     assert (r.returncode, r.stdout, r.stderr) == (1 if err else 0, out, err)
 

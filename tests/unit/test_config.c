@@ -68,6 +68,7 @@ static void defaults(void **state)
 	assert_int_equal(s.policy.handshake_timeout, 10);
 	assert_int_equal(s.policy.idle_timeout, 300);
 	assert_int_equal(s.policy.upgrade_drain_after, 600);
+	assert_int_equal(s.policy.upgrade_start_timeout, 60);
 	assert_int_equal(s.inbounds_len, 1);
 	assert_null(s.inbounds[0].listen);
 	assert_false(s.inbounds[0].sniffing);

@@ -99,6 +99,10 @@ static void bad_drain_values_are_refused_word_for_word(void **state)
 	        false);
 	refused(DIRECT "[policy]\nupgrade_drain_after = 86401\n",
 	        "policy.upgrade_drain_after must be 0 to 86400", false);
+	refused(DIRECT "[policy]\nupgrade_start_timeout = 0\n",
+	        "policy.upgrade_start_timeout must be 1 to 3600", false);
+	refused(DIRECT "[policy]\nupgrade_start_timeout = 3601\n",
+	        "policy.upgrade_start_timeout must be 1 to 3600", false);
 	refused(DIRECT "[policy]\ndrain = \"keep\"\ndrain_after = 5\n",
 	        "policy.drain_after closes the flows of old versions, so it cannot go with "
 	        "policy.drain = \"keep\"",
@@ -109,6 +113,20 @@ static void bad_drain_values_are_refused_word_for_word(void **state)
 	etm_spec s;
 	load(DIRECT "drain = \"keep\"\n[policy]\ndrain_after = 5\n", &s);
 	etm_spec_free(&s);
+}
+
+static void upgrade_start_timeout_takes_its_bounds(void **state)
+{
+	(void)state;
+	etm_spec s;
+	load(DIRECT "[policy]\nupgrade_start_timeout = 1\n", &s);
+	assert_int_equal(s.policy.upgrade_start_timeout, 1);
+	etm_spec_free(&s);
+	load(DIRECT "[policy]\nupgrade_start_timeout = 3600\n", &s);
+	assert_int_equal(s.policy.upgrade_start_timeout, 3600);
+	etm_spec_free(&s);
+	refused(DIRECT "[policy]\nupgrade_start_timeout = -1\n",
+	        "invalid value: integer `-1`, expected u64", true);
 }
 
 /* ---- a running config, reloaded ---- */
@@ -792,6 +810,7 @@ int main(void)
 		cmocka_unit_test(a_short_buffer_is_reported),
 		cmocka_unit_test(the_drain_keys_parse_with_unset_defaults),
 		cmocka_unit_test(bad_drain_values_are_refused_word_for_word),
+		cmocka_unit_test(upgrade_start_timeout_takes_its_bounds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,6 +68,8 @@ static etm_spec recipe(void)
 	add_balancer(&s, "upstream", LIST("primary", "secondary", "tertiary"), "failover");
 	s.route.default_tag = dup("upstream");
 	add_rule(&s, "direct")->cidr = LIST("10.0.0.0/8", "fc00::/7");
+	/* the config's default: a zeroed policy's 0 is out of its range */
+	s.policy.upgrade_start_timeout = ETM_DEFAULT_UPGRADE_START_TIMEOUT;
 	return s;
 }
 
