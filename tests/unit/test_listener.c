@@ -160,8 +160,17 @@ static void udp_by_worker_index(void **state)
 		assert_true(fcntl(fd, F_GETFL) & O_NONBLOCK);
 		close(fd);
 	}
-	/* a TCP probe on the port is not satisfied by UDP sockets */
-	assert_int_equal(listener_check_free("127.0.0.1", port, msg, sizeof msg), 0);
+	/* a TCP probe on the port is not satisfied by UDP sockets: with the
+	 * TCP port held (by this socket, or by whoever holds it already: the
+	 * kernel chose the UDP port, not the TCP one) the probe still fails */
+	int tcp = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(tcp >= 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+	                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	if (bind(tcp, (struct sockaddr *)&a, sizeof a) == 0)
+		assert_int_equal(listen(tcp, 1), 0);
+	assert_int_not_equal(listener_check_free("127.0.0.1", port, msg, sizeof msg), 0);
+	close(tcp);
 	listener_inherit_release();
 	assert_false(is_open(passed[0]) || is_open(passed[1]));
 	/* nothing is passed any more: the port binds anew */
