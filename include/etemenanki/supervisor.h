@@ -120,6 +120,24 @@ typedef struct etm_udplb_stats {
 __attribute__((warn_unused_result)) int etm_supervisor_udplb_stats(const etm_supervisor *s, size_t i,
                                                                    etm_udplb_stats *out);
 
+/* The running config's inbounds: how many, and the tag of inbound i
+ * (borrowed until the next apply; NULL past the end). The thread that
+ * started the engine. */
+size_t etm_supervisor_inbound_count(const etm_supervisor *s);
+const char *etm_supervisor_inbound_tag(const etm_supervisor *s, size_t i);
+
+/* Backend j of udp_lb inbound i, in its cluster's backends order:
+ * "ip:port" into addr[0, addr_size), whether it is up, and the flows it
+ * has been given (summed over the workers, relaxed reads). Returns 0, or
+ * -1 when inbound i is not a udp_lb one or has no backend j. The thread
+ * that started the engine. */
+#define ETM_UDPLB_ADDR_MAX 64
+__attribute__((warn_unused_result)) int etm_supervisor_udplb_backend(const etm_supervisor *s,
+                                                                     size_t i, size_t j,
+                                                                     char *addr,
+                                                                     size_t addr_size, int *up,
+                                                                     uint64_t *flows_created);
+
 /* What the admission guard refused since the start (docs/security.md). */
 typedef struct etm_guard_stats {
 	uint64_t refused_source; /* over [policy] max_connections_per_source */

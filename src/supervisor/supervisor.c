@@ -458,6 +458,27 @@ int etm_supervisor_udplb_stats(const etm_supervisor *s, size_t i, etm_udplb_stat
 	return 0;
 }
 
+size_t etm_supervisor_inbound_count(const etm_supervisor *s) { return s->spec.inbounds_len; }
+
+const char *etm_supervisor_inbound_tag(const etm_supervisor *s, size_t i)
+{
+	return i < s->spec.inbounds_len ? s->spec.inbounds[i].tag : NULL;
+}
+
+_Static_assert(ETM_UDPLB_ADDR_MAX >= UDPLB_ADDR_TEXT_MAX, "a backend address fits");
+
+int etm_supervisor_udplb_backend(const etm_supervisor *s, size_t i, size_t j, char *addr,
+                                 size_t addr_size, int *up, uint64_t *flows_created)
+{
+	if (i >= s->spec.inbounds_len || !s->ins[i].lb ||
+	    j >= udplb_group_backend_count(s->ins[i].lb))
+		return -1;
+	bool is_up;
+	udplb_group_backend(s->ins[i].lb, j, addr, addr_size, &is_up, flows_created);
+	*up = is_up;
+	return 0;
+}
+
 const char *etm_udplb_drop_name(size_t i)
 {
 	return i < UDPLB_SHELL_DROP_COUNT ? udplb_shell_drop_name((unsigned)i) : "unknown";
