@@ -74,6 +74,8 @@ struct mconn {
 	mconn *prev, *next;
 	metrics_buf out; /* the answer being written */
 	bool writing, close_after, closing;
+	bool lingering; /* answered and shut down: reading what is left, for the RST's sake */
+	uv_shutdown_t shut;
 	int handles; /* tcp and idle: the connection is freed when both closed */
 	size_t len, scan;
 	uint8_t head[METRICS_HEAD_MAX];
@@ -114,7 +116,35 @@ static void conn_close(mconn *c)
 	uv_close((uv_handle_t *)&c->idle, conn_freed);
 }
 
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
 static void on_idle(uv_timer_t *t) { conn_close(t->data); }
+
+/* Closing a socket with unread bytes sends an RST, which can destroy the
+ * answer before the client reads it (RFC 9112 9.6): after a last answer
+ * the write side is shut and what still arrives is read and dropped, for
+ * at most this long. */
+#define METRICS_LINGER_MS 2000
+
+static void on_shut(uv_shutdown_t *req, int status)
+{
+	(void)req;
+	(void)status;
+}
+
+static void linger(mconn *c)
+{
+	c->lingering = true;
+	c->len = 0;
+	c->shut.data = c;
+	if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shut) ||
+	    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read)) {
+		conn_close(c);
+		return;
+	}
+	uv_timer_start(&c->idle, on_idle, METRICS_LINGER_MS, 0);
+}
 
 /* The text of one scrape; -1 when memory ran out. */
 static int collect(metrics_http *m, metrics_buf *body)
@@ -166,7 +196,6 @@ done:
 	return rc;
 }
 
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void process(mconn *c);
 
 static void on_written(uv_write_t *wr, int status)
@@ -176,12 +205,19 @@ static void on_written(uv_write_t *wr, int status)
 	metrics_buf_free(&c->out);
 	if (c->closing)
 		return;
-	if (status < 0 || c->close_after) {
+	if (status < 0) {
 		conn_close(c);
 		return;
 	}
+	if (c->close_after) {
+		linger(c);
+		return;
+	}
 	uv_timer_start(&c->idle, on_idle, METRICS_IDLE_MS, 0);
-	uv_read_start((uv_stream_t *)&c->tcp, NULL, on_read) == 0 ? process(c) : conn_close(c);
+	if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read))
+		conn_close(c);
+	else
+		process(c); /* a request that came with the last one */
 }
 
 /* Writes one answer; with close_after the connection ends after it. */
@@ -305,6 +341,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	}
 	if (nread == 0)
 		return;
+	if (c->lingering)
+		return; /* dropped: the buffer is reused from its start */
 	c->len += (size_t)nread;
 	uv_timer_start(&c->idle, on_idle, METRICS_IDLE_MS, 0);
 	process(c);
