@@ -61,6 +61,13 @@ void etm_supervisor_stop_accepting(etm_supervisor *s);
  * Mux.Cool server carriers. The thread that started the engine. */
 size_t etm_supervisor_open_flows(etm_supervisor *s);
 
+/* What etm_supervisor_open_flows counts (open), and the client
+ * connections ever opened (total: TCP connections accepted and gRPC
+ * streams served as connections; carriers not counted), both summed over
+ * the workers, each worker counting its own on its own loop. The thread
+ * that started the engine. */
+void etm_supervisor_flow_counts(etm_supervisor *s, uint64_t *open, uint64_t *total);
+
 /* [policy] upgrade_drain_after of the running config, in seconds. */
 uint64_t etm_supervisor_upgrade_drain_after(const etm_supervisor *s);
 

@@ -189,6 +189,9 @@ int metrics_write(const metrics_snapshot *s, metrics_buf *b)
 	n = "etemenanki_flows_open";
 	family(b, n, "gauge", "Client connections open on every worker (flows and mux carriers).");
 	sample(b, n, NULL, NULL, NULL, NULL, s->flows_open);
+	n = "etemenanki_flows_total";
+	family(b, n, "counter", "Client connections opened (TCP accepted, gRPC streams served).");
+	sample(b, n, NULL, NULL, NULL, NULL, s->flows_total);
 	n = "etemenanki_guard_refused_total";
 	family(b, n, "counter", "Connections and dials the admission guard refused, by reason.");
 	sample(b, n, "reason", "source", NULL, NULL, s->guard.refused_source);

@@ -29,6 +29,7 @@ typedef struct metrics_snapshot {
 	const char *version, *commit;
 	uint64_t start_time;  /* Unix seconds */
 	uint64_t flows_open;  /* client connections open on every worker */
+	uint64_t flows_total; /* client connections ever opened */
 	uint64_t epoch;       /* the published plane's */
 	etm_guard_stats guard;
 	uint64_t reloads_ok, reloads_failed;

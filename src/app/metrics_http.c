@@ -175,11 +175,14 @@ static int collect(metrics_http *m, metrics_buf *body)
 	}
 	etm_guard_stats g;
 	etm_supervisor_guard_stats(sup, &g);
+	uint64_t open, total;
+	etm_supervisor_flow_counts(sup, &open, &total);
 	metrics_snapshot s = {
 		.version = etm_version(),
 		.commit = ETM_COMMIT,
 		.start_time = m->start_time,
-		.flows_open = etm_supervisor_open_flows(sup),
+		.flows_open = open,
+		.flows_total = total,
 		.epoch = etm_supervisor_epoch(sup),
 		.guard = g,
 		.reloads_ok = m->reloads->ok,

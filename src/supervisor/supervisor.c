@@ -381,6 +381,26 @@ size_t etm_supervisor_open_flows(etm_supervisor *s)
 	return n;
 }
 
+typedef struct flow_counts {
+	uint64_t open, total;
+} flow_counts;
+
+static void worker_count_flows(worker *w, void *arg)
+{
+	flow_counts *n = arg;
+	n->open += worker_conn_list(w)->n + gun_server_count(w) + mux_session_count(w);
+	n->total += worker_conn_list(w)->opened;
+}
+
+void etm_supervisor_flow_counts(etm_supervisor *s, uint64_t *open, uint64_t *total)
+{
+	flow_counts n = {0};
+	for (size_t i = 0; i < workers_count(s->ws); i++)
+		worker_run(workers_at(s->ws, i), worker_count_flows, &n);
+	*open = n.open;
+	*total = n.total;
+}
+
 uint64_t etm_supervisor_upgrade_drain_after(const etm_supervisor *s)
 {
 	return s->spec.policy.upgrade_drain_after;

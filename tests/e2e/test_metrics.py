@@ -147,7 +147,7 @@ def test_scrape_is_parsed_and_counts_traffic(served, backend, echo_tcp):
     fams = scrape(p.port)
     # every family the docs list, each with HELP and TYPE
     for name in ("etemenanki_build_info", "etemenanki_start_time_seconds",
-                 "etemenanki_config_epoch", "etemenanki_flows_open",
+                 "etemenanki_config_epoch", "etemenanki_flows_open", "etemenanki_flows",
                  "etemenanki_guard_refused", "etemenanki_accept_paused",
                  "etemenanki_reloads", "etemenanki_metrics_connections_refused",
                  "etemenanki_udp_active_flows", "etemenanki_udp_flows_created",
@@ -166,6 +166,7 @@ def test_scrape_is_parsed_and_counts_traffic(served, backend, echo_tcp):
                - time.time()) < 60
     assert value(fams, "etemenanki_config_epoch", "etemenanki_config_epoch") == 1
     assert value(fams, "etemenanki_flows_open", "etemenanki_flows_open") == 0
+    assert value(fams, "etemenanki_flows", "etemenanki_flows_total") == 0
     assert fams["etemenanki_udp_datagrams_dropped"].type == "counter"
     assert fams["etemenanki_udp_active_flows"].type == "gauge"
 
@@ -177,6 +178,7 @@ def test_scrape_is_parsed_and_counts_traffic(served, backend, echo_tcp):
         for s in held:
             s.close()
     wait_value(p.port, "etemenanki_flows_open", "etemenanki_flows_open", 0)
+    assert value(scrape(p.port), "etemenanki_flows", "etemenanki_flows_total") == 3
 
     # five datagrams of one flow through the udp_lb inbound, answered
     c = Client(p.lb.port)

@@ -29,6 +29,10 @@ static const char GLOBAL[] =
 	"carriers).\n"
 	"# TYPE etemenanki_flows_open gauge\n"
 	"etemenanki_flows_open 7\n"
+	"# HELP etemenanki_flows_total Client connections opened (TCP accepted, gRPC streams "
+	"served).\n"
+	"# TYPE etemenanki_flows_total counter\n"
+	"etemenanki_flows_total 9\n"
 	"# HELP etemenanki_guard_refused_total Connections and dials the admission guard refused, "
 	"by reason.\n"
 	"# TYPE etemenanki_guard_refused_total counter\n"
@@ -98,6 +102,7 @@ static metrics_snapshot base(void)
 		.commit = "abc",
 		.start_time = 1700000000,
 		.flows_open = 7,
+		.flows_total = 9,
 		.epoch = 3,
 		.guard = {.refused_source = 1, .refused_loop = 2, .accept_paused = 3},
 		.reloads_ok = 4,
