@@ -254,12 +254,15 @@ static void on_usr2(uv_signal_t *h, int signum)
 		upgrader_start(a->up);
 }
 
-/* The new process serves: reloads are its business now. */
+/* The new process serves: reloads are its business now, and so are
+ * scrapes (its endpoint shares the address, SO_REUSEPORT). */
 static void on_upgrade_serving(void *data)
 {
 	app *a = data;
 	reloader_stop(a->rl);
 	a->rl = NULL;
+	metrics_http_stop(a->metrics);
+	a->metrics = NULL;
 }
 
 static void close_handle(uv_handle_t *h, void *arg)

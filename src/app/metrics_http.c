@@ -1,10 +1,12 @@
 /* metrics_http.c - the [metrics] listen server: accepts, bounds and times out connections, parses request heads with proto/http_parse and answers with app/metrics's text. */
 #include "app/metrics_http.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "commit.h" /* generated from app/commit.h.in */
 #include "app/metrics.h"
@@ -408,9 +410,23 @@ metrics_http *metrics_http_start(uv_loop_t *loop, const char *addr, etm_supervis
 		return NULL;
 	}
 	*m = (metrics_http){.sup = sup, .reloads = reloads, .start_time = start_time, .open = 1};
-	uv_tcp_init(loop, &m->listener);
+	/* SO_REUSEPORT, as the inbounds' listeners have it: the new process
+	 * of a binary upgrade binds the same address while this one still
+	 * serves, and this one stops when that one serves (cli.c) */
+	int rc = uv_tcp_init_ex(loop, &m->listener, ss.ss_family);
+	if (rc) {
+		snprintf(err, err_size, msgs[M_LISTEN], addr, uv_strerror(rc));
+		free(m);
+		return NULL;
+	}
 	m->listener.data = m;
-	int rc = uv_tcp_bind(&m->listener, (const struct sockaddr *)&ss, 0);
+	uv_os_fd_t fd;
+	int one = 1;
+	rc = uv_fileno((uv_handle_t *)&m->listener, &fd);
+	if (rc == 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one))
+		rc = uv_translate_sys_error(errno);
+	if (rc == 0)
+		rc = uv_tcp_bind(&m->listener, (const struct sockaddr *)&ss, 0);
 	if (rc == 0)
 		rc = uv_listen((uv_stream_t *)&m->listener, METRICS_CONNS_MAX, on_connection);
 	if (rc) {

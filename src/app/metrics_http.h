@@ -34,6 +34,8 @@ typedef struct metrics_http metrics_http;
 /* Listens on addr ("ip:port", checked by etm_listen_addr_parse) on loop
  * and serves the counters of sup (borrowed until metrics_http_stop),
  * the reload counts in *reloads (borrowed likewise) and start_time.
+ * The socket has SO_REUSEPORT, so that the new process of a binary
+ * upgrade can bind the address while this one serves.
  * Logs "metrics: serving http://<bound address>/metrics". Returns the
  * server, or NULL with the reason in err: "metrics: cannot listen on
  * <addr>: <libuv's text>" or "metrics: out of memory". */

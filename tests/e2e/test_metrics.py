@@ -368,3 +368,24 @@ def test_bad_listen_and_busy_port(app, run, tmp_path, backend):
                                  "address already in use\n"), r.stderr
     finally:
         busy.close()
+
+
+# ---------------------------------------------------------------- binary upgrade
+
+from test_upgrade import (assert_sanitizer_clean, binary, socks_config, stop_pid,  # noqa: E402,F401
+                          upgrade, upgrading)
+
+
+def test_binary_upgrade_hands_the_endpoint_over(upgrading):
+    start, spawned = upgrading
+    mport = free_port()
+    proxy = start(socks_config() + f'\n[metrics]\nlisten = "127.0.0.1:{mport}"\n')
+    old_start = value(scrape(mport), "etemenanki_start_time_seconds",
+                      "etemenanki_start_time_seconds")
+    time.sleep(1.1)  # the new process's start time is a later second
+    new_pid = upgrade(proxy, spawned)
+    assert proxy.proc.wait(5) == 0, proxy.log()  # no flow open: it drained at once
+    fams = scrape(mport)
+    assert value(fams, "etemenanki_start_time_seconds", "etemenanki_start_time_seconds") > old_start
+    assert_sanitizer_clean(proxy)
+    assert stop_pid(new_pid)
