@@ -77,12 +77,22 @@ static int reload(reloader *r)
 		log_error("app", msgs[M_BUILD], msgs[M_NO_MEMORY]);
 		return -1;
 	}
-	check_metrics(r, spec.metrics_listen);
+	/* kept past the apply, which takes the spec */
+	char *metrics = spec.metrics_listen ? strdup(spec.metrics_listen) : NULL;
+	if (spec.metrics_listen && !metrics) {
+		free(access);
+		etm_spec_free(&spec);
+		log_error("app", msgs[M_BUILD], msgs[M_NO_MEMORY]);
+		return -1;
+	}
 	if (etm_supervisor_apply(r->sup, &spec, msg, sizeof msg)) {
 		free(access);
+		free(metrics);
 		log_error("app", msgs[M_BUILD], msg);
 		return -1;
 	}
+	check_metrics(r, metrics);
+	free(metrics);
 	if (!r->keep_level)
 		log_set_level(level);
 	log_set_format(format);

@@ -234,7 +234,7 @@ def test_reloads_are_counted(served, backend):
     p.lb.reload(config(backend, other))
     want = (f"reload: [metrics] listen changed from 127.0.0.1:0 to {other}; the endpoint stays "
             "on 127.0.0.1:0 until the next start")
-    assert any(l.endswith("WARN  app: " + want) for l in p.lb.log().splitlines()), p.lb.log()
+    assert p.lb.wait_line(want).endswith("WARN  app: " + want), p.lb.log()
     wait_value(p.port, "etemenanki_reloads", "etemenanki_reloads_total", 2, result="ok")
 
 
