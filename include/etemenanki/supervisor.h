@@ -145,6 +145,17 @@ __attribute__((warn_unused_result)) int etm_supervisor_udplb_backend(const etm_s
                                                                      size_t addr_size, int *up,
                                                                      uint64_t *flows_created);
 
+/* Member j of balancer i of the running config, in its outbounds order:
+ * the balancer's tag and the member's outbound tag (both borrowed until
+ * the next apply) and whether its health probes find it up (a relaxed
+ * read). Returns 0, or -1 past the end. The thread that started the
+ * engine. */
+__attribute__((warn_unused_result)) int etm_supervisor_balancer_member(const etm_supervisor *s,
+                                                                       size_t i, size_t j,
+                                                                       const char **balancer,
+                                                                       const char **member,
+                                                                       int *up);
+
 /* What the admission guard refused since the start (docs/security.md). */
 typedef struct etm_guard_stats {
 	uint64_t refused_source; /* over [policy] max_connections_per_source */

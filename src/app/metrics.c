@@ -203,6 +203,11 @@ int metrics_write(const metrics_snapshot *s, metrics_buf *b)
 	family(b, n, "counter", "Config reloads, by result.");
 	sample(b, n, "result", "ok", NULL, NULL, s->reloads_ok);
 	sample(b, n, "result", "failed", NULL, NULL, s->reloads_failed);
+	n = "etemenanki_balancer_member_up";
+	family(b, n, "gauge", "Whether a balancer member passes its health probes (1) or not (0).");
+	for (size_t i = 0; i < s->n_members; i++)
+		sample(b, n, "balancer", s->members[i].balancer, "member", s->members[i].member,
+		       s->members[i].up ? 1 : 0);
 	n = "etemenanki_metrics_connections_refused_total";
 	family(b, n, "counter", "Connections to this endpoint closed at once: too many were open.");
 	sample(b, n, NULL, NULL, NULL, NULL, s->scrape_connections_refused);

@@ -24,6 +24,11 @@ typedef struct metrics_udplb {
 	metrics_backend *backends; /* borrowed */
 } metrics_udplb;
 
+typedef struct metrics_member {
+	const char *balancer, *member; /* tags; borrowed */
+	int up;
+} metrics_member;
+
 /* What one scrape shows. Every pointer is borrowed for the call. */
 typedef struct metrics_snapshot {
 	const char *version, *commit;
@@ -34,6 +39,8 @@ typedef struct metrics_snapshot {
 	etm_guard_stats guard;
 	uint64_t reloads_ok, reloads_failed;
 	uint64_t scrape_connections_refused; /* the metrics server's own */
+	size_t n_members; /* every balancer's members, a tag listed twice once */
+	const metrics_member *members;
 	size_t n_udplb;
 	const metrics_udplb *udplb;
 } metrics_snapshot;

@@ -155,6 +155,8 @@ static int collect(metrics_http *m, metrics_buf *body)
 	size_t n_in = etm_supervisor_inbound_count(sup);
 	metrics_udplb *lb = calloc(n_in ? n_in : 1, sizeof *lb);
 	size_t n_lb = 0;
+	metrics_member *mem = NULL;
+	size_t n_mem = 0, mem_cap = 0;
 	int rc = -1;
 	if (!lb)
 		return -1;
@@ -175,6 +177,24 @@ static int collect(metrics_http *m, metrics_buf *body)
 			u->backends[u->n_backends++] = be;
 		}
 	}
+	for (size_t i = 0;; i++) {
+		metrics_member mm;
+		size_t j = 0;
+		for (; etm_supervisor_balancer_member(sup, i, j, &mm.balancer, &mm.member, &mm.up) == 0;
+		     j++) {
+			/* a tag listed twice is one outbound, one series */
+			bool seen = false;
+			for (size_t k = 0; k < n_mem && !seen; k++)
+				seen = mem[k].balancer == mm.balancer && strcmp(mem[k].member, mm.member) == 0;
+			if (seen)
+				continue;
+			if (vec_reserve(&mem, &mem_cap, n_mem, 1))
+				goto done;
+			mem[n_mem++] = mm;
+		}
+		if (j == 0)
+			break; /* past the last balancer (each has a member) */
+	}
 	etm_guard_stats g;
 	etm_supervisor_guard_stats(sup, &g);
 	uint64_t open, total;
@@ -190,11 +210,14 @@ static int collect(metrics_http *m, metrics_buf *body)
 		.reloads_ok = m->reloads->ok,
 		.reloads_failed = m->reloads->failed,
 		.scrape_connections_refused = m->refused,
+		.n_members = n_mem,
+		.members = mem,
 		.n_udplb = n_lb,
 		.udplb = lb,
 	};
 	rc = metrics_write(&s, body);
 done:
+	free(mem);
 	for (size_t i = 0; i < n_lb; i++)
 		free(lb[i].backends);
 	free(lb);

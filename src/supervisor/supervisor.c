@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "runtime/gun_conn.h"
 #include "runtime/mux_conn.h"
+#include "outbound/balanced.h"
 #include "supervisor/actor.h"
 #include "supervisor/build_route.h"
 #include "supervisor/build_udplb.h"
@@ -496,6 +497,21 @@ int etm_supervisor_udplb_backend(const etm_supervisor *s, size_t i, size_t j, ch
 	bool is_up;
 	udplb_group_backend(s->ins[i].lb, j, addr, addr_size, &is_up, flows_created);
 	*up = is_up;
+	return 0;
+}
+
+int etm_supervisor_balancer_member(const etm_supervisor *s, size_t i, size_t j,
+                                   const char **balancer, const char **member, int *up)
+{
+	if (i >= s->spec.balancers_len || !s->bals || !s->bals[i])
+		return -1;
+	const etm_balancer_spec *bs = &s->spec.balancers[i];
+	/* the members were built from the tag list, one for one */
+	if (j >= bs->outbounds.len || j >= balancer_size(s->bals[i]->core))
+		return -1;
+	*balancer = bs->tag;
+	*member = bs->outbounds.items[j];
+	*up = balancer_is_up(s->bals[i]->core, j);
 	return 0;
 }
 

@@ -240,6 +240,29 @@ def test_reloads_are_counted(served, backend):
     wait_value(p.port, "etemenanki_reloads", "etemenanki_reloads_total", 2, result="ok")
 
 
+def test_balancer_members(app, tmp_path, echo_tcp):
+    dead = free_port()
+    text = ('[[inbound]]\ntag = "socks"\nprotocol = "socks"\nlisten = "127.0.0.1"\nport = 0\n\n'
+            '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n')
+    for tag, port in (("dead", dead), ("live", echo_tcp.port)):
+        text += (f'[[outbound]]\ntag = "{tag}"\nprotocol = "socks"\n'
+                 f'server = "127.0.0.1"\nport = {port}\n\n')
+    text += ('[[balancer]]\ntag = "pool"\noutbounds = ["dead", "live", "live"]\n\n'
+             '[metrics]\nlisten = "127.0.0.1:0"\n')
+    lb = LbApp(app, tmp_path, text, 0, tag="socks").start()
+    try:
+        p = Served(lb)
+        wait_value(p.port, "etemenanki_balancer_member_up", "etemenanki_balancer_member_up", 0,
+                   balancer="pool", member="dead")
+        fams = scrape(p.port)
+        assert value(fams, "etemenanki_balancer_member_up", "etemenanki_balancer_member_up",
+                     balancer="pool", member="live") == 1
+        # "live" listed twice is one series
+        assert len(fams["etemenanki_balancer_member_up"].samples) == 2
+    finally:
+        assert lb.stop() == 0, lb.log()
+
+
 # ---------------------------------------------------------------- the server's bounds
 
 ANSWERS = {

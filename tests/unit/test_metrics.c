@@ -45,6 +45,11 @@ static const char GLOBAL[] =
 	"# TYPE etemenanki_reloads_total counter\n"
 	"etemenanki_reloads_total{result=\"ok\"} 4\n"
 	"etemenanki_reloads_total{result=\"failed\"} 5\n"
+	"# HELP etemenanki_balancer_member_up Whether a balancer member passes its health probes "
+	"(1) or not (0).\n"
+	"# TYPE etemenanki_balancer_member_up gauge\n"
+	"etemenanki_balancer_member_up{balancer=\"fo\",member=\"a\"} 1\n"
+	"etemenanki_balancer_member_up{balancer=\"fo\",member=\"b\"} 0\n"
 	"# HELP etemenanki_metrics_connections_refused_total Connections to this endpoint closed "
 	"at once: too many were open.\n"
 	"# TYPE etemenanki_metrics_connections_refused_total counter\n"
@@ -95,6 +100,11 @@ static const char UDP_EMPTY[] =
 	"# HELP etemenanki_udp_backend_flows_created_total UDP flows given to a backend.\n"
 	"# TYPE etemenanki_udp_backend_flows_created_total counter\n";
 
+static const metrics_member MEMBERS[] = {
+	{.balancer = "fo", .member = "a", .up = 1},
+	{.balancer = "fo", .member = "b", .up = 0},
+};
+
 static metrics_snapshot base(void)
 {
 	return (metrics_snapshot){
@@ -108,6 +118,8 @@ static metrics_snapshot base(void)
 		.reloads_ok = 4,
 		.reloads_failed = 5,
 		.scrape_connections_refused = 6,
+		.n_members = 2,
+		.members = MEMBERS,
 	};
 }
 
