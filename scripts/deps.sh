@@ -19,6 +19,8 @@ packages=(
   v2ray trojan
   # the independent gRPC peer (python3-grpcio: its own HTTP/2 and gRPC stack)
   python3-grpcio
+  # the Prometheus client's own text parser, for tests/e2e/test_metrics.py
+  python3-prometheus-client
   # more peers for `make bench`
   nginx libnginx-mod-stream shadowsocks-libev dante-server microsocks strace
 )

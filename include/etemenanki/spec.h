@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 /* A front-end (the TOML lowering in etemenanki-app, a panel, a test) fills an
  * etm_spec; etm_spec_check runs the build-time checks the seeds list; the
@@ -360,6 +361,10 @@ typedef struct etm_spec {
 	char *log_access; /* [log] access: "off" (or NULL), "stderr" or a path */
 	bool log_access_end; /* [log] access_end: a line when a TCP flow ends too */
 	etm_log_format log_format;
+	/* [metrics] listen: "ip:port" of the Prometheus endpoint
+	 * (docs/metrics.md), or NULL when off. The front-end serves it; the
+	 * engine only checks it (etm_listen_addr_parse). */
+	char *metrics_listen;
 	etm_runtime_spec runtime;
 	etm_policy_spec policy;
 	etm_inbound_spec *inbounds; /* owned */
@@ -384,6 +389,12 @@ void etm_spec_free(etm_spec *spec);
  * gives a spec with no outbound whose inbounds are all udp_lb the one
  * outbound "direct" (freedom) the router needs: spec is not const. */
 __attribute__((warn_unused_result)) int etm_spec_check(etm_spec *spec, char *msg, size_t msg_size);
+
+/* Parses "a.b.c.d:port" or "[v6]:port" (an IP literal, port 0-65535;
+ * 0 = the kernel picks one) into *out. Returns 0, or -1 when s is not
+ * that; *out is then unchanged. */
+__attribute__((warn_unused_result)) int etm_listen_addr_parse(const char *s,
+                                                              struct sockaddr_storage *out);
 
 /* The tag flows go to when no rule matches: [route].default when set, else the
  * first outbound's tag; NULL when there is neither. Borrowed from the spec. */

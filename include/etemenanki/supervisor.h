@@ -61,6 +61,13 @@ void etm_supervisor_stop_accepting(etm_supervisor *s);
  * Mux.Cool server carriers. The thread that started the engine. */
 size_t etm_supervisor_open_flows(etm_supervisor *s);
 
+/* What etm_supervisor_open_flows counts (open), and the client
+ * connections ever opened (total: TCP connections accepted and gRPC
+ * streams served as connections; carriers not counted), both summed over
+ * the workers, each worker counting its own on its own loop. The thread
+ * that started the engine. */
+void etm_supervisor_flow_counts(etm_supervisor *s, uint64_t *open, uint64_t *total);
+
 /* [policy] upgrade_drain_after of the running config, in seconds. */
 uint64_t etm_supervisor_upgrade_drain_after(const etm_supervisor *s);
 
@@ -119,6 +126,35 @@ typedef struct etm_udplb_stats {
  * udp_lb one. Any thread, while the engine runs. */
 __attribute__((warn_unused_result)) int etm_supervisor_udplb_stats(const etm_supervisor *s, size_t i,
                                                                    etm_udplb_stats *out);
+
+/* The running config's inbounds: how many, and the tag of inbound i
+ * (borrowed until the next apply; NULL past the end). The thread that
+ * started the engine. */
+size_t etm_supervisor_inbound_count(const etm_supervisor *s);
+const char *etm_supervisor_inbound_tag(const etm_supervisor *s, size_t i);
+
+/* Backend j of udp_lb inbound i, in its cluster's backends order:
+ * "ip:port" into addr[0, addr_size), whether it is up, and the flows it
+ * has been given (summed over the workers, relaxed reads). Returns 0, or
+ * -1 when inbound i is not a udp_lb one or has no backend j. The thread
+ * that started the engine. */
+#define ETM_UDPLB_ADDR_MAX 64
+__attribute__((warn_unused_result)) int etm_supervisor_udplb_backend(const etm_supervisor *s,
+                                                                     size_t i, size_t j,
+                                                                     char *addr,
+                                                                     size_t addr_size, int *up,
+                                                                     uint64_t *flows_created);
+
+/* Member j of balancer i of the running config, in its outbounds order:
+ * the balancer's tag and the member's outbound tag (both borrowed until
+ * the next apply) and whether its health probes find it up (a relaxed
+ * read). Returns 0, or -1 past the end. The thread that started the
+ * engine. */
+__attribute__((warn_unused_result)) int etm_supervisor_balancer_member(const etm_supervisor *s,
+                                                                       size_t i, size_t j,
+                                                                       const char **balancer,
+                                                                       const char **member,
+                                                                       int *up);
 
 /* What the admission guard refused since the start (docs/security.md). */
 typedef struct etm_guard_stats {

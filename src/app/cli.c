@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include <signal.h>
+#include <stdlib.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <uv.h>
 
@@ -18,6 +20,7 @@
 #include "commit.h" /* generated from app/commit.h.in */
 #include "app/config.h"
 #include "app/link_cmd.h"
+#include "app/metrics_http.h"
 #include "app/notify.h"
 #include "app/reload.h"
 #include "app/upgrade.h"
@@ -207,6 +210,8 @@ typedef struct app {
 	reloader *rl; /* NULL before the engine runs and once an upgrade drains */
 	upgrader *up; /* NULL before the engine runs */
 	etm_supervisor *sup;
+	metrics_http *metrics; /* NULL when [metrics] listen is absent */
+	metrics_reloads reloads;
 } app;
 
 /* SIGHUP: reload the config file, unless the process drains after an
@@ -249,12 +254,15 @@ static void on_usr2(uv_signal_t *h, int signum)
 		upgrader_start(a->up);
 }
 
-/* The new process serves: reloads are its business now. */
+/* The new process serves: reloads are its business now, and so are
+ * scrapes (its endpoint shares the address, SO_REUSEPORT). */
 static void on_upgrade_serving(void *data)
 {
 	app *a = data;
 	reloader_stop(a->rl);
 	a->rl = NULL;
+	metrics_http_stop(a->metrics);
+	a->metrics = NULL;
 }
 
 static void close_handle(uv_handle_t *h, void *arg)
@@ -298,6 +306,9 @@ static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 	raise_fd_limit();
 	/* The handlers come first: a signal during the start is kept by libuv
 	 * and handled as soon as the loop runs, so it still exits cleanly. */
+	uint64_t start_time = (uint64_t)time(NULL);
+	/* the spec goes to the engine; the endpoint's address stays here */
+	char *metrics_listen = spec->metrics_listen ? strdup(spec->metrics_listen) : NULL;
 	uv_loop_t loop;
 	uv_signal_t sigint, sigterm, sigusr1, sigusr2, sighup;
 	app a = {0};
@@ -318,6 +329,14 @@ static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 	etm_supervisor *sup;
 	int rc = etm_supervisor_start(spec, &sup, msg, sizeof msg);
 	etm_supervisor_inherit_release(); /* the listeners hold their own copies */
+	if (rc == 0 && metrics_listen) {
+		a.metrics = metrics_http_start(&loop, metrics_listen, sup, &a.reloads, start_time, msg,
+		                               sizeof msg);
+		if (!a.metrics) {
+			etm_supervisor_stop(sup);
+			rc = -1;
+		}
+	}
 	if (rc) {
 		etm_spec_free(spec);
 		say(err, CLI_START_FAILED, msg);
@@ -325,9 +344,11 @@ static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 		a.sup = sup;
 		a.up = upgrader_new(&loop, sup, o->argv, on_upgrade_serving, &a);
 		tell_ready();
-		a.rl = reloader_start(&loop, o->config, sup, o->level_set);
+		a.rl = reloader_start(&loop, o->config, sup, o->level_set, &a.reloads,
+		                      metrics_listen);
 		uv_run(&loop, UV_RUN_DEFAULT);
 		reloader_stop(a.rl);
+		metrics_http_stop(a.metrics);
 		upgrader_del(a.up);
 		a = (app){0};
 		etm_supervisor_stop(sup);
@@ -335,6 +356,7 @@ static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 	uv_walk(&loop, close_handle, NULL);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	(void)uv_loop_close(&loop);
+	free(metrics_listen);
 	if (rc)
 		return 1;
 	log_info("app", "%s", msgs[CLI_STOPPED]);

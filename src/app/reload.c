@@ -12,7 +12,8 @@
 #include "base/log.h"
 #include "etemenanki/etemenanki.h"
 
-enum { M_PARSE, M_BUILD, M_RELOADING, M_NO_WATCH, M_SAVED, M_ACCESS, M_NO_MEMORY };
+enum { M_PARSE, M_BUILD, M_RELOADING, M_NO_WATCH, M_SAVED, M_ACCESS, M_NO_MEMORY, M_METRICS,
+       M_OFF };
 static const char *const msgs[] = {
 	[M_PARSE] = "reload: parse failed, keeping current config: %s",
 	[M_BUILD] = "reload: build failed, keeping current config: %s",
@@ -21,6 +22,9 @@ static const char *const msgs[] = {
 	[M_SAVED] = "saved",
 	[M_ACCESS] = "reload: %s; keeping the current access log",
 	[M_NO_MEMORY] = "out of memory",
+	[M_METRICS] = "reload: [metrics] listen changed from %s to %s; the endpoint stays on %s "
+		      "until the next start",
+	[M_OFF] = "off",
 };
 
 struct reloader {
@@ -28,6 +32,8 @@ struct reloader {
 	const char *path;
 	char *dir, *base; /* owned: where the watch looks, and for which name */
 	etm_supervisor *sup;
+	metrics_reloads *counts; /* borrowed */
+	const char *metrics_listen; /* borrowed: the endpoint's address, or NULL */
 	bool keep_level;
 	uv_fs_event_t watch;
 	uv_timer_t debounce;
@@ -35,7 +41,18 @@ struct reloader {
 	int open_handles; /* the watch and the timer: freed when both closed */
 };
 
-static void reload(reloader *r)
+/* The endpoint is bound once, at the start: a change is logged, not
+ * applied (docs/metrics.md). */
+static void check_metrics(const reloader *r, const char *next)
+{
+	const char *cur = r->metrics_listen;
+	if ((cur == NULL) == (next == NULL) && (!cur || strcmp(cur, next) == 0))
+		return;
+	const char *c = cur ? cur : msgs[M_OFF];
+	log_warn("app", msgs[M_METRICS], c, next ? next : msgs[M_OFF], c);
+}
+
+static int reload(reloader *r)
 {
 	etm_spec spec;
 	char msg[CONFIG_MSG_MAX];
@@ -43,12 +60,12 @@ static void reload(reloader *r)
 	 * is prepare's (etm_supervisor_apply), whose failure is a build one */
 	if (config_load_file(r->path, &spec, msg, sizeof msg)) {
 		log_error("app", msgs[M_PARSE], msg);
-		return;
+		return -1;
 	}
 	if (etm_spec_check_available(&spec, msg, sizeof msg)) {
 		etm_spec_free(&spec);
 		log_error("app", msgs[M_BUILD], msg);
-		return;
+		return -1;
 	}
 	int level = log_level_of(spec.log_level);
 	int format = log_format_of(spec.log_format);
@@ -58,13 +75,24 @@ static void reload(reloader *r)
 	if (spec.log_access && !access) {
 		etm_spec_free(&spec);
 		log_error("app", msgs[M_BUILD], msgs[M_NO_MEMORY]);
-		return;
+		return -1;
+	}
+	/* kept past the apply, which takes the spec */
+	char *metrics = spec.metrics_listen ? strdup(spec.metrics_listen) : NULL;
+	if (spec.metrics_listen && !metrics) {
+		free(access);
+		etm_spec_free(&spec);
+		log_error("app", msgs[M_BUILD], msgs[M_NO_MEMORY]);
+		return -1;
 	}
 	if (etm_supervisor_apply(r->sup, &spec, msg, sizeof msg)) {
 		free(access);
+		free(metrics);
 		log_error("app", msgs[M_BUILD], msg);
-		return;
+		return -1;
 	}
+	check_metrics(r, metrics);
+	free(metrics);
 	if (!r->keep_level)
 		log_set_level(level);
 	log_set_format(format);
@@ -75,6 +103,7 @@ static void reload(reloader *r)
 	if (access_log_open(access, err, sizeof err))
 		log_warn("app", msgs[M_ACCESS], err);
 	free(access);
+	return 0;
 }
 
 void reloader_now(reloader *r, const char *why)
@@ -83,7 +112,10 @@ void reloader_now(reloader *r, const char *why)
 	/* systemd waits for READY=1 after RELOADING=1 whatever the outcome: a
 	 * reload that keeps the current config is over too */
 	notify_reloading();
-	reload(r);
+	if (reload(r))
+		r->counts->failed++;
+	else
+		r->counts->ok++;
 	notify_ready();
 }
 
@@ -99,7 +131,8 @@ static void on_change(uv_fs_event_t *h, const char *name, int events, int status
 	uv_timer_start(&r->debounce, on_quiet, RELOAD_DEBOUNCE_MS, 0);
 }
 
-reloader *reloader_start(uv_loop_t *loop, const char *path, etm_supervisor *sup, bool keep_level)
+reloader *reloader_start(uv_loop_t *loop, const char *path, etm_supervisor *sup, bool keep_level,
+                         metrics_reloads *counts, const char *metrics_listen)
 {
 	reloader *r = calloc(1, sizeof *r);
 	char *d = strdup(path), *b = strdup(path);
@@ -109,7 +142,12 @@ reloader *reloader_start(uv_loop_t *loop, const char *path, etm_supervisor *sup,
 		free(b);
 		return NULL;
 	}
-	*r = (reloader){.loop = loop, .path = path, .sup = sup, .keep_level = keep_level};
+	*r = (reloader){.loop = loop,
+	                .path = path,
+	                .sup = sup,
+	                .counts = counts,
+	                .metrics_listen = metrics_listen,
+	                .keep_level = keep_level};
 	r->dir = strdup(dirname(d));
 	r->base = strdup(basename(b));
 	free(d);

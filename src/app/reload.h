@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <uv.h>
 
+#include "app/metrics_http.h"
 #include "etemenanki/supervisor.h"
 
 /* A burst of saves within this long is one reload (an editor writes, then
@@ -19,8 +20,15 @@ typedef struct reloader reloader;
  * last change. With keep_level the log level is the command line's, else
  * the new file's [log] level applies. path is borrowed for the life of
  * the reloader. Returns NULL when memory runs out; a directory that cannot
- * be watched is logged, and reloader_now (SIGHUP) still works. */
-reloader *reloader_start(uv_loop_t *loop, const char *path, etm_supervisor *sup, bool keep_level);
+ * be watched is logged, and reloader_now (SIGHUP) still works. Every
+ * reload counts in *counts (borrowed for the life of the reloader): ok
+ * when applied ("no changes" included), failed otherwise. metrics_listen
+ * is the running [metrics] listen (NULL when off; borrowed likewise): a
+ * reload whose file changes it logs "reload: [metrics] listen changed
+ * from <old> to <new>; the endpoint stays on <old> until the next start"
+ * and applies the rest. */
+reloader *reloader_start(uv_loop_t *loop, const char *path, etm_supervisor *sup, bool keep_level,
+                         metrics_reloads *counts, const char *metrics_listen);
 
 /* Reloads now (SIGHUP): parse and check as --test does, then apply.
  * Every outcome is logged: "reload: parse failed, keeping current config:

@@ -377,6 +377,17 @@ static const schema_field log_fields[] = {
 static const schema_table log_table =
 	TABLE_OF("[log]", "Logging. Event lines go to stderr.", log_fields);
 
+static const schema_field metrics_fields[] = {
+	STR(etm_spec, metrics_listen, "listen", "none",
+	    "\"ip:port\" of the Prometheus endpoint, GET /metrics (docs/metrics.md); absent = "
+	    "off. An IPv6 address goes in brackets. Any address is allowed (the metrics carry no "
+	    "secrets, but they do show traffic: prefer loopback or a firewalled one). Read at "
+	    "start: a reload that changes it is logged and waits for a restart."),
+};
+static const schema_table metrics_table =
+	TABLE_OF("[metrics]", "The Prometheus metrics endpoint. Off when the table is absent.",
+	         metrics_fields);
+
 static const schema_field inbound_fields[] = {
 	REQ_STR(etm_inbound_spec, tag, "tag", "Name of the inbound; rules match it with inbound_tag."),
 	{.name = "protocol", .kind = SK_ENUM, .offset = offsetof(etm_inbound_spec, protocol),
@@ -666,6 +677,8 @@ static const schema_table policy_table =
 
 static const schema_field root_fields[] = {
 	{.name = "log", .kind = SK_TABLE, .offset = 0, .sub = &log_table, .doc = "Logging."},
+	{.name = "metrics", .kind = SK_TABLE, .offset = 0, .sub = &metrics_table,
+	 .doc = "Metrics."},
 	TABLE(etm_spec, runtime, "runtime", runtime_table, "Threads."),
 	TABLE(etm_spec, policy, "policy", policy_table, "Timeouts and limits."),
 	TABLE_ARRAY(etm_spec, inbounds, inbounds_len, "inbound", inbound_table, etm_inbound_spec,

@@ -408,6 +408,7 @@ static void opened(conn *c)
 	worker_conns *all = worker_conn_list(c->w);
 	list_push_front(&all->conns, &c->node);
 	all->n++;
+	all->opened++;
 	if (c->driver->on_open)
 		c->driver->on_open(c, c->drv);
 }

@@ -49,6 +49,7 @@ size_t worker_set_size(const worker *w);
 typedef struct worker_conns {
 	list conns; /* conn.c's connections */
 	size_t n;
+	uint64_t opened; /* connections ever put on conns: plain, read on this thread */
 	list lingering; /* linger.c's closing sockets */
 	size_t n_lingering;
 } worker_conns;

@@ -50,6 +50,8 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_BAD_WS_PATH] = "%s %s: stream.ws.path \"%s\" must start with /",
 	[SPEC_BAD_DNS_SERVER] = "dns server \"%s\" is not an IP address with an optional port",
 	[SPEC_BAD_ACCESS_LOG] = "[log] access \"%s\" is not \"off\", \"stderr\" or a file path",
+	[SPEC_BAD_METRICS_LISTEN] = "[metrics] listen \"%s\" is not an IP address and port "
+	                            "(like \"127.0.0.1:9100\")",
 	[SPEC_UNAVAILABLE_INBOUND] = "inbound %s: protocol %s is not available yet",
 	[SPEC_UNAVAILABLE_OUTBOUND] = "outbound %s: protocol %s is not available yet",
 	[SPEC_UNAVAILABLE_FEATURE] = "%s is not available yet",
@@ -261,6 +263,7 @@ void etm_spec_free(etm_spec *spec)
 	free(spec->route.rules);
 	strlist_free(&spec->dns.servers);
 	free(spec->log_access);
+	free(spec->metrics_listen);
 	*spec = (etm_spec){0};
 }
 
@@ -719,8 +722,48 @@ static int add_direct(etm_spec *s)
 	return 0;
 }
 
-/* The order follows seed 000 "Where outbounds live": outbounds, then
- * balancers, then the router; inbounds last, as they are bound last. */
+int etm_listen_addr_parse(const char *s, struct sockaddr_storage *out)
+{
+	const char *colon = strrchr(s, ':');
+	if (!colon || colon == s || !colon[1] || strlen(colon + 1) > 5)
+		return -1;
+	char host[INET6_ADDRSTRLEN + 2];
+	size_t hlen = (size_t)(colon - s);
+	bool v6 = s[0] == '[';
+	if (v6 && (hlen < 3 || s[hlen - 1] != ']'))
+		return -1;
+	const char *h = v6 ? s + 1 : s;
+	size_t n = v6 ? hlen - 2 : hlen;
+	if (n >= sizeof host)
+		return -1;
+	memcpy(host, h, n);
+	host[n] = '\0';
+	unsigned long port = 0;
+	for (const char *p = colon + 1; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		port = port * 10 + (unsigned long)(*p - '0');
+	}
+	if (port > 65535)
+		return -1;
+	struct sockaddr_storage ss = {0};
+	if (v6) {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+		if (inet_pton(AF_INET6, host, &a->sin6_addr) != 1)
+			return -1;
+		a->sin6_family = AF_INET6;
+		a->sin6_port = htons((uint16_t)port);
+	} else {
+		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+		if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+			return -1;
+		a->sin_family = AF_INET;
+		a->sin_port = htons((uint16_t)port);
+	}
+	*out = ss;
+	return 0;
+}
+
 /* An empty string or a directory name ("logs/") cannot be opened for
  * append; every other string is a path the start tries. */
 static bool access_target_valid(const char *t)
@@ -729,6 +772,8 @@ static bool access_target_valid(const char *t)
 	return n > 0 && t[n - 1] != '/';
 }
 
+/* The order follows seed 000 "Where outbounds live": outbounds, then
+ * balancers, then the router; inbounds last, as they are bound last. */
 int etm_spec_check(etm_spec *s, char *msg, size_t size)
 {
 	if (size)
@@ -750,6 +795,9 @@ int etm_spec_check(etm_spec *s, char *msg, size_t size)
 		return spec_format(msg, size, SPEC_POLICY_UPGRADE_START_RANGE);
 	if (s->log_access && !access_target_valid(s->log_access))
 		return spec_format(msg, size, SPEC_BAD_ACCESS_LOG, s->log_access);
+	struct sockaddr_storage ss;
+	if (s->metrics_listen && etm_listen_addr_parse(s->metrics_listen, &ss))
+		return spec_format(msg, size, SPEC_BAD_METRICS_LISTEN, s->metrics_listen);
 	for (size_t i = 0; i < s->outbounds_len; i++) {
 		const etm_outbound_spec *o = &s->outbounds[i];
 		if (find_outbound(s, o->tag) != o)

@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "runtime/gun_conn.h"
 #include "runtime/mux_conn.h"
+#include "outbound/balanced.h"
 #include "supervisor/actor.h"
 #include "supervisor/build_route.h"
 #include "supervisor/build_udplb.h"
@@ -381,6 +382,26 @@ size_t etm_supervisor_open_flows(etm_supervisor *s)
 	return n;
 }
 
+typedef struct flow_counts {
+	uint64_t open, total;
+} flow_counts;
+
+static void worker_count_flows(worker *w, void *arg)
+{
+	flow_counts *n = arg;
+	n->open += worker_conn_list(w)->n + gun_server_count(w) + mux_session_count(w);
+	n->total += worker_conn_list(w)->opened;
+}
+
+void etm_supervisor_flow_counts(etm_supervisor *s, uint64_t *open, uint64_t *total)
+{
+	flow_counts n = {0};
+	for (size_t i = 0; i < workers_count(s->ws); i++)
+		worker_run(workers_at(s->ws, i), worker_count_flows, &n);
+	*open = n.open;
+	*total = n.total;
+}
+
 uint64_t etm_supervisor_upgrade_drain_after(const etm_supervisor *s)
 {
 	return s->spec.policy.upgrade_drain_after;
@@ -455,6 +476,42 @@ int etm_supervisor_udplb_stats(const etm_supervisor *s, size_t i, etm_udplb_stat
 	};
 	memcpy(out->drops, t.drops, sizeof out->drops);
 	memcpy(out->evicted, t.evicted, sizeof out->evicted);
+	return 0;
+}
+
+size_t etm_supervisor_inbound_count(const etm_supervisor *s) { return s->spec.inbounds_len; }
+
+const char *etm_supervisor_inbound_tag(const etm_supervisor *s, size_t i)
+{
+	return i < s->spec.inbounds_len ? s->spec.inbounds[i].tag : NULL;
+}
+
+_Static_assert(ETM_UDPLB_ADDR_MAX >= UDPLB_ADDR_TEXT_MAX, "a backend address fits");
+
+int etm_supervisor_udplb_backend(const etm_supervisor *s, size_t i, size_t j, char *addr,
+                                 size_t addr_size, int *up, uint64_t *flows_created)
+{
+	if (i >= s->spec.inbounds_len || !s->ins[i].lb ||
+	    j >= udplb_group_backend_count(s->ins[i].lb))
+		return -1;
+	bool is_up;
+	udplb_group_backend(s->ins[i].lb, j, addr, addr_size, &is_up, flows_created);
+	*up = is_up;
+	return 0;
+}
+
+int etm_supervisor_balancer_member(const etm_supervisor *s, size_t i, size_t j,
+                                   const char **balancer, const char **member, int *up)
+{
+	if (i >= s->spec.balancers_len || !s->bals || !s->bals[i])
+		return -1;
+	const etm_balancer_spec *bs = &s->spec.balancers[i];
+	/* the members were built from the tag list, one for one */
+	if (j >= bs->outbounds.len || j >= balancer_size(s->bals[i]->core))
+		return -1;
+	*balancer = bs->tag;
+	*member = bs->outbounds.items[j];
+	*up = balancer_is_up(s->bals[i]->core, j);
 	return 0;
 }
 

@@ -212,7 +212,7 @@ static void unknown_fields(void **state)
 	              "\"h\"\nPath = \"/\"\n",
 	              "unknown field `Path`, expected `path` or `host`");
 	expect_detail("[lgo]\nlevel = \"info\"\n",
-	              "unknown field `lgo`, expected one of `log`, `runtime`, `policy`, `inbound`, `outbound`, "
+	              "unknown field `lgo`, expected one of `log`, `metrics`, `runtime`, `policy`, `inbound`, `outbound`, "
 	              "`balancer`, `cluster`, `route`, `dns`");
 	expect_detail("[[outbound]]\ntag = \"d\"\nprotocol = \"direct\"\nsettings = { a = 1 }\n",
 	              "unknown field `a`, there are no fields");
@@ -283,6 +283,29 @@ static void access_log_key(void **state)
 	               "[log] access \"logs/\" is not \"off\", \"stderr\" or a file path");
 	expect_detail("[log]\naccess = true\n", "invalid type: boolean `true`, expected a string");
 	expect_detail("[log]\naccess = 1\n", "invalid type: integer `1`, expected a string");
+}
+
+/* [metrics] listen: absent is off; an IP literal and port, else refused. */
+static void metrics_listen_key(void **state)
+{
+	(void)state;
+	etm_spec s = load_ok("[[outbound]]\ntag = \"d\"\nprotocol = \"direct\"\n");
+	assert_null(s.metrics_listen);
+	etm_spec_free(&s);
+	s = load_ok("[metrics]\nlisten = \"[::1]:9100\"\n[[outbound]]\ntag = \"d\"\n"
+	            "protocol = \"direct\"\n");
+	assert_string_equal(s.metrics_listen, "[::1]:9100");
+	etm_spec_free(&s);
+	expect_message("[metrics]\nlisten = \"localhost:9100\"\n[[outbound]]\ntag = \"d\"\n"
+	               "protocol = \"direct\"\n",
+	               "[metrics] listen \"localhost:9100\" is not an IP address and port (like "
+	               "\"127.0.0.1:9100\")");
+	expect_message("[metrics]\nlisten = \"127.0.0.1\"\n[[outbound]]\ntag = \"d\"\n"
+	               "protocol = \"direct\"\n",
+	               "[metrics] listen \"127.0.0.1\" is not an IP address and port (like "
+	               "\"127.0.0.1:9100\")");
+	expect_detail("[metrics]\nlisten = 9100\n", "invalid type: integer `9100`, expected a string");
+	expect_detail("[metrics]\nport = 9100\n", "unknown field `port`, expected `listen`");
 }
 
 static void variants(void **state)
@@ -632,6 +655,7 @@ int main(void)
 		cmocka_unit_test(wrong_types),
 		cmocka_unit_test(variants),
 		cmocka_unit_test(access_log_key),
+		cmocka_unit_test(metrics_listen_key),
 		cmocka_unit_test(missing_fields),
 		cmocka_unit_test(ports),
 		cmocka_unit_test(semantic_errors_pass_through),

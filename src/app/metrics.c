@@ -1,0 +1,216 @@
+/* metrics.c - writes a snapshot of the engine's counters in the Prometheus text exposition format 0.0.4. */
+#include "app/metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/vec.h"
+
+void metrics_buf_free(metrics_buf *b)
+{
+	free(b->p);
+	*b = (metrics_buf){0};
+}
+
+static int put(metrics_buf *b, const char *s, size_t n)
+{
+	if (b->failed)
+		return -1;
+	/* one more for the NUL that keeps the text a C string */
+	if (vec_reserve(&b->p, &b->cap, b->len, n + 1)) {
+		b->failed = 1;
+		return -1;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+	return 0;
+}
+
+static int puts_(metrics_buf *b, const char *s) { return put(b, s, strlen(s)); }
+
+/* Formats are this file's constants; values are numbers. */
+__attribute__((format(printf, 2, 3))) static int putf(metrics_buf *b, const char *fmt, ...)
+{
+	char tmp[128];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof tmp) {
+		b->failed = 1;
+		return -1;
+	}
+	return put(b, tmp, (size_t)n);
+}
+
+int metrics_escape(metrics_buf *b, const char *v)
+{
+	/* text exposition format, "Line format": a label value escapes
+	 * backslash, double quote and line feed */
+	for (const char *p = v; *p; p++) {
+		const char *rep = *p == '\\' ? "\\\\" : *p == '"' ? "\\\"" : *p == '\n' ? "\\n" : NULL;
+		if (rep ? puts_(b, rep) : put(b, p, 1))
+			return -1;
+	}
+	return 0;
+}
+
+/* "# HELP" and "# TYPE" of one family. The help texts are constants
+ * without a backslash or a line feed, the only characters HELP escapes. */
+static void family(metrics_buf *b, const char *name, const char *type, const char *help)
+{
+	(void)(puts_(b, "# HELP ") || puts_(b, name) || puts_(b, " ") || puts_(b, help) ||
+	       puts_(b, "\n# TYPE ") || puts_(b, name) || puts_(b, " ") || puts_(b, type) ||
+	       puts_(b, "\n"));
+}
+
+/* name{k1="v1",k2="v2"} value: up to two labels (k NULL for none). */
+static void sample(metrics_buf *b, const char *name, const char *k1, const char *v1,
+                   const char *k2, const char *v2, unsigned long long value)
+{
+	if (puts_(b, name))
+		return;
+	if (k1) {
+		if (puts_(b, "{") || puts_(b, k1) || puts_(b, "=\"") || metrics_escape(b, v1) ||
+		    puts_(b, "\""))
+			return;
+		if (k2 && (puts_(b, ",") || puts_(b, k2) || puts_(b, "=\"") ||
+		           metrics_escape(b, v2) || puts_(b, "\"")))
+			return;
+		if (puts_(b, "}"))
+			return;
+	}
+	(void)putf(b, " %llu\n", value);
+}
+
+/* The per-inbound counters of a udp_lb listener, named after seed 001's
+ * udp.* metrics: dots become underscores, the prefix etemenanki_ is
+ * added and a counter ends in _total. */
+typedef struct udp_family {
+	const char *name, *type, *help;
+	size_t offset; /* of the uint64_t in etm_udplb_stats */
+} udp_family;
+
+#define UF(n, t, field, h) {n, t, h, offsetof(etm_udplb_stats, field)}
+static const udp_family UDP_FAMILIES[] = {
+	UF("etemenanki_udp_active_flows", "gauge", active_flows,
+	   "UDP load-balancer flows open now."),
+	UF("etemenanki_udp_flows_created_total", "counter", flows_created,
+	   "UDP load-balancer flows opened."),
+	UF("etemenanki_udp_flows_evicted_total", "counter", flows_evicted,
+	   "UDP load-balancer flows closed, for any reason."),
+	UF("etemenanki_udp_flows_shed_total", "counter", flows_shed,
+	   "New UDP flows refused by a limit (the sum of the shed_* drops)."),
+	UF("etemenanki_udp_datagrams_to_backends_total", "counter", datagrams_to_backends,
+	   "Client datagrams sent toward a backend."),
+	UF("etemenanki_udp_bytes_to_backends_total", "counter", bytes_to_backends,
+	   "Payload bytes of the client datagrams sent toward a backend."),
+	UF("etemenanki_udp_datagrams_to_clients_total", "counter", datagrams_to_clients,
+	   "Backend datagrams relayed back to clients."),
+	UF("etemenanki_udp_bytes_to_clients_total", "counter", bytes_to_clients,
+	   "Payload bytes of the backend datagrams relayed back to clients."),
+	UF("etemenanki_udp_sockets_reused_total", "counter", sockets_reused,
+	   "New UDP flows that took a waiting upstream socket instead of opening one."),
+};
+
+static void udp_families(const metrics_snapshot *s, metrics_buf *b)
+{
+	for (size_t f = 0; f < sizeof UDP_FAMILIES / sizeof *UDP_FAMILIES; f++) {
+		const udp_family *uf = &UDP_FAMILIES[f];
+		family(b, uf->name, uf->type, uf->help);
+		for (size_t i = 0; i < s->n_udplb; i++) {
+			uint64_t v;
+			memcpy(&v, (const char *)&s->udplb[i].st + uf->offset, sizeof v);
+			sample(b, uf->name, "inbound", s->udplb[i].tag, NULL, NULL, v);
+		}
+	}
+	/* seconds are the base unit (Prometheus naming practices); the
+	 * engine sums milliseconds */
+	const char *dur = "etemenanki_udp_flow_duration_seconds_total";
+	family(b, dur, "counter", "The summed lifetime of every closed UDP flow.");
+	for (size_t i = 0; i < s->n_udplb; i++) {
+		uint64_t ms = s->udplb[i].st.flow_duration_ms;
+		if (puts_(b, dur) || puts_(b, "{inbound=\"") || metrics_escape(b, s->udplb[i].tag) ||
+		    putf(b, "\"} %llu.%03llu\n", (unsigned long long)(ms / 1000),
+		         (unsigned long long)(ms % 1000)))
+			return;
+	}
+	const char *drop = "etemenanki_udp_datagrams_dropped_total";
+	family(b, drop, "counter", "UDP datagrams dropped, by reason (seed 001 udp.datagrams.dropped).");
+	for (size_t i = 0; i < s->n_udplb; i++)
+		for (size_t k = 0; k < ETM_UDPLB_DROP_KINDS; k++)
+			sample(b, drop, "inbound", s->udplb[i].tag, "reason", etm_udplb_drop_name(k),
+			       s->udplb[i].st.drops[k]);
+	const char *wq = "etemenanki_udp_datagrams_dropped_wq_full_total";
+	family(b, wq, "counter",
+	       "UDP datagrams dropped because a flow's write queue was full (seed 001 "
+	       "udp.datagrams.dropped.wq_full; also reason=\"queue_full\" above).");
+	for (size_t i = 0; i < s->n_udplb; i++)
+		for (size_t k = 0; k < ETM_UDPLB_DROP_KINDS; k++)
+			if (strcmp(etm_udplb_drop_name(k), "queue_full") == 0)
+				sample(b, wq, "inbound", s->udplb[i].tag, NULL, NULL,
+				       s->udplb[i].st.drops[k]);
+	const char *closed = "etemenanki_udp_flows_closed_total";
+	family(b, closed, "counter", "UDP flows closed, by reason.");
+	for (size_t i = 0; i < s->n_udplb; i++)
+		for (size_t k = 0; k < ETM_UDPLB_CLOSE_KINDS; k++)
+			sample(b, closed, "inbound", s->udplb[i].tag, "reason", etm_udplb_close_name(k),
+			       s->udplb[i].st.evicted[k]);
+	const char *up = "etemenanki_udp_backend_up";
+	family(b, up, "gauge", "Whether a UDP backend passes its health checks (1) or not (0).");
+	for (size_t i = 0; i < s->n_udplb; i++)
+		for (size_t k = 0; k < s->udplb[i].n_backends; k++)
+			sample(b, up, "inbound", s->udplb[i].tag, "backend",
+			       s->udplb[i].backends[k].addr, s->udplb[i].backends[k].up ? 1 : 0);
+	const char *bf = "etemenanki_udp_backend_flows_created_total";
+	family(b, bf, "counter", "UDP flows given to a backend.");
+	for (size_t i = 0; i < s->n_udplb; i++)
+		for (size_t k = 0; k < s->udplb[i].n_backends; k++)
+			sample(b, bf, "inbound", s->udplb[i].tag, "backend",
+			       s->udplb[i].backends[k].addr, s->udplb[i].backends[k].flows_created);
+}
+
+int metrics_write(const metrics_snapshot *s, metrics_buf *b)
+{
+	const char *n = "etemenanki_build_info";
+	family(b, n, "gauge", "Always 1; the labels name the running build.");
+	if (!b->failed && !puts_(b, n) && !puts_(b, "{version=\"") && !metrics_escape(b, s->version) &&
+	    !puts_(b, "\",commit=\"") && !metrics_escape(b, s->commit))
+		(void)puts_(b, "\"} 1\n");
+	n = "etemenanki_start_time_seconds";
+	family(b, n, "gauge", "When the process started, in seconds since the Unix epoch.");
+	sample(b, n, NULL, NULL, NULL, NULL, s->start_time);
+	n = "etemenanki_config_epoch";
+	family(b, n, "gauge", "The running config's epoch: 1 at the start, one more per applied reload.");
+	sample(b, n, NULL, NULL, NULL, NULL, s->epoch);
+	n = "etemenanki_flows_open";
+	family(b, n, "gauge", "Client connections open on every worker (flows and mux carriers).");
+	sample(b, n, NULL, NULL, NULL, NULL, s->flows_open);
+	n = "etemenanki_flows_total";
+	family(b, n, "counter", "Client connections opened (TCP accepted, gRPC streams served).");
+	sample(b, n, NULL, NULL, NULL, NULL, s->flows_total);
+	n = "etemenanki_guard_refused_total";
+	family(b, n, "counter", "Connections and dials the admission guard refused, by reason.");
+	sample(b, n, "reason", "source", NULL, NULL, s->guard.refused_source);
+	sample(b, n, "reason", "loop", NULL, NULL, s->guard.refused_loop);
+	n = "etemenanki_accept_paused_total";
+	family(b, n, "counter", "Listener pauses for lack of file descriptors.");
+	sample(b, n, NULL, NULL, NULL, NULL, s->guard.accept_paused);
+	n = "etemenanki_reloads_total";
+	family(b, n, "counter", "Config reloads, by result.");
+	sample(b, n, "result", "ok", NULL, NULL, s->reloads_ok);
+	sample(b, n, "result", "failed", NULL, NULL, s->reloads_failed);
+	n = "etemenanki_balancer_member_up";
+	family(b, n, "gauge", "Whether a balancer member passes its health probes (1) or not (0).");
+	for (size_t i = 0; i < s->n_members; i++)
+		sample(b, n, "balancer", s->members[i].balancer, "member", s->members[i].member,
+		       s->members[i].up ? 1 : 0);
+	n = "etemenanki_metrics_connections_refused_total";
+	family(b, n, "counter", "Connections to this endpoint closed at once: too many were open.");
+	sample(b, n, NULL, NULL, NULL, NULL, s->scrape_connections_refused);
+	udp_families(s, b);
+	return b->failed ? -1 : 0;
+}
