@@ -4,10 +4,10 @@
 #include <string.h>
 
 #include <openssl/crypto.h>
-#include <openssl/kdf.h>
 
 #include "base/bytes.h"
 #include "crypto/blake3.h"
+#include "crypto/fetched.h"
 #include "proto/socks_addr.h"
 
 static const struct {
@@ -32,13 +32,13 @@ static const EVP_CIPHER *cipher_of(ss_method m)
 	switch (m) {
 	case SS_METHOD_AES_128_GCM:
 	case SS_METHOD_2022_AES_128_GCM:
-		return EVP_aes_128_gcm();
+		return fetched_cipher(FETCHED_AES_128_GCM);
 	case SS_METHOD_AES_256_GCM:
 	case SS_METHOD_2022_AES_256_GCM:
-		return EVP_aes_256_gcm();
+		return fetched_cipher(FETCHED_AES_256_GCM);
 	case SS_METHOD_CHACHA20_POLY1305:
 	case SS_METHOD_2022_CHACHA20_POLY1305:
-		return EVP_chacha20_poly1305();
+		return fetched_cipher(FETCHED_CHACHA20_POLY1305);
 	default:
 		return NULL;
 	}
@@ -104,7 +104,8 @@ int ss_master_key(ss_method m, const char *password, size_t len, uint8_t out[SS_
 		return psk_decode(password, len, ss_key_len(m), out);
 	uint8_t key[EVP_MAX_KEY_LENGTH], iv[EVP_MAX_IV_LENGTH];
 	/* the cipher only sets how many bytes come out: its key length */
-	int n = EVP_BytesToKey(c, EVP_md5(), NULL, (const uint8_t *)password, (int)len, 1, key, iv);
+	int n = EVP_BytesToKey(c, fetched_md(FETCHED_MD5), NULL, (const uint8_t *)password, (int)len,
+	                       1, key, iv);
 	int ok = n == (int)ss_key_len(m);
 	if (ok)
 		memcpy(out, key, (size_t)n);
@@ -143,7 +144,7 @@ int ss_client_keys(ss_method m, const char *password, size_t len, uint8_t key[SS
 
 int ss_subkey(ss_method m, const uint8_t *key, const uint8_t *salt, uint8_t out[SS_KEY_MAX])
 {
-	size_t n = ss_key_len(m), outlen = n;
+	size_t n = ss_key_len(m);
 	if (!n)
 		return -1;
 	if (ss_method_is_2022(m)) {
@@ -154,15 +155,10 @@ int ss_subkey(ss_method m, const uint8_t *key, const uint8_t *salt, uint8_t out[
 		OPENSSL_cleanse(material, sizeof material);
 		return 0;
 	}
-	EVP_PKEY_CTX *c = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, NULL);
-	int ok = c && EVP_PKEY_derive_init(c) > 0 && EVP_PKEY_CTX_set_hkdf_md(c, EVP_sha1()) > 0 &&
-	         EVP_PKEY_CTX_set1_hkdf_salt(c, salt, (int)n) > 0 &&
-	         EVP_PKEY_CTX_set1_hkdf_key(c, key, (int)n) > 0 &&
-	         EVP_PKEY_CTX_add1_hkdf_info(c, (const uint8_t *)SS_SUBKEY_INFO,
-	                                     (int)(sizeof SS_SUBKEY_INFO - 1)) > 0 &&
-	         EVP_PKEY_derive(c, out, &outlen) > 0 && outlen == n;
-	EVP_PKEY_CTX_free(c);
-	return ok ? 0 : -1;
+	/* once per connection and direction: EVP_PKEY's HKDF set up a context
+	 * and fetched HKDF, SHA-1 and HMAC by name on every call */
+	return fetched_hkdf_sha1(key, n, salt, n, (const uint8_t *)SS_SUBKEY_INFO,
+	                         sizeof SS_SUBKEY_INFO - 1, out, n);
 }
 
 /* ---- the AEAD ---- */

@@ -6,6 +6,7 @@
 
 #include "base/bytes.h"
 #include "crypto/blake3.h"
+#include "crypto/fetched.h"
 #include "proto/shadowsocks.h"
 
 /* SIP022-2, TCP */
@@ -126,9 +127,8 @@ static int identity_block(ss_method m, const uint8_t *ipsk, const uint8_t *salt,
 	OPENSSL_cleanse(material, sizeof material);
 	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
 	int len = 0;
-	int ok = c &&
-	         EVP_CipherInit_ex(c, n == 16 ? EVP_aes_128_ecb() : EVP_aes_256_ecb(), NULL, sub,
-	                           NULL, enc) &&
+	const EVP_CIPHER *ecb = fetched_cipher(n == 16 ? FETCHED_AES_128_ECB : FETCHED_AES_256_ECB);
+	int ok = c && EVP_CipherInit_ex(c, ecb, NULL, sub, NULL, enc) &&
 	         EVP_CIPHER_CTX_set_padding(c, 0) &&
 	         EVP_CipherUpdate(c, out, &len, in, SS2022_IDENTITY_LEN) &&
 	         len == SS2022_IDENTITY_LEN;

@@ -7,6 +7,7 @@
 
 #include "base/bytes.h"
 #include "crypto/blake3.h"
+#include "crypto/fetched.h"
 
 /* SIP022 2.2, the same context as TCP's; the material is PSK || session ID */
 #define SUBKEY_CONTEXT "shadowsocks 2022 session subkey"
@@ -161,7 +162,8 @@ static int xchacha(const uint8_t *key, const uint8_t *nonce, const uint8_t *aad,
 		memcpy(tag, in + body, SS_TAG_LEN); /* out may be in */
 	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
 	int n = 0;
-	int ok = c && EVP_CipherInit_ex(c, EVP_chacha20_poly1305(), NULL, NULL, NULL, seal) &&
+	const EVP_CIPHER *cp = fetched_cipher(FETCHED_CHACHA20_POLY1305);
+	int ok = c && EVP_CipherInit_ex(c, cp, NULL, NULL, NULL, seal) &&
 	         EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_SET_IVLEN, SS_NONCE_LEN, NULL) &&
 	         EVP_CipherInit_ex(c, NULL, NULL, sub, n12, seal) &&
 	         (alen == 0 || EVP_CipherUpdate(c, NULL, &n, aad, (int)alen)) &&
@@ -196,9 +198,8 @@ static int aes_block(size_t klen, const uint8_t *key, const uint8_t *in, uint8_t
 {
 	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
 	int n = 0;
-	int ok = c &&
-	         EVP_CipherInit_ex(c, klen == 16 ? EVP_aes_128_ecb() : EVP_aes_256_ecb(), NULL, key,
-	                           NULL, enc) &&
+	const EVP_CIPHER *ecb = fetched_cipher(klen == 16 ? FETCHED_AES_128_ECB : FETCHED_AES_256_ECB);
+	int ok = c && EVP_CipherInit_ex(c, ecb, NULL, key, NULL, enc) &&
 	         EVP_CIPHER_CTX_set_padding(c, 0) &&
 	         EVP_CipherUpdate(c, out, &n, in, SS2022_UDP_SEP_LEN) && n == SS2022_UDP_SEP_LEN;
 	EVP_CIPHER_CTX_free(c);
@@ -232,9 +233,8 @@ static int cipher_key(ss2022_udp_cipher *c, ss_method m, const uint8_t *key,
 	blake3_derive_key(SUBKEY_CONTEXT, material, kl + SS2022_SESSION_ID_LEN, sub, kl);
 	OPENSSL_cleanse(material, sizeof material);
 	c->ctx = EVP_CIPHER_CTX_new();
-	int ok = c->ctx &&
-	         EVP_CipherInit_ex(c->ctx, kl == 16 ? EVP_aes_128_gcm() : EVP_aes_256_gcm(), NULL,
-	                           NULL, NULL, 1) &&
+	const EVP_CIPHER *gcm = fetched_cipher(kl == 16 ? FETCHED_AES_128_GCM : FETCHED_AES_256_GCM);
+	int ok = c->ctx && EVP_CipherInit_ex(c->ctx, gcm, NULL, NULL, NULL, 1) &&
 	         EVP_CIPHER_CTX_ctrl(c->ctx, EVP_CTRL_AEAD_SET_IVLEN, SS_NONCE_LEN, NULL) &&
 	         EVP_CipherInit_ex(c->ctx, NULL, NULL, sub, NULL, 1);
 	OPENSSL_cleanse(sub, sizeof sub);

@@ -9,6 +9,7 @@
 
 #include "base/bytes.h"
 #include "base/hash.h"
+#include "crypto/fetched.h"
 #include "proto/mux.h"
 #include "proto/vless.h"
 
@@ -123,10 +124,10 @@ void vmess_response_keys(const uint8_t body_key[16], const uint8_t body_iv[16],
 {
 	uint8_t d[32];
 	unsigned n = 0;
-	if (!EVP_Digest(body_key, 16, d, &n, EVP_sha256(), NULL))
+	if (!EVP_Digest(body_key, 16, d, &n, fetched_md(FETCHED_SHA256), NULL))
 		memset(d, 0, sizeof d);
 	memcpy(resp_key, d, 16);
-	if (!EVP_Digest(body_iv, 16, d, &n, EVP_sha256(), NULL))
+	if (!EVP_Digest(body_iv, 16, d, &n, fetched_md(FETCHED_SHA256), NULL))
 		memset(d, 0, sizeof d);
 	memcpy(resp_iv, d, 16);
 }
@@ -216,10 +217,10 @@ int vmess_body_init(vmess_body *b, uint8_t sec, uint8_t opt, const uint8_t key[1
 	const EVP_CIPHER *c = NULL;
 	uint8_t ck[32];
 	if (sec == VMESS_SEC_AES_128_GCM) {
-		c = EVP_aes_128_gcm();
+		c = fetched_cipher(FETCHED_AES_128_GCM);
 		memcpy(ck, key, 16);
 	} else if (sec == VMESS_SEC_CHACHA20_POLY1305) {
-		c = EVP_chacha20_poly1305();
+		c = fetched_cipher(FETCHED_CHACHA20_POLY1305);
 		vmess_chacha_key(key, ck);
 	} else if (sec != VMESS_SEC_NONE) {
 		goto fail;
@@ -236,7 +237,7 @@ int vmess_body_init(vmess_body *b, uint8_t sec, uint8_t opt, const uint8_t key[1
 		static const uint8_t zero_iv[16];
 		b->pad = EVP_CIPHER_CTX_new();
 		if (!pad_seed || !b->pad ||
-		    !EVP_EncryptInit_ex(b->pad, EVP_chacha20(), NULL, pad_seed, zero_iv))
+		    !EVP_EncryptInit_ex(b->pad, fetched_cipher(FETCHED_CHACHA20), NULL, pad_seed, zero_iv))
 			goto fail;
 	}
 	return 0;

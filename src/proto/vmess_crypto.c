@@ -6,6 +6,8 @@
 
 #include <openssl/crypto.h>
 
+#include "crypto/fetched.h"
+
 /* v2ray's constant for the command key (common/protocol/id.go). */
 static const char CMD_KEY_SALT[] = "c48619fe-8f02-49e0-b9e9-edf763e17e21";
 static const char KDF_ROOT[] = "VMess AEAD KDF";
@@ -22,7 +24,7 @@ void vmess_cmd_key(const uint8_t uuid[16], uint8_t out[VMESS_KEY_LEN])
 	memcpy(m, uuid, 16);
 	memcpy(m + 16, CMD_KEY_SALT, sizeof CMD_KEY_SALT - 1);
 	unsigned n = 0;
-	if (!EVP_Digest(m, sizeof m, out, &n, EVP_md5(), NULL))
+	if (!EVP_Digest(m, sizeof m, out, &n, fetched_md(FETCHED_MD5), NULL))
 		memset(out, 0, VMESS_KEY_LEN); /* cannot happen with the default provider */
 }
 
@@ -35,7 +37,7 @@ static int kdf_hash(const vmess_slice *labels, size_t level, const uint8_t *msg,
 	if (len > KDF_MSG_MAX)
 		return -1;
 	if (level == 0)
-		return EVP_Digest(msg, len, out, NULL, EVP_sha256(), NULL) ? 0 : -1;
+		return EVP_Digest(msg, len, out, NULL, fetched_md(FETCHED_SHA256), NULL) ? 0 : -1;
 	const vmess_slice *key = &labels[level - 1];
 	uint8_t k[HMAC_BLOCK] = {0};
 	if (key->len > HMAC_BLOCK)
@@ -72,7 +74,7 @@ int vmess_gcm_seal(const uint8_t key[VMESS_KEY_LEN], const uint8_t nonce[VMESS_N
 {
 	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
 	int n = 0, ok = c && len <= INT32_MAX &&
-	                EVP_EncryptInit_ex(c, EVP_aes_128_gcm(), NULL, key, nonce) &&
+	                EVP_EncryptInit_ex(c, fetched_cipher(FETCHED_AES_128_GCM), NULL, key, nonce) &&
 	                (!aad_len || EVP_EncryptUpdate(c, NULL, &n, aad, (int)aad_len)) &&
 	                EVP_EncryptUpdate(c, out, &n, in, (int)len) &&
 	                EVP_EncryptFinal_ex(c, out + n, &n) &&
@@ -91,7 +93,8 @@ int vmess_gcm_open(const uint8_t key[VMESS_KEY_LEN], const uint8_t nonce[VMESS_N
 	uint8_t tag[VMESS_TAG_LEN];
 	memcpy(tag, in + body, VMESS_TAG_LEN);
 	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
-	int n = 0, ok = c && EVP_DecryptInit_ex(c, EVP_aes_128_gcm(), NULL, key, nonce) &&
+	const EVP_CIPHER *gcm = fetched_cipher(FETCHED_AES_128_GCM);
+	int n = 0, ok = c && EVP_DecryptInit_ex(c, gcm, NULL, key, nonce) &&
 	                (!aad_len || EVP_DecryptUpdate(c, NULL, &n, aad, (int)aad_len)) &&
 	                EVP_DecryptUpdate(c, out, &n, in, (int)body) &&
 	                EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_SET_TAG, VMESS_TAG_LEN, tag) &&
@@ -130,7 +133,8 @@ static int aes_block(const uint8_t key[VMESS_KEY_LEN], bool enc, const uint8_t i
                      uint8_t out[16])
 {
 	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
-	int n = 0, ok = c && EVP_CipherInit_ex(c, EVP_aes_128_ecb(), NULL, key, NULL, enc) &&
+	const EVP_CIPHER *ecb = fetched_cipher(FETCHED_AES_128_ECB);
+	int n = 0, ok = c && EVP_CipherInit_ex(c, ecb, NULL, key, NULL, enc) &&
 	                EVP_CIPHER_CTX_set_padding(c, 0) && EVP_CipherUpdate(c, out, &n, in, 16) &&
 	                n == 16;
 	EVP_CIPHER_CTX_free(c);
@@ -177,8 +181,8 @@ int vmess_auth_id_open(const uint8_t auth_key[VMESS_KEY_LEN], const uint8_t id[V
 void vmess_chacha_key(const uint8_t key[VMESS_KEY_LEN], uint8_t out[32])
 {
 	unsigned n = 0;
-	if (!EVP_Digest(key, VMESS_KEY_LEN, out, &n, EVP_md5(), NULL) ||
-	    !EVP_Digest(out, 16, out + 16, &n, EVP_md5(), NULL))
+	if (!EVP_Digest(key, VMESS_KEY_LEN, out, &n, fetched_md(FETCHED_MD5), NULL) ||
+	    !EVP_Digest(out, 16, out + 16, &n, fetched_md(FETCHED_MD5), NULL))
 		memset(out, 0, 32);
 }
 
@@ -208,7 +212,7 @@ int vmess_shake_init(vmess_shake *s, const uint8_t iv[VMESS_KEY_LEN])
 {
 	s->ctx = EVP_MD_CTX_new();
 	s->used = sizeof s->out;
-	return s->ctx && EVP_DigestInit_ex(s->ctx, EVP_shake128(), NULL) &&
+	return s->ctx && EVP_DigestInit_ex(s->ctx, fetched_md(FETCHED_SHAKE128), NULL) &&
 	               EVP_DigestUpdate(s->ctx, iv, VMESS_KEY_LEN)
 	           ? 0
 	           : -1;
