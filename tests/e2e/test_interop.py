@@ -238,6 +238,20 @@ def assert_logged(proc, text, logs, timeout=2.0):
         time.sleep(0.05)
 
 
+def logged_lines(read, keep, count, logs, timeout=5.0):
+    """The lines of read() that keep picks, once there are count of them: a
+    log written asynchronously (v2ray's, a worker's access log) may trail
+    the traffic that made it. Fails with the logs if they do not come."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [line for line in read().splitlines() if keep(line)]
+        if len(lines) >= count:
+            return lines
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(lines)} of {count} lines logged\n{logs()}")
+        time.sleep(0.05)
+
+
 # ---------------------------------------------------------------- the payload
 
 def echo_check(socks_port, echo_port, logs, size=PAYLOAD, user=None, password=None):
@@ -1088,8 +1102,10 @@ def test_mux_ours_to_v2ray(chain, pki, echo, udp_echo, udp_echo_b, protocol, tra
     burst_check(client.port, echo.port, chain.logs)
     # v2ray logs each sub-flow with its session's source: sessions carried
     # several flows each
-    flows = [line.split()[2] for line in server.log().splitlines()
-             if " accepted tcp:" in line and f":{echo.port} " in line]
+    flows = [line.split()[2] for line in
+             logged_lines(server.log,
+                          lambda line: " accepted tcp:" in line and f":{echo.port} " in line,
+                          33, chain.logs)]
     assert len(flows) == 33, chain.logs()
     assert len(set(flows)) <= len(flows) // 2, chain.logs()
     udp_socks_check(client.port, udp_echo, chain.logs)
@@ -1108,8 +1124,9 @@ def test_mux_ours_to_ours(chain, pki, echo, tmp_path, protocol, transport):
                          MUX_CLIENT)
     echo_check(client.port, echo.port, chain.logs)
     burst_check(client.port, echo.port, chain.logs)
-    sources = [line.split()[1] for line in access.read_text().splitlines()
-               if f":{echo.port} " in line]
+    sources = [line.split()[1] for line in
+               logged_lines(access.read_text, lambda line: f":{echo.port} " in line, 33,
+                            access.read_text)]
     assert len(sources) == 33, access.read_text()
     assert len(set(sources)) <= len(sources) // 2, access.read_text()
 
