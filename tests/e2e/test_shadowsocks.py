@@ -511,9 +511,6 @@ def test_spec_refusals(run, tmp_path):
                     f'password = "{pw}"\n\n' + interop.FREEDOM,
                     f"configuration invalid: inbound ss: shadowsocks 2022 key must be base64 "
                     f"of {n} bytes")
-    check_fails(run, tmp_path, base + 'sniffing = true\n[inbound.settings]\nmethod = '
-                '"aes-128-gcm"\npassword = "x"\n\n' + interop.FREEDOM,
-                "inbound ss: sniffing on a shadowsocks inbound is not available yet")
     check_fails(run, tmp_path, base + '[inbound.settings]\nmethod = "aes-128-gcm"\n\n' +
                 interop.FREEDOM, "inbound ss: protocol shadowsocks needs settings.password")
     out = ('[[outbound]]\ntag = "o"\nprotocol = "shadowsocks"\nserver = "127.0.0.1"\n'
