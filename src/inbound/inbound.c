@@ -111,7 +111,8 @@ static size_t peek(in_conn *ic, const uint8_t *in, size_t len)
 	size_t plain_len = 0;
 	ssize_t n = ic->ops->peek(ic, in, len, &plain, &plain_len);
 	if (n < 0) {
-		in_conn_log_end(ic, msgs[MSG_NOT_OPENED]);
+		/* closed as the body would close it: no flow was dialled yet */
+		in_conn_log_refused(ic, msgs[MSG_NOT_OPENED]);
 		conn_close(ic->c);
 		return 0;
 	}
@@ -129,9 +130,11 @@ static void open_flow(in_conn *ic, const proto_event *ev)
 		p->udp_open(ic, ev);
 		return;
 	}
+	connect_cb cb = p->connected ? p->connected : connected;
 	if (ic->in->sniffing && p->sniffs && p->sniffs(ic) && p->peek) {
-		in_conn_sniff_then_open(ic, &ev->dest, ev->user, p->connected ? p->connected : connected);
-		peek(ic, NULL, 0);
+		/* sealed bytes: opened as they come, answered after the dial */
+		in_conn_sniff_then_open(ic, &ev->dest, ev->user, cb);
+		peek(ic, NULL, 0); /* what came with the request may name the host */
 		return;
 	}
 	if (ic->in->sniffing && p->sniffs && p->sniffs(ic)) {
@@ -143,7 +146,7 @@ static void open_flow(in_conn *ic, const proto_event *ev)
 		in_conn_sniff_then_open(ic, &ev->dest, ev->user, in_conn_relay_connected);
 		return;
 	}
-	in_conn_open(ic, &ev->dest, ev->user, p->connected ? p->connected : connected);
+	in_conn_open(ic, &ev->dest, ev->user, cb);
 }
 
 /* The core refused the client: its bytes go to the fallback if the row

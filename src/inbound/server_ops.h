@@ -93,7 +93,7 @@ typedef struct inbound_proto_ops {
 	int (*timeout)(in_conn *ic, proto_event *ev);
 	/* Whether this OPEN may wait for a sniff of the client's first bytes
 	 * (when the inbound sniffs): only where the core can answer before the
-	 * dial, with opened(ic, NULL). NULL: never. */
+	 * dial, with opened(ic, NULL), or the row has peek. NULL: never. */
 	bool (*sniffs)(in_conn *ic);
 	/* For a row whose client bytes after the request are sealed
 	 * (Shadowsocks; VMess could): while the sniff waits, opens the client's

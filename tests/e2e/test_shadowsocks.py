@@ -975,6 +975,23 @@ def test_sniffing_reads_the_address_chunk(chain, echo, split):
     assert_routed(passing, echo, ("in", "direct", "default route"), chain.logs)
 
 
+def test_sniffing_closes_on_a_bad_chunk(chain, echo):
+    """A chunk after the address whose tag does not match, while the sniff
+    waits: the connection closes with nothing dialled, as the body would
+    close it, and the exact text is logged."""
+    pytest.importorskip("cryptography")
+    method = "aes-128-gcm"
+    server = chain.proxy(sniffing_server(method, PASSWORD, SNIFFED))
+    bad = bytearray(SealedStream(method, PASSWORD, os.urandom(16)).seal(b"GET / HTTP/1.1\r\n"))
+    with sealed_exchange(server.port, method, echo.port, b"", b"") as s:
+        s.sendall(bytes(bad))
+        s.settimeout(5)
+        assert s.recv(64) == b"", chain.logs()
+    interop.assert_logged(server, "refused: the client's sealed bytes after the request do "
+                          "not open", chain.logs)
+    assert route.decision(server, "tcp", f"127.0.0.1:{echo.port}", timeout=0.2) is None
+
+
 def test_sniffed_bytes_go_through_a_proxied_upstream(chain, echo):
     """The plaintext the sniff held goes through an upstream whose stack
     started already (our shadowsocks outbound to a second inbound of ours)."""
