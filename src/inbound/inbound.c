@@ -36,6 +36,11 @@ static const inbound_proto_ops *const rows[INBOUND_PROTO_COUNT_] = {
 	[INBOUND_PROTO_SHADOWSOCKS] = &ss_in_ops,
 };
 
+enum { MSG_NOT_OPENED };
+static const char *const msgs[] = {
+	[MSG_NOT_OPENED] = "the client's sealed bytes after the request do not open",
+};
+
 /* The protocol's own row; NULL for mixed and for a protocol with none. */
 static const inbound_proto_ops *row(inbound_protocol p)
 {
@@ -98,6 +103,24 @@ static void connected(const connect_result *r, void *data)
 	conn_relay(ic->c, r->ep); /* NULL is the blackhole: conn_relay swallows */
 }
 
+/* While a row with peek sniffs: the client's sealed bytes in[0, len)
+ * opened, the plaintext so far sniffed. Returns the bytes consumed. */
+static size_t peek(in_conn *ic, const uint8_t *in, size_t len)
+{
+	const uint8_t *plain = NULL;
+	size_t plain_len = 0;
+	ssize_t n = ic->ops->peek(ic, in, len, &plain, &plain_len);
+	if (n < 0) {
+		/* closed as the body would close it: no flow was dialled yet */
+		in_conn_log_refused(ic, msgs[MSG_NOT_OPENED]);
+		conn_close(ic->c);
+		return 0;
+	}
+	if (plain_len > 0)
+		in_conn_sniff_feed(ic, plain, plain_len);
+	return (size_t)n;
+}
+
 /* The request is complete: a UDP association, or a stream opened now or
  * after a sniff of its first bytes. */
 static void open_flow(in_conn *ic, const proto_event *ev)
@@ -105,6 +128,13 @@ static void open_flow(in_conn *ic, const proto_event *ev)
 	const inbound_proto_ops *p = ic->ops;
 	if (ev->cmd == PROTO_CMD_UDP_ASSOCIATE && p->udp_open) {
 		p->udp_open(ic, ev);
+		return;
+	}
+	connect_cb cb = p->connected ? p->connected : connected;
+	if (ic->in->sniffing && p->sniffs && p->sniffs(ic) && p->peek) {
+		/* sealed bytes: opened as they come, answered after the dial */
+		in_conn_sniff_then_open(ic, &ev->dest, ev->user, cb);
+		peek(ic, NULL, 0); /* what came with the request may name the host */
 		return;
 	}
 	if (ic->in->sniffing && p->sniffs && p->sniffs(ic)) {
@@ -116,7 +146,7 @@ static void open_flow(in_conn *ic, const proto_event *ev)
 		in_conn_sniff_then_open(ic, &ev->dest, ev->user, in_conn_relay_connected);
 		return;
 	}
-	in_conn_open(ic, &ev->dest, ev->user, p->connected ? p->connected : connected);
+	in_conn_open(ic, &ev->dest, ev->user, cb);
 }
 
 /* The core refused the client: its bytes go to the fallback if the row
@@ -150,7 +180,7 @@ static size_t on_data(conn *c, void *drv, const uint8_t *data, size_t len)
 	(void)c;
 	in_conn *ic = drv;
 	if (ic->sniffing)
-		return in_conn_sniff_feed(ic, data, len);
+		return ic->ops->peek ? peek(ic, data, len) : in_conn_sniff_feed(ic, data, len);
 	if (!ic->ops && start(ic, data[0]))
 		return 0;
 	size_t off = 0;

@@ -37,6 +37,8 @@ void inbound_locked_free(void *p);
  *                  CLOSE, error  the fallback if wants_fallback, else refused
  *                  OPEN, UDP     udp_open
  *                  OPEN, sniffs  opened(ic, NULL); sniff; dial; relay
+ *                                (with peek: sniff the plaintext peek gives;
+ *                                dial; as OPEN below)
  *                  OPEN          dial; connected, or the shared callback:
  *                                failed, or opened and relay
  *   client EOF   client_end
@@ -91,8 +93,20 @@ typedef struct inbound_proto_ops {
 	int (*timeout)(in_conn *ic, proto_event *ev);
 	/* Whether this OPEN may wait for a sniff of the client's first bytes
 	 * (when the inbound sniffs): only where the core can answer before the
-	 * dial, with opened(ic, NULL). NULL: never. */
+	 * dial, with opened(ic, NULL), or the row has peek. NULL: never. */
 	bool (*sniffs)(in_conn *ic);
+	/* For a row whose client bytes after the request are sealed
+	 * (Shadowsocks; VMess could): while the sniff waits, opens the client's
+	 * bytes in[0, len) into plaintext the row holds and hands it all so far
+	 * in *plain, *plain_len (the sniff reads that, not in). Returns the
+	 * bytes of in consumed (the row delivers their plaintext first once it
+	 * relays), or negative (the connection closes). in is NULL with len 0
+	 * right after the OPEN: the plaintext that came with the request. Such
+	 * a row is not answered before the sniff: the dial's callback is the
+	 * shared one, with opened(ic, r). NULL: the sniff reads the client's
+	 * bytes as they are, unconsumed. */
+	ssize_t (*peek)(in_conn *ic, const uint8_t *in, size_t len, const uint8_t **plain,
+	                size_t *plain_len);
 	/* An OPEN for PROTO_CMD_UDP_ASSOCIATE: opens the association and
 	 * answers the client. NULL: the core never asks for UDP. */
 	void (*udp_open)(in_conn *ic, const proto_event *ev);

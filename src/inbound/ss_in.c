@@ -98,8 +98,9 @@ static ssize_t feed(in_conn *ic, const uint8_t *in, size_t len, proto_event *ev)
 	return ss_server_feed(&v->core, in, len, (int64_t)time(NULL), &ic->out, ev);
 }
 
-/* Room for what followed the address in the first chunk. */
-#define REST_MAX SS_CHUNK_PAYLOAD_MAX
+/* Room for what followed the address in the first chunk, after the
+ * plaintext a sniff's peek held. */
+#define REST_MAX (SS_PEEK_MAX + SS_CHUNK_PAYLOAD_MAX)
 
 /* The body codec goes on top of the upstream's stack, so the relay moves
  * the client's chunks through it. On a plain upstream a new stack's start
@@ -138,6 +139,21 @@ static int opened(in_conn *ic, const connect_result *r)
 	return 0;
 }
 
+/* Shadowsocks answers nothing, so every OPEN may wait for a sniff; its
+ * bytes are sealed, so the sniff reads what peek opens. */
+static bool sniffs(in_conn *ic)
+{
+	(void)ic;
+	return true;
+}
+
+static ssize_t peek(in_conn *ic, const uint8_t *in, size_t len, const uint8_t **plain,
+                    size_t *plain_len)
+{
+	ss_in *v = ic->state;
+	return ss_server_peek(&v->core, in, len, plain, plain_len);
+}
+
 static void free_state(in_conn *ic)
 {
 	ss_in *v = ic->state;
@@ -154,6 +170,8 @@ const inbound_proto_ops ss_in_ops = {
 	.init = init,
 	.feed = feed,
 	.refused = in_conn_drain,
+	.sniffs = sniffs,
+	.peek = peek,
 	.opened = opened,
 	.free = free_state,
 };

@@ -116,6 +116,12 @@ void ss_server_free(ss_server *s)
 		free(s->first);
 	}
 	s->first = NULL;
+	if (s->plain) {
+		OPENSSL_cleanse(s->plain, SS_PEEK_MAX);
+		free(s->plain);
+	}
+	s->plain = NULL;
+	s->plain_len = 0;
 }
 
 /* Opens the sealed start after the salt with s->rx, keyed for a: the first
@@ -288,6 +294,7 @@ static int first_done(ss_server *s, proto_event *ev, enum text *why)
 			return REFUSE;
 		}
 	}
+	s->rd = (ss_reader){.rbuf = s->first, .out_off = s->rest_off, .out_len = s->first_len};
 	ev->kind = PROTO_EV_OPEN;
 	ev->cmd = PROTO_CMD_CONNECT;
 	ev->user = s->user;
@@ -335,6 +342,24 @@ ssize_t ss_server_feed(ss_server *s, const uint8_t *in, size_t len, int64_t now,
 	s->state = SS_SV_CLOSED;
 	ss_server_free(s);
 	return used == REFUSE ? 0 : used;
+}
+
+ssize_t ss_server_peek(ss_server *s, const uint8_t *in, size_t len, const uint8_t **plain,
+                       size_t *plain_len)
+{
+	if (s->state != SS_SV_OPEN || !s->first)
+		return PROTO_ERR_STATE;
+	if (!s->plain) {
+		s->plain = malloc(SS_PEEK_MAX);
+		if (!s->plain)
+			return PROTO_ERR_STATE;
+	}
+	layer_buf b = {s->plain, s->plain_len, SS_PEEK_MAX};
+	ssize_t n = ss_reader_feed(&s->rd, &s->rx, in, len, &b);
+	s->plain_len = b.len;
+	*plain = s->plain;
+	*plain_len = s->plain_len;
+	return n;
 }
 
 /* ---- UDP packets ---- */

@@ -10,6 +10,7 @@
 #include "base/addr.h"
 #include "proto/proto.h"
 #include "proto/shadowsocks.h"
+#include "proto/sniff.h"
 
 /* ---- accounts ---- */
 
@@ -108,6 +109,9 @@ typedef struct ss_server {
 	size_t first_fill;
 	size_t rest_off;           /* first[rest_off, first_len): payload after the address
 	                            * (2022: and after the padding) */
+	ss_reader rd;              /* from the OPEN: the next chunks (rd.rbuf is first) */
+	uint8_t *plain;            /* owned, SS_PEEK_MAX bytes once ss_server_peek ran */
+	size_t plain_len;
 } ss_server;
 
 /* Input model (as nghttp2's mem_recv): feed consumes what it can and keeps
@@ -163,6 +167,27 @@ __attribute__((warn_unused_result)) ssize_t ss_server_feed(ss_server *s, const u
                                                            size_t len, int64_t now,
                                                            proto_out *out, proto_event *ev);
 
+/* How much plaintext ss_server_peek holds for the shell to sniff: the
+ * sniffer's own bound (sniff.h), past which it never looks. */
+#define SS_PEEK_MAX SNIFF_MAX_BYTES
+
+/* After PROTO_EV_OPEN and before ss_server_body_new, for a shell that
+ * sniffs the client's first bytes (the chunks after the address are
+ * sealed): opens the client's next chunks in[0, len) with the reader and
+ * nonce the body would use, keeping their plaintext, the first chunk's
+ * rest first, up to SS_PEEK_MAX bytes. Sets *plain to everything opened so
+ * far (valid until the next call, ss_server_body_new or ss_server_free)
+ * and *plain_len to its length. Returns the bytes of in consumed (none
+ * once SS_PEEK_MAX bytes are held: a chunk that does not fit waits in the
+ * reader), or PROTO_ERR_MALFORMED (a tag that does not match),
+ * PROTO_ERR_TOO_BIG (a chunk length out of bounds) or PROTO_ERR_STATE (not
+ * opened, or no memory). len 0 opens nothing and gives the rest. The body
+ * made after it sends the plaintext held first, then goes on from where
+ * the peek stopped. */
+__attribute__((warn_unused_result)) ssize_t ss_server_peek(ss_server *s, const uint8_t *in,
+                                                           size_t len, const uint8_t **plain,
+                                                           size_t *plain_len);
+
 /* ---- UDP packets (AEAD-2017) ---- */
 
 /* Opens a client's UDP packet in[0, len) (salt, Seal(ATYP ADDR PORT
@@ -190,8 +215,9 @@ __attribute__((warn_unused_result)) ssize_t ss_server_packet_open(const ss_accou
 
 /* The body of an opened request as a layer for the top of the upstream's
  * stack (as vmess_server_body_new): from_above takes the client's bytes
- * after the first chunk, passing down first what followed the address in
- * the first chunk, then each chunk's payload; from_below seals the
+ * after the first chunk (or after the chunks ss_server_peek opened),
+ * passing down first what followed the address in the first chunk (or the
+ * plaintext the peek held), then each chunk's payload; from_below seals the
  * upstream's bytes up to the client as chunks, our salt (ss_key_len bytes,
  * the shell's random ones) before the first. For 2022 the first chunk
  * going up is the response header (type 1, now, the client's salt, the

@@ -29,9 +29,20 @@ typedef struct body_layer {
 	 * room above */
 	uint8_t *pend; /* owned, pend_max bytes */
 	size_t pend_len, pend_off;
-	/* opening, the first chunk's rest going down first; rd.rbuf owned */
+	/* opening, the peek's plaintext and the first chunk's rest going down
+	 * first; rd.rbuf owned */
+	uint8_t *pre; /* owned, NULL: no peek; pre[pre_off, pre_len) still goes down */
+	size_t pre_len, pre_off;
 	ss_reader rd;
 } body_layer;
+
+/* Whether the peek's plaintext has all gone down (it goes first). */
+static bool pre_sent(body_layer *b, layer_buf *down)
+{
+	if (b->pre)
+		b->pre_off += layer_buf_put(down, b->pre + b->pre_off, b->pre_len - b->pre_off);
+	return b->pre_off == b->pre_len;
+}
 
 /* The client's bytes: chunks opened, their payload down to the upstream. */
 static ssize_t from_above(layer *l, const uint8_t *in, size_t len, layer_buf *down)
@@ -39,6 +50,8 @@ static ssize_t from_above(layer *l, const uint8_t *in, size_t len, layer_buf *do
 	body_layer *b = (body_layer *)l;
 	if (b->err)
 		return LAYER_ERR_PROTO;
+	if (!pre_sent(b, down))
+		return 0;
 	ssize_t n = ss_reader_feed(&b->rd, &b->rx, in, len, down);
 	if (n < 0) {
 		b->err = n == PROTO_ERR_TOO_BIG ? BAD_LENGTH : BAD_CHUNK;
@@ -80,12 +93,15 @@ static ssize_t from_below(layer *l, const uint8_t *in, size_t len, layer_buf *up
 	return (ssize_t)used;
 }
 
-/* The first chunk's payload after the address goes down first (what does
- * not fit follows on the stack's next pump, from_above with len 0). */
+/* The peek's plaintext, then the first chunk's payload after the address
+ * (or the rest of the chunk the peek left) go down first (what does not
+ * fit follows on the stack's next pump, from_above with len 0). */
 static int start(layer *l, layer_buf *down)
 {
 	body_layer *b = (body_layer *)l;
 	ss_reader *r = &b->rd;
+	if (!pre_sent(b, down))
+		return 0;
 	r->out_off += layer_buf_put(down, r->rbuf + r->out_off, r->out_len - r->out_off);
 	return 0;
 }
@@ -107,6 +123,10 @@ static void body_free(layer *l)
 	ss_aead_free(&b->tx);
 	free(b->pend);
 	free(b->rd.rbuf);
+	if (b->pre) {
+		OPENSSL_cleanse(b->pre, SS_PEEK_MAX);
+		free(b->pre);
+	}
 	OPENSSL_cleanse(b, sizeof *b);
 	free(b);
 }
@@ -152,10 +172,13 @@ layer *ss_server_body_new(ss_server *s, const uint8_t *salt, int64_t now)
 	 * after the address goes down first */
 	b->rx = s->rx;
 	s->rx = (ss_aead){0};
-	b->rd.rbuf = s->first;
+	b->rd = s->rd;
 	s->first = NULL;
-	b->rd.out_off = s->rest_off;
-	b->rd.out_len = s->first_len;
+	s->rd = (ss_reader){0};
+	b->pre = s->plain;
+	b->pre_len = s->plain_len;
+	s->plain = NULL;
+	s->plain_len = 0;
 	return &b->base;
 fail:
 	body_free(&b->base);

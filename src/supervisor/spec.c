@@ -851,10 +851,6 @@ int etm_spec_check_available(const etm_spec *s, char *msg, size_t size)
 		if (in->sniffing && in->protocol == ETM_PROTO_VMESS)
 			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag,
 			                   "sniffing on a vmess inbound");
-		/* the same for Shadowsocks: its payload is sealed chunks too */
-		if (in->sniffing && in->protocol == ETM_PROTO_SHADOWSOCKS)
-			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_FEATURE, in->tag,
-			                   "sniffing on a shadowsocks inbound");
 		if (in->protocol == ETM_PROTO_SHADOWSOCKS &&
 		    !ss_method_available(in->settings.method))
 			return spec_format(msg, size, SPEC_UNAVAILABLE_IN_METHOD, in->tag,

@@ -27,9 +27,15 @@ methods, two users behind an identity PSK (a stranger's uPSK gets nothing),
 and a packet replayed by a relay between client and server not answered
 twice.
 
+Sniffing (`sniffing = true` on the inbound, a rule on a domain): a client
+that dials the echo by IP and sends a TLS ClientHello or an HTTP request
+for the domain is routed by the rule, for an AEAD-2017 and a 2022 method,
+its bytes in the chunks after the address (our client), in the address's
+chunk or spread over both (a client sealed here, python3-cryptography);
+16 MiB still go through byte for byte.
+
 Also: a wrong password is not answered and not closed at once (the drain),
-a replayed first packet is refused and logged, the spec refuses sniffing
-with the exact text. Only 127.0.0.1 is used; every
+a replayed first packet is refused and logged. Only 127.0.0.1 is used; every
 process started here is stopped by its own pid.
 """
 import base64
@@ -41,9 +47,11 @@ import time
 
 import pytest
 
+import adversarialkit
 import test_interop as interop
-from proxykit import (LOOPBACK, Association, connect, free_port, log_text, socks5_connect,
-                      stop_cleanly, stop_process)
+import test_route as route
+from proxykit import (LOOPBACK, Association, connect, free_port, log_text, recv_exact,
+                      socks5_connect, stop_cleanly, stop_process)
 
 SS_SERVER = shutil.which("ss-server")
 SS_LOCAL = shutil.which("ss-local")
@@ -511,9 +519,6 @@ def test_spec_refusals(run, tmp_path):
                     f'password = "{pw}"\n\n' + interop.FREEDOM,
                     f"configuration invalid: inbound ss: shadowsocks 2022 key must be base64 "
                     f"of {n} bytes")
-    check_fails(run, tmp_path, base + 'sniffing = true\n[inbound.settings]\nmethod = '
-                '"aes-128-gcm"\npassword = "x"\n\n' + interop.FREEDOM,
-                "inbound ss: sniffing on a shadowsocks inbound is not available yet")
     check_fails(run, tmp_path, base + '[inbound.settings]\nmethod = "aes-128-gcm"\n\n' +
                 interop.FREEDOM, "inbound ss: protocol shadowsocks needs settings.password")
     out = ('[[outbound]]\ntag = "o"\nprotocol = "shadowsocks"\nserver = "127.0.0.1"\n'
@@ -821,3 +826,194 @@ def test_v2ray_to_ours(chain, echo, method):
     server = chain.proxy(our_server(method))
     client = chain.v2ray(v2_ss_client(method, server.port))
     interop.echo_check(client.port, echo.port, chain.logs)
+
+
+# ---------------------------------------------------------------- sniffing
+
+SNIFFED = "sniffed.example"
+
+
+def sniffing_server(method, password, blocked):
+    """A sniffing shadowsocks inbound: flows to the name blocked go to the
+    blackhole, the rest direct."""
+    text = our_server(method, password, upstream=route.DIRECT + route.BLOCK +
+                      route.rule("block", domain=[blocked]))
+    return text.replace("port = {port0}\n", "port = {port0}\nsniffing = true\n", 1)
+
+
+def key_of(method):
+    return psk(METHODS_2022[method]) if method in METHODS_2022 else PASSWORD
+
+
+def first_bytes(kind):
+    if kind == "tls":
+        return adversarialkit.client_hello(SNIFFED)
+    return route.http_get_for(SNIFFED)
+
+
+def assert_routed(server, echo, want, logs):
+    got = route.decision(server, "tcp", f"127.0.0.1:{echo.port}")
+    assert got == want, f"{got} is not {want}\n{logs()}"
+
+
+def nothing_back(s, timeout=1.0):
+    """The flow was swallowed: EOF or silence, never a byte."""
+    s.settimeout(timeout)
+    try:
+        return s.recv(64) == b""
+    except socket.timeout:
+        return True
+
+
+@pytest.mark.parametrize("kind", ["tls", "http"])
+@pytest.mark.parametrize("method", ["aes-128-gcm", "2022-blake3-aes-256-gcm"])
+def test_sniffing_routes_by_the_name_in_later_chunks(chain, echo, method, kind):
+    """Our client sends the address alone, the app's bytes in later chunks:
+    the name in them picks the rule; with the rule on another name the same
+    bytes reach the echo untouched."""
+    key = key_of(method)
+    data = first_bytes(kind)
+    blocking = chain.proxy(sniffing_server(method, key, SNIFFED))
+    client = chain.proxy(our_client(method, blocking.port, password=key))
+    with socks5_connect(client.port, LOOPBACK, echo.port, timeout=5) as s:
+        s.sendall(data)
+        assert nothing_back(s), chain.logs()
+    assert_routed(blocking, echo, ("in", "block", "rule #1"), chain.logs)
+
+    passing = chain.proxy(sniffing_server(method, key, "other.example"))
+    client = chain.proxy(our_client(method, passing.port, password=key))
+    with socks5_connect(client.port, LOOPBACK, echo.port, timeout=5) as s:
+        s.settimeout(5)
+        s.sendall(data)
+        assert recv_exact(s, len(data)) == data
+    assert_routed(passing, echo, ("in", "direct", "default route"), chain.logs)
+
+
+def master_key(method, password):
+    import hashlib
+    n = 16 if method == "aes-128-gcm" else 32
+    key, prev = b"", b""
+    while len(key) < n:  # EVP_BytesToKey(MD5, no salt, one round)
+        prev = hashlib.md5(prev + password.encode()).digest()
+        key += prev
+    return key[:n]
+
+
+class SealedStream:
+    """One direction of an AEAD-2017 stream (SIP004), computed here with
+    python3-cryptography: HKDF-SHA1 subkey of the salt, nonce counting from
+    zero, little-endian."""
+
+    def __init__(self, method, password, salt):
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+        key = master_key(method, password)
+        sub = HKDF(hashes.SHA1(), len(key), salt, b"ss-subkey").derive(key)
+        self.aead = (ChaCha20Poly1305 if method.startswith("chacha") else AESGCM)(sub)
+        self.nonce = 0
+
+    def _next(self):
+        n = self.nonce.to_bytes(12, "little")
+        self.nonce += 1
+        return n
+
+    def seal(self, payload):
+        return (self.aead.encrypt(self._next(), len(payload).to_bytes(2, "big"), None) +
+                self.aead.encrypt(self._next(), payload, None))
+
+    def open_from(self, sock):
+        n = int.from_bytes(self.aead.decrypt(self._next(), recv_exact(sock, 18), None), "big")
+        return self.aead.decrypt(self._next(), recv_exact(sock, n + 16), None)
+
+
+def sealed_exchange(port, method, target_port, first, later):
+    """Connects to our inbound at port as an AEAD-2017 client: the address
+    of 127.0.0.1:target_port and first in one chunk, then later in a chunk
+    of its own (if any). Returns the socket."""
+    n = len(master_key(method, PASSWORD))
+    salt = os.urandom(n)
+    up = SealedStream(method, PASSWORD, salt)
+    addr = b"\x01" + socket.inet_aton(LOOPBACK) + target_port.to_bytes(2, "big")
+    s = connect(port)
+    s.sendall(salt + up.seal(addr + first))
+    if later:
+        time.sleep(0.05)  # the sniff has the first chunk alone
+        s.sendall(up.seal(later))
+    return s
+
+
+def read_sealed(s, method, want):
+    """The server's answer, opened: salt, then chunks until want bytes."""
+    n = len(master_key(method, PASSWORD))
+    s.settimeout(5)
+    down = SealedStream(method, PASSWORD, recv_exact(s, n))
+    got = b""
+    while len(got) < want:
+        got += down.open_from(s)
+    return got
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_sniffing_reads_the_address_chunk(chain, echo, split):
+    """A client that puts its first bytes in the address's chunk (ss-libev,
+    v2ray may), whole or with the rest in the next chunk: the name picks the
+    rule without more bytes from the client, and a passing flow delivers
+    every byte once, in order."""
+    pytest.importorskip("cryptography")
+    method = "chacha20-ietf-poly1305"
+    data = first_bytes("tls")
+    cut = len(data) if not split else len(data) // 2
+    blocking = chain.proxy(sniffing_server(method, PASSWORD, SNIFFED))
+    with sealed_exchange(blocking.port, method, echo.port, data[:cut], data[cut:]) as s:
+        assert nothing_back(s), chain.logs()
+    assert_routed(blocking, echo, ("in", "block", "rule #1"), chain.logs)
+
+    passing = chain.proxy(sniffing_server(method, PASSWORD, "other.example"))
+    with sealed_exchange(passing.port, method, echo.port, data[:cut], data[cut:]) as s:
+        assert read_sealed(s, method, len(data)) == data
+    assert_routed(passing, echo, ("in", "direct", "default route"), chain.logs)
+
+
+def test_sniffing_closes_on_a_bad_chunk(chain, echo):
+    """A chunk after the address whose tag does not match, while the sniff
+    waits: the connection closes with nothing dialled, as the body would
+    close it, and the exact text is logged."""
+    pytest.importorskip("cryptography")
+    method = "aes-128-gcm"
+    server = chain.proxy(sniffing_server(method, PASSWORD, SNIFFED))
+    bad = bytearray(SealedStream(method, PASSWORD, os.urandom(16)).seal(b"GET / HTTP/1.1\r\n"))
+    with sealed_exchange(server.port, method, echo.port, b"", b"") as s:
+        s.sendall(bytes(bad))
+        s.settimeout(5)
+        assert s.recv(64) == b"", chain.logs()
+    interop.assert_logged(server, "refused: the client's sealed bytes after the request do "
+                          "not open", chain.logs)
+    assert route.decision(server, "tcp", f"127.0.0.1:{echo.port}", timeout=0.2) is None
+
+
+def test_sniffed_bytes_go_through_a_proxied_upstream(chain, echo):
+    """The plaintext the sniff held goes through an upstream whose stack
+    started already (our shadowsocks outbound to a second inbound of ours)."""
+    pytest.importorskip("cryptography")
+    method = "aes-128-gcm"
+    last = chain.proxy(our_server("aes-256-gcm", password="hop two"))
+    hop = ('[[outbound]]\ntag = "hop"\nprotocol = "shadowsocks"\nserver = "127.0.0.1"\n'
+           f'port = {last.port}\n[outbound.settings]\nmethod = "aes-256-gcm"\n'
+           'password = "hop two"\n\n')
+    first = chain.proxy(our_server(method, upstream=hop).replace(
+        "port = {port0}\n", "port = {port0}\nsniffing = true\n", 1))
+    data = first_bytes("http")
+    with sealed_exchange(first.port, method, echo.port, data[:10], data[10:]) as s:
+        assert read_sealed(s, method, len(data)) == data
+
+
+@pytest.mark.parametrize("method", ["aes-256-gcm", "2022-blake3-chacha20-poly1305"])
+def test_sniffing_inbound_carries_16_mib(chain, echo, method):
+    """Random bytes are not sniffable: the flow opens at once and 16 MiB go
+    through byte for byte, half-close and burst as without sniffing."""
+    key = key_of(method)
+    server = chain.proxy(sniffing_server(method, key, SNIFFED))
+    client = chain.proxy(our_client(method, server.port, password=key))
+    interop.echo_check(client.port, echo.port, chain.logs)
+    saw_ours(chain, echo.port)

@@ -1,4 +1,4 @@
-/* fuzz_shadowsocks_server.c - libFuzzer target: the Shadowsocks server core (AEAD-2017 and 2022, one key or users behind an identity PSK) fed whole and cut in two, on raw bytes and on a fuzzed first chunk sealed with user 1's key; the body layer on what follows; UDP packets opened. */
+/* fuzz_shadowsocks_server.c - libFuzzer target: the Shadowsocks server core (AEAD-2017 and 2022, one key or users behind an identity PSK) fed whole and cut in two, on raw bytes and on a fuzzed first chunk sealed with user 1's key; the body layer on what follows, with and without a sniffing shell's peek before it (the same bytes go down); UDP packets opened. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -103,19 +103,47 @@ static void serve(ss_server *s, const uint8_t *in, size_t len, size_t cut, outco
 	CHECK(len < SS_KEY_MAX + SS2022_IDENTITY_LEN + SS2022_REQ_FIXED_SEALED + SS_CHUNK_BUF_MAX);
 }
 
-static void body(ss_server *s, const uint8_t *in, size_t len)
+/* Runs the body on in[0, len), first peeking at it in steps of peek
+ * bytes when peek is not 0 (a sniffing shell). What goes down is appended
+ * to got (cap bytes of room: the request's whole input, as nothing comes
+ * out larger than it went in, the first chunk's rest included).
+ * Returns whether every byte went through without a failure. */
+static bool body(ss_server *s, const uint8_t *in, size_t len, size_t peek, uint8_t *got,
+                 size_t cap, size_t *got_len)
 {
 	static const uint8_t salt[SS_KEY_MAX] = {7};
+	size_t off = 0;
+	*got_len = 0;
+	if (peek) {
+		const uint8_t *plain = NULL;
+		size_t plain_len = 0;
+		CHECK(ss_server_peek(s, NULL, 0, &plain, &plain_len) == 0);
+		while (off < len) {
+			size_t n = len - off < peek ? len - off : peek;
+			ssize_t used = ss_server_peek(s, in + off, n, &plain, &plain_len);
+			CHECK(plain_len <= SS_PEEK_MAX);
+			if (used < 0)
+				return false;
+			CHECK((size_t)used <= n);
+			if (used == 0) {
+				CHECK(plain_len == SS_PEEK_MAX);
+				break;
+			}
+			off += (size_t)used;
+		}
+	}
 	layer *b = ss_server_body_new(s, salt, NOW);
 	if (!b)
-		return; /* out of memory only */
+		return false; /* out of memory only */
 	uint8_t *down_buf = malloc(SS_CHUNK_PAYLOAD_MAX + 1);
 	CHECK(down_buf);
 	layer_buf down = {down_buf, 0, SS_CHUNK_PAYLOAD_MAX + 1};
 	CHECK(b->ops->start(b, &down) == 0);
-	size_t off = 0;
 	bool failed = false;
 	for (int guard = 0; guard < 100000; guard++) {
+		CHECK(*got_len + down.len <= cap);
+		memcpy(got + *got_len, down_buf, down.len);
+		*got_len += down.len;
 		down.len = 0;
 		ssize_t n = b->ops->from_above(b, in + off, len - off, &down);
 		if (n < 0) {
@@ -134,6 +162,7 @@ static void body(ss_server *s, const uint8_t *in, size_t len)
 	CHECK(failed ? n == LAYER_ERR_PROTO : n >= 0);
 	b->ops->free(b);
 	free(down_buf);
+	return !failed;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -214,14 +243,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		len = size;
 	}
 
+	uint8_t *got[2] = {malloc(len ? len : 1), malloc(len ? len : 1)};
+	CHECK(got[0] && got[1]);
 	ss_replay *filter = (flags & 16) ? calloc(1, sizeof *filter) : NULL;
 	for (int pass = 0; pass < (filter ? 2 : 1); pass++) {
 		ss_server s;
 		ss_server_init(&s, acc, 2, filter ? replay_add : NULL, filter);
 		outcome whole, split;
 		serve(&s, in, len, len, &whole);
+		bool whole_ok = false;
+		size_t whole_len = 0, split_len = 0;
 		if (whole.ev.kind == PROTO_EV_OPEN)
-			body(&s, in + whole.used, len - (size_t)whole.used);
+			whole_ok = body(&s, in + whole.used, len - (size_t)whole.used, 0, got[0],
+			                len, &whole_len);
 		ss_server_free(&s);
 		if (!filter) {
 			/* any split reaches the same decision */
@@ -234,12 +268,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				CHECK(split.used == whole.used &&
 				      addr_dest_same(&split.ev.dest, &whole.ev.dest) &&
 				      split.ev.user == whole.ev.user);
+			/* a peek before the body changes nothing that goes down */
+			if (whole.ev.kind == PROTO_EV_OPEN &&
+			    body(&s, in + split.used, len - (size_t)split.used, cut % 300 + 1, got[1],
+			         len, &split_len) &&
+			    whole_ok)
+				CHECK(split_len == whole_len && memcmp(got[0], got[1], whole_len) == 0);
 			ss_server_free(&s);
 		} else if (pass == 1 && whole.ev.kind == PROTO_EV_CLOSE) {
 			CHECK(whole.ev.reason);
 		}
 	}
 	free(filter);
+	free(got[0]);
+	free(got[1]);
 
 	/* the same bytes as a UDP packet */
 	uint8_t *plain = malloc(len ? len : 1);

@@ -465,6 +465,134 @@ static void round_trip_through_client_and_server(void **state)
 	free(got);
 }
 
+/* ---- the peek a sniffing shell runs between the OPEN and the body ---- */
+
+/* Peeks at wire[*off, len), step bytes a call (0: all at once), until the
+ * peek holds SS_PEEK_MAX bytes or all is consumed; returns the plaintext
+ * held and moves *off past what was consumed. */
+static size_t peek_all(ss_server *sv, const uint8_t *wire, size_t *off, size_t len, size_t step,
+                       const uint8_t **plain)
+{
+	size_t plain_len = 0;
+	assert_int_equal(ss_server_peek(sv, NULL, 0, plain, &plain_len), 0);
+	while (*off < len) {
+		size_t n = step == 0 || len - *off < step ? len - *off : step;
+		ssize_t used = ss_server_peek(sv, wire + *off, n, plain, &plain_len);
+		assert_true(used >= 0);
+		if (used == 0) {
+			assert_int_equal(plain_len, SS_PEEK_MAX);
+			break;
+		}
+		*off += (size_t)used;
+	}
+	return plain_len;
+}
+
+static void peek_then_body_on_every_cut(void **state)
+{
+	(void)state;
+	size_t big = 100000;
+	uint8_t *data = malloc(big), *wire = malloc(2 * big), *got = malloc(big);
+	for (size_t i = 0; i < big; i++)
+		data[i] = (uint8_t)(i * 7 + 3);
+	static const size_t sizes[] = {100, SS_PEEK_MAX, 100000};
+	static const size_t steps[] = {1, 333, 0};
+	for (size_t i = 0; i < N_VECS; i++) {
+		const vec *v = &VECS[i];
+		ss_account a;
+		account(&a, v->m, SSV_PASSWORD);
+		for (size_t z = 0; z < 3; z++) {
+			for (size_t s = 0; s < 3; s++) {
+				size_t size = sizes[z];
+				layer *c = client(v);
+				layer_buf w = {wire, 0, 2 * big};
+				assert_int_equal(c->ops->start(c, &w), 0);
+				send_all(c, data, size, &w);
+				c->ops->free(c);
+				ss_server sv;
+				ss_server_init(&sv, &a, 1, NULL, NULL);
+				const uint8_t *plain = NULL;
+				size_t plain_len = 0;
+				/* not opened yet */
+				assert_int_equal(ss_server_peek(&sv, wire, 1, &plain, &plain_len),
+				                 PROTO_ERR_STATE);
+				result r = serve(&sv, wire, w.len, 0);
+				assert_int_equal(r.ev.kind, PROTO_EV_OPEN);
+				size_t off = (size_t)r.used;
+				plain_len = peek_all(&sv, wire, &off, w.len, steps[s], &plain);
+				size_t want = size < SS_PEEK_MAX ? size : SS_PEEK_MAX;
+				assert_int_equal(plain_len, want);
+				assert_memory_equal(plain, data, want);
+				/* the body sends the plaintext first, then opens on */
+				uint8_t our_salt[32] = {0x44};
+				layer *b = ss_server_body_new(&sv, our_salt, NOW);
+				assert_non_null(b);
+				layer_buf down = {got, 0, big};
+				assert_int_equal(b->ops->start(b, &down), 0);
+				feed_above(b, wire, off, w.len, 333, &down);
+				assert_int_equal(b->ops->from_above(b, NULL, 0, &down), 0);
+				assert_int_equal(down.len, size);
+				assert_memory_equal(got, data, size);
+				b->ops->free(b);
+				ss_server_free(&sv);
+			}
+		}
+	}
+	free(data);
+	free(wire);
+	free(got);
+}
+
+static void peek_reads_the_first_chunk_rest_and_refuses_bad_chunks(void **state)
+{
+	(void)state;
+	const vec *v = &VECS[0];
+	ss_account a;
+	account(&a, v->m, SSV_PASSWORD);
+	uint8_t in[512];
+	/* payload in the first chunk (as ss-libev may send): the peek gives it
+	 * before any more bytes come, and the body sends it once */
+	size_t n = forge(v, 10, (const uint8_t *)"\x01\x7f\x00\x00\x01\x00\x50GET", 10, in);
+	ss_server sv;
+	ss_server_init(&sv, &a, 1, NULL, NULL);
+	result r = serve(&sv, in, n, 0);
+	assert_int_equal(r.ev.kind, PROTO_EV_OPEN);
+	const uint8_t *plain = NULL;
+	size_t plain_len = 0;
+	assert_int_equal(ss_server_peek(&sv, NULL, 0, &plain, &plain_len), 0);
+	assert_int_equal(plain_len, 3);
+	assert_memory_equal(plain, "GET", 3);
+	layer *b = ss_server_body_new(&sv, SALT, NOW);
+	assert_non_null(b);
+	uint8_t buf[8];
+	layer_buf down = {buf, 0, 2};
+	assert_int_equal(b->ops->start(b, &down), 0);
+	assert_int_equal(down.len, 2); /* what fits; the rest on the next pump */
+	down.cap = sizeof buf;
+	assert_int_equal(b->ops->from_above(b, NULL, 0, &down), 0);
+	assert_int_equal(down.len, 3);
+	assert_memory_equal(buf, "GET", 3);
+	b->ops->free(b);
+	ss_server_free(&sv);
+	/* a chunk whose tag does not match, or whose length is out of bounds */
+	uint8_t wire[256];
+	for (int k = 0; k < 2; k++) {
+		layer *c = client(v);
+		layer_buf w = {wire, 0, sizeof wire};
+		assert_int_equal(c->ops->start(c, &w), 0);
+		send_all(c, (const uint8_t *)"hello", 5, &w);
+		c->ops->free(c);
+		ss_server_init(&sv, &a, 1, NULL, NULL);
+		r = serve(&sv, wire, w.len, 0);
+		assert_int_equal(r.ev.kind, PROTO_EV_OPEN);
+		wire[w.len - (k ? 1 : 5 + SS_TAG_LEN + 1)] ^= 1;
+		assert_int_equal(ss_server_peek(&sv, wire + r.used, w.len - (size_t)r.used, &plain,
+		                                &plain_len),
+		                 PROTO_ERR_MALFORMED);
+		ss_server_free(&sv);
+	}
+}
+
 static void oversize_length_fails_the_layers(void **state)
 {
 	(void)state;
@@ -658,6 +786,8 @@ int main(void)
 		cmocka_unit_test(server_refuses_bad_lengths_and_addresses),
 		cmocka_unit_test(server_refuses_a_replayed_salt),
 		cmocka_unit_test(round_trip_through_client_and_server),
+		cmocka_unit_test(peek_then_body_on_every_cut),
+		cmocka_unit_test(peek_reads_the_first_chunk_rest_and_refuses_bad_chunks),
 		cmocka_unit_test(oversize_length_fails_the_layers),
 		cmocka_unit_test(reader_opens_chunks_on_every_cut),
 		cmocka_unit_test(packets),

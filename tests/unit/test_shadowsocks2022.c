@@ -734,6 +734,63 @@ static void round_trip_with_full_chunks(void **state)
 	free(got);
 }
 
+/* A sniffing shell's peek between the OPEN and the body: a 0xFFFF chunk
+ * is larger than the peek holds, so the reader keeps what did not fit and
+ * the body sends it after the peek's plaintext; every byte once, in order,
+ * for every step. */
+static void peek_then_body_with_full_chunks(void **state)
+{
+	(void)state;
+	size_t big = 200000;
+	uint8_t *data = malloc(big), *wire = malloc(2 * big), *got = malloc(big);
+	for (size_t i = 0; i < big; i++)
+		data[i] = (uint8_t)(i * 11 + 1);
+	static const size_t steps[] = {1, 4099, 0};
+	for (size_t i = 0; i < N_VECS; i++) {
+		const vec *v = &VECS[i];
+		ss_account a;
+		account(&a, v);
+		for (size_t st = 0; st < 3; st++) {
+			layer *c = client_at(v, SALT, NOW);
+			layer_buf w = {wire, 0, 2 * big};
+			assert_int_equal(c->ops->start(c, &w), 0);
+			send_all(c, data, big, &w);
+			c->ops->free(c);
+			ss_server sv;
+			ss_server_init(&sv, &a, 1, NULL, NULL);
+			result r = serve_at(&sv, wire, w.len, 0, NOW);
+			assert_int_equal(r.ev.kind, PROTO_EV_OPEN);
+			const uint8_t *plain = NULL;
+			size_t plain_len = 0, off = (size_t)r.used;
+			assert_int_equal(ss_server_peek(&sv, NULL, 0, &plain, &plain_len), 0);
+			assert_int_equal(plain_len, 0); /* our client's header has padding only */
+			for (;;) {
+				size_t n = steps[st] == 0 || w.len - off < steps[st] ? w.len - off : steps[st];
+				ssize_t used = ss_server_peek(&sv, wire + off, n, &plain, &plain_len);
+				assert_true(used >= 0);
+				if (used == 0)
+					break;
+				off += (size_t)used;
+			}
+			assert_int_equal(plain_len, SS_PEEK_MAX);
+			assert_memory_equal(plain, data, SS_PEEK_MAX);
+			layer *b = ss_server_body_new(&sv, server_salt, NOW);
+			assert_non_null(b);
+			layer_buf down = {got, 0, big};
+			assert_int_equal(b->ops->start(b, &down), 0);
+			feed_above(b, wire, off, w.len, 4099, &down);
+			assert_int_equal(b->ops->from_above(b, NULL, 0, &down), 0);
+			assert_int_equal(down.len, big);
+			assert_memory_equal(got, data, big);
+			b->ops->free(b);
+			ss_server_free(&sv);
+		}
+	}
+	free(data);
+	free(wire);
+	free(got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -751,6 +808,7 @@ int main(void)
 		cmocka_unit_test(identity_server_finds_the_user),
 		cmocka_unit_test(identity_server_refuses_strangers),
 		cmocka_unit_test(round_trip_with_full_chunks),
+		cmocka_unit_test(peek_then_body_with_full_chunks),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }
