@@ -40,10 +40,14 @@ static const char *const msgs[] = {
 	[M_UDP_ENDED] = "mux: the server ended the UDP sub-flow",
 };
 
-/* Frames toward the client waiting for its relay: sub-flows stop adding
+/* Frames toward the peer waiting for its relay: sub-flows stop adding
  * data frames beyond this (End frames still go). */
 #define OUT_SOFT (64 * 1024)
-#define OUT_CAP (OUT_SOFT + MUX_FRAME_MAX + 64 * MUX_SHORT_FRAME_LEN)
+/* Data and New frames go at most this far (data_room): what lies beyond,
+ * up to OUT_CAP, is kept for the short control frames (End, KeepAlive),
+ * which put_out could otherwise only drop. */
+#define OUT_DATA_CAP (OUT_SOFT + MUX_FRAME_MAX)
+#define OUT_CAP (OUT_DATA_CAP + 64 * MUX_SHORT_FRAME_LEN)
 
 typedef struct mux_conn mux_conn;
 
@@ -147,6 +151,12 @@ static void kick(mux_conn *m)
 		m->kicking = true;
 		uv_idle_start(&m->kick, on_kick);
 	}
+}
+
+/* Room for data and New frames: never the control frames' share. */
+static size_t data_room(const mux_conn *m)
+{
+	return m->out_len < OUT_DATA_CAP ? OUT_DATA_CAP - m->out_len : 0;
 }
 
 static void put_out(mux_conn *m, const uint8_t *d, size_t n)
@@ -323,10 +333,10 @@ static void on_sub_dgram(const addr_dest *from, uint8_t *data, size_t len, void 
 	(void)from;
 	msub *s = ud;
 	mux_conn *m = s->m;
-	if (s->gone || len > MUX_UDP_PAYLOAD_MAX || OUT_CAP - m->out_len < len + MUX_HEADER_MAX)
+	if (s->gone || len > MUX_UDP_PAYLOAD_MAX || data_room(m) < len + MUX_HEADER_MAX)
 		return; /* dropped: UDP */
 	ssize_t n = mux_encode_datagram(s->id, NULL, data, len, m->out + m->out_len,
-	                                OUT_CAP - m->out_len);
+	                                data_room(m));
 	if (n > 0)
 		m->out_len += (size_t)n;
 	kick(m);
@@ -565,7 +575,7 @@ static void serve_sub(mux_conn *m, msub *s)
 	while (s->has_ep && !s->end_sent && m->out_len < OUT_SOFT && (r = chan_queue_head(&s->wq))) {
 		size_t used = 0;
 		m->out_len += mux_encode_stream(s->id, r->d + r->off, r->n - r->off,
-		                                m->out + m->out_len, OUT_CAP - m->out_len, &used);
+		                                m->out + m->out_len, data_room(m), &used);
 		r->off += used;
 		m->moved += used;
 		if (r->off == r->n)
@@ -838,10 +848,10 @@ static int dl_send_to(dgram_link *l, const addr_dest *to, const uint8_t *data, s
 	if (!s || s->gone || s->end_sent || len > MUX_UDP_PAYLOAD_MAX)
 		return -1;
 	mux_conn *m = s->m;
-	if (OUT_CAP - m->out_len < len + MUX_HEADER_MAX)
+	if (data_room(m) < len + MUX_HEADER_MAX)
 		return -1; /* dropped: UDP */
 	ssize_t n = mux_encode_datagram(s->id, NULL, data, len, m->out + m->out_len,
-	                                OUT_CAP - m->out_len);
+	                                data_room(m));
 	if (n < 0)
 		return -1;
 	m->out_len += (size_t)n;
@@ -869,7 +879,10 @@ static void open_cancel(connect_pending *p) { open_done((mopen *)p, NULL); }
 /* The opens waiting get their sub-flows once the stream is up. */
 static void start_opens(mux_conn *m)
 {
-	while (m->below && !m->dead && m->opens.head) {
+	/* a New frame that did not fit would be lost while its sub-flow's
+	 * data went out under an id the peer never opened (it answers End:
+	 * the flow saw its end before any byte); it waits for room instead */
+	while (m->below && !m->dead && m->opens.head && data_room(m) >= MUX_HEADER_MAX) {
 		mopen *o = LIST_ENTRY(m->opens.head, mopen, node);
 		uint8_t frame[MUX_HEADER_MAX];
 		uint16_t id;
