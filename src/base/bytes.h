@@ -19,6 +19,17 @@ static inline void bytes_put16(uint8_t *p, uint16_t v)
 	p[1] = (uint8_t)v;
 }
 
+static inline uint64_t bytes_get64(const uint8_t *p)
+{
+	return (uint64_t)bytes_get32(p) << 32 | bytes_get32(p + 4);
+}
+
+static inline void bytes_put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (uint8_t)v;
+}
+
 /* The value of hexadecimal digit c (either case), or -1. */
 static inline int bytes_hex_digit(int c)
 {

@@ -16,20 +16,6 @@
 #define TYPE_CLIENT 0
 #define TYPE_SERVER 1
 
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 7; i >= 0; i--, v >>= 8)
-		p[i] = (uint8_t)v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v = v << 8 | p[i];
-	return v;
-}
-
 bool ss2022_time_ok(uint64_t ts, int64_t now)
 {
 	if (ts > INT64_MAX)
@@ -46,7 +32,7 @@ ssize_t ss2022_request_seal(ss_aead *a, int64_t now, const uint8_t *addr, size_t
 	size_t vlen = alen + 2 + padding;
 	uint8_t fixed[SS2022_REQ_FIXED_LEN];
 	fixed[0] = TYPE_CLIENT;
-	put64(fixed + 1, (uint64_t)now);
+	bytes_put64(fixed + 1, (uint64_t)now);
 	bytes_put16(fixed + 9, (uint16_t)vlen);
 	uint8_t *var = out + SS2022_REQ_FIXED_SEALED;
 	memcpy(var, addr, alen);
@@ -64,7 +50,7 @@ ssize_t ss2022_request_open_fixed(ss_aead *a, const uint8_t *in, int64_t now)
 		return SS2022_ERR_TAG;
 	if (fixed[0] != TYPE_CLIENT)
 		return SS2022_ERR_TYPE;
-	if (!ss2022_time_ok(get64(fixed + 1), now))
+	if (!ss2022_time_ok(bytes_get64(fixed + 1), now))
 		return SS2022_ERR_TIME;
 	size_t n = bytes_get16(fixed + 9);
 	return n ? (ssize_t)n : SS2022_ERR_LENGTH;
@@ -78,7 +64,7 @@ ssize_t ss2022_response_seal(ss_aead *a, int64_t now, const uint8_t *req_salt, s
 	uint8_t fixed[SS2022_RESP_FIXED_LEN(SS_KEY_MAX)];
 	size_t flen = SS2022_RESP_FIXED_LEN(slen);
 	fixed[0] = TYPE_SERVER;
-	put64(fixed + 1, (uint64_t)now);
+	bytes_put64(fixed + 1, (uint64_t)now);
 	memcpy(fixed + 9, req_salt, slen);
 	bytes_put16(fixed + 9 + slen, (uint16_t)len);
 	if (ss_aead_seal(a, fixed, flen, out) || ss_aead_seal(a, in, len, out + flen + SS_TAG_LEN))
@@ -99,7 +85,7 @@ ssize_t ss2022_response_open(ss_aead *a, const uint8_t *in, const uint8_t *req_s
 	 * against the request salt." */
 	if (CRYPTO_memcmp(fixed + 9, req_salt, slen) != 0)
 		return SS2022_ERR_SALT;
-	if (!ss2022_time_ok(get64(fixed + 1), now))
+	if (!ss2022_time_ok(bytes_get64(fixed + 1), now))
 		return SS2022_ERR_TIME;
 	size_t n = bytes_get16(fixed + 9 + slen);
 	return n ? (ssize_t)n : SS2022_ERR_LENGTH;

@@ -53,20 +53,6 @@ const char *ss2022_udp_strerror(int err)
 	}
 }
 
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 7; i >= 0; i--, v >>= 8)
-		p[i] = (uint8_t)v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v = v << 8 | p[i];
-	return v;
-}
-
 /* ---- the window ---- */
 
 static bool bit_get(const ss2022_window *w, uint64_t id)
@@ -337,7 +323,7 @@ static size_t body_put(uint8_t *b, bool chacha, const uint8_t *sep, const ss2022
 		k = SS2022_UDP_SEP_LEN;
 	}
 	b[k++] = msg->client_session ? TYPE_SERVER : TYPE_CLIENT;
-	put64(b + k, (uint64_t)msg->now);
+	bytes_put64(b + k, (uint64_t)msg->now);
 	k += 8;
 	if (msg->client_session) {
 		memcpy(b + k, msg->client_session, SS2022_SESSION_ID_LEN);
@@ -384,7 +370,7 @@ ssize_t ss2022_udp_seal(ss_method m, const uint8_t *key, const ss_identity *id,
 		return SS2022_UDP_ERR_TOO_BIG;
 	uint8_t sep[SS2022_UDP_SEP_LEN];
 	memcpy(sep, msg->session, SS2022_SESSION_ID_LEN);
-	put64(sep + SS2022_SESSION_ID_LEN, msg->packet);
+	bytes_put64(sep + SS2022_SESSION_ID_LEN, msg->packet);
 	size_t head = chacha ? SS2022_XNONCE_LEN : SS2022_UDP_SEP_LEN + nid * SS2022_IDENTITY_LEN;
 	uint8_t *b = out + head;
 	size_t blen = body_put(b, chacha, sep, msg);
@@ -418,7 +404,7 @@ static ssize_t main_read(const uint8_t *b, size_t blen, size_t base, int64_t now
 		return SS2022_UDP_ERR_SHORT;
 	if (b[0] != (server ? TYPE_SERVER : TYPE_CLIENT))
 		return SS2022_UDP_ERR_TYPE;
-	if (!ss2022_time_ok(get64(b + 1), now))
+	if (!ss2022_time_ok(bytes_get64(b + 1), now))
 		return SS2022_UDP_ERR_TIME;
 	size_t k = 9;
 	if (server) {
@@ -471,7 +457,7 @@ static ssize_t finish(ss_method m, const uint8_t *key, ss2022_udp_rx *rx, const 
 static void sep_read(const uint8_t *sep, ss2022_udp_packet *p)
 {
 	memcpy(p->session, sep, SS2022_SESSION_ID_LEN);
-	p->packet = get64(sep + SS2022_SESSION_ID_LEN);
+	p->packet = bytes_get64(sep + SS2022_SESSION_ID_LEN);
 }
 
 /* SIP022-2 on the server: the identity header at in, under the iPSK, XOR
