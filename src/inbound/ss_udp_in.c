@@ -13,6 +13,7 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include "base/hash.h"
 #include "base/list.h"
 #include "base/log.h"
 #include "proto/shadowsocks2022_udp.h"
@@ -84,11 +85,11 @@ struct nat {
 
 /* ---- the NAT table ---- */
 
-/* FNV-1a over p[0, len), from h. */
+/* FNV-1a (base/hash.h) over p[0, len), continued from h. */
 static uint32_t fnv(uint32_t h, const uint8_t *p, size_t len)
 {
 	for (size_t i = 0; i < len; i++)
-		h = (h ^ p[i]) * 16777619u;
+		h = hash_fnv32_step(h, p[i]);
 	return h;
 }
 
@@ -98,7 +99,7 @@ static size_t hash_session(int user, const uint8_t *session)
 {
 	uint8_t u[4] = {(uint8_t)(user >> 24), (uint8_t)(user >> 16), (uint8_t)(user >> 8),
 	                (uint8_t)user};
-	return fnv(fnv(2166136261u, u, sizeof u), session, SS2022_SESSION_ID_LEN) & (NAT_BUCKETS - 1);
+	return fnv(fnv(HASH_FNV32_INIT, u, sizeof u), session, SS2022_SESSION_ID_LEN) & (NAT_BUCKETS - 1);
 }
 
 static size_t hash_addr(const struct sockaddr_storage *a)
@@ -120,9 +121,9 @@ static size_t hash_addr(const struct sockaddr_storage *a)
 		len = 16;
 		port = s->sin6_port;
 	}
-	uint32_t h = fnv(2166136261u, p, len);
-	h = (h ^ (port & 0xff)) * 16777619u;
-	h = (h ^ (port >> 8)) * 16777619u;
+	uint32_t h = fnv(HASH_FNV32_INIT, p, len);
+	h = hash_fnv32_step(h, (uint8_t)(port & 0xff));
+	h = hash_fnv32_step(h, (uint8_t)(port >> 8));
 	return h & (NAT_BUCKETS - 1);
 }
 
