@@ -177,6 +177,113 @@ const char *etm_udplb_close_name(size_t i);
  * engine runs: the counters are read, not locked. */
 void etm_supervisor_write_metrics(const etm_supervisor *s, FILE *out);
 
+/* ---- the flow tracker (seed 002 "Tracker"; docs/api.md) ----
+ *
+ * Every TCP flow and every UDP sub-link is registered once its outbound
+ * opened it (a failed dial never is), on the worker that carries it, and
+ * leaves the table when it ends; the last ETM_FLOWS_CLOSED_MAX ended ones
+ * per worker are kept for the API. Bytes are the flow's app bytes as the
+ * client sent them (up) and received them (down). */
+
+/* Names (tags, users) are cut to this many bytes less one. */
+#define ETM_FLOW_NAME_MAX 128
+/* A host name (RFC 1035 2.3.4: 255 octets) and its NUL. */
+#define ETM_FLOW_HOST_MAX 256
+/* An IPv6 address as text (INET6_ADDRSTRLEN). */
+#define ETM_FLOW_IP_MAX 46
+/* The end why of a closed flow is cut to this many bytes less one. */
+#define ETM_FLOW_WHY_MAX 128
+/* Ended flows each worker keeps for GET /connections?closed. */
+#define ETM_FLOWS_CLOSED_MAX 256
+
+/* The why of a flow ended by etm_supervisor_kill (seed 002's text). */
+#define ETM_FLOW_KILLED "the flow was killed"
+
+typedef struct etm_flow {
+	uint64_t id;       /* unique for the process's life, never 0 */
+	uint64_t start_ms; /* Unix time in ms when it was registered */
+	uint64_t end_ms;   /* ended flows: when; 0 while open */
+	int udp;           /* 1: a UDP sub-link, 0: a TCP flow */
+	uint64_t assoc;    /* UDP: the id of the association it belongs to; 0 for TCP */
+	char inbound[ETM_FLOW_NAME_MAX];
+	char user[ETM_FLOW_NAME_MAX]; /* "" for the anonymous principal */
+	char src_ip[ETM_FLOW_IP_MAX]; /* "" when unknown */
+	uint16_t src_port;
+	char dst_host[ETM_FLOW_HOST_MAX]; /* the requested domain; "" when the request named an IP */
+	char dst_ip[ETM_FLOW_IP_MAX];     /* the requested IP; "" when it named a domain */
+	uint16_t dst_port;
+	char sniffed[ETM_FLOW_HOST_MAX]; /* "" when nothing was sniffed */
+	int32_t rule;                    /* index of the rule that matched; -1: the default route */
+	char outbound[ETM_FLOW_NAME_MAX]; /* the tag the route chose (an outbound or a balancer) */
+	unsigned long long version;       /* its version: outbound@vN */
+	char member[ETM_FLOW_NAME_MAX];   /* the balancer member that carries it; "" when none */
+	uint64_t epoch;                   /* the plane's epoch it was routed on */
+	uint64_t up, down;
+	char why[ETM_FLOW_WHY_MAX]; /* ended flows: what ended it ("closed" when in order) */
+} etm_flow;
+
+typedef struct etm_flow_list {
+	etm_flow *v; /* owned: etm_flow_list_free */
+	size_t n;
+} etm_flow_list;
+
+void etm_flow_list_free(etm_flow_list *l);
+
+/* A snapshot of the open flows (closed = 0) or of the recently ended ones
+ * (closed = 1), every worker's, each taken on the worker's own loop; open
+ * ones oldest first. Returns 0, or -1 when memory ran out (*out empty).
+ * The thread that started the engine. */
+__attribute__((warn_unused_result)) int etm_supervisor_flows(etm_supervisor *s, int closed,
+                                                             etm_flow_list *out);
+
+/* Bytes moved by every flow since the start, ended ones included (the
+ * Clash API's uploadTotal and downloadTotal). The thread that started the
+ * engine. */
+void etm_supervisor_traffic(etm_supervisor *s, uint64_t *up, uint64_t *down);
+
+/* Which flows a kill ends: every condition given must hold (NULL / -2 /
+ * 0 for one not given; an empty filter matches every flow). */
+typedef struct etm_flow_filter {
+	const char *user;     /* the flow's user; "" the anonymous ones */
+	const char *inbound;  /* inbound tag */
+	const char *outbound; /* the routed tag, or the member that carries it */
+	int32_t rule;         /* rule index, -1 the default route, -2 any */
+	uint64_t epoch_below; /* routed on a plane older than this */
+} etm_flow_filter;
+
+#define ETM_FLOW_FILTER_ALL ((etm_flow_filter){.rule = -2})
+
+/* Ends flow id with ETM_FLOW_KILLED (a UDP sub-link is dropped from its
+ * association only). Returns 0, or -1 when no open flow has that id. The
+ * thread that started the engine. */
+int etm_supervisor_kill(etm_supervisor *s, uint64_t id);
+
+/* Ends every open flow f matches, as etm_supervisor_kill does; returns how
+ * many. The thread that started the engine. */
+size_t etm_supervisor_kill_where(etm_supervisor *s, const etm_flow_filter *f);
+
+/* Bytes and flows per inbound, outbound (the member that carried it when a
+ * balancer chose) or user, since the start. */
+typedef enum etm_usage_by { ETM_USAGE_INBOUND, ETM_USAGE_OUTBOUND, ETM_USAGE_USER } etm_usage_by;
+
+typedef struct etm_usage {
+	char name[ETM_FLOW_NAME_MAX]; /* "" for the anonymous user */
+	uint64_t up, down;            /* ended and open flows */
+	uint64_t open, total;         /* flows open now, and ever registered */
+} etm_usage;
+
+typedef struct etm_usage_list {
+	etm_usage *v; /* owned: etm_usage_list_free; sorted by name */
+	size_t n;
+} etm_usage_list;
+
+void etm_usage_list_free(etm_usage_list *l);
+
+/* The usage table by `by`, summed over the workers. Returns 0, or -1 when
+ * memory ran out. The thread that started the engine. */
+__attribute__((warn_unused_result)) int etm_supervisor_usage(etm_supervisor *s, etm_usage_by by,
+                                                             etm_usage_list *out);
+
 /* Stops accepting, ends every flow, joins the workers and frees everything.
  * Returns within a moment: no flow is waited for. */
 void etm_supervisor_stop(etm_supervisor *s);
