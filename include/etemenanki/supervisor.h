@@ -156,6 +156,16 @@ __attribute__((warn_unused_result)) int etm_supervisor_balancer_member(const etm
                                                                        const char **member,
                                                                        int *up);
 
+/* The last health probe of member j of balancer i (indices as
+ * etm_supervisor_balancer_member): *delay_ms the time its TCP connect took
+ * (-1 when the last probe failed or none finished yet) and *when_ms the
+ * Unix time in ms it finished (0: none yet). Returns 0, or -1 past the end.
+ * The thread that started the engine. */
+__attribute__((warn_unused_result)) int etm_supervisor_member_probe(const etm_supervisor *s,
+                                                                    size_t i, size_t j,
+                                                                    int64_t *delay_ms,
+                                                                    uint64_t *when_ms);
+
 /* What the admission guard refused since the start (docs/security.md). */
 typedef struct etm_guard_stats {
 	uint64_t refused_source; /* over [policy] max_connections_per_source */
