@@ -25,6 +25,7 @@ typedef struct sub {
 	bool one_dest; /* the link reaches only dest (env route's one_dest) */
 	addr_dest dest; /* with one_dest: the destination it was opened for */
 	dgram_link *link;
+	track_flow *tf; /* owned: its record, NULL when untracked */
 } sub;
 
 typedef struct waiting {
@@ -65,18 +66,45 @@ static const dgram_handlers sub_handlers = {.recv = sub_recv, .end = sub_end};
 static void sub_recv(const addr_dest *from, uint8_t *data, size_t len, void *ud)
 {
 	sub *s = ud;
-	if (!s->fo->closed)
-		s->fo->h->recv(s->one_dest ? &s->dest : from, data, len, s->fo->ud);
+	if (s->fo->closed)
+		return;
+	if (s->tf)
+		s->tf->bytes[1] += len;
+	s->fo->h->recv(s->one_dest ? &s->dest : from, data, len, s->fo->ud);
 }
 
-static void remove_at(fanout *fo, size_t i)
+/* Closes sub-link i; its record ends with why (NULL: closed). */
+static void remove_at(fanout *fo, size_t i, const char *why)
 {
 	sub *s = fo->subs[i];
 	memmove(&fo->subs[i], &fo->subs[i + 1], (fo->n_subs - i - 1) * sizeof fo->subs[0]);
 	fo->n_subs--;
 	if (s->link)
 		s->link->ops->close(s->link);
+	track_end(s->tf, why);
 	free(s);
+}
+
+/* A kill of one sub-link's flow (tracker.h): that sub-link goes. */
+static void sub_kill(void *ud, const char *why)
+{
+	sub *s = ud;
+	fanout *fo = s->fo;
+	log_debug("outbound", msgs[MSG_SUB_ENDED], why);
+	for (size_t i = 0; i < fo->n_subs; i++)
+		if (fo->subs[i] == s) {
+			remove_at(fo, i, why);
+			return;
+		}
+}
+
+/* Sends on s, counting what went in its record. */
+static int sub_send(sub *s, const addr_dest *to, const uint8_t *data, size_t len)
+{
+	int rc = s->link->ops->send_to(s->link, to, data, len);
+	if (rc == 0 && s->tf)
+		s->tf->bytes[0] += len;
+	return rc;
 }
 
 /* A sub-link's receive failed: only that sub-link goes. */
@@ -87,7 +115,7 @@ static void sub_end(void *ud, const char *why)
 	log_debug("outbound", msgs[MSG_SUB_ENDED], why ? why : "?");
 	for (size_t i = 0; i < fo->n_subs; i++)
 		if (fo->subs[i] == s) {
-			remove_at(fo, i);
+			remove_at(fo, i, why);
 			return;
 		}
 }
@@ -116,7 +144,7 @@ static void push(fanout *fo, sub *s)
 	fo->subs[fo->n_subs++] = s;
 	if (fo->n_subs > FANOUT_MAX_SUBS) {
 		log_debug("outbound", msgs[MSG_EVICTED], FANOUT_MAX_SUBS);
-		remove_at(fo, 0); /* the least recently used */
+		remove_at(fo, 0, FANOUT_EVICTED_TEXT); /* the least recently used */
 	}
 }
 
@@ -130,7 +158,7 @@ static void free_waiting(waiting *w)
 }
 
 /* The open finished: deliver its datagram, then let the waiting ones through. */
-static void on_opened(void *oud, dgram_link *link, const char *why)
+static void on_opened(void *oud, dgram_link *link, track_flow *tf, const char *why)
 {
 	fanout *fo = oud;
 	sub *s = fo->opening_sub;
@@ -142,6 +170,7 @@ static void on_opened(void *oud, dgram_link *link, const char *why)
 	if (fo->closed) {
 		if (link)
 			link->ops->close(link);
+		track_end(tf, NULL);
 		free(s);
 		free_waiting(&first);
 		return;
@@ -152,8 +181,11 @@ static void on_opened(void *oud, dgram_link *link, const char *why)
 		free(s);
 	} else {
 		s->link = link;
+		s->tf = tf;
+		if (tf)
+			track_set_kill(tf, sub_kill, s);
 		push(fo, s);
-		(void)link->ops->send_to(link, &first.to, first.data, first.len);
+		(void)sub_send(s, &first.to, first.data, first.len);
 	}
 	free_waiting(&first);
 	if (!fo->in_callback) /* else the sender drains after open returns */
@@ -192,8 +224,7 @@ static int route_and_send(fanout *fo, const addr_dest *to, const uint8_t *data, 
 	size_t i = find(fo, id, one_dest, to);
 	if (i != SIZE_MAX) {
 		touch(fo, i);
-		sub *s = fo->subs[fo->n_subs - 1];
-		return s->link->ops->send_to(s->link, to, data, len);
+		return sub_send(fo->subs[fo->n_subs - 1], to, data, len);
 	}
 	if (fo->opening) {
 		if (fo->n_queue == FANOUT_MAX_WAITING) {
@@ -243,7 +274,7 @@ static void fo_close(dgram_link *l)
 	fanout *fo = (fanout *)l;
 	fo->closed = true;
 	while (fo->n_subs)
-		remove_at(fo, fo->n_subs - 1);
+		remove_at(fo, fo->n_subs - 1, NULL);
 	for (size_t i = 0; i < fo->n_queue; i++)
 		free_waiting(&fo->queue[i]);
 	fo->n_queue = 0;
@@ -279,7 +310,7 @@ size_t fanout_drain(dgram_link *l, uint64_t origin, const char *why)
 	for (size_t i = fo->n_subs; i-- > 0;)
 		if (fo->subs[i]->link && fo->subs[i]->link->origin == origin) {
 			log_debug("outbound", msgs[MSG_SUB_ENDED], why);
-			remove_at(fo, i);
+			remove_at(fo, i, why);
 			n++;
 		}
 	return n;

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "runtime/connector.h"
+#include "runtime/tracker.h"
 
 /* Open sub-links per association, whatever their key; the least recently
  * sent-to (or opened) one is closed first (seed 000 "Limits", MAX_SUBS).
@@ -19,9 +20,10 @@
  * UDP is lossy, memory is not unbounded. */
 #define FANOUT_MAX_WAITING 16
 
-/* The open of a sub-link finished: link, or NULL with why (valid during
- * the call) when it failed. */
-typedef void (*fanout_opened_cb)(void *oud, dgram_link *link, const char *why);
+/* The open of a sub-link finished: link, with its record in the tracker
+ * (NULL: untracked), which the fan-out takes over; or NULL with why
+ * (valid during the call) when it failed. */
+typedef void (*fanout_opened_cb)(void *oud, dgram_link *link, track_flow *tf, const char *why);
 
 /* What the fan-out asks of its environment (the supervisor's plane; stubs
  * in tests). */
@@ -46,6 +48,13 @@ typedef struct fanout_env_ops {
 	/* The fan-out closed: release env. May be NULL. */
 	void (*release)(void *env);
 } fanout_env_ops;
+
+/* A sub-link's tracker record (tracker.h) counts the payload bytes sent on
+ * it (up) and received (down); a kill drops that sub-link only, and the
+ * record ends when the sub-link leaves the association: with the why of
+ * a drain or a failed receive, FANOUT_EVICTED_TEXT for the least recently
+ * used one, or "closed" with the association. */
+#define FANOUT_EVICTED_TEXT "evicted: the association has too many sub-links"
 
 /* A fan-out link. Datagrams received on any sub-link go to h->recv with
  * the source the sub-link reports, so replies stay attributed to the peer

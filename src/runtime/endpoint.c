@@ -54,8 +54,11 @@ struct endpoint {
 	uv_shutdown_t shut;
 	const char *why; /* the failure's text: static, or the stack's */
 	uint64_t origin; /* endpoint_origin */
-	uint64_t sent, received; /* app bytes handed to send, and taken */
-	access_log_flow *flow_log; /* owned: the flow's end line, written at the close */
+	/* App bytes handed to send ([0]) and taken ([1]): into own, or into
+	 * the flow's record once it has one (endpoint_set_track). */
+	uint64_t *count;
+	uint64_t own[2];
+	track_flow *tf; /* owned: the flow's record, ended at the close */
 	const char *end_why;       /* endpoint_set_end_why */
 };
 
@@ -411,7 +414,7 @@ int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)
 			return fail_stack(e);
 		if ((size_t)k < n)
 			return fail(e, msgs[M_NO_ROOM]);
-		e->sent += n;
+		e->count[0] += n;
 		return flush(e);
 	}
 	big_write *b = malloc(sizeof *b + n);
@@ -433,7 +436,7 @@ int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)
 		e->bigs = b;
 	}
 	e->extra++;
-	e->sent += n;
+	e->count[0] += n;
 	return 0;
 }
 
@@ -466,6 +469,7 @@ endpoint *endpoint_new(worker *w, uv_tcp_t *tcp, stack *st, const endpoint_event
 	}
 	*e = (endpoint){.w = w, .tcp = tcp, .st = st, .ev = ev ? ev : &nowhere, .ud = ud,
 	                .handles = 2};
+	e->count = e->own;
 	tcp->data = e;
 	uv_timer_init(worker_loop(w), &e->timer);
 	e->timer.data = e;
@@ -515,7 +519,7 @@ int endpoint_app_done(endpoint *e, size_t n)
 	if (e->failed)
 		return -1;
 	if (e->st) {
-		e->received += n;
+		e->count[1] += n;
 		if (stack_app_done(e->st, n) < 0)
 			return fail_stack(e);
 		if (feed(e))
@@ -523,7 +527,7 @@ int endpoint_app_done(endpoint *e, size_t n)
 	} else {
 		if (n > e->rlen)
 			n = e->rlen;
-		e->received += n;
+		e->count[1] += n;
 		e->roff += n;
 		e->rlen -= n;
 		if (e->rlen == 0 && e->rbuf) {
@@ -550,7 +554,7 @@ bool endpoint_take_buf(endpoint *e, uint8_t **buf, size_t *off, size_t *len)
 	*buf = e->rbuf;
 	*off = e->roff;
 	*len = e->rlen;
-	e->received += e->rlen;
+	e->count[1] += e->rlen;
 	e->rbuf = NULL;
 	e->roff = e->rlen = 0;
 	update_reading(e);
@@ -581,7 +585,7 @@ ssize_t endpoint_send(endpoint *e, const uint8_t *d, size_t n)
 		ssize_t k = stack_from_app(e->st, d, n);
 		if (k < 0)
 			return fail_stack(e);
-		e->sent += (uint64_t)k;
+		e->count[0] += (uint64_t)k;
 		return flush(e) ? -1 : k;
 	}
 	uint8_t *b = pool_get(bufs(e));
@@ -591,7 +595,7 @@ ssize_t endpoint_send(endpoint *e, const uint8_t *d, size_t n)
 	memcpy(b, d, m);
 	if (slot_write(e, free_slot(e), b, 0, m))
 		return fail(e, uv_strerror(UV_EPIPE));
-	e->sent += m;
+	e->count[0] += m;
 	return (ssize_t)m;
 }
 
@@ -601,7 +605,7 @@ int endpoint_send_buf(endpoint *e, uint8_t *buf, size_t off, size_t len)
 		pool_put(bufs(e), buf);
 		return -1;
 	}
-	e->sent += len; /* a failure below fails the endpoint: the count no longer matters */
+	e->count[0] += len; /* a failure below fails the endpoint: the count no longer matters */
 	/* most writes finish at once: no request, no callback */
 	uv_buf_t b = uv_buf_init((char *)buf + off, (unsigned)len);
 	int k = e->ch ? UV_EAGAIN : uv_try_write((uv_stream_t *)e->tcp, &b, 1);
@@ -678,19 +682,39 @@ uint64_t endpoint_origin(const endpoint *e) { return e->origin; }
 uv_tcp_t *endpoint_tcp(endpoint *e) { return e->tcp; }
 stack *endpoint_stack(endpoint *e) { return e->st; }
 
-void endpoint_set_flow_log(endpoint *e, access_log_flow *fl)
+/* A kill: the owner hears of it as a failure. */
+static void kill_ep(void *ud, const char *why)
 {
-	access_log_flow_end(e->flow_log, e->sent, e->received, NULL);
-	e->flow_log = fl;
+	endpoint *e = ud;
+	if (!e->closing && !e->failed)
+		fail_report(e, why);
 }
 
-access_log_flow *endpoint_take_flow_log(endpoint *e, uint64_t *sent, uint64_t *received)
+void endpoint_set_track(endpoint *e, track_flow *tf)
 {
-	access_log_flow *fl = e->flow_log;
-	e->flow_log = NULL;
-	*sent = e->sent;
-	*received = e->received;
-	return fl;
+	track_end(e->tf, NULL);
+	e->tf = tf;
+	if (!tf) {
+		e->count = e->own;
+		return;
+	}
+	tf->bytes[0] += e->count[0];
+	tf->bytes[1] += e->count[1];
+	e->count = tf->bytes;
+	track_set_kill(tf, kill_ep, e);
+}
+
+track_flow *endpoint_take_track(endpoint *e)
+{
+	track_flow *tf = e->tf;
+	e->tf = NULL;
+	if (tf) {
+		e->own[0] = tf->bytes[0];
+		e->own[1] = tf->bytes[1];
+		e->count = e->own;
+		track_set_kill(tf, NULL, NULL);
+	}
+	return tf;
 }
 
 void endpoint_set_end_why(endpoint *e, const char *why) { e->end_why = why; }
@@ -699,10 +723,9 @@ void endpoint_close(endpoint *e, bool flush_first)
 {
 	if (e->closing)
 		return;
-	if (e->flow_log) {
-		const char *why = e->end_why ? e->end_why : e->failed ? e->why : NULL;
-		access_log_flow_end(e->flow_log, e->sent, e->received, why);
-		e->flow_log = NULL;
+	if (e->tf) {
+		track_end(e->tf, e->end_why ? e->end_why : e->failed ? e->why : NULL);
+		e->tf = NULL;
 	}
 	e->closing = true;
 	e->want = false;
@@ -728,6 +751,7 @@ endpoint *endpoint_new_chan(worker *w, chan *ch, stack *st, const endpoint_event
 	}
 	*e = (endpoint){.w = w, .ch = ch, .st = st, .ev = ev ? ev : &nowhere, .ud = ud,
 	                .handles = 2};
+	e->count = e->own;
 	ch->ep = e;
 	uv_timer_init(worker_loop(w), &e->timer);
 	e->timer.data = e;

@@ -8,7 +8,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include "base/access_log.h"
+#include "runtime/tracker.h"
 #include "runtime/chan.h"
 #include "runtime/worker.h"
 #include "transport/stack.h"
@@ -158,15 +158,18 @@ const char *endpoint_error(const endpoint *e);
 void endpoint_set_origin(endpoint *e, uint64_t origin);
 uint64_t endpoint_origin(const endpoint *e);
 
-/* The flow's end line (access_log.h), owned from here: written when the
- * endpoint closes, with the app bytes sent to it as up, those read from it
- * as down, and the why endpoint_set_end_why gave, else the endpoint's
- * failure, else "closed". Set on a flow's upstream by the connector. */
-void endpoint_set_flow_log(endpoint *e, access_log_flow *fl);
+/* The flow's record in the tracker (tracker.h), owned from here: the
+ * endpoint counts its app bytes into it (sent up, taken down), a kill
+ * fails the endpoint with the kill's why (its owner hears on_error), and
+ * it ends (track_end) when the endpoint closes, with the why
+ * endpoint_set_end_why gave, else the endpoint's failure, else "closed".
+ * Set on a flow's upstream by the connector. A record already there ends
+ * first (tf NULL: only that). */
+void endpoint_set_track(endpoint *e, track_flow *tf);
 
-/* Takes the end line back (NULL when there is none) with the bytes so far,
- * for a relay that moves on without the endpoint (splice(2)). */
-access_log_flow *endpoint_take_flow_log(endpoint *e, uint64_t *sent, uint64_t *received);
+/* Takes the record back (NULL when there is none), with its bytes so far
+ * and no kill hook: the new holder sets its own. */
+track_flow *endpoint_take_track(endpoint *e);
 
 /* What the end line says ended the flow, when the endpoint closes; borrowed
  * until then (static or longer-lived text). */

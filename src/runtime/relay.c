@@ -18,24 +18,21 @@ struct relay {
 	bool ended;
 	uint64_t moved;     /* bytes relayed both ways */
 	uint64_t since_try; /* ... since the last splice attempt */
-	/* After the splice hand-off: the flow's end line, taken from the
-	 * upstream b with the bytes it had counted (up: to b, down: from b). */
-	access_log_flow *log;
-	uint64_t log_up, log_down;
+	/* After the splice hand-off: the flow's record, taken from the
+	 * upstream b with the bytes it had counted (up: to b, down: from b);
+	 * the splicer's are added when it is read. */
+	track_flow *tf;
 };
 
 static void free_relay(uv_handle_t *h) { free(h->data); }
 
-/* The flow's end line gets why: written now when the relay holds it (after
- * a splice, adding the splicer's bytes), else left to the upstream's close. */
-static void end_log(relay *r, const char *why)
+/* The flow's record ends with why: now when the relay holds it (after a
+ * splice, with the splicer's bytes), else at the upstream's close. */
+static void end_track(relay *r, const char *why)
 {
-	if (r->log) {
-		uint64_t ab = 0, ba = 0;
-		if (r->sp)
-			splicer_bytes(r->sp, &ab, &ba);
-		access_log_flow_end(r->log, r->log_up + ab, r->log_down + ba, why);
-		r->log = NULL;
+	if (r->tf) {
+		track_end(r->tf, why);
+		r->tf = NULL;
 	} else if (r->e[1]) {
 		endpoint_set_end_why(r->e[1], why);
 	}
@@ -45,8 +42,8 @@ static void end_log(relay *r, const char *why)
 static void stop(relay *r, bool flush)
 {
 	r->ended = true;
-	if (r->log)
-		end_log(r, NULL);
+	if (r->tf)
+		end_track(r, NULL);
 	if (r->sp) {
 		splicer_stop(r->sp);
 		r->sp = NULL;
@@ -61,7 +58,7 @@ static void stop(relay *r, bool flush)
 
 static void finish(relay *r, const char *why, bool flush)
 {
-	end_log(r, why);
+	end_track(r, why);
 	stop(r, flush);
 	r->ev->on_end(r->ud, why);
 }
@@ -178,7 +175,7 @@ static void on_splice_end(void *ud, int err)
 {
 	relay *r = ud;
 	const char *why = err ? uv_strerror(err) : NULL;
-	end_log(r, why); /* the splicer's counts are still readable here */
+	end_track(r, why); /* the splicer's counts are still readable here */
 	r->sp = NULL;    /* it stops itself after this */
 	finish(r, why, false);
 }
@@ -187,6 +184,17 @@ static const splicer_events splice_events = {
 	.on_activity = on_splice_activity,
 	.on_end = on_splice_end,
 };
+
+/* The record's bytes beyond the hand-off. */
+static void splice_more(void *ud, uint64_t *up, uint64_t *down)
+{
+	relay *r = ud;
+	if (r->sp)
+		splicer_bytes(r->sp, up, down);
+}
+
+/* A kill after the hand-off. */
+static void kill_spliced(void *ud, const char *why) { finish(ud, why, false); }
 
 /* Both ends plain, nothing waiting or in flight, neither end reached: the
  * sockets go to a splicer through duplicates. False (and the buffered
@@ -214,7 +222,11 @@ static bool try_splice(relay *r)
 		return false;
 	}
 	r->sp = sp;
-	r->log = endpoint_take_flow_log(r->e[1], &r->log_up, &r->log_down);
+	r->tf = endpoint_take_track(r->e[1]);
+	if (r->tf) {
+		track_set_more(r->tf, splice_more, r);
+		track_set_kill(r->tf, kill_spliced, r);
+	}
 	for (int i = 0; i < 2; i++) {
 		endpoint_close(r->e[i], false);
 		r->e[i] = NULL;

@@ -42,7 +42,7 @@ typedef struct relay_events {
  * an end that already read its peer's EOF passes it on. With cfg->splice,
  * two plain endpoints move to splice(2) once RELAY_SPLICE_AFTER bytes have
  * passed and nothing is in flight. b is the flow's upstream: the end line
- * it carries (endpoint_set_flow_log) gets the relay's why, and the
+ * record it carries (endpoint_set_track) gets the relay's why, and the
  * splicer's bytes after a hand-off. ev is borrowed; ud is passed back.
  * Returns NULL when memory runs out or a first write fails (a and b are
  * closed then; no event runs). */

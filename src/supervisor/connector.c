@@ -83,42 +83,73 @@ static access_log_flow *log_access(const flow *f, const flow_ctx *ctx, const tar
 	return want_end ? access_log_flow_new(&e) : NULL;
 }
 
-/* A connect whose flow has an end line to write: the record goes to the
- * upstream endpoint (which writes it when it closes, or hands it to its
- * relay), or is written at once when no stream comes of the connect. */
-typedef struct logged_connect {
+uint64_t sup_wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The tracker's record of a flow routed to t, not yet in the table, with
+ * the access log's end line when there is one. NULL without memory. */
+static track_flow *prepare_track(sup_route *rs, const flow *f, const flow_ctx *ctx,
+                                 const target *t, int32_t rule, uint64_t assoc,
+                                 access_log_flow *log)
+{
+	track_open o = {
+		.udp = f->dest.network == ADDR_UDP,
+		.assoc = assoc,
+		.inbound = ctx ? ctx->inbound_tag : NULL,
+		.user = user_name(f, ctx),
+		.outbound = t->ob ? t->ob->tag : t->bal->tag,
+		.peer = ctx ? &ctx->peer : NULL,
+		.dest = &f->dest,
+		.sniffed = &f->sniffed,
+		.rule = rule,
+		.version = (unsigned long long)(t->ob ? t->ob->version : t->bal->version),
+		.epoch = rs->plane->epoch,
+	};
+	return tracker_prepare(rs->track, &o, log);
+}
+
+/* A connect whose flow the tracker registers once its outbound opened (a
+ * failed dial never is, seed 002): the record goes to the upstream
+ * endpoint, which counts into it and ends it when it closes, or is
+ * discarded (writing its end line) when no stream comes of the connect. */
+typedef struct tracked_connect {
 	connect_pending base; /* first: the handle callers hold */
 	connect_pending *inner;
-	access_log_flow *log; /* owned */
+	track_flow *tf; /* owned */
 	connect_cb cb;
 	void *data;
-	bool *ran; /* while the inner connect call runs: set when logged_done ran */
-} logged_connect;
+	bool *ran; /* while the inner connect call runs: set when tracked_done ran */
+} tracked_connect;
 
-static void logged_done(const connect_result *r, void *data)
+static void tracked_done(const connect_result *r, void *data)
 {
-	logged_connect *lc = data;
-	if (lc->ran)
-		*lc->ran = true;
-	access_log_flow_set_member(lc->log, r->member);
-	if (r->ok && r->ep)
-		endpoint_set_flow_log(r->ep, lc->log);
-	else
-		access_log_flow_end(lc->log, 0, 0,
-		                    r->ok ? msgs[MSG_BLACKHOLE] : r->msg ? r->msg : msgs[MSG_DIAL_FAILED]);
-	connect_cb cb = lc->cb;
-	void *cb_data = lc->data;
-	free(lc);
+	tracked_connect *tc = data;
+	if (tc->ran)
+		*tc->ran = true;
+	if (r->ok && r->ep) {
+		track_register(tc->tf, r->member);
+		endpoint_set_track(r->ep, tc->tf);
+	} else {
+		track_discard(tc->tf,
+		              r->ok ? msgs[MSG_BLACKHOLE] : r->msg ? r->msg : msgs[MSG_DIAL_FAILED]);
+	}
+	connect_cb cb = tc->cb;
+	void *cb_data = tc->data;
+	free(tc);
 	cb(r, cb_data);
 }
 
-static void logged_cancel(connect_pending *p)
+static void tracked_cancel(connect_pending *p)
 {
-	logged_connect *lc = (logged_connect *)p;
-	if (lc->inner)
-		lc->inner->cancel(lc->inner);
-	access_log_flow_end(lc->log, 0, 0, NULL);
-	free(lc);
+	tracked_connect *tc = (tracked_connect *)p;
+	if (tc->inner)
+		tc->inner->cancel(tc->inner);
+	track_discard(tc->tf, NULL);
+	free(tc);
 }
 
 static connect_pending *open_target(const target *t, worker *w, dns_resolver *dns,
@@ -140,20 +171,21 @@ static connect_pending *sup_connect(void *self, worker *w, const flow *f, const 
 	const target *t = plane_route(rs->plane, f, ctx, &rule);
 	log_decision(f, ctx, t, rule);
 	access_log_flow *log = log_access(f, ctx, t, rule, true);
-	logged_connect *lc = log ? malloc(sizeof *lc) : NULL;
-	if (!lc) {
-		access_log_flow_end(log, 0, 0, msgs[MSG_NO_MEMORY]); /* NULL: nothing */
+	track_flow *tf = prepare_track(rs, f, ctx, t, rule, 0, log);
+	tracked_connect *tc = tf ? malloc(sizeof *tc) : NULL;
+	if (!tc) { /* the flow runs untracked */
+		track_discard(tf, msgs[MSG_NO_MEMORY]);
 		return open_target(t, w, rs->dns, &f->dest, cb, data);
 	}
 	bool ran = false;
-	*lc = (logged_connect){.base.cancel = logged_cancel, .log = log, .cb = cb, .data = data,
+	*tc = (tracked_connect){.base.cancel = tracked_cancel, .tf = tf, .cb = cb, .data = data,
 	                       .ran = &ran};
-	connect_pending *p = open_target(t, w, rs->dns, &f->dest, logged_done, lc);
+	connect_pending *p = open_target(t, w, rs->dns, &f->dest, tracked_done, tc);
 	if (ran)
 		return NULL; /* done (and freed) inside */
-	lc->ran = NULL;
-	lc->inner = p;
-	return &lc->base;
+	tc->ran = NULL;
+	tc->inner = p;
+	return &tc->base;
 }
 
 static connect_pending *sup_connect_direct(void *self, worker *w, const addr_dest *dest,
@@ -176,6 +208,7 @@ typedef struct assoc_env {
 	worker *w;
 	flow f; /* the association's flow; dest is replaced per datagram */
 	flow_ctx ctx;
+	uint64_t id; /* the tracker's id of the association */
 	int32_t rule; /* of the last datagram routed: the one a sub-link opens for */
 } assoc_env;
 
@@ -197,6 +230,53 @@ static uint64_t assoc_route(void *env, const addr_dest *to, const void **out, bo
 	return t->ob ? t->ob->id : t->bal->id;
 }
 
+/* A sub-link opening: its record enters the table when the link opens
+ * and goes to the fan-out with it. */
+typedef struct sub_open {
+	connect_pending base; /* first: the handle the fan-out holds */
+	connect_pending *inner;
+	track_flow *tf; /* owned */
+	fanout_opened_cb opened;
+	void *oud;
+	bool *ran; /* while the inner open runs: set when sub_opened ran */
+} sub_open;
+
+static void sub_opened(void *ud, dgram_link *link, const char *why)
+{
+	sub_open *so = ud;
+	if (so->ran)
+		*so->ran = true;
+	track_flow *tf = so->tf;
+	if (link) {
+		track_register(tf, NULL);
+	} else {
+		track_discard(tf, why);
+		tf = NULL;
+	}
+	fanout_opened_cb opened = so->opened;
+	void *oud = so->oud;
+	free(so);
+	opened(oud, link, tf, why);
+}
+
+static void sub_open_cancel(connect_pending *p)
+{
+	sub_open *so = (sub_open *)p;
+	if (so->inner)
+		so->inner->cancel(so->inner);
+	track_discard(so->tf, NULL);
+	free(so);
+}
+
+static connect_pending *open_sub(const target *t, worker *w, dns_resolver *dns,
+                                 const addr_dest *to, const dgram_handlers *h, void *rud,
+                                 outbound_dgram_cb done, void *oud)
+{
+	if (t->bal)
+		return balanced_connect_datagram(t->bal, w, dns, to, h, rud, done, oud);
+	return outbound_connect_datagram(t->ob, w, dns, to, h, rud, done, oud);
+}
+
 static connect_pending *assoc_open(void *env, const void *tgt, const addr_dest *to,
                                    const dgram_handlers *h, void *rud, fanout_opened_cb opened,
                                    void *oud)
@@ -211,9 +291,22 @@ static connect_pending *assoc_open(void *env, const void *tgt, const addr_dest *
 	f.dest.network = ADDR_UDP;
 	/* no end line for a sub-link (docs/cli.md "Access log") */
 	(void)log_access(&f, &e->ctx, t, e->rule, false);
-	if (t->bal)
-		return balanced_connect_datagram(t->bal, e->w, rs->dns, to, h, rud, opened, oud);
-	return outbound_connect_datagram(t->ob, e->w, rs->dns, to, h, rud, opened, oud);
+	track_flow *tf = prepare_track(rs, &f, &e->ctx, t, e->rule, e->id, NULL);
+	sub_open *so = tf ? malloc(sizeof *so) : NULL;
+	if (!so) {
+		track_discard(tf, NULL);
+		opened(oud, NULL, NULL, msgs[MSG_NO_MEMORY]);
+		return NULL;
+	}
+	bool ran = false;
+	*so = (sub_open){.base.cancel = sub_open_cancel, .tf = tf, .opened = opened, .oud = oud,
+	                 .ran = &ran};
+	connect_pending *p = open_sub(t, e->w, rs->dns, to, h, rud, sub_opened, so);
+	if (ran)
+		return NULL;
+	so->ran = NULL;
+	so->inner = p;
+	return &so->base;
 }
 
 static void assoc_release(void *env)
@@ -242,7 +335,8 @@ static dgram_link *sup_connect_datagram(void *self, worker *w, const flow *f, co
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		return NULL;
 	}
-	*e = (assoc_env){.link = l, .w = w, .f = *f, .ctx = *ctx};
+	*e = (assoc_env){.link = l, .w = w, .f = *f, .ctx = *ctx,
+	                 .id = tracker_next_id(((sup_route *)worker_slot(w))->track)};
 	list_push_back(&((sup_route *)worker_slot(w))->assocs, &e->node);
 	return l;
 }

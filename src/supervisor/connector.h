@@ -5,6 +5,7 @@
 #include "base/list.h"
 #include "runtime/connector.h"
 #include "runtime/dns.h"
+#include "runtime/tracker.h"
 #include "supervisor/plane.h"
 
 /* What the connector reads on a worker: the first member of the
@@ -13,6 +14,7 @@ typedef struct sup_route {
 	plane *plane;      /* a reference: flows read it, a publish swaps it */
 	dns_resolver *dns; /* owned */
 	list assocs;       /* the worker's UDP associations (their fan-outs) */
+	tracker *track;    /* owned: the worker's flow table */
 } sup_route;
 
 /* Fills c with the supervisor's connector: connect routes the flow and
@@ -27,5 +29,8 @@ void sup_connector_init(connector *c, void *self);
  * it leaves its association ("the outbound this flow was opened on was
  * drained"). Worker thread only. Returns the flows and sub-links ended. */
 size_t sup_drain(worker *w, uint64_t origin);
+
+/* The wall clock the trackers read (Unix ms). */
+uint64_t sup_wall_ms(void);
 
 #endif

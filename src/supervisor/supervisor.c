@@ -48,6 +48,12 @@ static void worker_setup(worker *w, void *arg)
 	worker_set_slot(w, sw);
 	worker_set_guard(w, s->guard);
 	sw->route.plane = plane_ref(s->plane);
+	sw->route.track = tracker_new(worker_index(w), sup_wall_ms);
+	if (!sw->route.track) {
+		snprintf(st->err, sizeof st->err, "%s", msgs[MSG_NO_MEMORY]);
+		st->failed = 1;
+		return;
+	}
 	const etm_strlist *servers = &s->spec.dns.servers;
 	sw->route.dns = dns_resolver_new(worker_loop(w), s->cache, (const char *const *)servers->items,
 	                                 servers->len, 0, st->err, sizeof st->err);
@@ -111,6 +117,7 @@ static void worker_teardown(worker *w, void *arg)
 	sup_worker_free_old_dns(sw);
 	dns_resolver_del(sw->route.dns);
 	plane_unref(sw->route.plane);
+	tracker_free(sw->route.track);
 	free(sw->listeners);
 	free(sw->lb_listeners);
 	free(sw->ss_udp);

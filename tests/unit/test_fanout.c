@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "outbound/fanout.h"
+#include "runtime/tracker.h"
 
 /* The stub plane: a datagram to port p goes to target p (identity p),
  * except that every port at or above ONE_DEST_PORT goes to the one target
@@ -51,6 +52,7 @@ typedef struct stub_env {
 	stub_link *links[MAX_LOG];
 	size_t n_links;
 	bool released;
+	tracker *track; /* when set, every sub-link opens with a record from it */
 } stub_env;
 
 static stub_env *current;
@@ -129,10 +131,15 @@ static connect_pending *open_(void *env, const void *target, const addr_dest *to
 	}
 	if (e->fail_next > 0) {
 		e->fail_next--;
-		opened(oud, NULL, "stub refused");
+		opened(oud, NULL, NULL, "stub refused");
 		return NULL;
 	}
-	opened(oud, &make_link(id, to->port, h, rud)->base, NULL);
+	track_flow *tf = NULL;
+	if (e->track) {
+		track_open o = {.udp = true, .assoc = 9, .outbound = "stub", .dest = to};
+		tf = tracker_open(e->track, &o, NULL);
+	}
+	opened(oud, &make_link(id, to->port, h, rud)->base, tf, NULL);
 	return NULL;
 }
 
@@ -166,7 +173,7 @@ static void send_to(dgram_link *l, uint16_t port, const char *payload)
 static void finish_open(stub_env *e)
 {
 	stub_link *s = make_link(e->pending_id, e->pending_port, e->pending_h, e->pending_rud);
-	e->pending_cb(e->pending_oud, &s->base, NULL);
+	e->pending_cb(e->pending_oud, &s->base, NULL, NULL);
 }
 
 /* A reply arrives on links[i], reported by the link as from `port`. */
@@ -426,9 +433,69 @@ static void a_target_whose_datagrams_carry_their_address_keeps_one_sub_link(void
 	l->ops->close(l);
 }
 
+/* ---- sub-link records (tracker.h) ---- */
+
+static uint64_t zero_clock(void) { return 0; }
+
+static bool on_port(const track_flow *f, void *arg) { return f->dest.port == *(uint16_t *)arg; }
+
+static const track_flow *open_on_port(tracker *t, uint16_t port)
+{
+	for (const list_node *i = tracker_open_list(t)->head; i; i = i->next)
+		if (LIST_ENTRY(i, track_flow, node)->dest.port == port)
+			return LIST_ENTRY(i, track_flow, node);
+	return NULL;
+}
+
+/* Each sub-link's record counts its payload each way; killing one drops
+ * that sub-link only, and the association goes on; the rest end with
+ * the association. */
+static void a_killed_sub_link_leaves_its_association_alone(void **state)
+{
+	(void)state;
+	static stub_env e;
+	dgram_link *l = start(&e);
+	e.track = tracker_new(0, zero_clock);
+	send_to(l, 1, "abc");
+	send_to(l, 2, "de");
+	send_to(l, 1, "fgh");
+	reply_on(&e, 0, 1, "12345");
+	assert_int_equal(tracker_open_count(e.track), 2);
+	const track_flow *f1 = open_on_port(e.track, 1), *f2 = open_on_port(e.track, 2);
+	assert_non_null(f1);
+	assert_non_null(f2);
+	assert_true(f1->udp);
+	assert_int_equal(f1->assoc, 9);
+	assert_int_equal(f1->bytes[0], 6);
+	assert_int_equal(f1->bytes[1], 5);
+	assert_int_equal(f2->bytes[0], 2);
+
+	uint16_t port = 1;
+	assert_int_equal(tracker_kill(e.track, on_port, &port, "the flow was killed"), 1);
+	assert_int_equal(fanout_sub_count(l), 1);
+	assert_int_equal(e.n_closed, 1);
+	assert_int_equal(e.closed[0], 1);
+	assert_int_equal(tracker_open_count(e.track), 1);
+	assert_string_equal(tracker_closed_at(e.track, 0)->why, "the flow was killed");
+	assert_int_equal(tracker_closed_at(e.track, 0)->bytes[0], 6);
+
+	/* the association goes on: 2 still carries, 1 opens again */
+	send_to(l, 2, "q");
+	assert_string_equal(e.sent[e.n_sent - 1], "2:q");
+	send_to(l, 1, "again");
+	assert_int_equal(e.opens, 3);
+	assert_int_equal(tracker_open_count(e.track), 2);
+	l->ops->close(l);
+	assert_int_equal(tracker_open_count(e.track), 0);
+	assert_int_equal(tracker_closed_count(e.track), 3);
+	assert_string_equal(tracker_closed_at(e.track, 2)->why, "closed");
+	tracker_free(e.track);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(a_killed_sub_link_leaves_its_association_alone),
 		cmocka_unit_test(the_65th_target_evicts_the_least_recent),
 		cmocka_unit_test(a_second_new_target_waits_for_the_open_in_flight),
 		cmocka_unit_test(closing_cancels_the_open_in_flight),

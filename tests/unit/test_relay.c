@@ -222,6 +222,7 @@ typedef struct harness {
 	atomic_int activity;
 	char why[128];
 	atomic_int spliced; /* filled by probe() */
+	tracker *track;     /* with_track: b's flow record lives here */
 } harness;
 
 static void on_activity(void *ud) { atomic_fetch_add(&((harness *)ud)->activity, 1); }
@@ -253,6 +254,14 @@ static void setup_on_worker(worker *w, void *arg)
 {
 	harness *h = arg;
 	endpoint *a = wrap(w, h->srv_a, h->st_a), *b = wrap(w, h->srv_b, h->st_b);
+	if (h->track) {
+		addr_dest d = {.kind = ADDR_IPV4, .network = ADDR_TCP, .port = 80,
+		               .u.v4 = {192, 0, 2, 1}};
+		track_open o = {.inbound = "in", .outbound = "out", .dest = &d};
+		track_flow *tf = tracker_open(h->track, &o, NULL);
+		assert_non_null(tf);
+		endpoint_set_track(b, tf);
+	}
 	h->r = relay_start(w, a, b, &h->cfg, &events, h);
 	assert_non_null(h->r);
 }
@@ -285,6 +294,7 @@ static void finish(harness *h)
 {
 	worker_run(h->w, stop_on_worker, h);
 	workers_stop(h->ws, NULL, NULL);
+	tracker_free(h->track);
 	close(h->app_a);
 	close(h->app_b);
 }
@@ -675,6 +685,87 @@ static void a_second_stack_is_refused(void **state)
 	close(d.h.app_b);
 }
 
+/* ---- the flow's record (tracker.h) ---- */
+
+static uint64_t fixed_clock(void) { return 42; }
+
+typedef struct track_probe {
+	harness *h;
+	uint64_t up, down;
+	size_t open, closed;
+	char why[TRACK_NAME_MAX];
+} track_probe;
+
+static void read_track_on_worker(worker *w, void *arg)
+{
+	(void)w;
+	track_probe *p = arg;
+	p->open = tracker_open_count(p->h->track);
+	p->closed = tracker_closed_count(p->h->track);
+	const track_flow *f = p->open ? LIST_ENTRY(tracker_open_list(p->h->track)->head, track_flow, node)
+	                              : tracker_closed_at(p->h->track, 0);
+	track_bytes(f, &p->up, &p->down);
+	snprintf(p->why, sizeof p->why, "%s", f->why);
+}
+
+static bool any_flow(const track_flow *f, void *arg) { return (void)f, (void)arg, true; }
+
+static void kill_on_worker(worker *w, void *arg)
+{
+	(void)w;
+	harness *h = arg;
+	assert_int_equal(tracker_kill(h->track, any_flow, NULL, "the flow was killed"), 1);
+}
+
+/* The upstream's record counts the app bytes each way, the splicer's too
+ * after a hand-off, and a kill ends the relay with its why. */
+static void tracked(bool splice)
+{
+	harness h;
+	memset(&h, 0, sizeof h);
+	char err[128];
+	h.ws = workers_start(1, err, sizeof err);
+	assert_non_null(h.ws);
+	h.w = workers_at(h.ws, 0);
+	h.track = tracker_new(0, fixed_clock);
+	tcp_pair(&h.app_a, &h.srv_a, false);
+	tcp_pair(&h.app_b, &h.srv_b, false);
+	h.cfg = (relay_config){.splice = splice};
+	worker_run(h.w, setup_on_worker, &h);
+	size_t up = 0, down = 0;
+	for (int i = 0; i < 8; i++) { /* past RELAY_SPLICE_AFTER, in steps */
+		send_pattern(h.app_a, 32768);
+		expect_pattern(h.app_b, 32768);
+		up += 32768;
+	}
+	send_pattern(h.app_b, 5000);
+	expect_pattern(h.app_a, 5000);
+	down += 5000;
+	worker_run(h.w, probe_on_worker, &h);
+	assert_int_equal(atomic_load(&h.spliced), splice);
+	send_pattern(h.app_a, 70000);
+	expect_pattern(h.app_b, 70000);
+	up += 70000;
+	track_probe p = {.h = &h};
+	worker_run(h.w, read_track_on_worker, &p);
+	assert_int_equal(p.open, 1);
+	assert_int_equal(p.up, up);
+	assert_int_equal(p.down, down);
+	worker_run(h.w, kill_on_worker, &h);
+	assert_true(wait_ended(&h, 3000));
+	assert_string_equal(h.why, "the flow was killed");
+	worker_run(h.w, read_track_on_worker, &p);
+	assert_int_equal(p.open, 0);
+	assert_int_equal(p.closed, 1);
+	assert_int_equal(p.up, up);
+	assert_int_equal(p.down, down);
+	assert_string_equal(p.why, "the flow was killed");
+	finish(&h);
+}
+
+static void tracked_buffered(void **state) { (void)state, tracked(false); }
+static void tracked_spliced(void **state) { (void)state, tracked(true); }
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -690,6 +781,8 @@ int main(void)
 		cmocka_unit_test(layer_deadlines),
 		cmocka_unit_test(layers_put_on_a_dialled_endpoint),
 		cmocka_unit_test(a_second_stack_is_refused),
+		cmocka_unit_test(tracked_buffered),
+		cmocka_unit_test(tracked_spliced),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
