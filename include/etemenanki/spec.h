@@ -149,6 +149,11 @@ typedef struct etm_user_spec {
 	char *username;
 	char *password;
 	char *id;
+	/* Limits (docs/users.md): bytes a second each way, summed over the
+	 * user's flows on this inbound (0: none), and its sessions open at
+	 * once (0: no limit). */
+	uint64_t up_rate, down_rate;
+	uint64_t max_sessions;
 } etm_user_spec;
 
 /* Per-protocol settings, flattened: the lowering accepts for each protocol
@@ -347,6 +352,13 @@ typedef struct etm_runtime_spec {
 	bool splice;      /* relay plain TCP to plain TCP with splice(2) */
 } etm_runtime_spec;
 
+/* What removing a user from an inbound does to its open flows (seed 002
+ * UserRemovalPolicy). */
+typedef enum etm_user_removal {
+	ETM_USER_REMOVAL_CLOSE, /* they end at once, and its sessions with them */
+	ETM_USER_REMOVAL_KEEP,  /* they run on; its sessions open no new flow */
+} etm_user_removal;
+
 typedef struct etm_policy_spec {
 	uint64_t handshake_timeout; /* seconds */
 	uint64_t idle_timeout;      /* seconds */
@@ -354,6 +366,7 @@ typedef struct etm_policy_spec {
 	etm_drain_spec drain; /* the default of every [[outbound]] that sets no drain key */
 	uint64_t upgrade_drain_after; /* seconds the old process of an upgrade lets flows run */
 	uint64_t upgrade_start_timeout; /* seconds the new process of an upgrade has to serve */
+	etm_user_removal user_removal;  /* a user a reload or the API removes */
 } etm_policy_spec;
 
 typedef struct etm_spec {

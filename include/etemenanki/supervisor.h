@@ -294,6 +294,51 @@ void etm_usage_list_free(etm_usage_list *l);
 __attribute__((warn_unused_result)) int etm_supervisor_usage(etm_supervisor *s, etm_usage_by by,
                                                              etm_usage_list *out);
 
+/* ---- users (seed 002 "Principal"; docs/users.md) ----
+ *
+ * Each inbound's user is a principal of its own: removing a user on one
+ * inbound leaves its sessions on others alone. A user is named by its
+ * name (a SOCKS/HTTP user's username when it has none). */
+
+typedef struct etm_user_info {
+	char inbound[ETM_FLOW_NAME_MAX];
+	char name[ETM_FLOW_NAME_MAX]; /* "" for a user without a name */
+	uint64_t up_rate, down_rate;  /* bytes a second; 0: none */
+	uint64_t max_sessions;        /* 0: none */
+	uint64_t sessions;            /* bound to it now, on every worker */
+	int removed;                  /* 0 live, 1 removed with keep, 2 removed with close */
+} etm_user_info;
+
+typedef struct etm_user_list {
+	etm_user_info *v; /* owned: etm_user_list_free; in config order */
+	size_t n;
+} etm_user_list;
+
+void etm_user_list_free(etm_user_list *l);
+
+/* Every user of every running inbound. Returns 0, or -1 without memory.
+ * The thread that started the engine. */
+__attribute__((warn_unused_result)) int etm_supervisor_users(etm_supervisor *s,
+                                                             etm_user_list *out);
+
+/* Removes user `name` from inbound `inbound` (NULL: from every inbound),
+ * without a reload (seed 002 remove_user), under [policy] user_removal:
+ * close ends its open flows at once and its sessions open no new flow;
+ * keep lets them run. New connections with its credential are refused at
+ * their first flow ("the user was removed before the session opened a
+ * flow"). The config file decides again at the next reload. Returns how
+ * many inbounds' users were removed (0: none had that name). The thread
+ * that started the engine. */
+size_t etm_supervisor_remove_user(etm_supervisor *s, const char *inbound, const char *name);
+
+/* Sets the limits of user `name` on `inbound` (NULL: every inbound) at
+ * once, without a reload (seed 002 upsert_user): flows see them on their
+ * next read or write. Returns how many users it set (0: none has that
+ * name, or each was removed). The thread that started the engine. */
+size_t etm_supervisor_set_user_limits(etm_supervisor *s, const char *inbound, const char *name,
+                                      uint64_t up_rate, uint64_t down_rate,
+                                      uint64_t max_sessions);
+
 /* Stops accepting, ends every flow, joins the workers and frees everything.
  * Returns within a moment: no flow is waited for. */
 void etm_supervisor_stop(etm_supervisor *s);

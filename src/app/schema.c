@@ -226,10 +226,26 @@ static const schema_field ss_fields[] = {
 };
 static const schema_table out_ss = TABLE_OF("[outbound.settings] for shadowsocks", "", ss_fields);
 
+/* Every inbound user's limits (docs/users.md). */
+#define LIMITS                                                                              \
+	{.name = "up_rate", .kind = SK_U64, .offset = offsetof(etm_user_spec, up_rate),     \
+	 .def = 0, .default_doc = "0",                                                      \
+	 .doc = "Bytes a second the user may send, over all its flows on this inbound; 0 = "\
+	        "no limit."},                                                               \
+	{.name = "down_rate", .kind = SK_U64, .offset = offsetof(etm_user_spec, down_rate), \
+	 .def = 0, .default_doc = "0",                                                      \
+	 .doc = "Bytes a second the user may receive, over all its flows on this inbound; " \
+	        "0 = no limit."},                                                           \
+	{.name = "max_sessions", .kind = SK_U64,                                            \
+	 .offset = offsetof(etm_user_spec, max_sessions), .def = 0, .default_doc = "0",     \
+	 .doc = "Sessions (client connections that opened a flow) the user may have open "  \
+	        "at once on this inbound; 0 = no limit."}
+
 static const schema_field user_ss_fields[] = {
 	STR(etm_user_spec, name, "name", "none", "A label for the user (kept, not logged yet)."),
 	REQ_STR(etm_user_spec, password, "password",
 	        "The user's password, on the inbound's method (2022: the user's base64 key)."),
+	LIMITS,
 };
 static const schema_table user_ss =
 	TABLE_OF("[[inbound.settings.users]] for shadowsocks", "", user_ss_fields);
@@ -268,6 +284,7 @@ static const schema_table out_wg = TABLE_OF("[outbound.settings] for wireguard",
 static const schema_field user_account_fields[] = {
 	REQ_STR(etm_user_spec, username, "username", "Username."),
 	REQ_STR(etm_user_spec, password, "password", "Password."),
+	LIMITS,
 };
 static const schema_table user_account = TABLE_OF(
 	"[[inbound.settings.users]] for socks, http and mixed", "", user_account_fields);
@@ -275,6 +292,7 @@ static const schema_table user_account = TABLE_OF(
 static const schema_field user_password_fields[] = {
 	STR(etm_user_spec, name, "name", "none", "The user's name in access-log lines."),
 	REQ_STR(etm_user_spec, password, "password", "The user's password."),
+	LIMITS,
 };
 static const schema_table user_password = TABLE_OF(
 	"[[inbound.settings.users]] for trojan and hysteria2", "", user_password_fields);
@@ -282,6 +300,7 @@ static const schema_table user_password = TABLE_OF(
 static const schema_field user_id_fields[] = {
 	STR(etm_user_spec, name, "name", "none", "The user's name in access-log lines."),
 	REQ_STR(etm_user_spec, id, "id", "The user's UUID."),
+	LIMITS,
 };
 static const schema_table user_id =
 	TABLE_OF("[[inbound.settings.users]] for vless and vmess", "", user_id_fields);
@@ -637,6 +656,12 @@ static const schema_table runtime_table =
 	TABLE_OF("[runtime]", "Threads and the relay. Read at start.",
 	         runtime_fields);
 
+static const schema_variant user_removals[] = {
+	{"close", ETM_USER_REMOVAL_CLOSE},
+	{"keep", ETM_USER_REMOVAL_KEEP},
+	{NULL, 0},
+};
+
 static const schema_field policy_fields[] = {
 	{.name = "handshake_timeout", .kind = SK_U64,
 	 .offset = offsetof(etm_policy_spec, handshake_timeout), .def = ETM_DEFAULT_HANDSHAKE_TIMEOUT,
@@ -668,6 +693,11 @@ static const schema_field policy_fields[] = {
 	 .def = ETM_DEFAULT_UPGRADE_START_TIMEOUT, .default_doc = "60",
 	 .doc = "Seconds (1-3600) the new process of a binary upgrade (SIGUSR2, docs/install.md) "
 	        "has to serve; past them the old one kills it (SIGKILL) and keeps serving."},
+	ENUM(etm_policy_spec, user_removal, "user_removal", user_removals, ETM_USER_REMOVAL_CLOSE,
+	     "\"close\"",
+	     "What removing a user from an inbound (a reload, or DELETE /users/<name>) does to its "
+	     "open flows: close ends them and closes its sessions at once; keep lets them run, "
+	     "and its sessions open no new flow."),
 };
 static const schema_table policy_table =
 	TABLE_OF("[policy]",

@@ -78,9 +78,12 @@ void in_conn_set_flow(in_conn *ic, const addr_dest *dest, int user)
 {
 	addr_dest sniffed = ic->f.sniffed;
 	ic->f = (flow){.dest = *dest, .user = user, .sniffed = sniffed};
+	if (!ic->session)
+		ic->session = session_new(); /* NULL without memory: admitted on the user alone */
 	ic->ctx = (flow_ctx){.inbound_tag = ic->in->tag, .peer = *conn_peer(ic->c),
 	                     .sniffing = ic->in->sniffing, .user_names = ic->in->user_names,
-	                     .n_users = ic->in->n_user_names};
+	                     .n_users = ic->in->n_user_names, .principals = ic->in->principals,
+	                     .session = ic->session};
 }
 
 void in_conn_open(in_conn *ic, const addr_dest *dest, int user, connect_cb cb)

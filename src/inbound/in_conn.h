@@ -26,6 +26,7 @@ typedef struct in_conn {
 	int sniff_user;
 	connect_cb sniff_cb;
 	bool draining; /* refused (in_conn_drain): the deadline closes it */
+	session *session; /* a reference, made with the first flow; NULL before */
 	flow f;
 	flow_ctx ctx;
 } in_conn;

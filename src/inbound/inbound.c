@@ -213,6 +213,10 @@ static void on_close(conn *c, void *drv)
 	if (ic->ops && ic->ops->free)
 		ic->ops->free(ic);
 	free(ic->state);
+	if (ic->session) {
+		session_close(ic->session);
+		session_release(ic->session);
+	}
 	inbound_rt_release(ic->in);
 	free(ic);
 }
@@ -491,6 +495,22 @@ static int build_names(inbound_rt *in, const inbound_user *users, size_t n)
 	return 0;
 }
 
+/* in->principals: a new one per user, with its limits. */
+static int build_principals(inbound_rt *in, const inbound_user *users, size_t n)
+{
+	in->principals = calloc(n, sizeof *in->principals);
+	if (!in->principals)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t max = users[i].max_sessions;
+		in->principals[i] = principal_new(users[i].name, users[i].up_rate, users[i].down_rate,
+		                                  max > UINT32_MAX ? UINT32_MAX : (uint32_t)max);
+		if (!in->principals[i])
+			return -1;
+	}
+	return 0;
+}
+
 /* in->accounts: one credential per user, made by the row. */
 static int build_accounts(inbound_rt *in, const inbound_proto_ops *p, const inbound_user *users,
                           size_t n, char *err, size_t err_size)
@@ -531,7 +551,8 @@ int inbound_rt_build(inbound_rt *in, const inbound_user *users, size_t n_users,
                      const char *fallback, char *err, size_t err_size)
 {
 	atomic_init(&in->refs, 1);
-	if (n_users && (build_logins(in, users, n_users) || build_names(in, users, n_users))) {
+	if (n_users && (build_logins(in, users, n_users) || build_names(in, users, n_users) ||
+	                build_principals(in, users, n_users))) {
 		snprintf(err, err_size, build_msgs[BUILD_NO_MEMORY], in->tag);
 		return -1;
 	}
@@ -561,6 +582,9 @@ void inbound_rt_free(inbound_rt *in)
 	free(in->ws_path);
 	free(in->grpc_service);
 	free(in->logins);
+	for (size_t i = 0; in->principals && i < in->n_user_names; i++)
+		principal_release(in->principals[i]);
+	free(in->principals);
 	free(in->user_names);
 	free(in->accounts);
 	const inbound_proto_ops *p = row(in->protocol);

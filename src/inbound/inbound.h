@@ -13,6 +13,7 @@
 #include "runtime/conn.h"
 #include "runtime/connector.h"
 #include "runtime/listener.h"
+#include "runtime/principal.h"
 
 /* The server protocol an inbound speaks. NONE: one without a connection
  * driver here (udp_lb has its own listener). */
@@ -39,6 +40,8 @@ typedef struct inbound_user {
 	const char *method;
 	const char *identity; /* shadowsocks 2022, several users: the server's iPSK (SIP022-2) */
 	const char *name; /* what the access log calls the user; NULL: nothing */
+	uint64_t up_rate, down_rate; /* bytes a second; 0: no limit */
+	uint64_t max_sessions;       /* 0: no limit */
 } inbound_user;
 
 typedef struct tls_server_ctx tls_server_ctx;
@@ -64,6 +67,8 @@ typedef struct inbound_rt {
 	char **user_names;          /* owned, strings too: by user index, NULL
 	                             * entries for users without a name */
 	size_t n_user_names;
+	principal **principals;     /* references, by user index (n_user_names of
+	                             * them): who each user's flows belong to */
 	uint8_t *accounts;          /* owned: one credential per user, made by the
 	                             * protocol's row (Trojan password hashes, VLESS
 	                             * UUIDs, VMess keys); NULL: none */

@@ -283,12 +283,16 @@ static nat *nat_new(ss_udp_in *u, const struct sockaddr *from, int user, const a
 	flow f = {.dest = *dest, .user = user};
 	f.dest.network = ADDR_UDP;
 	/* the user's name goes to the route and the access log, as TCP's */
+	/* the NAT entry is the session: the link holds it for its life */
+	struct session *sn = session_new(); /* "session" is the client's ID here */
 	flow_ctx ctx = {.inbound_tag = e->in->tag, .peer = e->client,
-	                .user_names = e->in->user_names, .n_users = e->in->n_user_names};
+	                .user_names = e->in->user_names, .n_users = e->in->n_user_names,
+	                .principals = e->in->principals, .session = sn};
 	static const dgram_handlers handlers = {.recv = on_link_recv};
 	char why[LINK_WHY_MAX];
 	const connector *cn = e->in->connect;
 	e->link = cn->connect_datagram(cn->self, u->w, &f, &ctx, &handlers, e, why, sizeof why);
+	session_release(sn);
 	if (!e->link) {
 		client_text(&e->client, who, sizeof who);
 		log_debug("inbound", msgs[MSG_LINK], tag_of(u), who, why);

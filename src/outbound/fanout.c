@@ -58,6 +58,17 @@ struct fanout {
 };
 
 static void sub_recv(const addr_dest *from, uint8_t *data, size_t len, void *ud);
+
+/* The sub-link's user has no room for len more bytes that way (up: sent)
+ * now: the datagram is dropped, as UDP policing does. */
+static bool over_rate(const sub *s, bool up, size_t len)
+{
+	principal *p = s->tf ? s->tf->who : NULL;
+	if (!p)
+		return false;
+	principal_bucket *b = up ? &p->up : &p->down;
+	return principal_limited(b) && !principal_try(b, len, track_clock_ms(s->tf));
+}
 static void sub_end(void *ud, const char *why);
 static const dgram_handlers sub_handlers = {.recv = sub_recv, .end = sub_end};
 
@@ -68,8 +79,11 @@ static void sub_recv(const addr_dest *from, uint8_t *data, size_t len, void *ud)
 	sub *s = ud;
 	if (s->fo->closed)
 		return;
-	if (s->tf)
+	if (s->tf) {
+		if (over_rate(s, false, len))
+			return; /* policed: UDP drops what is over the rate */
 		s->tf->bytes[1] += len;
+	}
 	s->fo->h->recv(s->one_dest ? &s->dest : from, data, len, s->fo->ud);
 }
 
@@ -101,6 +115,8 @@ static void sub_kill(void *ud, const char *why)
 /* Sends on s, counting what went in its record. */
 static int sub_send(sub *s, const addr_dest *to, const uint8_t *data, size_t len)
 {
+	if (over_rate(s, true, len))
+		return -1; /* policed */
 	int rc = s->link->ops->send_to(s->link, to, data, len);
 	if (rc == 0 && s->tf)
 		s->tf->bytes[0] += len;

@@ -9,6 +9,7 @@
 #include "base/addr.h"
 #include "proto/proto.h"
 #include "runtime/endpoint.h"
+#include "runtime/principal.h"
 #include "runtime/worker.h"
 #include "transport/stack.h"
 
@@ -31,6 +32,12 @@ typedef struct flow_ctx {
 	 * the flow's life; an entry may be NULL (a user without a name). */
 	char *const *user_names;
 	size_t n_users;
+	/* Who each account's flows belong to, by account index, borrowed
+	 * like user_names (NULL when the inbound has no accounts). */
+	principal *const *principals;
+	/* The session the flow belongs to (principal.h): the connector
+	 * admits the flow against it first. NULL: none. */
+	session *session;
 } flow_ctx;
 
 /* The result of a connect. On success either ep is a connected endpoint on

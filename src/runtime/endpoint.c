@@ -704,6 +704,8 @@ void endpoint_set_track(endpoint *e, track_flow *tf)
 	track_set_kill(tf, kill_ep, e);
 }
 
+track_flow *endpoint_track(const endpoint *e) { return e->tf; }
+
 track_flow *endpoint_take_track(endpoint *e)
 {
 	track_flow *tf = e->tf;

@@ -171,6 +171,9 @@ void endpoint_set_track(endpoint *e, track_flow *tf);
  * and no kill hook: the new holder sets its own. */
 track_flow *endpoint_take_track(endpoint *e);
 
+/* The record, still the endpoint's; NULL when there is none. */
+track_flow *endpoint_track(const endpoint *e);
+
 /* What the end line says ended the flow, when the endpoint closes; borrowed
  * until then (static or longer-lived text). */
 void endpoint_set_end_why(endpoint *e, const char *why);

@@ -614,6 +614,8 @@ static void session_free(mux_conn *m)
 	free(m->out);
 	free(m->tag);
 	free(m->dgram);
+	session_release(m->ctx.session);
+	m->ctx.session = NULL;
 	uv_close((uv_handle_t *)&m->kick, on_freed);
 	uv_close((uv_handle_t *)&m->idle, on_freed);
 }
@@ -764,6 +766,8 @@ connect_pending *mux_serve(worker *w, const connector *conn, const flow *f, cons
 	m->f = *f;
 	m->ctx = *ctx;
 	m->ctx.inbound_tag = m->tag;
+	if (m->ctx.session) /* its sub-flows are the session's */
+		session_hold(m->ctx.session);
 	mux_server_init(&m->core);
 	struct sockaddr_storage *p = &m->ctx.peer;
 	char ip[64] = "?";

@@ -22,9 +22,23 @@ struct relay {
 	 * upstream b with the bytes it had counted (up: to b, down: from b);
 	 * the splicer's are added when it is read. */
 	track_flow *tf;
+	/* The user's limits (principal.h), when the flow has a user: a
+	 * direction over its rate stops reading until held_until[i]. */
+	principal *who; /* a reference */
+	const track_flow *tf_clock; /* b's record while b is open: its clock charges */
+	uint64_t held_until[2]; /* uv_now ms; 0: not held. [0] e[0] to e[1] (up) */
+	uv_timer_t hold;        /* inited only with who */
+	int handles;            /* open: idle, and hold with who */
 };
 
-static void free_relay(uv_handle_t *h) { free(h->data); }
+static void free_relay(uv_handle_t *h)
+{
+	relay *r = h->data;
+	if (--r->handles == 0) {
+		principal_release(r->who);
+		free(r);
+	}
+}
 
 /* The flow's record ends with why: now when the relay holds it (after a
  * splice, with the splicer's bytes), else at the upstream's close. */
@@ -53,6 +67,8 @@ static void stop(relay *r, bool flush)
 			endpoint_close(r->e[i], flush);
 			r->e[i] = NULL;
 		}
+	if (r->who)
+		uv_close((uv_handle_t *)&r->hold, free_relay);
 	uv_close((uv_handle_t *)&r->idle, free_relay);
 }
 
@@ -81,10 +97,36 @@ static void on_idle(uv_timer_t *t)
 	uv_timer_start(t, on_idle, r->cfg.idle_ms - quiet, 0);
 }
 
+static bool held(const relay *r, int i) { return r->held_until[i] != 0; }
+
+static void on_hold_over(uv_timer_t *t);
+
+/* n bytes went from e[i]: charged to the user's bucket that way; over its
+ * rate, e[i] stops being read until the debt is paid. */
+static void charge(relay *r, int i, uint64_t n)
+{
+	if (!r->who || n == 0)
+		return;
+	principal_bucket *b = i == 0 ? &r->who->up : &r->who->down;
+	if (!principal_limited(b)) /* one relaxed load for a user without a limit */
+		return;
+	uint64_t ms = principal_charge(b, n, track_clock_ms(r->tf_clock));
+	if (!ms)
+		return;
+	uint64_t now = uv_now(worker_loop(r->w));
+	r->held_until[i] = now + ms;
+	uint64_t other = r->held_until[1 - i];
+	uint64_t first = other && other < now + ms ? other : now + ms;
+	uv_timer_start(&r->hold, on_hold_over, first > now ? first - now : 1, 0);
+}
+
 /* x's waiting bytes to y, as far as y takes them. Returns the endpoint
  * that failed, NULL when none did. */
 static endpoint *move(relay *r, endpoint *x, endpoint *y, bool *moved)
 {
+	int dir = x == r->e[0] ? 0 : 1;
+	if (held(r, dir))
+		return NULL;
 	if (endpoint_plain(x) && endpoint_plain(y)) {
 		uint8_t *buf;
 		size_t off, len;
@@ -95,6 +137,9 @@ static endpoint *move(relay *r, endpoint *x, endpoint *y, bool *moved)
 			r->moved += len;
 			r->since_try += len;
 			*moved = true;
+			charge(r, dir, len);
+			if (held(r, dir))
+				break;
 		}
 		return NULL;
 	}
@@ -110,6 +155,9 @@ static endpoint *move(relay *r, endpoint *x, endpoint *y, bool *moved)
 			return x;
 		r->moved += (uint64_t)k;
 		*moved = true;
+		charge(r, dir, (uint64_t)k);
+		if (held(r, dir))
+			break;
 	}
 	return NULL;
 }
@@ -123,7 +171,7 @@ static endpoint *steer(relay *r)
 		/* x's end passes on once its bytes are all through */
 		if (endpoint_at_eof(x) && endpoint_shutdown(y))
 			return y;
-		endpoint_want_read(x, endpoint_can_send(y));
+		endpoint_want_read(x, endpoint_can_send(y) && !held(r, i));
 	}
 	return NULL;
 }
@@ -155,6 +203,22 @@ static void service(relay *r)
 	}
 	if (r->cfg.splice && r->since_try >= RELAY_SPLICE_AFTER)
 		(void)try_splice(r);
+}
+
+/* A held direction's debt is paid: it reads again. */
+static void on_hold_over(uv_timer_t *t)
+{
+	relay *r = t->data;
+	uint64_t now = uv_now(t->loop), next = 0;
+	for (int i = 0; i < 2; i++) {
+		if (r->held_until[i] && r->held_until[i] <= now)
+			r->held_until[i] = 0;
+		if (r->held_until[i] && (!next || r->held_until[i] < next))
+			next = r->held_until[i];
+	}
+	if (next)
+		uv_timer_start(t, on_hold_over, next - now, 0);
+	service(r);
 }
 
 static void on_readable(void *ud) { service(ud); }
@@ -202,6 +266,9 @@ static void kill_spliced(void *ud, const char *why) { finish(ud, why, false); }
 static bool try_splice(relay *r)
 {
 	r->since_try = 0;
+	/* a limited user's bytes are counted by the relay, so it keeps them */
+	if (r->who && (principal_limited(&r->who->up) || principal_limited(&r->who->down)))
+		return false;
 	const uint8_t *d;
 	for (int i = 0; i < 2; i++) {
 		endpoint *x = r->e[i];
@@ -243,9 +310,18 @@ relay *relay_start(worker *w, endpoint *a, endpoint *b, const relay_config *cfg,
 		endpoint_close(b, false);
 		return NULL;
 	}
-	*r = (relay){.w = w, .e = {a, b}, .ev = ev, .ud = ud, .cfg = *cfg};
+	*r = (relay){.w = w, .e = {a, b}, .ev = ev, .ud = ud, .cfg = *cfg, .handles = 1};
 	uv_timer_init(worker_loop(w), &r->idle);
 	r->idle.data = r;
+	track_flow *tf = endpoint_track(b);
+	if (tf && tf->who) {
+		r->who = tf->who;
+		r->tf_clock = tf;
+		principal_hold(r->who);
+		uv_timer_init(worker_loop(w), &r->hold);
+		r->hold.data = r;
+		r->handles++;
+	}
 	r->last_active = uv_now(worker_loop(w));
 	if (cfg->idle_ms)
 		uv_timer_start(&r->idle, on_idle, cfg->idle_ms, 0);

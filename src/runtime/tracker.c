@@ -123,6 +123,8 @@ tracker *tracker_new(size_t index, uint64_t (*clock_ms)(void))
 	return t;
 }
 
+uint64_t track_clock_ms(const track_flow *f) { return f->t->clock_ms(); }
+
 void tracker_free(tracker *t)
 {
 	if (!t)
@@ -168,6 +170,9 @@ track_flow *tracker_prepare(tracker *t, const track_open *o, access_log_flow *lo
 	f->more = NULL;
 	f->kill = NULL;
 	f->log = log;
+	f->who = o->who;
+	if (f->who)
+		principal_hold(f->who);
 	f->why[0] = '\0';
 	copy_name(f->inbound, o->inbound);
 	copy_name(f->user, o->user);
@@ -200,6 +205,7 @@ void track_discard(track_flow *f, const char *why)
 	if (!f)
 		return;
 	access_log_flow_end(f->log, 0, 0, why);
+	principal_release(f->who);
 	free(f);
 }
 
@@ -238,6 +244,8 @@ void track_end(track_flow *f, const char *why)
 	copy_name(f->why, why ? why : ACCESS_LOG_CLOSED);
 	access_log_flow_end(f->log, up, down, why);
 	f->log = NULL;
+	principal_release(f->who); /* an ended flow keeps only its name */
+	f->who = NULL;
 	list_remove(f->in_kill ? &t->killing : &t->open, &f->node);
 	t->n_open--;
 	t->ended_up += up;

@@ -10,6 +10,7 @@
 #include "base/access_log.h"
 #include "base/addr.h"
 #include "base/list.h"
+#include "runtime/principal.h"
 
 /* Ended flows a table keeps, oldest dropped first (the admin API's
  * closed list; etemenanki/supervisor.h ETM_FLOWS_CLOSED_MAX). */
@@ -67,6 +68,7 @@ struct track_flow {
 	track_kill_fn kill;
 	void *kill_ud;
 	access_log_flow *log; /* owned: the end line, written by track_end */
+	principal *who;       /* a reference while open: the user it belongs to; NULL: anonymous */
 	char why[TRACK_NAME_MAX];
 	char inbound[TRACK_NAME_MAX], user[TRACK_NAME_MAX], outbound[TRACK_NAME_MAX],
 	    member[TRACK_NAME_MAX];
@@ -78,6 +80,7 @@ typedef struct track_open {
 	bool udp;
 	uint64_t assoc;
 	const char *inbound, *user, *outbound, *member;
+	principal *who; /* the flow's principal (held by the record); NULL: anonymous */
 	const struct sockaddr_storage *peer; /* the client; NULL: unknown */
 	const addr_dest *dest;
 	const addr_dest *sniffed; /* NULL or ADDR_NONE: nothing */
@@ -89,6 +92,10 @@ typedef struct track_open {
 /* A table for the worker with index `index`, reading the time (Unix ms)
  * from clock_ms, the shell's clock. NULL when memory runs out. */
 tracker *tracker_new(size_t index, uint64_t (*clock_ms)(void));
+
+/* The table's clock (Unix ms): the one the users' token buckets are
+ * charged by too, so every worker's charges compare. */
+uint64_t track_clock_ms(const track_flow *f);
 
 /* Frees the table and the ended flows it keeps. Every open flow must have
  * ended first. */

@@ -55,6 +55,10 @@ struct etm_supervisor {
 	prober *probes; /* the balancers' health probes */
 };
 
+/* Ends every open flow of the principals ps[0, n) on every worker, with
+ * "the session was closed" (a user removed under policy close). */
+void sup_end_revoked(etm_supervisor *s, principal *const *ps, size_t n);
+
 /* The supervisor's state on one worker (worker_slot). Worker thread only. */
 typedef struct sup_worker {
 	sup_route route; /* first: what the connector reads */

@@ -102,7 +102,10 @@ int build_inbound(inbound_rt *in, const etm_inbound_spec *sp, const connector *c
 		                          .password = set->users[i].password,
 		                          .id = set->users[i].id,
 		                          .name = set->users[i].name ? set->users[i].name
-		                                                     : set->users[i].username};
+		                                                     : set->users[i].username,
+		                          .up_rate = set->users[i].up_rate,
+		                          .down_rate = set->users[i].down_rate,
+		                          .max_sessions = set->users[i].max_sessions};
 	/* Shadowsocks: settings.method for every user; settings.password is
 	 * the one user when settings.users lists none, and with a 2022 method
 	 * and users the identity PSK they are behind (SIP022-2) */

@@ -365,9 +365,127 @@ static void drain(etm_supervisor *s, const outbound *old, plan_drain policy)
 	}
 }
 
+/* ---- users across a reload (seed 002 "Principal") ---- */
+
+static bool opt_eq(const char *a, const char *b)
+{
+	return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* User i's credential on inbound in: its username, password and id (a
+ * Shadowsocks inbound without users has one, settings.password). */
+static void credential(const etm_inbound_spec *in, size_t i, const char **user,
+                       const char **pass, const char **id)
+{
+	if (in->settings.users_len == 0) {
+		*user = *id = NULL;
+		*pass = in->settings.password;
+		return;
+	}
+	const etm_user_spec *u = &in->settings.users[i];
+	*user = u->username;
+	*pass = u->password;
+	*id = u->id;
+}
+
+static bool same_user(const etm_inbound_spec *a, size_t i, const etm_inbound_spec *b, size_t j)
+{
+	const char *au, *ap, *ai, *bu, *bp, *bi;
+	credential(a, i, &au, &ap, &ai);
+	credential(b, j, &bu, &bp, &bi);
+	return opt_eq(au, bu) && opt_eq(ap, bp) && opt_eq(ai, bi);
+}
+
+/* The principals a commit revoked with close: their flows end once the
+ * new configs serve. */
+typedef struct revoked_set {
+	principal **v;
+	size_t n, cap;
+} revoked_set;
+
+static void revoked_add(revoked_set *r, principal *p)
+{
+	if (r->n == r->cap) {
+		size_t cap = r->cap ? r->cap * 2 : 8;
+		principal **v = realloc(r->v, cap * sizeof *v);
+		if (!v)
+			return; /* revoked all the same: its sessions refuse new flows */
+		r->v = v;
+		r->cap = cap;
+	}
+	principal_hold(p);
+	r->v[r->n++] = p;
+}
+
+/* An inbound swapped to a new config: each user it keeps (same
+ * credential) keeps its principal, so its sessions, counts and buckets
+ * go on and a new limit reaches its flows on their next read or write; a
+ * user it no longer has is revoked under policy. */
+static void carry_users(const etm_inbound_spec *old_in, inbound_rt *old_rt,
+                        const etm_inbound_spec *new_in, inbound_rt *new_rt,
+                        etm_user_removal policy, revoked_set *closing)
+{
+	size_t n_old = old_rt && old_rt->principals ? old_rt->n_user_names : 0;
+	size_t n_new = new_rt && new_rt->principals ? new_rt->n_user_names : 0;
+	bool *kept = calloc(n_old ? n_old : 1, sizeof *kept);
+	if (!kept)
+		return; /* the users start afresh: nothing is revoked */
+	for (size_t j = 0; j < n_new; j++)
+		for (size_t k = 0; k < n_old; k++) {
+			principal *p = old_rt->principals[k];
+			if (kept[k] || !p || principal_state(p) != PRINCIPAL_LIVE ||
+			    !same_user(old_in, k, new_in, j))
+				continue;
+			principal *fresh = new_rt->principals[j];
+			principal_set_limits(p, atomic_load(&fresh->up.rate),
+			                     atomic_load(&fresh->down.rate),
+			                     atomic_load(&fresh->max_sessions));
+			principal_hold(p);
+			principal_release(fresh);
+			new_rt->principals[j] = p;
+			kept[k] = true;
+			break;
+		}
+	for (size_t k = 0; k < n_old; k++) {
+		principal *p = old_rt->principals[k];
+		if (kept[k] || !p || principal_state(p) != PRINCIPAL_LIVE)
+			continue;
+		bool close = policy == ETM_USER_REMOVAL_CLOSE;
+		principal_revoke(p, close ? PRINCIPAL_REVOKED_CLOSE : PRINCIPAL_REVOKED_KEEP);
+		if (close)
+			revoked_add(closing, p);
+	}
+	free(kept);
+}
+
+static bool owned_by(const track_flow *f, void *arg)
+{
+	const revoked_set *r = arg;
+	for (size_t i = 0; f->who && i < r->n; i++)
+		if (f->who == r->v[i])
+			return true;
+	return false;
+}
+
+static void end_revoked_here(worker *w, void *arg)
+{
+	sup_route *rs = worker_slot(w);
+	if (rs && rs->track)
+		(void)tracker_kill(rs->track, owned_by, arg, PRINCIPAL_SESSION_CLOSED_TEXT);
+}
+
+void sup_end_revoked(etm_supervisor *s, principal *const *ps, size_t n)
+{
+	if (!n)
+		return;
+	revoked_set r = {.v = (principal **)ps, .n = n};
+	for (size_t i = 0; i < workers_count(s->ws); i++)
+		worker_run(workers_at(s->ws, i), end_revoked_here, &r);
+}
+
 /* Moves the running inbounds' state the plan keeps into pp->ins; what
  * stays in s->ins is what the plan replaces (release_replaced). */
-static void take_inbounds(etm_supervisor *s, prepared *pp)
+static void take_inbounds(etm_supervisor *s, prepared *pp, revoked_set *closing)
 {
 	for (size_t k = 0; k < pp->p.n_entries; k++) {
 		const plan_entry *e = &pp->p.entries[k];
@@ -378,6 +496,8 @@ static void take_inbounds(etm_supervisor *s, prepared *pp)
 			*to = *from;
 			*from = (sup_inbound){0};
 		} else { /* swapped: a new config on the same socket */
+			carry_users(&s->spec.inbounds[e->prev], from->rt, &pp->next->inbounds[e->next],
+			            to->rt, pp->next->policy.user_removal, closing);
 			to->lb = from->lb;
 			to->health = from->health;
 			from->lb = NULL;
@@ -475,7 +595,8 @@ void sup_commit(etm_supervisor *s, prepared *pp)
 		s->plane = pp->plane;
 		pp->plane = NULL;
 	}
-	take_inbounds(s, pp);
+	revoked_set closing = {0};
+	take_inbounds(s, pp, &closing);
 	relisten r = {.s = s, .pp = pp};
 	for (size_t i = 0; i < workers_count(s->ws); i++) /* in order: port 0 is worker 0's */
 		worker_run(workers_at(s->ws, i), relisten_here, &r);
@@ -513,5 +634,10 @@ void sup_commit(etm_supervisor *s, prepared *pp)
 			worker_run(workers_at(s->ws, i), swap_dns_here, s);
 	if (plan_versions_commit(&s->versions, &pp->p))
 		log_error("supervisor", msgs[MSG_LISTEN_FAILED], "*", msgs[MSG_NO_MEMORY]);
+	/* the removed users' flows end once the new configs serve */
+	sup_end_revoked(s, closing.v, closing.n);
+	for (size_t i = 0; i < closing.n; i++)
+		principal_release(closing.v[i]);
+	free(closing.v);
 }
 

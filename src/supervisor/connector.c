@@ -57,6 +57,21 @@ static const char *user_name(const flow *f, const flow_ctx *ctx)
 	return ctx->user_names[f->user];
 }
 
+/* The flow's principal: its account's on the inbound; NULL (anonymous)
+ * for a flow without an account. */
+static principal *principal_of(const flow *f, const flow_ctx *ctx)
+{
+	if (!ctx || !ctx->principals || f->user < 0 || (size_t)f->user >= ctx->n_users)
+		return NULL;
+	return ctx->principals[f->user];
+}
+
+/* Seed 002 Session::admit, before anything else: NULL, or the refusal. */
+static const char *admit(const flow *f, const flow_ctx *ctx)
+{
+	return ctx ? session_admit(ctx->session, principal_of(f, ctx)) : NULL;
+}
+
 /* The access log's line for a flow routed to t (docs/cli.md "Access log").
  * With end lines on and want_end, returns the record of the end line to
  * come (NULL otherwise, or without memory). */
@@ -101,6 +116,7 @@ static track_flow *prepare_track(sup_route *rs, const flow *f, const flow_ctx *c
 		.assoc = assoc,
 		.inbound = ctx ? ctx->inbound_tag : NULL,
 		.user = user_name(f, ctx),
+		.who = principal_of(f, ctx),
 		.outbound = t->ob ? t->ob->tag : t->bal->tag,
 		.peer = ctx ? &ctx->peer : NULL,
 		.dest = &f->dest,
@@ -163,6 +179,11 @@ static connect_pending *open_target(const target *t, worker *w, dns_resolver *dn
 static connect_pending *sup_connect(void *self, worker *w, const flow *f, const flow_ctx *ctx,
                                     connect_cb cb, void *data)
 {
+	const char *refused = admit(f, ctx);
+	if (refused) {
+		cb(&(connect_result){.err = PROTO_DIAL_NOT_ALLOWED, .msg = refused}, data);
+		return NULL;
+	}
 	/* a Mux.Cool session is not routed: each of its sub-flows is */
 	if (mux_is_session(&f->dest))
 		return mux_serve(w, &((etm_supervisor *)self)->conn, f, ctx, cb, data);
@@ -289,6 +310,13 @@ static connect_pending *assoc_open(void *env, const void *tgt, const addr_dest *
 	flow f = e->f;
 	f.dest = *to;
 	f.dest.network = ADDR_UDP;
+	/* every sub-link is a flow of the session (a SOCKS association's
+	 * datagrams never cross its stream) */
+	const char *refused = admit(&f, &e->ctx);
+	if (refused) {
+		opened(oud, NULL, NULL, refused);
+		return NULL;
+	}
 	/* no end line for a sub-link (docs/cli.md "Access log") */
 	(void)log_access(&f, &e->ctx, t, e->rule, false);
 	track_flow *tf = prepare_track(rs, &f, &e->ctx, t, e->rule, e->id, NULL);
@@ -314,6 +342,7 @@ static void assoc_release(void *env)
 	assoc_env *e = env;
 	sup_route *rs = worker_slot(e->w);
 	list_remove(&rs->assocs, &e->node);
+	session_release(e->ctx.session);
 	free(e);
 }
 
@@ -328,6 +357,11 @@ static dgram_link *sup_connect_datagram(void *self, worker *w, const flow *f, co
                                         size_t err_size)
 {
 	(void)self;
+	const char *refused = admit(f, ctx);
+	if (refused) {
+		snprintf(err, err_size, "%s", refused);
+		return NULL;
+	}
 	assoc_env *e = malloc(sizeof *e);
 	dgram_link *l = e ? fanout_new(&assoc_ops, e, h, ud) : NULL;
 	if (!l) {
@@ -337,6 +371,8 @@ static dgram_link *sup_connect_datagram(void *self, worker *w, const flow *f, co
 	}
 	*e = (assoc_env){.link = l, .w = w, .f = *f, .ctx = *ctx,
 	                 .id = tracker_next_id(((sup_route *)worker_slot(w))->track)};
+	if (e->ctx.session)
+		session_hold(e->ctx.session);
 	list_push_back(&((sup_route *)worker_slot(w))->assocs, &e->node);
 	return l;
 }

@@ -12,7 +12,7 @@
 #if UINTPTR_MAX == UINT64_MAX
 _Static_assert(sizeof(etm_tls_spec) == 56, "compare the new field in tls_eq");
 _Static_assert(sizeof(etm_stream_spec) == 88, "compare the new field in stream_eq");
-_Static_assert(sizeof(etm_user_spec) == 32, "compare the new field in user_eq");
+_Static_assert(sizeof(etm_user_spec) == 56, "compare the new field in user_eq");
 _Static_assert(sizeof(etm_settings_spec) == 136, "compare the new field in settings_eq");
 _Static_assert(sizeof(etm_inbound_spec) == 256, "compare the new field in plan_inbound_equal");
 _Static_assert(sizeof(etm_outbound_spec) == 296, "compare the new field in plan_outbound_equal");
@@ -21,10 +21,10 @@ _Static_assert(sizeof(etm_cluster_spec) == 192, "compare the new field in plan_c
 _Static_assert(sizeof(etm_rule_spec) == 176, "compare the new field in rule_eq");
 _Static_assert(sizeof(etm_route_spec) == 40, "compare the new field in plan_route_equal");
 _Static_assert(sizeof(etm_dns_spec) == 16, "compare the new field in plan_dns_equal");
-/* upgrade_drain_after and upgrade_start_timeout are left out: nothing
- * running reads them (an upgrade does, from the running spec, which apply
- * updates). */
-_Static_assert(sizeof(etm_policy_spec) == 64, "compare the new field in plan_policy_limits_equal");
+/* upgrade_drain_after, upgrade_start_timeout and user_removal are left
+ * out: nothing running reads them (an upgrade reads the first two, and a
+ * commit the last, from the spec apply installs). */
+_Static_assert(sizeof(etm_policy_spec) == 72, "compare the new field in plan_policy_limits_equal");
 _Static_assert(sizeof(etm_runtime_spec) == 16, "compare the new field in plan_singletons (plan.c)");
 #endif
 
@@ -61,7 +61,9 @@ static bool stream_eq(const etm_stream_spec *a, const etm_stream_spec *b)
 static bool user_eq(const etm_user_spec *a, const etm_user_spec *b)
 {
 	return str_eq(a->name, b->name) && str_eq(a->username, b->username) &&
-	       str_eq(a->password, b->password) && str_eq(a->id, b->id);
+	       str_eq(a->password, b->password) && str_eq(a->id, b->id) &&
+	       a->up_rate == b->up_rate && a->down_rate == b->down_rate &&
+	       a->max_sessions == b->max_sessions;
 }
 
 static bool settings_eq(const etm_settings_spec *a, const etm_settings_spec *b)
