@@ -266,8 +266,9 @@ static void kill_spliced(void *ud, const char *why) { finish(ud, why, false); }
 static bool try_splice(relay *r)
 {
 	r->since_try = 0;
-	/* a limited user's bytes are counted by the relay, so it keeps them */
-	if (r->who && (principal_limited(&r->who->up) || principal_limited(&r->who->down)))
+	/* A user's flow stays with the relay, which can pace it: a limit set
+	 * later (a reload, the API) reaches it on its next read. */
+	if (r->who)
 		return false;
 	const uint8_t *d;
 	for (int i = 0; i < 2; i++) {

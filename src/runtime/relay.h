@@ -41,7 +41,9 @@ typedef struct relay_events {
  * now go to the relay). Bytes already waiting in either go at once, and
  * an end that already read its peer's EOF passes it on. With cfg->splice,
  * two plain endpoints move to splice(2) once RELAY_SPLICE_AFTER bytes have
- * passed and nothing is in flight. b is the flow's upstream: the end line
+ * passed and nothing is in flight, unless the flow has a user (its
+ * record's principal): the relay keeps a user's bytes, to pace them at
+ * the user's rates, which a reload or the API may set at any time. b is the flow's upstream: the end line
  * record it carries (endpoint_set_track) gets the relay's why, and the
  * splicer's bytes after a hand-off. ev is borrowed; ud is passed back.
  * Returns NULL when memory runs out or a first write fails (a and b are

@@ -1,0 +1,220 @@
+"""Users end to end (issue 19, seed 002 "Principal"): per-user rate limits
+each way, max_sessions, and what a reload that removes a user or changes
+its limits does to the flows it has open.
+
+Every test starts the real binary on 127.0.0.1 with a config written to
+tmp_path, and talks through its SOCKS inbound to echo servers run in
+threads on 127.0.0.1. Nothing leaves the loopback interface.
+
+The rate tests assert lower bounds only: a limit makes a transfer take at
+least (bytes - burst) / rate; a slow machine can only make it longer.
+"""
+import socket
+import threading
+import time
+
+import pytest
+
+from proxykit import LOOPBACK, connect, recv_exact, socks5_connect, socks5_greet, socks5_request
+from reloadkit import reload
+
+# src/runtime/principal.h: a bucket holds 250 ms of its rate, at least 16 KiB
+BURST_MS = 250
+RATE = 200_000  # bytes a second
+
+# The SOCKS5 REP of "connection not allowed by ruleset" (RFC 1928 section 6):
+# what a flow the connector refuses (a removed user, max_sessions) gets.
+REP_NOT_ALLOWED = 2
+
+
+def config(users, policy=None):
+    """One SOCKS inbound with users [(name, password, extra TOML lines)]."""
+    text = '[log]\nlevel = "debug"\n\n'
+    if policy:
+        text += f'[policy]\nuser_removal = "{policy}"\n\n'
+    text += ('[[inbound]]\ntag = "in"\nprotocol = "socks"\nlisten = "127.0.0.1"\n'
+             'port = {port0}\n\n')
+    for name, password, extra in users:
+        text += (f'[[inbound.settings.users]]\nusername = "{name}"\npassword = "{password}"\n'
+                 + "".join(line + "\n" for line in extra) + "\n")
+    return text + '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n'
+
+
+def burst(rate):
+    return max(rate * BURST_MS // 1000, 16384)
+
+
+def echo_through(sock, n, chunk=16384):
+    """Sends n bytes and reads them back (a writer thread, so neither side
+    waits on the other); returns the seconds it took."""
+    payload = bytes(range(256)) * (chunk // 256)
+    start = time.monotonic()
+    errors = []
+
+    def write():
+        try:
+            left = n
+            while left:
+                k = min(left, len(payload))
+                sock.sendall(payload[:k])
+                left -= k
+        except OSError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=write, daemon=True)
+    t.start()
+    got = 0
+    while got < n:
+        data = sock.recv(65536)
+        assert data, f"closed after {got} of {n} bytes"
+        got += len(data)
+    t.join(10)
+    assert not errors, errors
+    return time.monotonic() - start
+
+
+def still_echoes(sock, payload=b"ping"):
+    sock.sendall(payload)
+    return recv_exact(sock, len(payload)) == payload
+
+
+def ended(sock, timeout=3.0):
+    """The proxy closed the flow (EOF or reset) within timeout."""
+    sock.settimeout(timeout)
+    try:
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def refused(port, host, dport, user, password):
+    """The REP a CONNECT gets after a successful authentication."""
+    s = connect(port)
+    try:
+        assert socks5_greet(s, user, password) == 0
+        rep, _ = socks5_request(s, host, dport)
+        return rep
+    finally:
+        s.close()
+
+
+def test_up_rate_paces_what_a_user_sends(start_proxy, echo):
+    p = start_proxy(config([("alice", "a", [f"up_rate = {RATE}"]), ("bob", "b", [])]))
+    n = 600_000
+    with socks5_connect(p.port, LOOPBACK, echo.port, "alice", "a", timeout=30) as s:
+        s.settimeout(30)
+        took = echo_through(s, n)
+    assert took >= (n - burst(RATE)) / RATE * 0.9, took
+    # the limit is alice's: bob's flow on the same inbound is not paced
+    with socks5_connect(p.port, LOOPBACK, echo.port, "bob", "b", timeout=30) as s:
+        s.settimeout(30)
+        assert echo_through(s, n) < took
+
+
+def test_down_rate_paces_what_a_user_receives(start_proxy, echo):
+    p = start_proxy(config([("alice", "a", [f"down_rate = {RATE}"])]))
+    n = 500_000
+    with socks5_connect(p.port, LOOPBACK, echo.port, "alice", "a", timeout=30) as s:
+        s.settimeout(30)
+        took = echo_through(s, n)
+    assert took >= (n - burst(RATE)) / RATE * 0.9, took
+
+
+def test_the_rate_is_shared_by_the_users_flows(start_proxy, echo):
+    """Two flows of one user together move at the user's rate, not twice it."""
+    p = start_proxy(config([("alice", "a", [f"down_rate = {RATE}"])]))
+    n = 300_000
+    socks = [socks5_connect(p.port, LOOPBACK, echo.port, "alice", "a", timeout=30)
+             for _ in range(2)]
+    took = [0, 0]
+
+    def run(i):
+        socks[i].settimeout(30)
+        took[i] = echo_through(socks[i], n)
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    total = time.monotonic() - start
+    for s in socks:
+        s.close()
+    assert all(took), took
+    assert total >= (2 * n - burst(RATE)) / RATE * 0.9, total
+
+
+def test_max_sessions_refuses_the_next_session_until_one_ends(start_proxy, echo):
+    p = start_proxy(config([("alice", "a", ["max_sessions = 1"]), ("bob", "b", [])]))
+    first = socks5_connect(p.port, LOOPBACK, echo.port, "alice", "a")
+    assert still_echoes(first)
+    assert refused(p.port, LOOPBACK, echo.port, "alice", "a") == REP_NOT_ALLOWED
+    # another user is not counted against alice
+    with socks5_connect(p.port, LOOPBACK, echo.port, "bob", "b") as other:
+        assert still_echoes(other)
+    first.close()
+    deadline = time.monotonic() + 3
+    while refused(p.port, LOOPBACK, echo.port, "alice", "a") != 0:
+        assert time.monotonic() < deadline, "the session's place never came free"
+        time.sleep(0.05)
+    assert "the user has reached its max_sessions" in p.log()
+
+
+@pytest.mark.parametrize("policy", [None, "close", "keep"])
+def test_a_reload_that_removes_a_user(start_proxy, echo, policy):
+    """close (the default) ends the removed user's open flows at once; keep
+    lets them run. Either way the other users' flows go on and the removed
+    credential no longer authenticates."""
+    users = [("alice", "a", []), ("bob", "b", [])]
+    p = start_proxy(config(users, policy))
+    alice = socks5_connect(p.port, LOOPBACK, echo.port, "alice", "a")
+    bob = socks5_connect(p.port, LOOPBACK, echo.port, "bob", "b")
+    assert still_echoes(alice) and still_echoes(bob)
+    outcome, _ = reload(p, config(users[:1], policy))
+    assert outcome.startswith("config reload: changed"), outcome
+    if policy == "keep":
+        assert still_echoes(bob)
+        assert not ended(bob, 0.5)
+    else:
+        assert ended(bob)
+    assert still_echoes(alice)
+    s = connect(p.port)
+    try:
+        assert socks5_greet(s, "bob", "b") != 0
+    finally:
+        s.close()
+    alice.close()
+    bob.close()
+
+
+def test_a_limit_a_reload_sets_reaches_an_open_flow(start_proxy, echo):
+    """The user keeps its principal across the reload, so the new limit
+    applies to the flow it already has open, on its next read."""
+    p = start_proxy(config([("alice", "a", [])]))
+    s = socks5_connect(p.port, LOOPBACK, echo.port, "alice", "a", timeout=30)
+    s.settimeout(30)
+    fast = echo_through(s, 300_000)
+    outcome, _ = reload(p, config([("alice", "a", [f"down_rate = {RATE}"])]))
+    assert outcome.startswith("config reload: changed"), outcome
+    n = 400_000
+    took = echo_through(s, n)
+    s.close()
+    assert took >= (n - burst(RATE)) / RATE * 0.9, (fast, took)
+
+
+def test_limits_in_the_config_are_checked(run, tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text(config([("alice", "a", ['up_rate = "fast"'])]).replace("{port0}", "1080"))
+    r = run("-t", "-c", str(path))
+    assert r.returncode != 0
+    assert "up_rate" in r.stderr
+    path.write_text(config([("alice", "a", [])], policy="drop").replace("{port0}", "1080"))
+    r = run("-t", "-c", str(path))
+    assert r.returncode != 0
+    assert "user_removal" in r.stderr
