@@ -83,13 +83,15 @@ static access_log_flow *log_access(const flow *f, const flow_ctx *ctx, const tar
 	return want_end ? access_log_flow_new(&e) : NULL;
 }
 
-/* A connect whose flow has an end line to write: the record goes to the
+/* A connect seen to its end: a failed one is counted (sup_count_dial_error),
+ * and when the flow has an end line to write, the record goes to the
  * upstream endpoint (which writes it when it closes, or hands it to its
  * relay), or is written at once when no stream comes of the connect. */
 typedef struct logged_connect {
 	connect_pending base; /* first: the handle callers hold */
 	connect_pending *inner;
-	access_log_flow *log; /* owned */
+	worker *w;
+	access_log_flow *log; /* owned; NULL without an end line */
 	connect_cb cb;
 	void *data;
 	bool *ran; /* while the inner connect call runs: set when logged_done ran */
@@ -100,8 +102,10 @@ static void logged_done(const connect_result *r, void *data)
 	logged_connect *lc = data;
 	if (lc->ran)
 		*lc->ran = true;
+	if (!r->ok)
+		sup_count_dial_error(lc->w, r->err);
 	access_log_flow_set_member(lc->log, r->member);
-	if (r->ok && r->ep)
+	if (r->ok && r->ep && lc->log)
 		endpoint_set_flow_log(r->ep, lc->log);
 	else
 		access_log_flow_end(lc->log, 0, 0,
@@ -140,14 +144,14 @@ static connect_pending *sup_connect(void *self, worker *w, const flow *f, const 
 	const target *t = plane_route(rs->plane, f, ctx, &rule);
 	log_decision(f, ctx, t, rule);
 	access_log_flow *log = log_access(f, ctx, t, rule, true);
-	logged_connect *lc = log ? malloc(sizeof *lc) : NULL;
-	if (!lc) {
+	logged_connect *lc = malloc(sizeof *lc);
+	if (!lc) { /* opened all the same, unlogged and uncounted */
 		access_log_flow_end(log, 0, 0, msgs[MSG_NO_MEMORY]); /* NULL: nothing */
 		return open_target(t, w, rs->dns, &f->dest, cb, data);
 	}
 	bool ran = false;
-	*lc = (logged_connect){.base.cancel = logged_cancel, .log = log, .cb = cb, .data = data,
-	                       .ran = &ran};
+	*lc = (logged_connect){.base.cancel = logged_cancel, .w = w, .log = log, .cb = cb,
+	                       .data = data, .ran = &ran};
 	connect_pending *p = open_target(t, w, rs->dns, &f->dest, logged_done, lc);
 	if (ran)
 		return NULL; /* done (and freed) inside */
