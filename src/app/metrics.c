@@ -194,21 +194,24 @@ typedef struct usage_family {
 } usage_family;
 
 static const usage_family USAGE[METRICS_USAGE_KINDS] = {
-	[ETM_USAGE_INBOUND] = {"inbound", "etemenanki_inbound_flows_open",
-	                       "etemenanki_inbound_flows_total", "etemenanki_inbound_bytes_total",
-	                       "Flows open now, by the inbound that accepted them.",
-	                       "Flows opened since the start, by inbound.",
-	                       "App bytes of the flows, by inbound and direction (up: from the client)."},
-	[ETM_USAGE_OUTBOUND] = {"outbound", "etemenanki_outbound_flows_open",
-	                        "etemenanki_outbound_flows_total", "etemenanki_outbound_bytes_total",
-	                        "Flows open now, by the outbound that carries them (a balancer's member).",
-	                        "Flows opened since the start, by outbound.",
-	                        "App bytes of the flows, by outbound and direction (up: from the client)."},
-	[ETM_USAGE_USER] = {"user", "etemenanki_user_flows_open", "etemenanki_user_flows_total",
-	                    "etemenanki_user_bytes_total",
-	                    "Flows open now, by user (user=\"\": flows without one).",
-	                    "Flows opened since the start, by user.",
-	                    "App bytes of the flows, by user and direction (up: from the client)."},
+	[ETM_USAGE_INBOUND] =
+		{"inbound", "etemenanki_inbound_flows_open", "etemenanki_inbound_flows_total",
+		 "etemenanki_inbound_bytes_total",
+		 "Flows open now, by the inbound that accepted them.",
+		 "Flows opened since the start, by inbound.",
+		 "App bytes of the flows, by inbound and direction (up: from the client)."},
+	[ETM_USAGE_OUTBOUND] =
+		{"outbound", "etemenanki_outbound_flows_open", "etemenanki_outbound_flows_total",
+		 "etemenanki_outbound_bytes_total",
+		 "Flows open now, by the outbound that carries them (a balancer's member).",
+		 "Flows opened since the start, by outbound.",
+		 "App bytes of the flows, by outbound and direction (up: from the client)."},
+	[ETM_USAGE_USER] =
+		{"user", "etemenanki_user_flows_open", "etemenanki_user_flows_total",
+		 "etemenanki_user_bytes_total",
+		 "Flows open now, by user (user=\"\": flows without one).",
+		 "Flows opened since the start, by user.",
+		 "App bytes of the flows, by user and direction (up: from the client)."},
 };
 
 static void usage_families(const usage_family *u, const etm_usage_list *l, metrics_buf *b)
@@ -243,7 +246,8 @@ static void probe_families(const metrics_snapshot *s, metrics_buf *b)
 	}
 	n = "etemenanki_balancer_member_probe_timestamp_seconds";
 	family(b, n, "gauge",
-	       "When the last health probe ended, in seconds since the Unix epoch; 0 before the first.");
+	       "When the last health probe ended, in seconds since the Unix epoch; 0 before the "
+	       "first.");
 	for (size_t i = 0; i < s->n_members; i++)
 		sample_ms(b, n, "balancer", s->members[i].balancer, "member", s->members[i].member,
 		          s->members[i].probe_when_ms);

@@ -1,4 +1,4 @@
-/* prober.c - probe loops: connect, report, wait, again; early when a flow asks. */
+/* prober.c - probe loops: connect, report, wait, again; early when a flow asks; each member's last probe kept for the metrics. */
 #include "supervisor/prober.h"
 
 #include <stdio.h>
