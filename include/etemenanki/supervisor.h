@@ -210,7 +210,7 @@ void etm_supervisor_dial_errors(etm_supervisor *s, uint64_t out[ETM_DIAL_ERROR_K
 typedef struct etm_dns_cache_stats {
 	uint64_t hits;      /* lookups answered from it with addresses */
 	uint64_t negative;  /* lookups answered from it with "no such name" */
-	uint64_t misses;    /* lookups it could not answer (sent to a server) */
+	uint64_t misses;    /* lookups it could not answer (handed to the resolver) */
 	uint64_t evictions; /* entries dropped to make room */
 	uint64_t entries;   /* names held now */
 } etm_dns_cache_stats;
