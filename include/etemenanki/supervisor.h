@@ -168,6 +168,13 @@ __attribute__((warn_unused_result)) int etm_supervisor_member_probe(const etm_su
                                                                     int64_t *delay_ms,
                                                                     uint64_t *when_ms);
 
+/* How many health probes of member j of balancer i ended (*ended) and how
+ * many of those failed (*failed), since the balancer was built: a reload
+ * that rebuilds it starts them again from 0. Relaxed reads. Returns 0, or
+ * -1 past the end. The thread that started the engine. */
+__attribute__((warn_unused_result)) int etm_supervisor_member_probe_counts(
+	const etm_supervisor *s, size_t i, size_t j, uint64_t *ended, uint64_t *failed);
+
 /* What the admission guard refused since the start (docs/security.md). */
 typedef struct etm_guard_stats {
 	uint64_t refused_source; /* over [policy] max_connections_per_source */

@@ -251,6 +251,16 @@ static void probe_families(const metrics_snapshot *s, metrics_buf *b)
 	for (size_t i = 0; i < s->n_members; i++)
 		sample_ms(b, n, "balancer", s->members[i].balancer, "member", s->members[i].member,
 		          s->members[i].probe_when_ms);
+	n = "etemenanki_balancer_member_probes_total";
+	family(b, n, "counter", "Health probes ended, since the balancer was built.");
+	for (size_t i = 0; i < s->n_members; i++)
+		sample(b, n, "balancer", s->members[i].balancer, "member", s->members[i].member,
+		       s->members[i].probes);
+	n = "etemenanki_balancer_member_probes_failed_total";
+	family(b, n, "counter", "Health probes that failed, since the balancer was built.");
+	for (size_t i = 0; i < s->n_members; i++)
+		sample(b, n, "balancer", s->members[i].balancer, "member", s->members[i].member,
+		       s->members[i].probes_failed);
 }
 
 static void dns_families(const metrics_snapshot *s, metrics_buf *b)

@@ -29,6 +29,7 @@ typedef struct metrics_member {
 	int up;
 	int64_t probe_ms;       /* the last probe's delay; -1: it failed, or none yet */
 	uint64_t probe_when_ms; /* Unix ms the last probe ended; 0: none yet */
+	uint64_t probes, probes_failed; /* ended since the balancer was built, and failed */
 } metrics_member;
 
 /* The usage tables a snapshot carries, in this order (etm_usage_by). */

@@ -214,6 +214,8 @@ static int collect(metrics_http *m, metrics_buf *body)
 				mm.probe_ms = -1;
 				mm.probe_when_ms = 0;
 			}
+			if (etm_supervisor_member_probe_counts(sup, i, j, &mm.probes, &mm.probes_failed))
+				mm.probes = mm.probes_failed = 0;
 			if (vec_reserve(&mem, &mem_cap, n_mem, 1))
 				goto done;
 			mem[n_mem++] = mm;

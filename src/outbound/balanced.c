@@ -92,6 +92,8 @@ balanced *balanced_new(const balanced_config *cfg, char *err, size_t err_size)
 	for (size_t m = 0; m < n; m++) {
 		atomic_init(&b->last[m].delay_ms, -1);
 		atomic_init(&b->last[m].when_ms, 0);
+		atomic_init(&b->last[m].ended, 0);
+		atomic_init(&b->last[m].failed, 0);
 	}
 	for (size_t m = 0; m < n; m++)
 		b->udp_one_dest |= outbound_udp_one_dest(b->members[m]);

@@ -39,6 +39,7 @@ typedef struct balanced {
 typedef struct balanced_probe_last {
 	_Atomic int64_t delay_ms; /* its time to connect; -1: it failed, or none finished yet */
 	_Atomic uint64_t when_ms; /* Unix time in ms it finished; 0: none yet */
+	_Atomic uint64_t ended, failed; /* probes ended since the balancer was built, and failed */
 } balanced_probe_last;
 
 /* What balanced_new builds from, filled by supervisor/build_outbound.c from

@@ -60,6 +60,9 @@ static void record(probe *pb, bool up)
 		when = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
 	atomic_store_explicit(&last->delay_ms, delay, memory_order_relaxed);
 	atomic_store_explicit(&last->when_ms, when, memory_order_relaxed);
+	atomic_fetch_add_explicit(&last->ended, 1, memory_order_relaxed);
+	if (!up)
+		atomic_fetch_add_explicit(&last->failed, 1, memory_order_relaxed);
 }
 
 static void finish(probe *pb, bool up, const char *why)
@@ -236,15 +239,34 @@ void prober_stop(prober *pr)
 	free_prober(pr);
 }
 
+/* Member j of balancer i's last-probe record; NULL past the end (the same
+ * members etm_supervisor_balancer_member walks). */
+static const balanced_probe_last *last_of(const etm_supervisor *s, size_t i, size_t j)
+{
+	if (i >= s->spec.balancers_len || !s->bals || !s->bals[i] ||
+	    j >= s->spec.balancers[i].outbounds.len || j >= s->bals[i]->n)
+		return NULL;
+	return &s->bals[i]->last[j];
+}
+
 int etm_supervisor_member_probe(const etm_supervisor *s, size_t i, size_t j, int64_t *delay_ms,
                                 uint64_t *when_ms)
 {
-	/* the same members etm_supervisor_balancer_member walks */
-	if (i >= s->spec.balancers_len || !s->bals || !s->bals[i] ||
-	    j >= s->spec.balancers[i].outbounds.len || j >= s->bals[i]->n)
+	const balanced_probe_last *last = last_of(s, i, j);
+	if (!last)
 		return -1;
-	const balanced_probe_last *last = &s->bals[i]->last[j];
 	*delay_ms = atomic_load_explicit(&last->delay_ms, memory_order_relaxed);
 	*when_ms = atomic_load_explicit(&last->when_ms, memory_order_relaxed);
+	return 0;
+}
+
+int etm_supervisor_member_probe_counts(const etm_supervisor *s, size_t i, size_t j,
+                                       uint64_t *ended, uint64_t *failed)
+{
+	const balanced_probe_last *last = last_of(s, i, j);
+	if (!last)
+		return -1;
+	*ended = atomic_load_explicit(&last->ended, memory_order_relaxed);
+	*failed = atomic_load_explicit(&last->failed, memory_order_relaxed);
 	return 0;
 }

@@ -166,6 +166,7 @@ def test_scrape_is_parsed_and_counts_traffic(served, backend, echo_tcp):
                  "etemenanki_udp_backend_flows_created",
                  "etemenanki_balancer_member_up", "etemenanki_balancer_member_probe_seconds",
                  "etemenanki_balancer_member_probe_timestamp_seconds",
+                 "etemenanki_balancer_member_probes", "etemenanki_balancer_member_probes_failed",
                  "etemenanki_dial_errors", "etemenanki_dns_cache_hits",
                  "etemenanki_dns_cache_negative_hits", "etemenanki_dns_cache_misses",
                  "etemenanki_dns_cache_evictions", "etemenanki_dns_cache_entries",
@@ -288,6 +289,17 @@ def test_balancer_members(app, tmp_path, echo_tcp):
         for member in ("dead", "live"):
             assert abs(value(fams, when, when, balancer="pool", member=member) - time.time()) < 60
         assert len(fams[delay].samples) == 2 and len(fams[when].samples) == 2
+        ended = "etemenanki_balancer_member_probes"
+        failed = "etemenanki_balancer_member_probes_failed"
+        live = {"balancer": "pool", "member": "live"}
+        dead = {"balancer": "pool", "member": "dead"}
+        assert value(fams, ended, ended + "_total", **live) >= 1
+        assert value(fams, failed, failed + "_total", **live) == 0
+        # every probe of the dead one failed (a scrape may fall between
+        # the two counts of one probe)
+        n_dead = value(fams, ended, ended + "_total", **dead)
+        n_failed = value(fams, failed, failed + "_total", **dead)
+        assert n_failed >= 1 and n_dead - n_failed in (0, 1), (n_dead, n_failed)
     finally:
         assert lb.stop() == 0, lb.log()
 

@@ -66,6 +66,18 @@ static const char GLOBAL[] =
 	"1700000002.345\n"
 	"etemenanki_balancer_member_probe_timestamp_seconds{balancer=\"fo\",member=\"c\"} "
 	"0.000\n"
+	"# HELP etemenanki_balancer_member_probes_total Health probes ended, since the balancer "
+	"was built.\n"
+	"# TYPE etemenanki_balancer_member_probes_total counter\n"
+	"etemenanki_balancer_member_probes_total{balancer=\"fo\",member=\"a\"} 30\n"
+	"etemenanki_balancer_member_probes_total{balancer=\"fo\",member=\"b\"} 31\n"
+	"etemenanki_balancer_member_probes_total{balancer=\"fo\",member=\"c\"} 0\n"
+	"# HELP etemenanki_balancer_member_probes_failed_total Health probes that failed, since "
+	"the balancer was built.\n"
+	"# TYPE etemenanki_balancer_member_probes_failed_total counter\n"
+	"etemenanki_balancer_member_probes_failed_total{balancer=\"fo\",member=\"a\"} 1\n"
+	"etemenanki_balancer_member_probes_failed_total{balancer=\"fo\",member=\"b\"} 31\n"
+	"etemenanki_balancer_member_probes_failed_total{balancer=\"fo\",member=\"c\"} 0\n"
 	"# HELP etemenanki_metrics_connections_refused_total Connections to this endpoint closed "
 	"at once: too many were open.\n"
 	"# TYPE etemenanki_metrics_connections_refused_total counter\n"
@@ -172,8 +184,10 @@ static const char UDP_EMPTY[] =
 
 /* a: probed in 12 ms; b: its last probe failed; c: none has ended yet */
 static const metrics_member MEMBERS[] = {
-	{.balancer = "fo", .member = "a", .up = 1, .probe_ms = 12, .probe_when_ms = 1700000001005},
-	{.balancer = "fo", .member = "b", .up = 0, .probe_ms = -1, .probe_when_ms = 1700000002345},
+	{.balancer = "fo", .member = "a", .up = 1, .probe_ms = 12, .probe_when_ms = 1700000001005,
+	 .probes = 30, .probes_failed = 1},
+	{.balancer = "fo", .member = "b", .up = 0, .probe_ms = -1, .probe_when_ms = 1700000002345,
+	 .probes = 31, .probes_failed = 31},
 	{.balancer = "fo", .member = "c", .up = 0, .probe_ms = -1, .probe_when_ms = 0},
 };
 
