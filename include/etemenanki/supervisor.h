@@ -158,13 +158,22 @@ __attribute__((warn_unused_result)) int etm_supervisor_balancer_member(const etm
 
 /* The last health probe of member j of balancer i (indices as
  * etm_supervisor_balancer_member): *delay_ms the time its TCP connect took
- * (-1 when the last probe failed or none finished yet) and *when_ms the
- * Unix time in ms it finished (0: none yet). Returns 0, or -1 past the end.
- * The thread that started the engine. */
+ * (the lookup of a server given as a name, usually from the DNS cache,
+ * included; -1 when the last probe failed or none finished yet) and
+ * *when_ms the Unix time in ms it finished (0: none yet). Relaxed reads of
+ * what the prober's thread wrote. Returns 0, or -1 past the end. The
+ * thread that started the engine. */
 __attribute__((warn_unused_result)) int etm_supervisor_member_probe(const etm_supervisor *s,
                                                                     size_t i, size_t j,
                                                                     int64_t *delay_ms,
                                                                     uint64_t *when_ms);
+
+/* How many health probes of member j of balancer i ended (*ended) and how
+ * many of those failed (*failed), since the balancer was built: a reload
+ * that rebuilds it starts them again from 0. Relaxed reads. Returns 0, or
+ * -1 past the end. The thread that started the engine. */
+__attribute__((warn_unused_result)) int etm_supervisor_member_probe_counts(
+	const etm_supervisor *s, size_t i, size_t j, uint64_t *ended, uint64_t *failed);
 
 /* What the admission guard refused since the start (docs/security.md). */
 typedef struct etm_guard_stats {
@@ -186,6 +195,35 @@ const char *etm_udplb_close_name(size_t i);
  * (docs/udp-lb.md "Metrics"), to out. Callable from any thread while the
  * engine runs: the counters are read, not locked. */
 void etm_supervisor_write_metrics(const etm_supervisor *s, FILE *out);
+
+/* ---- outbound-side counters (docs/metrics.md) ---- */
+
+/* Why opening a flow's upstream stream failed: index i is
+ * etm_dial_error_name(i), one of "general", "not_allowed",
+ * "net_unreachable", "host_unreachable", "refused", "timed_out"; "unknown"
+ * past the end. */
+#define ETM_DIAL_ERROR_KINDS 6
+const char *etm_dial_error_name(size_t i);
+
+/* Failed opens since the start, by why: every routed TCP flow and Mux.Cool
+ * sub-flow whose outbound (or balancer, after its retries) reported a
+ * failure; a cancelled open and a blackhole are not failures. Summed over
+ * the workers, each read on its own loop. The thread that started the
+ * engine. */
+void etm_supervisor_dial_errors(etm_supervisor *s, uint64_t out[ETM_DIAL_ERROR_KINDS]);
+
+/* The process's DNS answer cache, which every worker's and the prober's
+ * resolver share (a name given as an IP address never reaches it). */
+typedef struct etm_dns_cache_stats {
+	uint64_t hits;      /* lookups answered from it with addresses */
+	uint64_t negative;  /* lookups answered from it with "no such name" */
+	uint64_t misses;    /* lookups it could not answer (handed to the resolver) */
+	uint64_t evictions; /* entries dropped to make room */
+	uint64_t entries;   /* names held now */
+} etm_dns_cache_stats;
+
+/* Fills *out with relaxed reads, no lock; any thread while the engine runs. */
+void etm_supervisor_dns_cache_stats(const etm_supervisor *s, etm_dns_cache_stats *out);
 
 /* ---- the flow tracker (seed 002 "Tracker"; docs/api.md) ----
  *

@@ -67,23 +67,41 @@ static void family(metrics_buf *b, const char *name, const char *type, const cha
 	       puts_(b, "\n"));
 }
 
-/* name{k1="v1",k2="v2"} value: up to two labels (k NULL for none). */
-static void sample(metrics_buf *b, const char *name, const char *k1, const char *v1,
-                   const char *k2, const char *v2, unsigned long long value)
+/* name{k1="v1",k2="v2"} and the space before the value: up to two labels
+ * (k NULL for none). Returns 0 or -1 as put. */
+static int series(metrics_buf *b, const char *name, const char *k1, const char *v1,
+                  const char *k2, const char *v2)
 {
 	if (puts_(b, name))
-		return;
+		return -1;
 	if (k1) {
 		if (puts_(b, "{") || puts_(b, k1) || puts_(b, "=\"") || metrics_escape(b, v1) ||
 		    puts_(b, "\""))
-			return;
+			return -1;
 		if (k2 && (puts_(b, ",") || puts_(b, k2) || puts_(b, "=\"") ||
 		           metrics_escape(b, v2) || puts_(b, "\"")))
-			return;
+			return -1;
 		if (puts_(b, "}"))
-			return;
+			return -1;
 	}
-	(void)putf(b, " %llu\n", value);
+	return puts_(b, " ");
+}
+
+static void sample(metrics_buf *b, const char *name, const char *k1, const char *v1,
+                   const char *k2, const char *v2, unsigned long long value)
+{
+	if (series(b, name, k1, v1, k2, v2) == 0)
+		(void)putf(b, "%llu\n", value);
+}
+
+/* A count of milliseconds as seconds, the base unit (Prometheus naming
+ * practices), exactly: 12345 is "12.345". */
+static void sample_ms(metrics_buf *b, const char *name, const char *k1, const char *v1,
+                      const char *k2, const char *v2, uint64_t ms)
+{
+	if (series(b, name, k1, v1, k2, v2) == 0)
+		(void)putf(b, "%llu.%03llu\n", (unsigned long long)(ms / 1000),
+		           (unsigned long long)(ms % 1000));
 }
 
 /* The per-inbound counters of a udp_lb listener, named after seed 001's
@@ -127,17 +145,11 @@ static void udp_families(const metrics_snapshot *s, metrics_buf *b)
 			sample(b, uf->name, "inbound", s->udplb[i].tag, NULL, NULL, v);
 		}
 	}
-	/* seconds are the base unit (Prometheus naming practices); the
-	 * engine sums milliseconds */
+	/* the engine sums milliseconds */
 	const char *dur = "etemenanki_udp_flow_duration_seconds_total";
 	family(b, dur, "counter", "The summed lifetime of every closed UDP flow.");
-	for (size_t i = 0; i < s->n_udplb; i++) {
-		uint64_t ms = s->udplb[i].st.flow_duration_ms;
-		if (puts_(b, dur) || puts_(b, "{inbound=\"") || metrics_escape(b, s->udplb[i].tag) ||
-		    putf(b, "\"} %llu.%03llu\n", (unsigned long long)(ms / 1000),
-		         (unsigned long long)(ms % 1000)))
-			return;
-	}
+	for (size_t i = 0; i < s->n_udplb; i++)
+		sample_ms(b, dur, "inbound", s->udplb[i].tag, NULL, NULL, s->udplb[i].st.flow_duration_ms);
 	const char *drop = "etemenanki_udp_datagrams_dropped_total";
 	family(b, drop, "counter", "UDP datagrams dropped, by reason (seed 001 udp.datagrams.dropped).");
 	for (size_t i = 0; i < s->n_udplb; i++)
@@ -171,6 +183,113 @@ static void udp_families(const metrics_snapshot *s, metrics_buf *b)
 		for (size_t k = 0; k < s->udplb[i].n_backends; k++)
 			sample(b, bf, "inbound", s->udplb[i].tag, "backend",
 			       s->udplb[i].backends[k].addr, s->udplb[i].backends[k].flows_created);
+}
+
+/* The families of one usage table (etm_supervisor_usage): flows open,
+ * flows ever registered, bytes each way, under the table's label. */
+typedef struct usage_family {
+	const char *label;
+	const char *open, *total, *bytes;
+	const char *open_help, *total_help, *bytes_help;
+} usage_family;
+
+static const usage_family USAGE[METRICS_USAGE_KINDS] = {
+	[ETM_USAGE_INBOUND] =
+		{"inbound", "etemenanki_inbound_flows_open", "etemenanki_inbound_flows_total",
+		 "etemenanki_inbound_bytes_total",
+		 "Flows open now, by the inbound that accepted them.",
+		 "Flows opened since the start, by inbound.",
+		 "App bytes of the flows, by inbound and direction (up: from the client)."},
+	[ETM_USAGE_OUTBOUND] =
+		{"outbound", "etemenanki_outbound_flows_open", "etemenanki_outbound_flows_total",
+		 "etemenanki_outbound_bytes_total",
+		 "Flows open now, by the outbound that carries them (a balancer's member).",
+		 "Flows opened since the start, by outbound.",
+		 "App bytes of the flows, by outbound and direction (up: from the client)."},
+	[ETM_USAGE_USER] =
+		{"user", "etemenanki_user_flows_open", "etemenanki_user_flows_total",
+		 "etemenanki_user_bytes_total",
+		 "Flows open now, by user (user=\"\": flows without one).",
+		 "Flows opened since the start, by user.",
+		 "App bytes of the flows, by user and direction (up: from the client)."},
+};
+
+static void usage_families(const usage_family *u, const etm_usage_list *l, metrics_buf *b)
+{
+	family(b, u->open, "gauge", u->open_help);
+	for (size_t i = 0; i < l->n; i++)
+		sample(b, u->open, u->label, l->v[i].name, NULL, NULL, l->v[i].open);
+	family(b, u->total, "counter", u->total_help);
+	for (size_t i = 0; i < l->n; i++)
+		sample(b, u->total, u->label, l->v[i].name, NULL, NULL, l->v[i].total);
+	family(b, u->bytes, "counter", u->bytes_help);
+	for (size_t i = 0; i < l->n; i++) {
+		sample(b, u->bytes, u->label, l->v[i].name, "direction", "up", l->v[i].up);
+		sample(b, u->bytes, u->label, l->v[i].name, "direction", "down", l->v[i].down);
+	}
+}
+
+static void probe_families(const metrics_snapshot *s, metrics_buf *b)
+{
+	const char *n = "etemenanki_balancer_member_probe_seconds";
+	/* NaN rather than no sample: the series of a member stays one series
+	 * whether its probes pass or fail, and a failed probe has no delay */
+	family(b, n, "gauge",
+	       "The last health probe's time to connect; NaN when it failed or none has ended.");
+	for (size_t i = 0; i < s->n_members; i++) {
+		const metrics_member *m = &s->members[i];
+		if (m->probe_ms >= 0)
+			sample_ms(b, n, "balancer", m->balancer, "member", m->member,
+			          (uint64_t)m->probe_ms);
+		else if (series(b, n, "balancer", m->balancer, "member", m->member) == 0)
+			(void)puts_(b, "NaN\n");
+	}
+	n = "etemenanki_balancer_member_probe_timestamp_seconds";
+	family(b, n, "gauge",
+	       "When the last health probe ended, in seconds since the Unix epoch; 0 before the "
+	       "first.");
+	for (size_t i = 0; i < s->n_members; i++)
+		sample_ms(b, n, "balancer", s->members[i].balancer, "member", s->members[i].member,
+		          s->members[i].probe_when_ms);
+	n = "etemenanki_balancer_member_probes_total";
+	family(b, n, "counter", "Health probes ended, since the balancer was built.");
+	for (size_t i = 0; i < s->n_members; i++)
+		sample(b, n, "balancer", s->members[i].balancer, "member", s->members[i].member,
+		       s->members[i].probes);
+	n = "etemenanki_balancer_member_probes_failed_total";
+	family(b, n, "counter", "Health probes that failed, since the balancer was built.");
+	for (size_t i = 0; i < s->n_members; i++)
+		sample(b, n, "balancer", s->members[i].balancer, "member", s->members[i].member,
+		       s->members[i].probes_failed);
+}
+
+static void dns_families(const metrics_snapshot *s, metrics_buf *b)
+{
+	static const struct {
+		const char *name, *type, *help;
+		size_t offset; /* of the uint64_t in etm_dns_cache_stats */
+	} F[] = {
+		{"etemenanki_dns_cache_hits_total", "counter",
+		 "DNS lookups answered from the cache with addresses.",
+		 offsetof(etm_dns_cache_stats, hits)},
+		{"etemenanki_dns_cache_negative_hits_total", "counter",
+		 "DNS lookups answered from the cache with a name that has no address.",
+		 offsetof(etm_dns_cache_stats, negative)},
+		{"etemenanki_dns_cache_misses_total", "counter",
+		 "DNS lookups the cache could not answer, sent to a server.",
+		 offsetof(etm_dns_cache_stats, misses)},
+		{"etemenanki_dns_cache_evictions_total", "counter",
+		 "DNS cache entries dropped to make room for another.",
+		 offsetof(etm_dns_cache_stats, evictions)},
+		{"etemenanki_dns_cache_entries", "gauge", "Names the DNS cache holds now.",
+		 offsetof(etm_dns_cache_stats, entries)},
+	};
+	for (size_t f = 0; f < sizeof F / sizeof *F; f++) {
+		uint64_t v;
+		memcpy(&v, (const char *)&s->dns + F[f].offset, sizeof v);
+		family(b, F[f].name, F[f].type, F[f].help);
+		sample(b, F[f].name, NULL, NULL, NULL, NULL, v);
+	}
 }
 
 int metrics_write(const metrics_snapshot *s, metrics_buf *b)
@@ -208,9 +327,17 @@ int metrics_write(const metrics_snapshot *s, metrics_buf *b)
 	for (size_t i = 0; i < s->n_members; i++)
 		sample(b, n, "balancer", s->members[i].balancer, "member", s->members[i].member,
 		       s->members[i].up ? 1 : 0);
+	probe_families(s, b);
 	n = "etemenanki_metrics_connections_refused_total";
 	family(b, n, "counter", "Connections to this endpoint closed at once: too many were open.");
 	sample(b, n, NULL, NULL, NULL, NULL, s->scrape_connections_refused);
+	n = "etemenanki_dial_errors_total";
+	family(b, n, "counter", "Failed opens of a flow's upstream, by reason.");
+	for (size_t k = 0; k < ETM_DIAL_ERROR_KINDS; k++)
+		sample(b, n, "reason", etm_dial_error_name(k), NULL, NULL, s->dial_errors[k]);
+	dns_families(s, b);
+	for (size_t k = 0; k < METRICS_USAGE_KINDS; k++)
+		usage_families(&USAGE[k], &s->usage[k], b);
 	udp_families(s, b);
 	return b->failed ? -1 : 0;
 }

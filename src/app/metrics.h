@@ -27,7 +27,13 @@ typedef struct metrics_udplb {
 typedef struct metrics_member {
 	const char *balancer, *member; /* tags; borrowed */
 	int up;
+	int64_t probe_ms;       /* the last probe's delay; -1: it failed, or none yet */
+	uint64_t probe_when_ms; /* Unix ms the last probe ended; 0: none yet */
+	uint64_t probes, probes_failed; /* ended since the balancer was built, and failed */
 } metrics_member;
+
+/* The usage tables a snapshot carries, in this order (etm_usage_by). */
+#define METRICS_USAGE_KINDS 3
 
 /* What one scrape shows. Every pointer is borrowed for the call. */
 typedef struct metrics_snapshot {
@@ -43,6 +49,11 @@ typedef struct metrics_snapshot {
 	const metrics_member *members;
 	size_t n_udplb;
 	const metrics_udplb *udplb;
+	uint64_t dial_errors[ETM_DIAL_ERROR_KINDS]; /* index i: etm_dial_error_name(i) */
+	etm_dns_cache_stats dns;
+	/* flows and bytes by inbound, outbound and user, indexed by
+	 * etm_usage_by; the lists borrowed */
+	etm_usage_list usage[METRICS_USAGE_KINDS];
 } metrics_snapshot;
 
 /* A growing text buffer; a zeroed one is empty. */

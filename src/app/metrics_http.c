@@ -148,6 +148,28 @@ static void linger(mconn *c)
 	uv_timer_start(&c->idle, on_idle, METRICS_LINGER_MS, 0);
 }
 
+/* The outbound side and the usage tables of one scrape into s (dial
+ * errors, the DNS cache, flows and bytes by inbound, outbound and user).
+ * Returns 0, or -1 when memory ran out; either way gather_usage_free
+ * releases what it took. */
+static int gather_usage(etm_supervisor *sup, metrics_snapshot *s)
+{
+	etm_supervisor_dial_errors(sup, s->dial_errors);
+	etm_supervisor_dns_cache_stats(sup, &s->dns);
+	static const etm_usage_by BY[METRICS_USAGE_KINDS] = {ETM_USAGE_INBOUND, ETM_USAGE_OUTBOUND,
+	                                                     ETM_USAGE_USER};
+	for (size_t k = 0; k < METRICS_USAGE_KINDS; k++)
+		if (etm_supervisor_usage(sup, BY[k], &s->usage[BY[k]]))
+			return -1;
+	return 0;
+}
+
+static void gather_usage_free(metrics_snapshot *s)
+{
+	for (size_t k = 0; k < METRICS_USAGE_KINDS; k++)
+		etm_usage_list_free(&s->usage[k]);
+}
+
 /* The text of one scrape; -1 when memory ran out. */
 static int collect(metrics_http *m, metrics_buf *body)
 {
@@ -188,6 +210,12 @@ static int collect(metrics_http *m, metrics_buf *body)
 				seen = mem[k].balancer == mm.balancer && strcmp(mem[k].member, mm.member) == 0;
 			if (seen)
 				continue;
+			if (etm_supervisor_member_probe(sup, i, j, &mm.probe_ms, &mm.probe_when_ms)) {
+				mm.probe_ms = -1;
+				mm.probe_when_ms = 0;
+			}
+			if (etm_supervisor_member_probe_counts(sup, i, j, &mm.probes, &mm.probes_failed))
+				mm.probes = mm.probes_failed = 0;
 			if (vec_reserve(&mem, &mem_cap, n_mem, 1))
 				goto done;
 			mem[n_mem++] = mm;
@@ -215,7 +243,9 @@ static int collect(metrics_http *m, metrics_buf *body)
 		.n_udplb = n_lb,
 		.udplb = lb,
 	};
-	rc = metrics_write(&s, body);
+	if (gather_usage(sup, &s) == 0)
+		rc = metrics_write(&s, body);
+	gather_usage_free(&s);
 done:
 	free(mem);
 	for (size_t i = 0; i < n_lb; i++)

@@ -22,6 +22,7 @@ static void balanced_free(balanced *b)
 		outbound_unref(b->members[i]);
 	free(b->members);
 	free(b->probe);
+	free(b->last);
 	balancer_del(b->core);
 	free(b->tag);
 	free(b);
@@ -82,11 +83,18 @@ balanced *balanced_new(const balanced_config *cfg, char *err, size_t err_size)
 			outbound_unref(cfg->members[m]);
 	}
 	if (!b || !b->members || !(b->tag = strdup(cfg->tag)) ||
-	    !(b->probe = calloc(n ? n : 1, sizeof *b->probe))) {
+	    !(b->probe = calloc(n ? n : 1, sizeof *b->probe)) ||
+	    !(b->last = calloc(n ? n : 1, sizeof *b->last))) {
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
 		goto fail;
 	}
 	memcpy(b->probe, cfg->probe, n * sizeof *b->probe);
+	for (size_t m = 0; m < n; m++) {
+		atomic_init(&b->last[m].delay_ms, -1);
+		atomic_init(&b->last[m].when_ms, 0);
+		atomic_init(&b->last[m].ended, 0);
+		atomic_init(&b->last[m].failed, 0);
+	}
 	for (size_t m = 0; m < n; m++)
 		b->udp_one_dest |= outbound_udp_one_dest(b->members[m]);
 	atomic_init(&b->refs, 1);

@@ -27,7 +27,20 @@ typedef struct balanced {
 	outbound **members; /* owned, n: a tag listed twice is two members */
 	addr_dest *probe;   /* owned, n: each member's server and port (TCP) */
 	uint64_t probe_interval_ms, probe_timeout_ms;
+	/* owned, n: each member's last probe, kept with the balancer so that
+	 * a reload that reuses it keeps them too */
+	struct balanced_probe_last *last;
 } balanced;
+
+/* The last health probe of one member. Written by the prober's thread,
+ * read by the control thread (etm_supervisor_member_probe), both relaxed:
+ * the two may come from two probes one after the other, which a scrape can
+ * live with. */
+typedef struct balanced_probe_last {
+	_Atomic int64_t delay_ms; /* its time to connect; -1: it failed, or none finished yet */
+	_Atomic uint64_t when_ms; /* Unix time in ms it finished; 0: none yet */
+	_Atomic uint64_t ended, failed; /* probes ended since the balancer was built, and failed */
+} balanced_probe_last;
 
 /* What balanced_new builds from, filled by supervisor/build_outbound.c from
  * a checked spec. Borrowed for the call, but for the members it takes

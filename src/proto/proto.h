@@ -62,6 +62,10 @@ typedef enum proto_dial_error {
 	PROTO_DIAL_TIMED_OUT,
 } proto_dial_error;
 
+/* How many kinds there are (a counter per kind: supervisor/counters.c);
+ * a kind added after PROTO_DIAL_TIMED_OUT moves this. */
+#define PROTO_DIAL_ERR_KINDS (PROTO_DIAL_TIMED_OUT + 1)
+
 /* One account a core checks credentials against (SOCKS5 RFC 1929, HTTP
  * Basic). The strings are not NUL-terminated for the core: it reads
  * user[0, user_len) and pass[0, pass_len). A NULL user never matches; a NULL

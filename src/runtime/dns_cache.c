@@ -3,6 +3,7 @@
 
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,12 @@ struct dns_cache {
 	size_t mask; /* buckets - 1; buckets is a power of two >= capacity */
 	entry **buckets;
 	list lru; /* every entry, the newest (last stored or hit) first */
+	/* dns_cache_stats's, outside the lock for its readers: written with
+	 * relaxed atomics (entries under the lock, as a copy of count) */
+	_Atomic uint64_t hits, negative, misses, evictions, entries;
 };
+
+static void bump(_Atomic uint64_t *n) { atomic_fetch_add_explicit(n, 1, memory_order_relaxed); }
 
 /* 0 when the name is not one the cache keeps, else its length. */
 static size_t name_length(const char *name)
@@ -171,8 +177,10 @@ dns_cache_result dns_cache_lookup(dns_cache *c, const char *name, uint64_t now_m
 {
 	*n = 0;
 	size_t len = name_length(name);
-	if (len == 0)
+	if (len == 0) {
+		bump(&c->misses);
 		return DNS_CACHE_MISS;
+	}
 	uint32_t hash = name_hash(name, len);
 	entry *dead = NULL;
 	dns_cache_result res = DNS_CACHE_MISS;
@@ -195,6 +203,8 @@ dns_cache_result dns_cache_lookup(dns_cache *c, const char *name, uint64_t now_m
 			res = DNS_CACHE_HIT;
 		}
 	}
+	bump(res == DNS_CACHE_HIT ? &c->hits : res == DNS_CACHE_NEGATIVE ? &c->negative : &c->misses);
+	atomic_store_explicit(&c->entries, c->count, memory_order_relaxed);
 	pthread_mutex_unlock(&c->lock);
 
 	free(dead);
@@ -244,12 +254,14 @@ void dns_cache_store(dns_cache *c, const char *name, const struct sockaddr_stora
 	if (c->count >= c->capacity) {
 		victim = pick_victim(c, now_ms);
 		detach(c, victim);
+		bump(&c->evictions);
 	}
 	entry **bucket = &c->buckets[e->hash & c->mask];
 	e->chain = *bucket;
 	*bucket = e;
 	list_push_front(&c->lru, &e->lru);
 	c->count++;
+	atomic_store_explicit(&c->entries, c->count, memory_order_relaxed);
 	pthread_mutex_unlock(&c->lock);
 
 	free(old);
@@ -262,4 +274,15 @@ size_t dns_cache_count(dns_cache *c)
 	size_t n = c->count;
 	pthread_mutex_unlock(&c->lock);
 	return n;
+}
+
+void dns_cache_stats_get(dns_cache *c, dns_cache_stats *out)
+{
+	*out = (dns_cache_stats){
+		.hits = atomic_load_explicit(&c->hits, memory_order_relaxed),
+		.negative = atomic_load_explicit(&c->negative, memory_order_relaxed),
+		.misses = atomic_load_explicit(&c->misses, memory_order_relaxed),
+		.evictions = atomic_load_explicit(&c->evictions, memory_order_relaxed),
+		.entries = atomic_load_explicit(&c->entries, memory_order_relaxed),
+	};
 }

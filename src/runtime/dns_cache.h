@@ -80,4 +80,17 @@ void dns_cache_store(dns_cache *c, const char *name, const struct sockaddr_stora
 /* Entries held, live or expired but not yet removed (for tests and stats). */
 size_t dns_cache_count(dns_cache *c);
 
+/* What the cache has done since dns_cache_new. */
+typedef struct dns_cache_stats {
+	uint64_t hits;      /* lookups answered with addresses (DNS_CACHE_HIT) */
+	uint64_t negative;  /* lookups answered "no address" (DNS_CACHE_NEGATIVE) */
+	uint64_t misses;    /* lookups without a live entry, an expired one included */
+	uint64_t evictions; /* entries dropped by a store to make room (expired or not) */
+	uint64_t entries;   /* held now, as dns_cache_count */
+} dns_cache_stats;
+
+/* Fills *out without taking the lock: each count is a relaxed atomic, so
+ * the set may be a lookup or two out of step with itself. Any thread. */
+void dns_cache_stats_get(dns_cache *c, dns_cache_stats *out);
+
 #endif

@@ -131,10 +131,12 @@ static track_flow *prepare_track(sup_route *rs, const flow *f, const flow_ctx *c
 /* A connect whose flow the tracker registers once its outbound opened (a
  * failed dial never is, seed 002): the record goes to the upstream
  * endpoint, which counts into it and ends it when it closes, or is
- * discarded (writing its end line) when no stream comes of the connect. */
+ * discarded (writing its end line) when no stream comes of the connect; a
+ * failed one is counted (sup_count_dial_error). */
 typedef struct tracked_connect {
 	connect_pending base; /* first: the handle callers hold */
 	connect_pending *inner;
+	worker *w;
 	track_flow *tf; /* owned */
 	connect_cb cb;
 	void *data;
@@ -146,6 +148,8 @@ static void tracked_done(const connect_result *r, void *data)
 	tracked_connect *tc = data;
 	if (tc->ran)
 		*tc->ran = true;
+	if (!r->ok)
+		sup_count_dial_error(tc->w, r->err);
 	if (r->ok && r->ep) {
 		track_register(tc->tf, r->member);
 		endpoint_set_track(r->ep, tc->tf);
@@ -194,13 +198,13 @@ static connect_pending *sup_connect(void *self, worker *w, const flow *f, const 
 	access_log_flow *log = log_access(f, ctx, t, rule, true);
 	track_flow *tf = prepare_track(rs, f, ctx, t, rule, 0, log);
 	tracked_connect *tc = tf ? malloc(sizeof *tc) : NULL;
-	if (!tc) { /* the flow runs untracked */
+	if (!tc) { /* the flow runs untracked and uncounted */
 		track_discard(tf, msgs[MSG_NO_MEMORY]);
 		return open_target(t, w, rs->dns, &f->dest, cb, data);
 	}
 	bool ran = false;
-	*tc = (tracked_connect){.base.cancel = tracked_cancel, .tf = tf, .cb = cb, .data = data,
-	                       .ran = &ran};
+	*tc = (tracked_connect){.base.cancel = tracked_cancel, .w = w, .tf = tf, .cb = cb,
+	                        .data = data, .ran = &ran};
 	connect_pending *p = open_target(t, w, rs->dns, &f->dest, tracked_done, tc);
 	if (ran)
 		return NULL; /* done (and freed) inside */

@@ -2,7 +2,10 @@
 #ifndef ETM_SUPERVISOR_CONNECTOR_H
 #define ETM_SUPERVISOR_CONNECTOR_H
 
+#include <stdint.h>
+
 #include "base/list.h"
+#include "proto/proto.h"
 #include "runtime/connector.h"
 #include "runtime/dns.h"
 #include "runtime/tracker.h"
@@ -15,7 +18,14 @@ typedef struct sup_route {
 	dns_resolver *dns; /* owned */
 	list assocs;       /* the worker's UDP associations (their fan-outs) */
 	tracker *track;    /* owned: the worker's flow table */
+	/* Failed stream opens by proto_dial_error kind, since the start: plain
+	 * counts, written and read on this worker's loop only (supervisor/counters.c). */
+	uint64_t dial_errors[PROTO_DIAL_ERR_KINDS];
 } sup_route;
+
+/* Counts one failed open of a flow's stream on w (kind out of range counts
+ * as PROTO_DIAL_GENERAL). Worker thread only; this function can't fail. */
+void sup_count_dial_error(worker *w, proto_dial_error kind);
 
 /* Fills c with the supervisor's connector: connect routes the flow and
  * opens a stream through the outbound or balancer it names;

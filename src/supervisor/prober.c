@@ -1,12 +1,14 @@
-/* prober.c - probe loops: connect, report, wait, again; early when a flow asks. */
+/* prober.c - probe loops: connect, report, wait, again; early when a flow asks; each member's last probe kept for the metrics. */
 #include "supervisor/prober.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "runtime/dial.h"
 #include "runtime/worker.h"
+#include "supervisor/actor.h"
 
 enum { MSG_NOW, MSG_PROBE_FAILED, MSG_NO_MEMORY, MSG_TIMED_OUT, MSG_COUNT_ };
 static const char *const msgs[MSG_COUNT_] = {
@@ -24,6 +26,7 @@ typedef struct probe {
 	size_t m;
 	uv_timer_t timer; /* the interval's wait, or the probe's timeout */
 	connect_pending *dial;
+	uint64_t started_ns; /* uv_hrtime when the running probe began */
 	bool running;
 } probe;
 
@@ -46,10 +49,27 @@ static void probe_start(probe *pb);
 
 static void on_interval(uv_timer_t *t) { probe_start(t->data); }
 
+/* Keeps what a scrape shows of the probe that just ended. */
+static void record(probe *pb, bool up)
+{
+	balanced_probe_last *last = &pb->bal->last[pb->m];
+	int64_t delay = up ? (int64_t)((uv_hrtime() - pb->started_ns) / 1000000) : -1;
+	struct timespec now;
+	uint64_t when = 0;
+	if (clock_gettime(CLOCK_REALTIME, &now) == 0)
+		when = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+	atomic_store_explicit(&last->delay_ms, delay, memory_order_relaxed);
+	atomic_store_explicit(&last->when_ms, when, memory_order_relaxed);
+	atomic_fetch_add_explicit(&last->ended, 1, memory_order_relaxed);
+	if (!up)
+		atomic_fetch_add_explicit(&last->failed, 1, memory_order_relaxed);
+}
+
 static void finish(probe *pb, bool up, const char *why)
 {
 	pb->running = false;
 	uv_timer_stop(&pb->timer);
+	record(pb, up);
 	const char *tag = pb->bal->members[pb->m]->tag;
 	if (!up && why)
 		log_debug("balancer", msgs[MSG_PROBE_FAILED], pb->bal->tag, tag, why);
@@ -82,6 +102,7 @@ static void probe_start(probe *pb)
 {
 	prober *pr = pb->pr;
 	pb->running = true;
+	pb->started_ns = uv_hrtime();
 	worker *w = workers_at(pr->ws, 0);
 	/* the timeout covers the lookup and every address (seed 000) */
 	uv_timer_start(&pb->timer, on_timeout, pb->bal->probe_timeout_ms, 0);
@@ -216,4 +237,36 @@ void prober_stop(prober *pr)
 	if (pr->ws)
 		workers_stop(pr->ws, teardown, pr);
 	free_prober(pr);
+}
+
+/* Member j of balancer i's last-probe record; NULL past the end (the same
+ * members etm_supervisor_balancer_member walks). */
+static const balanced_probe_last *last_of(const etm_supervisor *s, size_t i, size_t j)
+{
+	if (i >= s->spec.balancers_len || !s->bals || !s->bals[i] ||
+	    j >= s->spec.balancers[i].outbounds.len || j >= s->bals[i]->n)
+		return NULL;
+	return &s->bals[i]->last[j];
+}
+
+int etm_supervisor_member_probe(const etm_supervisor *s, size_t i, size_t j, int64_t *delay_ms,
+                                uint64_t *when_ms)
+{
+	const balanced_probe_last *last = last_of(s, i, j);
+	if (!last)
+		return -1;
+	*delay_ms = atomic_load_explicit(&last->delay_ms, memory_order_relaxed);
+	*when_ms = atomic_load_explicit(&last->when_ms, memory_order_relaxed);
+	return 0;
+}
+
+int etm_supervisor_member_probe_counts(const etm_supervisor *s, size_t i, size_t j,
+                                       uint64_t *ended, uint64_t *failed)
+{
+	const balanced_probe_last *last = last_of(s, i, j);
+	if (!last)
+		return -1;
+	*ended = atomic_load_explicit(&last->ended, memory_order_relaxed);
+	*failed = atomic_load_explicit(&last->failed, memory_order_relaxed);
+	return 0;
 }

@@ -23,7 +23,9 @@ typedef struct prober prober;
  * resolver with these servers and the shared cache, TCP-connect to each
  * address in turn, all bounded by probe_timeout; then wait probe_interval
  * (seed 000 "The probe task"). The first probes run at once. A state change
- * logs "balancer member <tag> is now up" / "... is now down" at info.
+ * logs "balancer member <tag> is now up" / "... is now down" at info. Each
+ * probe's delay and end time go to its balancer's last[] (balanced.h),
+ * which etm_supervisor_member_probe reads.
  * Returns NULL with err when the thread or the resolver cannot start; a
  * plane without balancers gets a prober that does nothing. */
 prober *prober_start(plane *p, dns_cache *cache, const char *const *dns_servers, size_t n_servers,

@@ -303,13 +303,3 @@ int etm_supervisor_usage(etm_supervisor *s, etm_usage_by by, etm_usage_list *out
 	out->n = k;
 	return 0;
 }
-
-/* Not yet recorded by the prober. */
-int etm_supervisor_member_probe(const etm_supervisor *s, size_t i, size_t j, int64_t *delay_ms,
-                                uint64_t *when_ms)
-{
-	(void)s, (void)i, (void)j;
-	*delay_ms = -1;
-	*when_ms = 0;
-	return 0;
-}

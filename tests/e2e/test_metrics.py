@@ -12,17 +12,21 @@ Run alone:
 
     ETM_APP=build/src/etemenanki-app /usr/bin/python3 -m pytest -q tests/e2e/test_metrics.py
 """
+import math
 import re
 import resource
 import signal
 import socket
+import struct
 import subprocess
+import threading
 import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxykit import EchoServer, LOOPBACK, free_port, socks5_connect, stop_cleanly
+from proxykit import (EchoServer, LOOPBACK, Spout, connect, free_port, recv_exact, socks5_connect,
+                      socks5_greet, socks5_request, stop_cleanly)
 from udplbkit import Client, EchoBackend, LbApp, lb_config
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -159,7 +163,17 @@ def test_scrape_is_parsed_and_counts_traffic(served, backend, echo_tcp):
                  "etemenanki_udp_sockets_reused", "etemenanki_udp_flow_duration_seconds",
                  "etemenanki_udp_datagrams_dropped", "etemenanki_udp_datagrams_dropped_wq_full",
                  "etemenanki_udp_flows_closed", "etemenanki_udp_backend_up",
-                 "etemenanki_udp_backend_flows_created"):
+                 "etemenanki_udp_backend_flows_created",
+                 "etemenanki_balancer_member_up", "etemenanki_balancer_member_probe_seconds",
+                 "etemenanki_balancer_member_probe_timestamp_seconds",
+                 "etemenanki_balancer_member_probes", "etemenanki_balancer_member_probes_failed",
+                 "etemenanki_dial_errors", "etemenanki_dns_cache_hits",
+                 "etemenanki_dns_cache_negative_hits", "etemenanki_dns_cache_misses",
+                 "etemenanki_dns_cache_evictions", "etemenanki_dns_cache_entries",
+                 "etemenanki_inbound_flows_open", "etemenanki_inbound_flows",
+                 "etemenanki_inbound_bytes", "etemenanki_outbound_flows_open",
+                 "etemenanki_outbound_flows", "etemenanki_outbound_bytes",
+                 "etemenanki_user_flows_open", "etemenanki_user_flows", "etemenanki_user_bytes"):
         assert name in fams, name
         assert fams[name].documentation, name
     build = fams["etemenanki_build_info"].samples[0]
@@ -259,8 +273,244 @@ def test_balancer_members(app, tmp_path, echo_tcp):
                      balancer="pool", member="live") == 1
         # "live" listed twice is one series
         assert len(fams["etemenanki_balancer_member_up"].samples) == 2
+        # the last probe: a delay for the live member, NaN for the dead one,
+        # each with the time it ended
+        when = "etemenanki_balancer_member_probe_timestamp_seconds"
+        for member in ("dead", "live"):
+            deadline = time.monotonic() + 5
+            while value(scrape(p.port), when, when, balancer="pool", member=member) == 0:
+                assert time.monotonic() < deadline, f"no probe of {member} ended"
+                time.sleep(0.05)
+        fams = scrape(p.port)
+        delay = "etemenanki_balancer_member_probe_seconds"
+        live = value(fams, delay, delay, balancer="pool", member="live")
+        assert math.isfinite(live) and 0 <= live < 1, live
+        assert math.isnan(value(fams, delay, delay, balancer="pool", member="dead"))
+        for member in ("dead", "live"):
+            assert abs(value(fams, when, when, balancer="pool", member=member) - time.time()) < 60
+        assert len(fams[delay].samples) == 2 and len(fams[when].samples) == 2
+        ended = "etemenanki_balancer_member_probes"
+        failed = "etemenanki_balancer_member_probes_failed"
+        live = {"balancer": "pool", "member": "live"}
+        dead = {"balancer": "pool", "member": "dead"}
+        assert value(fams, ended, ended + "_total", **live) >= 1
+        assert value(fams, failed, failed + "_total", **live) == 0
+        # every probe of the dead one failed (a scrape may fall between
+        # the two counts of one probe)
+        n_dead = value(fams, ended, ended + "_total", **dead)
+        n_failed = value(fams, failed, failed + "_total", **dead)
+        assert n_failed >= 1 and n_dead - n_failed in (0, 1), (n_dead, n_failed)
     finally:
         assert lb.stop() == 0, lb.log()
+
+
+# ---------------------------------------------------------------- dial errors, DNS, usage
+
+SOCKS_IN = '[[inbound]]\ntag = "socks"\nprotocol = "socks"\nlisten = "127.0.0.1"\nport = 0\n\n'
+DIRECT = '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n'
+METRICS = '[metrics]\nlisten = "127.0.0.1:0"\n\n'
+DIAL_REASONS = ("general", "not_allowed", "net_unreachable", "host_unreachable", "refused",
+                "timed_out")
+
+
+@pytest.fixture
+def socks_app(app, tmp_path):
+    """Starts etemenanki-app on a config with a "socks" inbound and
+    [metrics]; returns a Served. Every one is stopped at teardown."""
+    started = []
+
+    def _start(text):
+        p = LbApp(app, tmp_path, text, 0, tag="socks")
+        started.append(p)
+        return Served(p.start())
+
+    yield _start
+    stop_cleanly(started, "etemenanki-app")
+
+
+def dial_errors(fams):
+    return {r: value(fams, "etemenanki_dial_errors", "etemenanki_dial_errors_total", reason=r)
+            for r in DIAL_REASONS}
+
+
+def socks_rep(port, host, dport):
+    """A SOCKS5 CONNECT through the proxy; returns its REP."""
+    with connect(port) as s:
+        socks5_greet(s)
+        rep, _ = socks5_request(s, host, dport)
+        return rep
+
+
+@pytest.mark.parametrize("access", ["off", "stderr"])
+def test_dial_errors_by_reason(socks_app, access):
+    # the access log on or off: the connector opens flows by two paths
+    p = socks_app(SOCKS_IN + DIRECT + METRICS + f'[log]\naccess = "{access}"\n')
+    fams = scrape(p.port)
+    assert fams["etemenanki_dial_errors"].type == "counter"
+    # every reason, always, and nothing else
+    assert sorted(s.labels["reason"] for s in fams["etemenanki_dial_errors"].samples) == \
+        sorted(DIAL_REASONS)
+    assert dial_errors(fams) == dict.fromkeys(DIAL_REASONS, 0)
+    assert socks_rep(p.socks_port, LOOPBACK, free_port()) == 5  # connection refused
+    want = dict.fromkeys(DIAL_REASONS, 0)
+    want["refused"] = 1
+    deadline = time.monotonic() + 5
+    while (got := dial_errors(scrape(p.port))) != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert got == want
+
+
+class DnsNames:
+    """A UDP DNS server on 127.0.0.1 that answers A queries for `name` with
+    127.0.0.1 (TTL 60), AAAA queries for it with no record, and every other
+    name with NXDOMAIN. queries counts the questions for each name."""
+
+    def __init__(self, name):
+        self.name = name
+        self.queries = {}
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((LOOPBACK, 0))
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self._stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self._stop:
+            try:
+                q, src = self.sock.recvfrom(4096)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if len(q) < 12:
+                continue
+            labels, i = [], 12
+            while i < len(q) and q[i] != 0:
+                labels.append(q[i + 1:i + 1 + q[i]].decode(errors="replace"))
+                i += 1 + q[i]
+            qtype = struct.unpack(">H", q[i + 1:i + 3])[0]
+            question = q[12:i + 5]
+            name = ".".join(labels).lower()
+            self.queries[name] = self.queries.get(name, 0) + 1
+            known = name == self.name
+            rcode = 0 if known else 3
+            # RFC 1035 4.1.1: QR, the query's opcode and RD, RA
+            flags = 0x8000 | (q[2] << 8 & 0x7900) | 0x0080 | rcode
+            answers = b""
+            if known and qtype == 1:
+                answers = struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton(LOOPBACK)
+            head = q[:2] + struct.pack(">HHHHH", flags, 1, 1 if answers else 0, 0, 0)
+            self.sock.sendto(head + question + answers, src)
+
+    def close(self):
+        self._stop = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+def dns_counts(fams):
+    return {k: value(fams, f"etemenanki_dns_cache_{k}", f"etemenanki_dns_cache_{k}_total")
+            for k in ("hits", "negative_hits", "misses", "evictions")}
+
+
+def test_dns_cache_hits_and_misses(socks_app, echo_tcp):
+    dns = DnsNames("echo.metrics.test")
+    try:
+        p = socks_app(SOCKS_IN + DIRECT + METRICS
+                      + f'[dns]\nservers = ["127.0.0.1:{dns.port}"]\n')
+        fams = scrape(p.port)
+        assert dns_counts(fams) == {"hits": 0, "negative_hits": 0, "misses": 0, "evictions": 0}
+        assert value(fams, "etemenanki_dns_cache_entries", "etemenanki_dns_cache_entries") == 0
+        # a name that resolves, twice: asked of the server once
+        for _ in range(2):
+            with socks5_connect(p.socks_port, "echo.metrics.test", echo_tcp.port) as s:
+                s.sendall(b"resolved")
+                assert recv_exact(s, 8) == b"resolved"
+        fams = scrape(p.port)
+        assert dns_counts(fams) == {"hits": 1, "negative_hits": 0, "misses": 1, "evictions": 0}
+        assert value(fams, "etemenanki_dns_cache_entries", "etemenanki_dns_cache_entries") == 1
+        # a name that does not, twice: the second answered from the cache
+        for _ in range(2):
+            assert socks_rep(p.socks_port, "nx.metrics.test", 80) == 4  # host unreachable
+        fams = scrape(p.port)
+        assert dns_counts(fams) == {"hits": 1, "negative_hits": 1, "misses": 2, "evictions": 0}
+        assert value(fams, "etemenanki_dns_cache_entries", "etemenanki_dns_cache_entries") == 2
+        assert dial_errors(fams)["host_unreachable"] == 2
+        # an IP address never reaches the cache
+        with socks5_connect(p.socks_port, LOOPBACK, echo_tcp.port):
+            pass
+        assert dns_counts(scrape(p.port))["misses"] == 2
+        assert dns.queries.get("echo.metrics.test", 0) >= 1
+    finally:
+        dns.close()
+
+
+def test_metrics_usage_per_inbound_outbound_user(app, tmp_path, echo_tcp):
+    """Flows and bytes by inbound, outbound and user, against known byte
+    counts: a Spout answers as many bytes as the 4-byte number it reads
+    asks for, so what goes up and what comes down differ; an echo holds a
+    flow open."""
+    spout = Spout()
+    text = ('[[inbound]]\ntag = "socks"\nprotocol = "socks"\nlisten = "127.0.0.1"\nport = 0\n'
+            '[[inbound.settings.users]]\nusername = "alice"\npassword = "pw"\n\n'
+            '[[inbound]]\ntag = "anon"\nprotocol = "socks"\nlisten = "127.0.0.1"\nport = 0\n\n'
+            + DIRECT + METRICS)
+    lb = LbApp(app, tmp_path, text, 0, tag="anon").start()
+    try:
+        p = Served(lb)
+        anon_port = lb.port
+        # alice: 100 bytes up (the 4-byte ask and 96 more), 5000 down
+        with socks5_connect(p.socks_port, LOOPBACK, spout.port, "alice", "pw") as s:
+            s.sendall(struct.pack(">I", 5000) + bytes(96))
+            assert recv_exact(s, 5000) == bytes(5000)
+            s.shutdown(socket.SHUT_WR)
+            assert s.recv(1) == b""
+        # no user: 300 bytes each way, held open for a scrape
+        held = socks5_connect(anon_port, LOOPBACK, echo_tcp.port)
+        try:
+            held.sendall(b"x" * 300)
+            assert recv_exact(held, 300) == b"x" * 300
+            wait_value(p.port, "etemenanki_inbound_flows_open", "etemenanki_inbound_flows_open",
+                       1, inbound="anon")
+            fams = scrape(p.port)
+            assert value(fams, "etemenanki_inbound_flows_open", "etemenanki_inbound_flows_open",
+                         inbound="socks") == 0
+            assert value(fams, "etemenanki_user_flows_open", "etemenanki_user_flows_open",
+                         user="") == 1
+            assert value(fams, "etemenanki_outbound_flows_open",
+                         "etemenanki_outbound_flows_open", outbound="direct") == 1
+        finally:
+            held.close()
+        wait_value(p.port, "etemenanki_inbound_flows_open", "etemenanki_inbound_flows_open", 0,
+                   inbound="anon")
+        # bytes are counted up to the end of each flow
+        wait_value(p.port, "etemenanki_inbound_bytes", "etemenanki_inbound_bytes_total", 300,
+                   inbound="anon", direction="down")
+        fams = scrape(p.port)
+        want = {
+            ("inbound", "socks"): (100, 5000, 1),
+            ("inbound", "anon"): (300, 300, 1),
+            ("outbound", "direct"): (400, 5300, 2),
+            ("user", "alice"): (100, 5000, 1),
+            ("user", ""): (300, 300, 1),
+        }
+        for (by, name), (up, down, total) in want.items():
+            fam, label = f"etemenanki_{by}", {by: name}
+            assert value(fams, f"{fam}_bytes", f"{fam}_bytes_total", direction="up",
+                         **label) == up, (by, name)
+            assert value(fams, f"{fam}_bytes", f"{fam}_bytes_total", direction="down",
+                         **label) == down, (by, name)
+            assert value(fams, f"{fam}_flows", f"{fam}_flows_total", **label) == total, (by, name)
+            assert value(fams, f"{fam}_flows_open", f"{fam}_flows_open", **label) == 0, (by, name)
+        # one series per name: nothing else was carried
+        assert len(fams["etemenanki_inbound_flows"].samples) == 2
+        assert len(fams["etemenanki_outbound_flows"].samples) == 1
+        assert len(fams["etemenanki_user_flows"].samples) == 2
+    finally:
+        assert lb.stop() == 0, lb.log()
+        spout.close()
 
 
 # ---------------------------------------------------------------- the server's bounds

@@ -246,6 +246,37 @@ static void negative_answers(void **state)
 	dns_cache_del(c);
 }
 
+/* Each lookup is counted once by its result; a store that makes room
+ * counts an eviction; entries follows the count. */
+static void stats_count_every_lookup(void **state)
+{
+	(void)state;
+	dns_cache *c = dns_cache_new(2);
+	assert_non_null(c);
+	dns_cache_stats st;
+	dns_cache_stats_get(c, &st);
+	assert_memory_equal(&st, &(dns_cache_stats){0}, sizeof st);
+	size_t n;
+	assert_int_equal(look(c, "a.test", T0, &n), DNS_CACHE_MISS);
+	store1(c, "a.test", "192.0.2.1", 60, T0);
+	assert_int_equal(look(c, "a.test", T0 + 1, &n), DNS_CACHE_HIT);
+	assert_int_equal(look(c, "A.test", T0 + 2, &n), DNS_CACHE_HIT);
+	dns_cache_store(c, "nx.test", NULL, 0, 5, T0);
+	assert_int_equal(look(c, "nx.test", T0 + 3, &n), DNS_CACHE_NEGATIVE);
+	assert_int_equal(look(c, "nx.test", T0 + 5000, &n), DNS_CACHE_MISS); /* expired */
+	assert_int_equal(look(c, "", T0, &n), DNS_CACHE_MISS);              /* never stored */
+	store1(c, "b.test", "192.0.2.2", 60, T0 + 5001);
+	store1(c, "c.test", "192.0.2.3", 60, T0 + 5002); /* full: a.test goes */
+	dns_cache_stats_get(c, &st);
+	assert_int_equal(st.hits, 2);
+	assert_int_equal(st.negative, 1);
+	assert_int_equal(st.misses, 3);
+	assert_int_equal(st.evictions, 1);
+	assert_int_equal(st.entries, 2);
+	assert_int_equal(st.entries, dns_cache_count(c));
+	dns_cache_del(c);
+}
+
 static void name_bounds(void **state)
 {
 	(void)state;
@@ -337,6 +368,7 @@ int main(void)
 		cmocka_unit_test(capacity_bound_evicts_least_recently_used),
 		cmocka_unit_test(full_cache_drops_expired_before_live),
 		cmocka_unit_test(negative_answers),
+		cmocka_unit_test(stats_count_every_lookup),
 		cmocka_unit_test(name_bounds),
 		cmocka_unit_test(capacity_limits),
 		cmocka_unit_test(shared_between_threads),

@@ -50,10 +50,92 @@ static const char GLOBAL[] =
 	"# TYPE etemenanki_balancer_member_up gauge\n"
 	"etemenanki_balancer_member_up{balancer=\"fo\",member=\"a\"} 1\n"
 	"etemenanki_balancer_member_up{balancer=\"fo\",member=\"b\"} 0\n"
+	"etemenanki_balancer_member_up{balancer=\"fo\",member=\"c\"} 0\n"
+	"# HELP etemenanki_balancer_member_probe_seconds The last health probe's time to connect; "
+	"NaN when it failed or none has ended.\n"
+	"# TYPE etemenanki_balancer_member_probe_seconds gauge\n"
+	"etemenanki_balancer_member_probe_seconds{balancer=\"fo\",member=\"a\"} 0.012\n"
+	"etemenanki_balancer_member_probe_seconds{balancer=\"fo\",member=\"b\"} NaN\n"
+	"etemenanki_balancer_member_probe_seconds{balancer=\"fo\",member=\"c\"} NaN\n"
+	"# HELP etemenanki_balancer_member_probe_timestamp_seconds When the last health probe "
+	"ended, in seconds since the Unix epoch; 0 before the first.\n"
+	"# TYPE etemenanki_balancer_member_probe_timestamp_seconds gauge\n"
+	"etemenanki_balancer_member_probe_timestamp_seconds{balancer=\"fo\",member=\"a\"} "
+	"1700000001.005\n"
+	"etemenanki_balancer_member_probe_timestamp_seconds{balancer=\"fo\",member=\"b\"} "
+	"1700000002.345\n"
+	"etemenanki_balancer_member_probe_timestamp_seconds{balancer=\"fo\",member=\"c\"} "
+	"0.000\n"
+	"# HELP etemenanki_balancer_member_probes_total Health probes ended, since the balancer "
+	"was built.\n"
+	"# TYPE etemenanki_balancer_member_probes_total counter\n"
+	"etemenanki_balancer_member_probes_total{balancer=\"fo\",member=\"a\"} 30\n"
+	"etemenanki_balancer_member_probes_total{balancer=\"fo\",member=\"b\"} 31\n"
+	"etemenanki_balancer_member_probes_total{balancer=\"fo\",member=\"c\"} 0\n"
+	"# HELP etemenanki_balancer_member_probes_failed_total Health probes that failed, since "
+	"the balancer was built.\n"
+	"# TYPE etemenanki_balancer_member_probes_failed_total counter\n"
+	"etemenanki_balancer_member_probes_failed_total{balancer=\"fo\",member=\"a\"} 1\n"
+	"etemenanki_balancer_member_probes_failed_total{balancer=\"fo\",member=\"b\"} 31\n"
+	"etemenanki_balancer_member_probes_failed_total{balancer=\"fo\",member=\"c\"} 0\n"
 	"# HELP etemenanki_metrics_connections_refused_total Connections to this endpoint closed "
 	"at once: too many were open.\n"
 	"# TYPE etemenanki_metrics_connections_refused_total counter\n"
-	"etemenanki_metrics_connections_refused_total 6\n";
+	"etemenanki_metrics_connections_refused_total 6\n"
+	"# HELP etemenanki_dial_errors_total Failed opens of a flow's upstream, by reason.\n"
+	"# TYPE etemenanki_dial_errors_total counter\n"
+	"etemenanki_dial_errors_total{reason=\"general\"} 10\n"
+	"etemenanki_dial_errors_total{reason=\"not_allowed\"} 0\n"
+	"etemenanki_dial_errors_total{reason=\"net_unreachable\"} 12\n"
+	"etemenanki_dial_errors_total{reason=\"host_unreachable\"} 13\n"
+	"etemenanki_dial_errors_total{reason=\"refused\"} 14\n"
+	"etemenanki_dial_errors_total{reason=\"timed_out\"} 15\n"
+	"# HELP etemenanki_dns_cache_hits_total DNS lookups answered from the cache with "
+	"addresses.\n"
+	"# TYPE etemenanki_dns_cache_hits_total counter\n"
+	"etemenanki_dns_cache_hits_total 20\n"
+	"# HELP etemenanki_dns_cache_negative_hits_total DNS lookups answered from the cache with "
+	"a name that has no address.\n"
+	"# TYPE etemenanki_dns_cache_negative_hits_total counter\n"
+	"etemenanki_dns_cache_negative_hits_total 21\n"
+	"# HELP etemenanki_dns_cache_misses_total DNS lookups the cache could not answer, sent to "
+	"a server.\n"
+	"# TYPE etemenanki_dns_cache_misses_total counter\n"
+	"etemenanki_dns_cache_misses_total 22\n"
+	"# HELP etemenanki_dns_cache_evictions_total DNS cache entries dropped to make room for "
+	"another.\n"
+	"# TYPE etemenanki_dns_cache_evictions_total counter\n"
+	"etemenanki_dns_cache_evictions_total 23\n"
+	"# HELP etemenanki_dns_cache_entries Names the DNS cache holds now.\n"
+	"# TYPE etemenanki_dns_cache_entries gauge\n"
+	"etemenanki_dns_cache_entries 24\n";
+
+/* The usage families' HELP and TYPE lines, with empty tables (the flow
+ * tracker not counting yet, or nothing carried). */
+static const char USAGE_EMPTY[] =
+	"# HELP etemenanki_inbound_flows_open Flows open now, by the inbound that accepted them.\n"
+	"# TYPE etemenanki_inbound_flows_open gauge\n"
+	"# HELP etemenanki_inbound_flows_total Flows opened since the start, by inbound.\n"
+	"# TYPE etemenanki_inbound_flows_total counter\n"
+	"# HELP etemenanki_inbound_bytes_total App bytes of the flows, by inbound and direction "
+	"(up: from the client).\n"
+	"# TYPE etemenanki_inbound_bytes_total counter\n"
+	"# HELP etemenanki_outbound_flows_open Flows open now, by the outbound that carries them "
+	"(a balancer's member).\n"
+	"# TYPE etemenanki_outbound_flows_open gauge\n"
+	"# HELP etemenanki_outbound_flows_total Flows opened since the start, by outbound.\n"
+	"# TYPE etemenanki_outbound_flows_total counter\n"
+	"# HELP etemenanki_outbound_bytes_total App bytes of the flows, by outbound and direction "
+	"(up: from the client).\n"
+	"# TYPE etemenanki_outbound_bytes_total counter\n"
+	"# HELP etemenanki_user_flows_open Flows open now, by user (user=\"\": flows without "
+	"one).\n"
+	"# TYPE etemenanki_user_flows_open gauge\n"
+	"# HELP etemenanki_user_flows_total Flows opened since the start, by user.\n"
+	"# TYPE etemenanki_user_flows_total counter\n"
+	"# HELP etemenanki_user_bytes_total App bytes of the flows, by user and direction (up: "
+	"from the client).\n"
+	"# TYPE etemenanki_user_bytes_total counter\n";
 
 /* The UDP families' HELP and TYPE lines, with no udp_lb inbound. */
 static const char UDP_EMPTY[] =
@@ -100,9 +182,13 @@ static const char UDP_EMPTY[] =
 	"# HELP etemenanki_udp_backend_flows_created_total UDP flows given to a backend.\n"
 	"# TYPE etemenanki_udp_backend_flows_created_total counter\n";
 
+/* a: probed in 12 ms; b: its last probe failed; c: none has ended yet */
 static const metrics_member MEMBERS[] = {
-	{.balancer = "fo", .member = "a", .up = 1},
-	{.balancer = "fo", .member = "b", .up = 0},
+	{.balancer = "fo", .member = "a", .up = 1, .probe_ms = 12, .probe_when_ms = 1700000001005,
+	 .probes = 30, .probes_failed = 1},
+	{.balancer = "fo", .member = "b", .up = 0, .probe_ms = -1, .probe_when_ms = 1700000002345,
+	 .probes = 31, .probes_failed = 31},
+	{.balancer = "fo", .member = "c", .up = 0, .probe_ms = -1, .probe_when_ms = 0},
 };
 
 static metrics_snapshot base(void)
@@ -118,8 +204,10 @@ static metrics_snapshot base(void)
 		.reloads_ok = 4,
 		.reloads_failed = 5,
 		.scrape_connections_refused = 6,
-		.n_members = 2,
+		.n_members = 3,
 		.members = MEMBERS,
+		.dial_errors = {10, 0, 12, 13, 14, 15},
+		.dns = {.hits = 20, .negative = 21, .misses = 22, .evictions = 23, .entries = 24},
 	};
 }
 
@@ -129,8 +217,8 @@ static void test_no_udplb(void **state)
 	metrics_snapshot s = base();
 	metrics_buf b = {0};
 	assert_int_equal(metrics_write(&s, &b), 0);
-	char want[sizeof GLOBAL + sizeof UDP_EMPTY];
-	snprintf(want, sizeof want, "%s%s", GLOBAL, UDP_EMPTY);
+	char want[sizeof GLOBAL + sizeof USAGE_EMPTY + sizeof UDP_EMPTY];
+	snprintf(want, sizeof want, "%s%s%s", GLOBAL, USAGE_EMPTY, UDP_EMPTY);
 	assert_string_equal(b.p, want);
 	assert_int_equal(b.len, strlen(want));
 	metrics_buf_free(&b);
@@ -194,6 +282,77 @@ static void test_udplb(void **state)
 	const char *t = strstr(b.p, "# TYPE etemenanki_udp_backend_up gauge\n");
 	assert_non_null(t);
 	assert_true(strstr(t, "etemenanki_udp_backend_up{") < strstr(t, "# HELP"));
+	metrics_buf_free(&b);
+}
+
+/* Usage tables with rows: every family's samples in the tables' order,
+ * up before down, the anonymous user as user="", names escaped. */
+static void test_usage(void **state)
+{
+	(void)state;
+	etm_usage in[] = {
+		{.name = "socks", .up = 100, .down = 2000, .open = 1, .total = 3},
+		{.name = "tro\"jan", .up = 5, .down = 6, .open = 0, .total = 1},
+	};
+	etm_usage out[] = {{.name = "direct", .up = 105, .down = 2006, .open = 1, .total = 4}};
+	etm_usage users[] = {
+		{.name = "", .up = 5, .down = 6, .open = 0, .total = 1},
+		{.name = "alice", .up = 100, .down = 2000, .open = 1, .total = 3},
+	};
+	metrics_snapshot s = base();
+	s.usage[ETM_USAGE_INBOUND] = (etm_usage_list){.v = in, .n = 2};
+	s.usage[ETM_USAGE_OUTBOUND] = (etm_usage_list){.v = out, .n = 1};
+	s.usage[ETM_USAGE_USER] = (etm_usage_list){.v = users, .n = 2};
+	static const char want[] =
+		"# HELP etemenanki_inbound_flows_open Flows open now, by the inbound that accepted "
+		"them.\n"
+		"# TYPE etemenanki_inbound_flows_open gauge\n"
+		"etemenanki_inbound_flows_open{inbound=\"socks\"} 1\n"
+		"etemenanki_inbound_flows_open{inbound=\"tro\\\"jan\"} 0\n"
+		"# HELP etemenanki_inbound_flows_total Flows opened since the start, by inbound.\n"
+		"# TYPE etemenanki_inbound_flows_total counter\n"
+		"etemenanki_inbound_flows_total{inbound=\"socks\"} 3\n"
+		"etemenanki_inbound_flows_total{inbound=\"tro\\\"jan\"} 1\n"
+		"# HELP etemenanki_inbound_bytes_total App bytes of the flows, by inbound and direction "
+		"(up: from the client).\n"
+		"# TYPE etemenanki_inbound_bytes_total counter\n"
+		"etemenanki_inbound_bytes_total{inbound=\"socks\",direction=\"up\"} 100\n"
+		"etemenanki_inbound_bytes_total{inbound=\"socks\",direction=\"down\"} 2000\n"
+		"etemenanki_inbound_bytes_total{inbound=\"tro\\\"jan\",direction=\"up\"} 5\n"
+		"etemenanki_inbound_bytes_total{inbound=\"tro\\\"jan\",direction=\"down\"} 6\n"
+		"# HELP etemenanki_outbound_flows_open Flows open now, by the outbound that carries "
+		"them (a balancer's member).\n"
+		"# TYPE etemenanki_outbound_flows_open gauge\n"
+		"etemenanki_outbound_flows_open{outbound=\"direct\"} 1\n"
+		"# HELP etemenanki_outbound_flows_total Flows opened since the start, by outbound.\n"
+		"# TYPE etemenanki_outbound_flows_total counter\n"
+		"etemenanki_outbound_flows_total{outbound=\"direct\"} 4\n"
+		"# HELP etemenanki_outbound_bytes_total App bytes of the flows, by outbound and "
+		"direction (up: from the client).\n"
+		"# TYPE etemenanki_outbound_bytes_total counter\n"
+		"etemenanki_outbound_bytes_total{outbound=\"direct\",direction=\"up\"} 105\n"
+		"etemenanki_outbound_bytes_total{outbound=\"direct\",direction=\"down\"} 2006\n"
+		"# HELP etemenanki_user_flows_open Flows open now, by user (user=\"\": flows without "
+		"one).\n"
+		"# TYPE etemenanki_user_flows_open gauge\n"
+		"etemenanki_user_flows_open{user=\"\"} 0\n"
+		"etemenanki_user_flows_open{user=\"alice\"} 1\n"
+		"# HELP etemenanki_user_flows_total Flows opened since the start, by user.\n"
+		"# TYPE etemenanki_user_flows_total counter\n"
+		"etemenanki_user_flows_total{user=\"\"} 1\n"
+		"etemenanki_user_flows_total{user=\"alice\"} 3\n"
+		"# HELP etemenanki_user_bytes_total App bytes of the flows, by user and direction (up: "
+		"from the client).\n"
+		"# TYPE etemenanki_user_bytes_total counter\n"
+		"etemenanki_user_bytes_total{user=\"\",direction=\"up\"} 5\n"
+		"etemenanki_user_bytes_total{user=\"\",direction=\"down\"} 6\n"
+		"etemenanki_user_bytes_total{user=\"alice\",direction=\"up\"} 100\n"
+		"etemenanki_user_bytes_total{user=\"alice\",direction=\"down\"} 2000\n";
+	metrics_buf b = {0};
+	assert_int_equal(metrics_write(&s, &b), 0);
+	char full[sizeof GLOBAL + sizeof want + sizeof UDP_EMPTY];
+	snprintf(full, sizeof full, "%s%s%s", GLOBAL, want, UDP_EMPTY);
+	assert_string_equal(b.p, full);
 	metrics_buf_free(&b);
 }
 
@@ -277,6 +436,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_no_udplb),   cmocka_unit_test(test_udplb),
+		cmocka_unit_test(test_usage),
 		cmocka_unit_test(test_escape),     cmocka_unit_test(test_listen_parse),
 		cmocka_unit_test(test_answer_texts),
 	};

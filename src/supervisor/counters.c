@@ -1,0 +1,58 @@
+/* counters.c - counts the metrics read that no other module keeps: failed stream opens by kind, per worker; the DNS cache's, read through. */
+#include <stdint.h>
+
+#include "supervisor/actor.h"
+
+/* The metric's reason labels, one per proto_dial_error (proto/proto.h). */
+static const char *const NAMES[PROTO_DIAL_ERR_KINDS] = {
+	[PROTO_DIAL_GENERAL] = "general",
+	[PROTO_DIAL_NOT_ALLOWED] = "not_allowed",
+	[PROTO_DIAL_NET_UNREACHABLE] = "net_unreachable",
+	[PROTO_DIAL_HOST_UNREACHABLE] = "host_unreachable",
+	[PROTO_DIAL_REFUSED] = "refused",
+	[PROTO_DIAL_TIMED_OUT] = "timed_out",
+};
+_Static_assert(ETM_DIAL_ERROR_KINDS == PROTO_DIAL_ERR_KINDS, "a dial error kind added to one only");
+
+void sup_count_dial_error(worker *w, proto_dial_error kind)
+{
+	sup_route *rs = worker_slot(w);
+	size_t k = (size_t)kind < PROTO_DIAL_ERR_KINDS ? (size_t)kind : PROTO_DIAL_GENERAL;
+	rs->dial_errors[k]++;
+}
+
+const char *etm_dial_error_name(size_t i)
+{
+	return i < PROTO_DIAL_ERR_KINDS ? NAMES[i] : "unknown";
+}
+
+/* Runs on each worker in turn (worker_run): its counts are its own
+ * thread's, read there, so they need no atomics. */
+static void add_counts(worker *w, void *arg)
+{
+	uint64_t *sum = arg;
+	const sup_route *rs = worker_slot(w);
+	for (size_t k = 0; rs && k < PROTO_DIAL_ERR_KINDS; k++)
+		sum[k] += rs->dial_errors[k];
+}
+
+void etm_supervisor_dial_errors(etm_supervisor *s, uint64_t out[ETM_DIAL_ERROR_KINDS])
+{
+	for (size_t k = 0; k < ETM_DIAL_ERROR_KINDS; k++)
+		out[k] = 0;
+	for (size_t i = 0; i < workers_count(s->ws); i++)
+		worker_run(workers_at(s->ws, i), add_counts, out);
+}
+
+_Static_assert(sizeof(etm_dns_cache_stats) == sizeof(dns_cache_stats), "a count added to one only");
+
+void etm_supervisor_dns_cache_stats(const etm_supervisor *s, etm_dns_cache_stats *out)
+{
+	dns_cache_stats st;
+	dns_cache_stats_get(s->cache, &st);
+	*out = (etm_dns_cache_stats){.hits = st.hits,
+	                             .negative = st.negative,
+	                             .misses = st.misses,
+	                             .evictions = st.evictions,
+	                             .entries = st.entries};
+}
