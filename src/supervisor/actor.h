@@ -55,9 +55,19 @@ struct etm_supervisor {
 	prober *probes; /* the balancers' health probes */
 };
 
-/* Ends every open flow of the principals ps[0, n) on every worker, with
- * "the session was closed" (a user removed under policy close). */
-void sup_end_revoked(etm_supervisor *s, principal *const *ps, size_t n);
+/* Principals revoked with policy close, each held, whose flows are to end. */
+typedef struct sup_revoked {
+	principal **v;
+	size_t n, cap;
+} sup_revoked;
+
+/* Revokes p (a user a reload or the API removed) under policy; with
+ * close, adds it to closing. */
+void sup_revoke(principal *p, etm_user_removal policy, sup_revoked *closing);
+
+/* Ends every open flow of closing's principals on every worker, with "the
+ * session was closed", and empties closing. */
+void sup_end_revoked(etm_supervisor *s, sup_revoked *closing);
 
 /* The supervisor's state on one worker (worker_slot). Worker thread only. */
 typedef struct sup_worker {

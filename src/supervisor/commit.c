@@ -396,25 +396,22 @@ static bool same_user(const etm_inbound_spec *a, size_t i, const etm_inbound_spe
 	return opt_eq(au, bu) && opt_eq(ap, bp) && opt_eq(ai, bi);
 }
 
-/* The principals a commit revoked with close: their flows end once the
- * new configs serve. */
-typedef struct revoked_set {
-	principal **v;
-	size_t n, cap;
-} revoked_set;
-
-static void revoked_add(revoked_set *r, principal *p)
+void sup_revoke(principal *p, etm_user_removal policy, sup_revoked *closing)
 {
-	if (r->n == r->cap) {
-		size_t cap = r->cap ? r->cap * 2 : 8;
-		principal **v = realloc(r->v, cap * sizeof *v);
+	bool close = policy == ETM_USER_REMOVAL_CLOSE;
+	principal_revoke(p, close ? PRINCIPAL_REVOKED_CLOSE : PRINCIPAL_REVOKED_KEEP);
+	if (!close)
+		return;
+	if (closing->n == closing->cap) {
+		size_t cap = closing->cap ? closing->cap * 2 : 8;
+		principal **v = realloc(closing->v, cap * sizeof *v);
 		if (!v)
 			return; /* revoked all the same: its sessions refuse new flows */
-		r->v = v;
-		r->cap = cap;
+		closing->v = v;
+		closing->cap = cap;
 	}
 	principal_hold(p);
-	r->v[r->n++] = p;
+	closing->v[closing->n++] = p;
 }
 
 /* An inbound swapped to a new config: each user it keeps (same
@@ -423,7 +420,7 @@ static void revoked_add(revoked_set *r, principal *p)
  * user it no longer has is revoked under policy. */
 static void carry_users(const etm_inbound_spec *old_in, inbound_rt *old_rt,
                         const etm_inbound_spec *new_in, inbound_rt *new_rt,
-                        etm_user_removal policy, revoked_set *closing)
+                        etm_user_removal policy, sup_revoked *closing)
 {
 	size_t n_old = old_rt && old_rt->principals ? old_rt->n_user_names : 0;
 	size_t n_new = new_rt && new_rt->principals ? new_rt->n_user_names : 0;
@@ -448,19 +445,15 @@ static void carry_users(const etm_inbound_spec *old_in, inbound_rt *old_rt,
 		}
 	for (size_t k = 0; k < n_old; k++) {
 		principal *p = old_rt->principals[k];
-		if (kept[k] || !p || principal_state(p) != PRINCIPAL_LIVE)
-			continue;
-		bool close = policy == ETM_USER_REMOVAL_CLOSE;
-		principal_revoke(p, close ? PRINCIPAL_REVOKED_CLOSE : PRINCIPAL_REVOKED_KEEP);
-		if (close)
-			revoked_add(closing, p);
+		if (!kept[k] && p && principal_state(p) == PRINCIPAL_LIVE)
+			sup_revoke(p, policy, closing);
 	}
 	free(kept);
 }
 
 static bool owned_by(const track_flow *f, void *arg)
 {
-	const revoked_set *r = arg;
+	const sup_revoked *r = arg;
 	for (size_t i = 0; f->who && i < r->n; i++)
 		if (f->who == r->v[i])
 			return true;
@@ -474,18 +467,19 @@ static void end_revoked_here(worker *w, void *arg)
 		(void)tracker_kill(rs->track, owned_by, arg, PRINCIPAL_SESSION_CLOSED_TEXT);
 }
 
-void sup_end_revoked(etm_supervisor *s, principal *const *ps, size_t n)
+void sup_end_revoked(etm_supervisor *s, sup_revoked *r)
 {
-	if (!n)
-		return;
-	revoked_set r = {.v = (principal **)ps, .n = n};
-	for (size_t i = 0; i < workers_count(s->ws); i++)
-		worker_run(workers_at(s->ws, i), end_revoked_here, &r);
+	for (size_t i = 0; r->n && i < workers_count(s->ws); i++)
+		worker_run(workers_at(s->ws, i), end_revoked_here, r);
+	for (size_t i = 0; i < r->n; i++)
+		principal_release(r->v[i]);
+	free(r->v);
+	*r = (sup_revoked){0};
 }
 
 /* Moves the running inbounds' state the plan keeps into pp->ins; what
  * stays in s->ins is what the plan replaces (release_replaced). */
-static void take_inbounds(etm_supervisor *s, prepared *pp, revoked_set *closing)
+static void take_inbounds(etm_supervisor *s, prepared *pp, sup_revoked *closing)
 {
 	for (size_t k = 0; k < pp->p.n_entries; k++) {
 		const plan_entry *e = &pp->p.entries[k];
@@ -595,7 +589,7 @@ void sup_commit(etm_supervisor *s, prepared *pp)
 		s->plane = pp->plane;
 		pp->plane = NULL;
 	}
-	revoked_set closing = {0};
+	sup_revoked closing = {0};
 	take_inbounds(s, pp, &closing);
 	relisten r = {.s = s, .pp = pp};
 	for (size_t i = 0; i < workers_count(s->ws); i++) /* in order: port 0 is worker 0's */
@@ -635,9 +629,6 @@ void sup_commit(etm_supervisor *s, prepared *pp)
 	if (plan_versions_commit(&s->versions, &pp->p))
 		log_error("supervisor", msgs[MSG_LISTEN_FAILED], "*", msgs[MSG_NO_MEMORY]);
 	/* the removed users' flows end once the new configs serve */
-	sup_end_revoked(s, closing.v, closing.n);
-	for (size_t i = 0; i < closing.n; i++)
-		principal_release(closing.v[i]);
-	free(closing.v);
+	sup_end_revoked(s, &closing);
 }
 

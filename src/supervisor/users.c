@@ -77,8 +77,7 @@ int etm_supervisor_users(etm_supervisor *s, etm_user_list *out)
 
 typedef struct remove_job {
 	etm_user_removal policy;
-	principal **closing;
-	size_t n, cap;
+	sup_revoked closing;
 	size_t removed;
 } remove_job;
 
@@ -88,20 +87,8 @@ static void remove_one(const char *tag, principal *p, void *arg)
 	remove_job *j = arg;
 	if (principal_state(p) != PRINCIPAL_LIVE)
 		return;
-	bool close = j->policy == ETM_USER_REMOVAL_CLOSE;
-	principal_revoke(p, close ? PRINCIPAL_REVOKED_CLOSE : PRINCIPAL_REVOKED_KEEP);
+	sup_revoke(p, j->policy, &j->closing);
 	j->removed++;
-	if (!close)
-		return;
-	if (j->n == j->cap) {
-		size_t cap = j->cap ? j->cap * 2 : 4;
-		principal **v = realloc(j->closing, cap * sizeof *v);
-		if (!v)
-			return; /* revoked all the same: its sessions refuse new flows */
-		j->closing = v;
-		j->cap = cap;
-	}
-	j->closing[j->n++] = p; /* the running config holds it meanwhile */
 }
 
 size_t etm_supervisor_remove_user(etm_supervisor *s, const char *inbound, const char *name)
@@ -110,8 +97,7 @@ size_t etm_supervisor_remove_user(etm_supervisor *s, const char *inbound, const 
 		return 0;
 	remove_job j = {.policy = s->spec.policy.user_removal};
 	each_user(s, inbound, name, remove_one, &j);
-	sup_end_revoked(s, j.closing, j.n);
-	free(j.closing);
+	sup_end_revoked(s, &j.closing);
 	return j.removed;
 }
 

@@ -581,15 +581,16 @@ class EchoServer:
         self.thread.join(5)
 
 
-class UdpEcho:
-    """Echoes every datagram to its sender; keeps (source, payload) of each."""
+class UdpServer:
+    """A UDP socket on 127.0.0.1 served by a daemon thread: each datagram
+    goes to handle(data, src). Subclasses set their state before calling
+    __init__, which starts the thread."""
 
     def __init__(self):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((LOOPBACK, 0))
         self.sock.settimeout(0.1)
         self.port = self.sock.getsockname()[1]
-        self.received = []
         self._stop = False
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -602,8 +603,10 @@ class UdpEcho:
                 continue
             except OSError:
                 return
-            self.received.append((src, data))
-            self.sock.sendto(data, src)
+            self.handle(data, src)
+
+    def handle(self, data, src):
+        raise NotImplementedError
 
     def close(self):
         self._stop = True
@@ -611,44 +614,38 @@ class UdpEcho:
         self.sock.close()
 
 
-class DnsServer:
+class UdpEcho(UdpServer):
+    """Echoes every datagram to its sender; keeps (source, payload) of each."""
+
+    def __init__(self):
+        self.received = []
+        super().__init__()
+
+    def handle(self, data, src):
+        self.received.append((src, data))
+        self.sock.sendto(data, src)
+
+
+class DnsServer(UdpServer):
     """A UDP DNS server on 127.0.0.1. mode "nxdomain" answers every query
     with RCODE 3 (no such name); mode "silent" reads and never answers."""
 
     def __init__(self, mode):
         self.mode = mode
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((LOOPBACK, 0))
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
         self.queries = 0
-        self._stop = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        super().__init__()
 
-    def _run(self):
-        while not self._stop:
-            try:
-                q, src = self.sock.recvfrom(4096)
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            self.queries += 1
-            if self.mode != "nxdomain" or len(q) < 12:
-                continue
-            # the question: QNAME labels, then QTYPE and QCLASS
-            i = 12
-            while i < len(q) and q[i] != 0:
-                i += 1 + q[i]
-            question = q[12:i + 5]
-            flags = 0x8000 | (q[2] << 8 & 0x7900) | 0x0080 | 3  # QR, opcode+RD, RA, NXDOMAIN
-            self.sock.sendto(q[:2] + struct.pack(">HHHHH", flags, 1, 0, 0, 0) + question, src)
-
-    def close(self):
-        self._stop = True
-        self.thread.join(2)
-        self.sock.close()
+    def handle(self, q, src):
+        self.queries += 1
+        if self.mode != "nxdomain" or len(q) < 12:
+            return
+        # the question: QNAME labels, then QTYPE and QCLASS
+        i = 12
+        while i < len(q) and q[i] != 0:
+            i += 1 + q[i]
+        question = q[12:i + 5]
+        flags = 0x8000 | (q[2] << 8 & 0x7900) | 0x0080 | 3  # QR, opcode+RD, RA, NXDOMAIN
+        self.sock.sendto(q[:2] + struct.pack(">HHHHH", flags, 1, 0, 0, 0) + question, src)
 
 
 def make_cert(directory, name="localhost", san="DNS:localhost,IP:127.0.0.1", days=1):

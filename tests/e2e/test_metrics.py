@@ -25,8 +25,8 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxykit import (EchoServer, LOOPBACK, Spout, connect, free_port, recv_exact, socks5_connect,
-                      socks5_greet, socks5_request, stop_cleanly)
+from proxykit import (EchoServer, LOOPBACK, Spout, UdpServer, connect, free_port, recv_exact,
+                      socks5_connect, socks5_greet, socks5_request, stop_cleanly)
 from udplbkit import Client, EchoBackend, LbApp, lb_config
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -360,7 +360,7 @@ def test_dial_errors_by_reason(socks_app, access):
     assert got == want
 
 
-class DnsNames:
+class DnsNames(UdpServer):
     """A UDP DNS server on 127.0.0.1 that answers A queries for `name` with
     127.0.0.1 (TTL 60), AAAA queries for it with no record, and every other
     name with NXDOMAIN. queries counts the questions for each name."""
@@ -368,46 +368,28 @@ class DnsNames:
     def __init__(self, name):
         self.name = name
         self.queries = {}
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((LOOPBACK, 0))
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self._stop = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        super().__init__()
 
-    def _run(self):
-        while not self._stop:
-            try:
-                q, src = self.sock.recvfrom(4096)
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            if len(q) < 12:
-                continue
-            labels, i = [], 12
-            while i < len(q) and q[i] != 0:
-                labels.append(q[i + 1:i + 1 + q[i]].decode(errors="replace"))
-                i += 1 + q[i]
-            qtype = struct.unpack(">H", q[i + 1:i + 3])[0]
-            question = q[12:i + 5]
-            name = ".".join(labels).lower()
-            self.queries[name] = self.queries.get(name, 0) + 1
-            known = name == self.name
-            rcode = 0 if known else 3
-            # RFC 1035 4.1.1: QR, the query's opcode and RD, RA
-            flags = 0x8000 | (q[2] << 8 & 0x7900) | 0x0080 | rcode
-            answers = b""
-            if known and qtype == 1:
-                answers = struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton(LOOPBACK)
-            head = q[:2] + struct.pack(">HHHHH", flags, 1, 1 if answers else 0, 0, 0)
-            self.sock.sendto(head + question + answers, src)
-
-    def close(self):
-        self._stop = True
-        self.thread.join(2)
-        self.sock.close()
+    def handle(self, q, src):
+        if len(q) < 12:
+            return
+        labels, i = [], 12
+        while i < len(q) and q[i] != 0:
+            labels.append(q[i + 1:i + 1 + q[i]].decode(errors="replace"))
+            i += 1 + q[i]
+        qtype = struct.unpack(">H", q[i + 1:i + 3])[0]
+        question = q[12:i + 5]
+        name = ".".join(labels).lower()
+        self.queries[name] = self.queries.get(name, 0) + 1
+        known = name == self.name
+        rcode = 0 if known else 3
+        # RFC 1035 4.1.1: QR, the query's opcode and RD, RA
+        flags = 0x8000 | (q[2] << 8 & 0x7900) | 0x0080 | rcode
+        answers = b""
+        if known and qtype == 1:
+            answers = struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton(LOOPBACK)
+        head = q[:2] + struct.pack(">HHHHH", flags, 1, 1 if answers else 0, 0, 0)
+        self.sock.sendto(head + question + answers, src)
 
 
 def dns_counts(fams):

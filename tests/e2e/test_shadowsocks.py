@@ -50,7 +50,7 @@ import pytest
 import adversarialkit
 import test_interop as interop
 import test_route as route
-from proxykit import (LOOPBACK, Association, connect, free_port, log_text, recv_exact,
+from proxykit import (LOOPBACK, Association, UdpServer, connect, free_port, log_text, recv_exact,
                       socks5_connect, stop_cleanly, stop_process)
 
 SS_SERVER = shutil.which("ss-server")
@@ -430,48 +430,29 @@ def test_2022_udp_two_users(chain, udp_echo, udp_echo_b, method):
     interop.assert_logged(server, "that no user's key opens (1 so far)", chain.logs)
 
 
-class UdpRelay:
+class UdpRelay(UdpServer):
     """Forwards a client's datagrams to a server and the server's back to the
     client's last address, keeping every datagram the client sent."""
 
     def __init__(self, server_port):
-        import threading
         self.server = (LOOPBACK, server_port)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((LOOPBACK, 0))
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
         self.client = None
         self.sent = []
         self.answers = 0
-        self._stop = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        super().__init__()
 
-    def _run(self):
-        while not self._stop:
-            try:
-                data, src = self.sock.recvfrom(65535)
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            if src == self.server:
-                self.answers += 1
-                if self.client:
-                    self.sock.sendto(data, self.client)
-            else:
-                self.client = src
-                self.sent.append(data)
-                self.sock.sendto(data, self.server)
+    def handle(self, data, src):
+        if src == self.server:
+            self.answers += 1
+            if self.client:
+                self.sock.sendto(data, self.client)
+        else:
+            self.client = src
+            self.sent.append(data)
+            self.sock.sendto(data, self.server)
 
     def replay(self, pkt):
         self.sock.sendto(pkt, self.server)
-
-    def close(self):
-        self._stop = True
-        self.thread.join(2)
-        self.sock.close()
 
 
 def test_2022_udp_replayed_packet_is_not_answered_twice(chain, udp_echo):
