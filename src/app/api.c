@@ -1,0 +1,1037 @@
+/* api.c - the admin API's routes and JSON (Clash's shapes, docs/api.md): a request and a provider in, a status and a body out. */
+#include "app/api.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "base/json.h"
+#include "base/log.h"
+#include "etemenanki/etemenanki.h"
+
+static const char *const msgs[API_M_COUNT_] = {
+	[API_M_UNAUTHORIZED] = "Unauthorized",
+	[API_M_NOT_FOUND] = "resource not found",
+	[API_M_METHOD] = "method not allowed",
+	[API_M_BODY_INVALID] = "Body invalid",
+	[API_M_QUERY_INVALID] = "query parameter invalid",
+	[API_M_LEVEL_INVALID] = "log-level must be silent, error, warning, info or debug",
+	[API_M_TOO_LARGE] = "request body over 65536 bytes",
+	[API_M_HEAD_TOO_LARGE] = "request head over 16384 bytes",
+	[API_M_BAD_REQUEST] = "bad request",
+	[API_M_VERSION] = "only HTTP/1.x is served",
+	[API_M_NOMEM] = "out of memory",
+	[API_M_TIMEOUT] = "Timeout",
+	[API_M_DELAY_FAILED] = "An error occurred in the delay test",
+	[API_M_BUSY] = "too many delay tests at once",
+};
+_Static_assert(API_BODY_MAX == 65536, "the 413 message names the bound");
+
+const char *api_message(api_msg m) { return (unsigned)m < API_M_COUNT_ ? msgs[m] : ""; }
+
+/* Every status the API answers with, and its reason (RFC 9110 15). */
+static const struct {
+	int status;
+	const char *reason;
+} REASONS[] = {
+	{101, "Switching Protocols"},
+	{200, "OK"},
+	{204, "No Content"},
+	{400, "Bad Request"},
+	{401, "Unauthorized"},
+	{404, "Not Found"},
+	{405, "Method Not Allowed"},
+	{413, "Content Too Large"},
+	{431, "Request Header Fields Too Large"},
+	{500, "Internal Server Error"},
+	{503, "Service Unavailable"},
+	{504, "Gateway Timeout"},
+	{505, "HTTP Version Not Supported"},
+};
+
+const char *api_reason(int status)
+{
+	for (size_t i = 0; i < sizeof REASONS / sizeof *REASONS; i++)
+		if (REASONS[i].status == status)
+			return REASONS[i].reason;
+	return "";
+}
+
+/* ---- writing JSON ---- */
+
+static int put(api_buf *b, const char *s, size_t n)
+{
+	if (b->failed)
+		return -1;
+	if (n + 1 > b->cap - b->len || !b->p) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->len + n + 1) {
+			if (cap > SIZE_MAX / 2) {
+				b->failed = 1;
+				return -1;
+			}
+			cap *= 2;
+		}
+		char *p = realloc(b->p, cap);
+		if (!p) {
+			b->failed = 1;
+			return -1;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+	return 0;
+}
+
+static int puts_(api_buf *b, const char *s) { return put(b, s, strlen(s)); }
+
+static int putu(api_buf *b, uint64_t v)
+{
+	char t[24];
+	int n = snprintf(t, sizeof t, "%" PRIu64, v);
+	return put(b, t, (size_t)n);
+}
+
+static int puti(api_buf *b, int64_t v)
+{
+	char t[24];
+	int n = snprintf(t, sizeof t, "%" PRId64, v);
+	return put(b, t, (size_t)n);
+}
+
+/* A JSON string: base/json.c's escaping, a piece at a time. */
+static int putq(api_buf *b, const char *s, size_t n)
+{
+	char t[JSON_ESCAPE_MAX * 64 + 1];
+	if (put(b, "\"", 1))
+		return -1;
+	while (n) {
+		size_t take = n < 64 ? n : 64;
+		/* cut before a UTF-8 continuation, so no character is split */
+		while (take < n && take > 1 && ((unsigned char)s[take] & 0xC0) == 0x80)
+			take--;
+		size_t w = json_escape(t, sizeof t, s, take);
+		if (put(b, t, w))
+			return -1;
+		s += take;
+		n -= take;
+	}
+	return put(b, "\"", 1);
+}
+
+static int putqs(api_buf *b, const char *s) { return putq(b, s ? s : "", s ? strlen(s) : 0); }
+
+/* "key": with the comma before it unless first */
+static int key(api_buf *b, bool *first, const char *k)
+{
+	int rc = *first ? 0 : put(b, ",", 1);
+	*first = false;
+	return rc | putqs(b, k) | put(b, ":", 1);
+}
+
+int api_render_message(const char *text, api_buf *b)
+{
+	return puts_(b, "{\"message\":") | putqs(b, text) | puts_(b, "}");
+}
+
+static int message(api_response *r, int status, api_msg m)
+{
+	r->status = status;
+	return api_render_message(msgs[m], &r->body);
+}
+
+/* RFC 3339 UTC with milliseconds, as Clash writes times. */
+static int put_time(api_buf *b, uint64_t unix_ms)
+{
+	struct timespec ts = {.tv_sec = (time_t)(unix_ms / 1000),
+	                      .tv_nsec = (long)(unix_ms % 1000) * 1000000L};
+	char t[LOG_TIME_MAX];
+	size_t n = log_format_time(&ts, t, sizeof t);
+	return put(b, "\"", 1) | put(b, t, n) | put(b, "\"", 1);
+}
+
+/* ---- names ---- */
+
+const char *api_level_name(int level)
+{
+	switch (level) {
+	case LOG_LEVEL_ERROR:
+		return "error";
+	case LOG_LEVEL_WARN:
+		return "warning";
+	case LOG_LEVEL_INFO:
+		return "info";
+	default:
+		return "debug";
+	}
+}
+
+int api_level_of(const char *s, size_t n)
+{
+	static const struct {
+		const char *name;
+		int level;
+	} L[] = {{"silent", LOG_LEVEL_ERROR}, {"error", LOG_LEVEL_ERROR},
+	         {"warning", LOG_LEVEL_WARN}, {"info", LOG_LEVEL_INFO},
+	         {"debug", LOG_LEVEL_DEBUG}};
+	for (size_t i = 0; i < sizeof L / sizeof *L; i++)
+		if (strlen(L[i].name) == n && memcmp(L[i].name, s, n) == 0)
+			return L[i].level;
+	return -1;
+}
+
+/* Clash's type of an outbound (mihomo's adapter type names). */
+static const char *type_of(etm_protocol p)
+{
+	switch (p) {
+	case ETM_PROTO_FREEDOM:
+		return "Direct";
+	case ETM_PROTO_BLACKHOLE:
+		return "Reject";
+	case ETM_PROTO_SOCKS:
+		return "Socks5";
+	case ETM_PROTO_HTTP:
+		return "Http";
+	case ETM_PROTO_TROJAN:
+		return "Trojan";
+	case ETM_PROTO_VLESS:
+		return "Vless";
+	case ETM_PROTO_VMESS:
+		return "Vmess";
+	case ETM_PROTO_SHADOWSOCKS:
+		return "Shadowsocks";
+	case ETM_PROTO_HYSTERIA2:
+		return "Hysteria2";
+	case ETM_PROTO_WIREGUARD:
+		return "WireGuard";
+	default:
+		return etm_protocol_name(p);
+	}
+}
+
+/* ---- the request's target ---- */
+
+static int hex(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* Percent-decodes s[0, n) into out (NUL-terminated; '+' is a space in a
+ * query, RFC 1866 8.2.1 form encoding). Returns the length, or -1 when it
+ * does not fit or an escape is broken. */
+static ssize_t decode(const char *s, size_t n, bool query, char *out, size_t size)
+{
+	size_t o = 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (c == '%') {
+			if (i + 2 >= n)
+				return -1;
+			int h = hex(s[i + 1]), l = hex(s[i + 2]);
+			if (h < 0 || l < 0)
+				return -1;
+			c = (char)(h * 16 + l);
+			i += 2;
+		} else if (c == '+' && query) {
+			c = ' ';
+		}
+		if (o + 1 >= size)
+			return -1;
+		out[o++] = c;
+	}
+	out[o] = '\0';
+	return (ssize_t)o;
+}
+
+/* The value of query parameter k, decoded into out. Returns its length,
+ * -1 when absent, -2 when it does not decode. */
+static ssize_t query_get(const char *q, size_t n, const char *k, char *out, size_t size)
+{
+	size_t kl = strlen(k), i = 0;
+	while (i < n) {
+		size_t e = i;
+		while (e < n && q[e] != '&')
+			e++;
+		if (e - i >= kl && memcmp(q + i, k, kl) == 0 && (e - i == kl || q[i + kl] == '=')) {
+			size_t v = e - i == kl ? e : i + kl + 1;
+			ssize_t r = decode(q + v, e - v, true, out, size);
+			return r < 0 ? -2 : r;
+		}
+		i = e + 1;
+	}
+	return -1;
+}
+
+/* A number parameter in [lo, hi], def when absent; -1 when bad. */
+static int64_t query_num(const char *q, size_t n, const char *k, int64_t def, int64_t lo,
+                         int64_t hi)
+{
+	char t[24];
+	ssize_t r = query_get(q, n, k, t, sizeof t);
+	if (r == -1)
+		return def;
+	if (r <= 0)
+		return -1;
+	char *end;
+	long long v = strtoll(t, &end, 10);
+	if (*end || v < lo || v > hi)
+		return -1;
+	return v;
+}
+
+/* Constant-time comparison, so the secret does not leak through timing. */
+static bool same_secret(const char *a, size_t an, const char *secret)
+{
+	size_t sn = strlen(secret);
+	unsigned char d = an != sn;
+	for (size_t i = 0; i < an; i++)
+		d |= (unsigned char)(a[i] ^ secret[i < sn ? i : 0]);
+	return d == 0;
+}
+
+static bool authorized(const api_view *v, const api_request *r, const char *q, size_t qn)
+{
+	if (!v->secret || !*v->secret)
+		return true;
+	/* "Bearer" is case-insensitive (RFC 9110 11.1; RFC 6750 2.1) */
+	if (r->auth && r->auth_len > 7 && strncasecmp(r->auth, "bearer ", 7) == 0) {
+		size_t i = 7;
+		while (i < r->auth_len && r->auth[i] == ' ')
+			i++;
+		if (same_secret(r->auth + i, r->auth_len - i, v->secret))
+			return true;
+	}
+	/* a browser cannot set a header on a WebSocket: the token goes in
+	 * the query (mihomo's convention) */
+	if (r->websocket) {
+		char t[512];
+		ssize_t n = query_get(q, qn, "token", t, sizeof t);
+		if (n >= 0 && same_secret(t, (size_t)n, v->secret))
+			return true;
+	}
+	return false;
+}
+
+/* ---- JSON in: PATCH and PUT /configs bodies ---- */
+
+static void ws(const char *s, size_t n, size_t *i)
+{
+	while (*i < n && (s[*i] == ' ' || s[*i] == '\t' || s[*i] == '\n' || s[*i] == '\r'))
+		(*i)++;
+}
+
+/* Nesting a body may have; a dashboard's config payload is a few deep. */
+#define JSON_DEPTH_MAX 32
+
+/* Skips one JSON value (RFC 8259), checking its syntax. 0 or -1. */
+static int skip_value(const char *s, size_t n, size_t *i, int depth);
+
+static int skip_string(const char *s, size_t n, size_t *i)
+{
+	if (*i >= n || s[*i] != '"')
+		return -1;
+	for ((*i)++; *i < n; (*i)++) {
+		unsigned char c = (unsigned char)s[*i];
+		if (c == '"') {
+			(*i)++;
+			return 0;
+		}
+		if (c < 0x20)
+			return -1;
+		if (c == '\\') {
+			if (++*i >= n)
+				return -1;
+			if (s[*i] == 'u') {
+				for (int k = 0; k < 4; k++)
+					if (++*i >= n || hex(s[*i]) < 0)
+						return -1;
+			} else if (!strchr("\"\\/bfnrt", s[*i])) {
+				return -1;
+			}
+		}
+	}
+	return -1;
+}
+
+static int skip_value(const char *s, size_t n, size_t *i, int depth)
+{
+	ws(s, n, i);
+	if (*i >= n || depth > JSON_DEPTH_MAX)
+		return -1;
+	char c = s[*i];
+	if (c == '"')
+		return skip_string(s, n, i);
+	if (c == '{' || c == '[') {
+		char close = c == '{' ? '}' : ']';
+		(*i)++;
+		ws(s, n, i);
+		if (*i < n && s[*i] == close) {
+			(*i)++;
+			return 0;
+		}
+		for (;;) {
+			if (c == '{') {
+				ws(s, n, i);
+				if (skip_string(s, n, i))
+					return -1;
+				ws(s, n, i);
+				if (*i >= n || s[(*i)++] != ':')
+					return -1;
+			}
+			if (skip_value(s, n, i, depth + 1))
+				return -1;
+			ws(s, n, i);
+			if (*i >= n)
+				return -1;
+			if (s[*i] == ',') {
+				(*i)++;
+				continue;
+			}
+			if (s[(*i)++] != close)
+				return -1;
+			return 0;
+		}
+	}
+	static const char *const words[] = {"true", "false", "null"};
+	for (size_t w = 0; w < 3; w++) {
+		size_t l = strlen(words[w]);
+		if (n - *i >= l && memcmp(s + *i, words[w], l) == 0) {
+			*i += l;
+			return 0;
+		}
+	}
+	/* a number: -? int frac? exp? */
+	size_t st = *i;
+	if (s[*i] == '-')
+		(*i)++;
+	size_t d = *i;
+	while (*i < n && s[*i] >= '0' && s[*i] <= '9')
+		(*i)++;
+	if (*i == d)
+		return -1;
+	if (*i < n && s[*i] == '.') {
+		d = ++*i;
+		while (*i < n && s[*i] >= '0' && s[*i] <= '9')
+			(*i)++;
+		if (*i == d)
+			return -1;
+	}
+	if (*i < n && (s[*i] == 'e' || s[*i] == 'E')) {
+		(*i)++;
+		if (*i < n && (s[*i] == '+' || s[*i] == '-'))
+			(*i)++;
+		d = *i;
+		while (*i < n && s[*i] >= '0' && s[*i] <= '9')
+			(*i)++;
+		if (*i == d)
+			return -1;
+	}
+	return *i > st ? 0 : -1;
+}
+
+/* Checks that s[0, n) is one JSON object and finds the string value of
+ * its top-level key k (raw, escapes kept) into *v / *vn (NULL when
+ * absent or not a string). 0, or -1 when it is not an object. */
+static int object_find(const char *s, size_t n, const char *k, const char **v, size_t *vn)
+{
+	size_t i = 0, kl = strlen(k);
+	*v = NULL;
+	*vn = 0;
+	ws(s, n, &i);
+	if (i >= n || s[i] != '{')
+		return -1;
+	size_t end = i;
+	if (skip_value(s, n, &end, 0))
+		return -1;
+	size_t rest = end;
+	ws(s, n, &rest);
+	if (rest != n)
+		return -1;
+	i++;
+	for (;;) {
+		ws(s, n, &i);
+		if (s[i] == '}')
+			return 0;
+		size_t ks = i;
+		if (skip_string(s, n, &i))
+			return -1;
+		bool match = i - ks - 2 == kl && memcmp(s + ks + 1, k, kl) == 0;
+		ws(s, n, &i);
+		i++; /* ':' (checked above) */
+		ws(s, n, &i);
+		size_t vs = i;
+		if (skip_value(s, n, &i, 1))
+			return -1;
+		if (match && s[vs] == '"') {
+			*v = s + vs + 1;
+			*vn = i - vs - 2;
+		}
+		ws(s, n, &i);
+		if (s[i] == ',')
+			i++;
+	}
+}
+
+/* ---- the endpoints ---- */
+
+static int get_configs(const api_view *v, const api_provider *p, api_buf *b)
+{
+	uint16_t port = 0, socks = 0, mixed = 0;
+	bool lan = false;
+	for (size_t i = 0; i < v->n_inbounds; i++) {
+		const api_inbound *in = &v->inbounds[i];
+		uint16_t *slot = in->protocol == ETM_PROTO_HTTP    ? &port
+		                 : in->protocol == ETM_PROTO_SOCKS ? &socks
+		                 : in->protocol == ETM_PROTO_MIXED ? &mixed
+		                                                   : NULL;
+		if (slot && *slot == 0)
+			*slot = p->inbound_port(p->ctx, in->tag);
+		if (slot)
+			lan |= !in->loopback;
+	}
+	bool f = true;
+	return puts_(b, "{") | key(b, &f, "port") | putu(b, port) | key(b, &f, "socks-port") |
+	       putu(b, socks) | key(b, &f, "mixed-port") | putu(b, mixed) |
+	       key(b, &f, "redir-port") | putu(b, 0) | key(b, &f, "tproxy-port") | putu(b, 0) |
+	       key(b, &f, "allow-lan") | puts_(b, lan ? "true" : "false") | key(b, &f, "mode") |
+	       putqs(b, "rule") | key(b, &f, "log-level") |
+	       putqs(b, api_level_name(p->log_level(p->ctx))) | key(b, &f, "ipv6") |
+	       puts_(b, "true") | puts_(b, "}");
+}
+
+static const api_outbound *find_outbound(const api_view *v, const char *name)
+{
+	for (size_t i = 0; i < v->n_outbounds; i++)
+		if (strcmp(v->outbounds[i].tag, name) == 0)
+			return &v->outbounds[i];
+	return NULL;
+}
+
+static ssize_t find_balancer(const api_view *v, const char *name)
+{
+	for (size_t i = 0; i < v->n_balancers; i++)
+		if (strcmp(v->balancers[i].tag, name) == 0)
+			return (ssize_t)i;
+	return -1;
+}
+
+/* The member a failover balancer sends to now: the first one up; the
+ * first one when none is. */
+static const char *now_of(const api_view *v, const api_provider *p, size_t bi)
+{
+	const api_balancer *bal = &v->balancers[bi];
+	for (size_t j = 0; j < bal->n_members; j++) {
+		int up = 0;
+		if (p->member_up(p->ctx, bi, j, &up) == 0 && up)
+			return bal->members[j];
+	}
+	return bal->n_members ? bal->members[0] : "";
+}
+
+/* The last probe of an outbound: of the first balancer member that is
+ * it and was probed. */
+static int history(const api_view *v, const api_provider *p, const char *name, api_buf *b)
+{
+	int rc = puts_(b, "[");
+	for (size_t i = 0; i < v->n_balancers; i++)
+		for (size_t j = 0; j < v->balancers[i].n_members; j++) {
+			int64_t delay;
+			uint64_t when;
+			if (strcmp(v->balancers[i].members[j], name) != 0 ||
+			    p->member_probe(p->ctx, i, j, &delay, &when) || when == 0 || delay < 0)
+				continue;
+			bool f = true;
+			rc |= puts_(b, "{") | key(b, &f, "time") | put_time(b, when) |
+			      key(b, &f, "delay") | puti(b, delay) | puts_(b, "}");
+			return rc | puts_(b, "]");
+		}
+	return rc | puts_(b, "]");
+}
+
+static bool udp_of(etm_protocol pr) { return pr != ETM_PROTO_HTTP; }
+
+static int proxy_outbound(const api_view *v, const api_provider *p, const api_outbound *o,
+                          api_buf *b)
+{
+	bool f = true;
+	return puts_(b, "{") | key(b, &f, "name") | putqs(b, o->tag) | key(b, &f, "type") |
+	       putqs(b, type_of(o->protocol)) | key(b, &f, "history") | history(v, p, o->tag, b) |
+	       key(b, &f, "udp") | puts_(b, udp_of(o->protocol) ? "true" : "false") | puts_(b, "}");
+}
+
+/* A failover balancer is Clash's Fallback (it names the member in use,
+ * "now"); round-robin is LoadBalance, which names none, as mihomo's. */
+static int proxy_balancer(const api_view *v, const api_provider *p, size_t bi, api_buf *b)
+{
+	const api_balancer *bal = &v->balancers[bi];
+	bool fallback = bal->strategy == ETM_STRATEGY_FAILOVER;
+	bool f = true, udp = false;
+	int rc = puts_(b, "{") | key(b, &f, "name") | putqs(b, bal->tag) | key(b, &f, "type") |
+	         putqs(b, fallback ? "Fallback" : "LoadBalance");
+	if (fallback)
+		rc |= key(b, &f, "now") | putqs(b, now_of(v, p, bi));
+	rc |= key(b, &f, "all") | puts_(b, "[");
+	for (size_t j = 0; j < bal->n_members; j++) {
+		rc |= (j ? puts_(b, ",") : 0) | putqs(b, bal->members[j]);
+		const api_outbound *o = find_outbound(v, bal->members[j]);
+		udp |= o && udp_of(o->protocol);
+	}
+	return rc | puts_(b, "]") | key(b, &f, "history") | puts_(b, "[]") | key(b, &f, "udp") |
+	       puts_(b, udp ? "true" : "false") | puts_(b, "}");
+}
+
+static int get_proxies(const api_view *v, const api_provider *p, api_buf *b)
+{
+	int rc = puts_(b, "{\"proxies\":{");
+	bool f = true;
+	for (size_t i = 0; i < v->n_outbounds; i++)
+		rc |= key(b, &f, v->outbounds[i].tag) | proxy_outbound(v, p, &v->outbounds[i], b);
+	for (size_t i = 0; i < v->n_balancers; i++)
+		rc |= key(b, &f, v->balancers[i].tag) | proxy_balancer(v, p, i, b);
+	return rc | puts_(b, "}}");
+}
+
+static int rule_json(api_buf *b, const char *type, const char *payload, const char *proxy)
+{
+	bool f = true;
+	return puts_(b, "{") | key(b, &f, "type") | putqs(b, type) | key(b, &f, "payload") |
+	       putqs(b, payload) | key(b, &f, "proxy") | putqs(b, proxy) | puts_(b, "}");
+}
+
+static int get_rules(const api_view *v, api_buf *b)
+{
+	int rc = puts_(b, "{\"rules\":[");
+	for (size_t i = 0; i < v->n_rules; i++)
+		rc |= rule_json(b, v->rules[i].type, v->rules[i].payload, v->rules[i].proxy) |
+		      puts_(b, ",");
+	/* the default route, as Clash ends its list with MATCH */
+	return rc | rule_json(b, "Match", "", v->default_tag) | puts_(b, "]}");
+}
+
+static int connection(const api_view *v, const etm_flow *fl, api_buf *b)
+{
+	bool f = true, m = true;
+	char port[8];
+	int rc = puts_(b, "{") | key(b, &f, "id") | put(b, "\"", 1) | putu(b, fl->id) |
+	         put(b, "\"", 1) | key(b, &f, "metadata") | puts_(b, "{");
+	rc |= key(b, &m, "network") | putqs(b, fl->udp ? "udp" : "tcp") | key(b, &m, "type") |
+	      putqs(b, fl->inbound) | key(b, &m, "sourceIP") | putqs(b, fl->src_ip) |
+	      key(b, &m, "destinationIP") | putqs(b, fl->dst_ip);
+	/* ports are strings in mihomo's metadata */
+	snprintf(port, sizeof port, "%u", fl->src_port);
+	rc |= key(b, &m, "sourcePort") | putqs(b, port);
+	snprintf(port, sizeof port, "%u", fl->dst_port);
+	rc |= key(b, &m, "destinationPort") | putqs(b, port) | key(b, &m, "host") |
+	      putqs(b, fl->dst_host[0] ? fl->dst_host : fl->sniffed) | key(b, &m, "dnsMode") |
+	      putqs(b, "normal") | key(b, &m, "processPath") | putqs(b, "") |
+	      key(b, &m, "specialProxy") | putqs(b, "") | key(b, &m, "inboundUser") |
+	      putqs(b, fl->user) | puts_(b, "}");
+	rc |= key(b, &f, "upload") | putu(b, fl->up) | key(b, &f, "download") | putu(b, fl->down) |
+	      key(b, &f, "start") | put_time(b, fl->start_ms) | key(b, &f, "chains") | puts_(b, "[");
+	/* Clash lists the proxy that carries the flow first and the groups
+	 * that chose it after */
+	if (fl->member[0])
+		rc |= putqs(b, fl->member) | puts_(b, ",");
+	rc |= putqs(b, fl->outbound) | puts_(b, "]");
+	const char *type = "Match", *payload = "";
+	if (fl->rule >= 0 && (size_t)fl->rule < v->n_rules) {
+		type = v->rules[fl->rule].type;
+		payload = v->rules[fl->rule].payload;
+	}
+	return rc | key(b, &f, "rule") | putqs(b, type) | key(b, &f, "rulePayload") |
+	       putqs(b, payload) | puts_(b, "}");
+}
+
+int api_render_connections(const api_view *v, const api_provider *p, api_buf *b)
+{
+	etm_flow_list l = {0};
+	if (p->flows(p->ctx, &l))
+		return -1;
+	uint64_t up = 0, down = 0;
+	p->traffic(p->ctx, &up, &down);
+	bool f = true;
+	int rc = puts_(b, "{") | key(b, &f, "downloadTotal") | putu(b, down) |
+	         key(b, &f, "uploadTotal") | putu(b, up) | key(b, &f, "connections") |
+	         puts_(b, "[");
+	for (size_t i = 0; i < l.n; i++)
+		rc |= (i ? puts_(b, ",") : 0) | connection(v, &l.v[i], b);
+	etm_flow_list_free(&l);
+	return rc | puts_(b, "]") | key(b, &f, "memory") | putu(b, p->memory(p->ctx)) |
+	       puts_(b, "}");
+}
+
+int api_render_traffic(uint64_t up, uint64_t down, api_buf *b)
+{
+	return puts_(b, "{\"up\":") | putu(b, up) | puts_(b, ",\"down\":") | putu(b, down) |
+	       puts_(b, "}");
+}
+
+int api_render_log(int level, const char *line, size_t len, api_buf *b)
+{
+	return puts_(b, "{\"type\":") | putqs(b, api_level_name(level)) |
+	       puts_(b, ",\"payload\":") | putq(b, line, len) | puts_(b, "}");
+}
+
+int api_render_delay(int64_t delay_ms, int *status, api_buf *b)
+{
+	if (delay_ms >= 0) {
+		*status = 200;
+		return puts_(b, "{\"delay\":") | puti(b, delay_ms) | puts_(b, "}");
+	}
+	*status = delay_ms == API_DELAY_TIMEOUT ? 504 : 503;
+	return api_render_message(msgs[delay_ms == API_DELAY_TIMEOUT ? API_M_TIMEOUT
+	                                                             : API_M_DELAY_FAILED],
+	                          b);
+}
+
+static int get_users(const api_provider *p, api_buf *b)
+{
+	etm_usage_list l = {0};
+	if (p->usage_users(p->ctx, &l))
+		return -1;
+	int rc = puts_(b, "{\"users\":[");
+	for (size_t i = 0; i < l.n; i++) {
+		bool f = true;
+		const etm_usage *u = &l.v[i];
+		rc |= (i ? puts_(b, ",") : 0) | puts_(b, "{") | key(b, &f, "name") |
+		      putqs(b, u->name) | key(b, &f, "upload") | putu(b, u->up) |
+		      key(b, &f, "download") | putu(b, u->down) | key(b, &f, "open") |
+		      putu(b, u->open) | key(b, &f, "total") | putu(b, u->total) | puts_(b, "}");
+	}
+	etm_usage_list_free(&l);
+	return rc | puts_(b, "]}");
+}
+
+static int get_udplb(const api_provider *p, api_buf *b)
+{
+	int rc = puts_(b, "{\"udp_lb\":[");
+	bool any = false;
+	for (size_t i = 0;; i++) {
+		const char *tag = NULL;
+		etm_udplb_stats st;
+		int r = p->udplb(p->ctx, i, &tag, &st);
+		if (r == -2)
+			break;
+		if (r)
+			continue;
+		bool f = true, d = true, e = true;
+		rc |= (any ? puts_(b, ",") : 0) | puts_(b, "{") | key(b, &f, "inbound") |
+		      putqs(b, tag);
+		any = true;
+		const struct {
+			const char *k;
+			uint64_t v;
+		} c[] = {{"active_flows", st.active_flows},
+		         {"flows_created", st.flows_created},
+		         {"flows_evicted", st.flows_evicted},
+		         {"flows_shed", st.flows_shed},
+		         {"datagrams_to_backends", st.datagrams_to_backends},
+		         {"bytes_to_backends", st.bytes_to_backends},
+		         {"datagrams_to_clients", st.datagrams_to_clients},
+		         {"bytes_to_clients", st.bytes_to_clients},
+		         {"flow_duration_ms", st.flow_duration_ms},
+		         {"sockets_reused", st.sockets_reused}};
+		for (size_t k = 0; k < sizeof c / sizeof *c; k++)
+			rc |= key(b, &f, c[k].k) | putu(b, c[k].v);
+		rc |= key(b, &f, "dropped") | puts_(b, "{");
+		for (size_t k = 0; k < ETM_UDPLB_DROP_KINDS; k++)
+			rc |= key(b, &d, etm_udplb_drop_name(k)) | putu(b, st.drops[k]);
+		rc |= puts_(b, "}") | key(b, &f, "closed") | puts_(b, "{");
+		for (size_t k = 0; k < ETM_UDPLB_CLOSE_KINDS; k++)
+			rc |= key(b, &e, etm_udplb_close_name(k)) | putu(b, st.evicted[k]);
+		rc |= puts_(b, "}") | key(b, &f, "backends") | puts_(b, "[");
+		for (size_t j = 0;; j++) {
+			char addr[ETM_UDPLB_ADDR_MAX];
+			int up;
+			uint64_t flows;
+			if (p->udplb_backend(p->ctx, i, j, addr, sizeof addr, &up, &flows))
+				break;
+			bool g = true;
+			rc |= (j ? puts_(b, ",") : 0) | puts_(b, "{") | key(b, &g, "address") |
+			      putqs(b, addr) | key(b, &g, "up") | puts_(b, up ? "true" : "false") |
+			      key(b, &g, "flows_created") | putu(b, flows) | puts_(b, "}");
+		}
+		rc |= puts_(b, "]}");
+	}
+	return rc | puts_(b, "]}");
+}
+
+/* The host and port of a URL (http://host[:port]/..., https default 443),
+ * for a direct outbound's delay test. 0 or -1. */
+static int url_host(const char *u, char *host, size_t size, uint16_t *port)
+{
+	uint16_t def = 80;
+	if (strncmp(u, "http://", 7) == 0) {
+		u += 7;
+	} else if (strncmp(u, "https://", 8) == 0) {
+		u += 8;
+		def = 443;
+	} else {
+		return -1;
+	}
+	size_t n = strcspn(u, "/?#");
+	const char *colon = NULL;
+	if (u[0] == '[') {
+		const char *close = memchr(u, ']', n);
+		if (!close)
+			return -1;
+		if ((size_t)(close - u) + 1 < n && close[1] == ':')
+			colon = close + 1;
+		u++;
+		n = (size_t)(close - u);
+		if (colon)
+			n = (size_t)(close - u);
+	} else {
+		colon = memchr(u, ':', n);
+		if (colon)
+			n = (size_t)(colon - u);
+	}
+	if (n == 0 || n >= size)
+		return -1;
+	memcpy(host, u, n);
+	host[n] = '\0';
+	*port = def;
+	if (colon) {
+		char *end;
+		long v = strtol(colon + 1, &end, 10);
+		if (v <= 0 || v > 65535 || (*end && !strchr("/?#", *end)))
+			return -1;
+		*port = (uint16_t)v;
+	}
+	return 0;
+}
+
+/* GET /proxies/:name/delay: where to connect. A balancer's delay is that
+ * of the member it would send to. */
+static int delay(const api_view *v, const api_provider *p, const char *name, const char *q,
+                 size_t qn, api_response *r)
+{
+	const api_outbound *o = find_outbound(v, name);
+	ssize_t bi = o ? -1 : find_balancer(v, name);
+	if (!o && bi < 0)
+		return message(r, 404, API_M_NOT_FOUND);
+	if (!o)
+		o = find_outbound(v, now_of(v, p, (size_t)bi));
+	int64_t t = query_num(q, qn, "timeout", API_DELAY_TIMEOUT_DEFAULT, 1, API_DELAY_TIMEOUT_MAX);
+	char url[1024];
+	ssize_t un = query_get(q, qn, "url", url, sizeof url);
+	if (t < 0 || un == -2)
+		return message(r, 400, API_M_QUERY_INVALID);
+	if (!o || o->protocol == ETM_PROTO_BLACKHOLE)
+		return api_render_delay(API_DELAY_FAILED, &r->status, &r->body);
+	if (o->server) {
+		snprintf(r->host, sizeof r->host, "%s", o->server);
+		r->port = o->port;
+	} else if (un < 0 || url_host(url, r->host, sizeof r->host, &r->port)) {
+		return message(r, 400, API_M_QUERY_INVALID);
+	}
+	r->action = API_DELAY;
+	r->timeout_ms = (uint32_t)t;
+	return 0;
+}
+
+static bool method_is(const api_request *r, const char *m)
+{
+	return r->method_len == strlen(m) && memcmp(r->method, m, r->method_len) == 0;
+}
+
+static int not_allowed(api_response *r, const char *allow)
+{
+	r->allow = allow;
+	return message(r, 405, API_M_METHOD);
+}
+
+static int patch_configs(const api_provider *p, const api_request *rq, api_response *r)
+{
+	const char *lv;
+	size_t ln;
+	if (object_find(rq->body, rq->body_len, "log-level", &lv, &ln))
+		return message(r, 400, API_M_BODY_INVALID);
+	if (lv) {
+		int l = api_level_of(lv, ln);
+		if (l < 0)
+			return message(r, 400, API_M_LEVEL_INVALID);
+		p->set_log_level(p->ctx, l);
+	}
+	/* the other keys name things this proxy does not have (mode,
+	 * allow-lan, ports: the config file's business): ignored */
+	r->status = 204;
+	return 0;
+}
+
+static int put_configs(const api_provider *p, const api_request *rq, api_response *r)
+{
+	const char *v;
+	size_t vn;
+	if (rq->body_len && object_find(rq->body, rq->body_len, "path", &v, &vn))
+		return message(r, 400, API_M_BODY_INVALID);
+	/* the body's path and payload are ignored: the file given with -c is
+	 * reloaded, as SIGHUP does (force=true or not) */
+	char err[1024];
+	if (p->reload(p->ctx, err, sizeof err)) {
+		r->status = 400;
+		return api_render_message(err, &r->body);
+	}
+	r->status = 204;
+	return 0;
+}
+
+static int stream(api_response *r, api_action a, const api_request *rq, const char *q, size_t qn)
+{
+	r->status = 200;
+	r->action = a;
+	r->websocket = rq->websocket;
+	if (a == API_STREAM_LOGS) {
+		char lv[16];
+		ssize_t n = query_get(q, qn, "level", lv, sizeof lv);
+		r->log_level = n == -1 ? LOG_LEVEL_INFO : n > 0 ? api_level_of(lv, (size_t)n) : -1;
+		if (r->log_level < 0)
+			goto bad;
+	}
+	int64_t iv = query_num(q, qn, "interval", API_INTERVAL_DEFAULT, API_INTERVAL_MIN,
+	                       API_INTERVAL_MAX);
+	if (iv < 0)
+		goto bad;
+	r->interval_ms = a == API_STREAM_TRAFFIC ? 1000 : (uint32_t)iv;
+	return 0;
+bad:
+	r->action = API_ANSWER;
+	r->websocket = false;
+	return message(r, 400, API_M_QUERY_INVALID);
+}
+
+static int route(const api_view *v, const api_provider *p, const api_request *rq, const char *path,
+                 const char *q, size_t qn, api_response *r)
+{
+	bool get = method_is(rq, "GET") || method_is(rq, "HEAD");
+	bool f = true;
+	if (strcmp(path, "/") == 0)
+		return !get ? not_allowed(r, "GET")
+		            : puts_(&r->body, "{") | key(&r->body, &f, "hello") |
+		                  putqs(&r->body, "etemenanki") | puts_(&r->body, "}");
+	if (strcmp(path, "/version") == 0)
+		return !get ? not_allowed(r, "GET")
+		            : puts_(&r->body, "{") | key(&r->body, &f, "version") |
+		                  putqs(&r->body, etm_version()) | key(&r->body, &f, "meta") |
+		                  puts_(&r->body, "false}");
+	if (strcmp(path, "/configs") == 0) {
+		if (get)
+			return get_configs(v, p, &r->body);
+		if (method_is(rq, "PATCH"))
+			return patch_configs(p, rq, r);
+		if (method_is(rq, "PUT"))
+			return put_configs(p, rq, r);
+		return not_allowed(r, "GET, PUT, PATCH");
+	}
+	if (strcmp(path, "/proxies") == 0)
+		return get ? get_proxies(v, p, &r->body) : not_allowed(r, "GET");
+	if (strncmp(path, "/proxies/", 9) == 0) {
+		char name[ETM_FLOW_NAME_MAX];
+		const char *n = path + 9, *slash = strchr(n, '/');
+		size_t nl = slash ? (size_t)(slash - n) : strlen(n);
+		if (nl == 0 || nl >= sizeof name || (slash && strcmp(slash, "/delay") != 0))
+			return message(r, 404, API_M_NOT_FOUND);
+		memcpy(name, n, nl);
+		name[nl] = '\0';
+		if (!get)
+			return not_allowed(r, "GET");
+		if (slash)
+			return delay(v, p, name, q, qn, r);
+		const api_outbound *o = find_outbound(v, name);
+		ssize_t bi = find_balancer(v, name);
+		if (o)
+			return proxy_outbound(v, p, o, &r->body);
+		if (bi >= 0)
+			return proxy_balancer(v, p, (size_t)bi, &r->body);
+		return message(r, 404, API_M_NOT_FOUND);
+	}
+	if (strcmp(path, "/connections") == 0) {
+		if (get && rq->websocket)
+			return stream(r, API_STREAM_CONNECTIONS, rq, q, qn);
+		if (get)
+			return api_render_connections(v, p, &r->body);
+		if (method_is(rq, "DELETE")) {
+			(void)p->kill_all(p->ctx);
+			r->status = 204;
+			return 0;
+		}
+		return not_allowed(r, "GET, DELETE");
+	}
+	if (strncmp(path, "/connections/", 13) == 0) {
+		const char *id = path + 13;
+		char *end;
+		unsigned long long n = strtoull(id, &end, 10);
+		if (!*id || *end || *id < '0' || *id > '9')
+			return message(r, 404, API_M_NOT_FOUND);
+		if (!method_is(rq, "DELETE"))
+			return not_allowed(r, "DELETE");
+		if (p->kill(p->ctx, n))
+			return message(r, 404, API_M_NOT_FOUND);
+		r->status = 204;
+		return 0;
+	}
+	if (strcmp(path, "/traffic") == 0)
+		return get ? stream(r, API_STREAM_TRAFFIC, rq, q, qn) : not_allowed(r, "GET");
+	if (strcmp(path, "/logs") == 0)
+		return get ? stream(r, API_STREAM_LOGS, rq, q, qn) : not_allowed(r, "GET");
+	if (strcmp(path, "/rules") == 0)
+		return get ? get_rules(v, &r->body) : not_allowed(r, "GET");
+	if (strcmp(path, "/users") == 0)
+		return get ? get_users(p, &r->body) : not_allowed(r, "GET");
+	if (strcmp(path, "/udp-lb") == 0)
+		return get ? get_udplb(p, &r->body) : not_allowed(r, "GET");
+	if (strcmp(path, "/metrics") == 0) {
+		if (!get)
+			return not_allowed(r, "GET");
+		r->text = true;
+		return p->metrics(p->ctx, &r->body);
+	}
+	return message(r, 404, API_M_NOT_FOUND);
+}
+
+void api_response_free(api_response *r)
+{
+	metrics_buf_free(&r->body);
+	*r = (api_response){0};
+}
+
+int api_handle(const api_view *v, const api_provider *p, const api_request *rq, api_response *r)
+{
+	*r = (api_response){.status = 200};
+	const char *t = rq->target, *qm = memchr(t, '?', rq->target_len);
+	size_t pn = qm ? (size_t)(qm - t) : rq->target_len;
+	const char *q = qm ? qm + 1 : "";
+	size_t qn = qm ? rq->target_len - pn - 1 : 0;
+	char path[1024];
+	int rc;
+	if (method_is(rq, "OPTIONS")) {
+		/* a CORS preflight carries no credentials (Fetch standard,
+		 * "CORS-preflight request"): answered for any path */
+		r->status = 204;
+		return 0;
+	}
+	if (!authorized(v, rq, q, qn))
+		rc = message(r, 401, API_M_UNAUTHORIZED);
+	else if (decode(t, pn, false, path, sizeof path) < 0 || path[0] != '/')
+		rc = message(r, 404, API_M_NOT_FOUND);
+	else
+		rc = route(v, p, rq, path, q, qn, r);
+	if (rc || r->body.failed) {
+		api_response_free(r);
+		return -1;
+	}
+	return 0;
+}
