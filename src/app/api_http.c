@@ -21,7 +21,7 @@ static const char *const msgs[API_HTTP_MSG_COUNT_] = {
 	[API_HTTP_SERVING] = "api: serving http://%s",
 	[API_HTTP_LISTEN] = "api: cannot listen on %s: %s",
 	[API_HTTP_NOMEM] = "api: out of memory",
-	[API_HTTP_FULL] = "api: %d connections open, closing a new one",
+	[API_HTTP_FULL] = "api: %d connections open, closing the oldest idle one or the new one",
 	[API_HTTP_REQUEST] = "api: %.*s %.*s: %d",
 };
 
@@ -795,6 +795,20 @@ static void on_connection(uv_stream_t *l, int status)
 	api_http *a = l->data;
 	if (status < 0)
 		return;
+	if (a->n_conns >= API_CONNS_MAX) {
+		/* the oldest idle connection makes room, so that a flood of idle
+		 * ones cannot lock a dashboard out; with none idle (all streams,
+		 * answers or probes) the new one goes */
+		aconn *idle = NULL;
+		for (aconn *c = a->conns; c; c = c->next)
+			if (c->mode == C_HTTP && !c->writing && !c->probe && !c->lingering)
+				idle = c; /* the list is newest first: the last is the oldest */
+		if (idle) {
+			conn_close(idle);
+			a->refused++;
+			log_debug("app", msgs[API_HTTP_FULL], API_CONNS_MAX);
+		}
+	}
 	if (a->n_conns >= API_CONNS_MAX) {
 		uv_tcp_t *t = malloc(sizeof *t);
 		if (!t || uv_tcp_init(l->loop, t)) {

@@ -10,8 +10,9 @@
 #include "app/metrics_http.h"
 #include "etemenanki/supervisor.h"
 
-/* Connections open at once; the next one is closed as soon as it is
- * accepted. A dashboard holds four or five (REST calls plus the
+/* Connections open at once. Past it a new one closes the oldest idle
+ * HTTP connection (no request being answered, no stream, no probe), or
+ * is closed itself when none is idle. A dashboard holds four or five (REST calls plus the
  * connections, traffic, logs and memory streams), a few tabs a few
  * times that; the bound keeps a flood of idle ones from costing the
  * control thread more than 64 small buffers. */
