@@ -1,7 +1,9 @@
 /* api_http.c - the [api] listen server: accepts, bounds and times out connections, reads request heads with proto/http_parse and Content-Length bodies, answers through app/api, and runs its streams (WebSocket with wslay, or chunked HTTP). */
 #include "app/api_http.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <openssl/evp.h>
 #include <openssl/sha.h>
 #include <pthread.h>
@@ -23,6 +25,8 @@ static const char *const msgs[API_HTTP_MSG_COUNT_] = {
 	[API_HTTP_NOMEM] = "api: out of memory",
 	[API_HTTP_FULL] = "api: %d connections open, closing the oldest idle one or the new one",
 	[API_HTTP_REQUEST] = "api: %.*s %.*s: %d",
+	[API_HTTP_KEEP_SECRET] = "reload: [api] secret removed while the API listens on %s, which "
+				 "is not loopback; the old secret stays until the next start",
 };
 
 const char *api_http_message(api_http_msg m)
@@ -85,6 +89,7 @@ struct aconn {
 	wslay_event_context_ptr ws;
 	probe *probe; /* a delay test this connection waits for */
 	bool closing, close_after, lingering, head_only;
+	bool ws_done; /* the close handshake is over: close once written */
 	int writing;   /* writes in flight */
 	size_t queued; /* their bytes */
 	int handles;
@@ -199,7 +204,7 @@ static void on_written(uv_write_t *req, int status)
 	free(w);
 	if (c->closing)
 		return;
-	if (status < 0) {
+	if (status < 0 || (c->ws_done && !c->writing)) {
 		conn_close(c);
 		return;
 	}
@@ -473,8 +478,13 @@ static void ws_feed(aconn *c)
 		return;
 	}
 	c->len = c->ws_off = 0;
-	if (!wslay_event_want_read(c->ws) && !wslay_event_want_write(c->ws))
-		conn_close(c);
+	/* after the close frames (RFC 6455 5.5.1) the connection goes once
+	 * its last bytes are written */
+	if (!wslay_event_want_read(c->ws) && !wslay_event_want_write(c->ws)) {
+		c->ws_done = true;
+		if (!c->writing)
+			conn_close(c);
+	}
 }
 
 /* Sec-WebSocket-Accept (RFC 6455 4.2.2 item 5.4). */
@@ -1039,8 +1049,29 @@ api_http *api_http_start(uv_loop_t *loop, const api_http_conf *conf, api_view *v
 	return a;
 }
 
+/* 127.0.0.0/8, ::1 and 127/8 mapped into IPv6 (as etm_spec_check). */
+static bool listen_is_loopback(const char *listen)
+{
+	struct sockaddr_storage ss;
+	if (etm_listen_addr_parse(listen, &ss))
+		return false;
+	if (ss.ss_family == AF_INET)
+		return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+	const struct in6_addr *a6 = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+	return IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+}
+
 void api_http_set_view(api_http *a, api_view *view)
 {
+	/* a reload may drop the secret together with a move to loopback,
+	 * which waits for the next start: until then this address keeps it */
+	if (!(view->secret && *view->secret) && a->view.secret && *a->view.secret &&
+	    !listen_is_loopback(a->listen)) {
+		log_warn("app", msgs[API_HTTP_KEEP_SECRET], a->listen);
+		free(view->secret);
+		view->secret = a->view.secret;
+		a->view.secret = NULL;
+	}
 	api_view_free(&a->view);
 	a->view = *view;
 	*view = (api_view){0};

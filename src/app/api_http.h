@@ -59,7 +59,11 @@ typedef struct api_http_conf {
 api_http *api_http_start(uv_loop_t *loop, const api_http_conf *conf, api_view *view, char *err,
                          size_t err_size);
 
-/* A reload applied: the API shows view from now on (taken over). */
+/* A reload applied: the API shows view from now on (taken over). A
+ * view without a secret keeps the running one while the API listens on
+ * a non-loopback address (logged: "reload: [api] secret removed while
+ * the API listens on <addr>, which is not loopback; the old secret stays
+ * until the next start"). */
 void api_http_set_view(api_http *a, api_view *view);
 
 /* Closes the listener, every connection and probe (run the loop once
@@ -73,6 +77,7 @@ typedef enum api_http_msg {
 	API_HTTP_NOMEM,
 	API_HTTP_FULL,
 	API_HTTP_REQUEST,
+	API_HTTP_KEEP_SECRET,
 	API_HTTP_MSG_COUNT_,
 } api_http_msg;
 const char *api_http_message(api_http_msg m);

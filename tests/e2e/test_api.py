@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxykit import EchoServer, LOOPBACK, Proxy, free_port, recv_exact, socks5_connect, \
     stop_cleanly
 
-SERVING = re.compile(r"INFO +app: api: serving http://127\.0\.0\.1:(\d+)$", re.M)
+SERVING = re.compile(r"INFO +app: api: serving http://(?:127\.0\.0\.1|0\.0\.0\.0):(\d+)$", re.M)
 CORS = {
     "access-control-allow-origin": "*",
     "access-control-allow-methods": "GET, POST, PUT, PATCH, DELETE",
@@ -195,6 +195,28 @@ def test_secret(api, echo):
                     pass
             assert e.value.status_code == 401
     arun(streams())
+
+
+def test_a_reload_rotates_the_secret_and_keeps_the_listen(api, echo):
+    a = api(config(echo.port, secret="one", api_listen="0.0.0.0:{api}"), secret="one")
+    cfg = a.proxy.cfg_path
+    text = cfg.read_text()
+    cfg.write_text(text.replace('secret = "one"', 'secret = "two"'))
+    assert a.call("PUT", "/configs?force=true", {"path": "", "payload": ""})[0] == 204
+    assert a.call("GET", "/version", token="one")[0] == 401
+    assert a.call("GET", "/version", token="two")[0] == 200
+    # dropping the secret with a move to loopback: the move waits for the
+    # next start, and the secret stays on the address still served
+    cfg.write_text(text.replace('secret = "one"\n', "")
+                   .replace(f'listen = "0.0.0.0:{a.port}"', f'listen = "127.0.0.1:{a.port}"'))
+    assert a.call("PUT", "/configs?force=true", token="two")[0] == 204
+    log = a.proxy.log()
+    assert (f"WARN  app: reload: [api] listen changed from 0.0.0.0:{a.port} to "
+            f"127.0.0.1:{a.port}; the API stays on 0.0.0.0:{a.port} until the next start") in log
+    assert (f"WARN  app: reload: [api] secret removed while the API listens on 0.0.0.0:{a.port}, "
+            "which is not loopback; the old secret stays until the next start") in log
+    assert a.call("GET", "/version", token=None)[0] == 401
+    assert a.call("GET", "/version", token="two")[0] == 200
 
 
 # ---------------------------------------------------------------- /configs
@@ -370,6 +392,18 @@ def test_idle_connections_stop_neither_flows_nor_calls(api, echo):
     finally:
         for c in idle:
             c.close()
+
+
+def test_an_idle_connection_is_closed(api, echo):
+    a = api(config(echo.port))
+    s = socket.create_connection((LOOPBACK, a.port), timeout=5)
+    s.sendall(b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert s.recv(4096).startswith(b"HTTP/1.1 200 OK\r\n")
+    t0 = time.monotonic()
+    s.settimeout(40)
+    assert s.recv(1) == b""
+    assert 29 <= time.monotonic() - t0 < 35  # API_IDLE_MS
+    s.close()
 
 
 # ---------------------------------------------------------------- streams and data
