@@ -238,7 +238,8 @@ static int send_pieces(aconn *c, const uv_buf_t *pieces, size_t n)
 	w->len = len;
 	w->req.data = w;
 	for (size_t i = 0, o = 0; i < n; o += pieces[i].len, i++)
-		memcpy(w->data + o, pieces[i].base, pieces[i].len);
+		if (pieces[i].len) /* an empty body's base may be NULL */
+			memcpy(w->data + o, pieces[i].base, pieces[i].len);
 	uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
 	if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written)) {
 		free(w);
