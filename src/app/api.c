@@ -679,6 +679,11 @@ int api_render_traffic(uint64_t up, uint64_t down, api_buf *b)
 	       puts_(b, "}");
 }
 
+int api_render_memory(uint64_t inuse, api_buf *b)
+{
+	return puts_(b, "{\"inuse\":") | putu(b, inuse) | puts_(b, ",\"oslimit\":0}");
+}
+
 int api_render_log(int level, const char *line, size_t len, api_buf *b)
 {
 	return puts_(b, "{\"type\":") | putqs(b, api_level_name(level)) |
@@ -905,7 +910,7 @@ static int stream(api_response *r, api_action a, const api_request *rq, const ch
 	                       API_INTERVAL_MAX);
 	if (iv < 0)
 		goto bad;
-	r->interval_ms = a == API_STREAM_TRAFFIC ? 1000 : (uint32_t)iv;
+	r->interval_ms = a == API_STREAM_TRAFFIC || a == API_STREAM_MEMORY ? 1000 : (uint32_t)iv;
 	return 0;
 bad:
 	r->action = API_ANSWER;
@@ -987,6 +992,12 @@ static int route(const api_view *v, const api_provider *p, const api_request *rq
 		return get ? stream(r, API_STREAM_TRAFFIC, rq, q, qn) : not_allowed(r, "GET");
 	if (strcmp(path, "/logs") == 0)
 		return get ? stream(r, API_STREAM_LOGS, rq, q, qn) : not_allowed(r, "GET");
+	if (strcmp(path, "/memory") == 0)
+		return get ? stream(r, API_STREAM_MEMORY, rq, q, qn) : not_allowed(r, "GET");
+	/* no proxy or rule providers here: dashboards list them, so an empty
+	 * set rather than a 404 */
+	if (strcmp(path, "/providers/proxies") == 0 || strcmp(path, "/providers/rules") == 0)
+		return get ? puts_(&r->body, "{\"providers\":{}}") : not_allowed(r, "GET");
 	if (strcmp(path, "/rules") == 0)
 		return get ? get_rules(v, &r->body) : not_allowed(r, "GET");
 	if (strcmp(path, "/users") == 0)

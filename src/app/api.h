@@ -137,6 +137,7 @@ typedef enum api_action {
 	API_STREAM_CONNECTIONS, /* api_render_connections every interval_ms */
 	API_STREAM_TRAFFIC,     /* api_render_traffic every second */
 	API_STREAM_LOGS,        /* api_render_log for each line at or above log_level */
+	API_STREAM_MEMORY,      /* api_render_memory every second */
 	API_DELAY,              /* TCP-connect to host:port, then api_render_delay */
 } api_action;
 
@@ -169,6 +170,8 @@ __attribute__((warn_unused_result)) int api_render_connections(const api_view *v
                                                                const api_provider *p,
                                                                api_buf *b);
 __attribute__((warn_unused_result)) int api_render_traffic(uint64_t up, uint64_t down, api_buf *b);
+/* {"inuse":bytes,"oslimit":0}: mihomo's /memory */
+__attribute__((warn_unused_result)) int api_render_memory(uint64_t inuse, api_buf *b);
 /* {"type":"info","payload":line}: level a LOG_LEVEL_*, line without its
  * newline */
 __attribute__((warn_unused_result)) int api_render_log(int level, const char *line, size_t len,

@@ -400,6 +400,8 @@ static void on_tick(uv_timer_t *t)
 		rc = api_render_traffic(up - c->last_up, down - c->last_down, &b);
 		c->last_up = up;
 		c->last_down = down;
+	} else if (c->stream == API_STREAM_MEMORY) {
+		rc = api_render_memory(a->prov.memory(a->prov.ctx), &b);
 	} else {
 		rc = api_render_connections(&a->view, &a->prov, &b);
 	}
@@ -421,7 +423,9 @@ static void stream_start(aconn *c, const api_response *r)
 	}
 	if (r->action == API_STREAM_TRAFFIC)
 		a->prov.traffic(a->prov.ctx, &c->last_up, &c->last_down);
-	uv_timer_start(&c->timer, on_tick, r->action == API_STREAM_CONNECTIONS ? 0 : c->interval_ms,
+	/* the lists and the memory at once, as mihomo; traffic once there is
+	 * a second to measure */
+	uv_timer_start(&c->timer, on_tick, r->action == API_STREAM_TRAFFIC ? c->interval_ms : 0,
 	               c->interval_ms);
 }
 

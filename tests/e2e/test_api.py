@@ -174,6 +174,22 @@ def test_not_loopback_without_secret_is_refused(run, tmp_path):
     assert r.returncode == 0 and r.stdout == "Configuration OK.\n", r.stderr
 
 
+def test_an_address_in_use_fails_the_start(run, tmp_path):
+    taken = socket.socket()
+    taken.bind((LOOPBACK, 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(config(api_listen=f"127.0.0.1:{port}").replace("{port0}", str(free_port())))
+        r = run("-c", str(cfg))
+        assert r.returncode == 1
+        assert r.stderr.endswith(f"failed to start: api: cannot listen on 127.0.0.1:{port}: "
+                                 "address already in use\n"), r.stderr
+    finally:
+        taken.close()
+
+
 def test_secret(api, echo):
     a = api(config(echo.port, secret="s3cret"), secret="s3cret")
     unauthorized = {"message": "Unauthorized"}
@@ -423,6 +439,9 @@ def test_streams_and_our_endpoints(api, echo):
                 m = json.loads(await w.recv())
                 assert set(m) == {"downloadTotal", "uploadTotal", "connections", "memory"}
             assert time.monotonic() - t0 < 2
+        async with a.ws("/memory") as w:
+            m = json.loads(await w.recv())
+            assert set(m) == {"inuse", "oslimit"} and m["inuse"] > 1 << 20
     arun(streams())
 
     # /traffic as chunked HTTP, one JSON text a line
@@ -444,6 +463,7 @@ def test_streams_and_our_endpoints(api, echo):
     assert c["memory"] > 1 << 20
     assert a.get("/users") == {"users": a.get("/users")["users"]}
     assert a.get("/udp-lb") == {"udp_lb": []}
+    assert a.get("/providers/proxies") == {"providers": {}}
     text = a.get("/metrics")
     fams = {f.name for f in text_string_to_metric_families(text)}
     assert "etemenanki_build_info" in fams and "etemenanki_flows_open" in fams

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "app/api.h"
+#include "app/api_http.h"
 #include "base/log.h"
 #include "specload.h"
 
@@ -258,6 +259,23 @@ static void test_messages(void **state)
 	assert_string_equal(api_reason(413), "Content Too Large");
 	assert_string_equal(api_reason(504), "Gateway Timeout");
 	assert_string_equal(api_reason(999), "");
+}
+
+static void test_server_messages(void **state)
+{
+	(void)state;
+	const char *want[API_HTTP_MSG_COUNT_] = {
+		"api: serving http://%s",
+		"api: cannot listen on %s: %s",
+		"api: out of memory",
+		"api: %d connections open, closing the oldest idle one or the new one",
+		"api: %.*s %.*s: %d",
+		"reload: [api] secret removed while the API listens on %s, which is not loopback; the "
+		"old secret stays until the next start",
+	};
+	for (int i = 0; i < API_HTTP_MSG_COUNT_; i++)
+		assert_string_equal(api_http_message((api_http_msg)i), want[i]);
+	assert_string_equal(api_http_message(API_HTTP_MSG_COUNT_), "");
 }
 
 static void test_levels(void **state)
@@ -567,7 +585,17 @@ static void test_streams(void **state)
 	assert_int_equal(r.action, API_ANSWER);
 	api_response_free(&r);
 
+	r = call_body("GET", "/memory", NULL, true, NULL);
+	assert_int_equal(r.action, API_STREAM_MEMORY);
+	assert_int_equal(r.interval_ms, 1000);
+	api_response_free(&r);
+	expect("GET", "/providers/proxies", 200, "{\"providers\":{}}");
+	expect("GET", "/providers/rules", 200, "{\"providers\":{}}");
+
 	api_buf b = {0};
+	assert_int_equal(api_render_memory(8192, &b), 0);
+	assert_string_equal(b.p, "{\"inuse\":8192,\"oslimit\":0}");
+	metrics_buf_free(&b);
 	assert_int_equal(api_render_traffic(1, 2, &b), 0);
 	assert_string_equal(b.p, "{\"up\":1,\"down\":2}");
 	metrics_buf_free(&b);
@@ -625,6 +653,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_messages),
 		cmocka_unit_test(test_levels),
+		cmocka_unit_test(test_server_messages),
 		cmocka_unit_test_setup_teardown(test_hello_version, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_secret, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_configs, setup, teardown),
