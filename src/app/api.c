@@ -1,33 +1,31 @@
 /* api.c - the admin API's routes and JSON (Clash's shapes, docs/api.md): a request and a provider in, a status and a body out. */
 #include "app/api.h"
+#include "app/api_json.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/types.h>
-#include <time.h>
 
-#include "base/json.h"
 #include "base/log.h"
 #include "etemenanki/etemenanki.h"
 
 static const char *const msgs[API_M_COUNT_] = {
-	[API_M_UNAUTHORIZED] = "Unauthorized",
-	[API_M_NOT_FOUND] = "resource not found",
-	[API_M_METHOD] = "method not allowed",
-	[API_M_BODY_INVALID] = "Body invalid",
-	[API_M_QUERY_INVALID] = "query parameter invalid",
-	[API_M_LEVEL_INVALID] = "log-level must be silent, error, warning, info or debug",
-	[API_M_TOO_LARGE] = "request body over 65536 bytes",
-	[API_M_HEAD_TOO_LARGE] = "request head over 16384 bytes",
-	[API_M_BAD_REQUEST] = "bad request",
-	[API_M_VERSION] = "only HTTP/1.x is served",
-	[API_M_NOMEM] = "out of memory",
-	[API_M_TIMEOUT] = "Timeout",
-	[API_M_DELAY_FAILED] = "An error occurred in the delay test",
-	[API_M_BUSY] = "too many delay tests at once",
+        [API_M_UNAUTHORIZED] = "Unauthorized",
+        [API_M_NOT_FOUND] = "resource not found",
+        [API_M_METHOD] = "method not allowed",
+        [API_M_BODY_INVALID] = "Body invalid",
+        [API_M_QUERY_INVALID] = "query parameter invalid",
+        [API_M_LEVEL_INVALID] = "log-level must be silent, error, warning, info or debug",
+        [API_M_TOO_LARGE] = "request body over 65536 bytes",
+        [API_M_HEAD_TOO_LARGE] = "request head over 16384 bytes",
+        [API_M_BAD_REQUEST] = "bad request",
+        [API_M_VERSION] = "only HTTP/1.x is served",
+        [API_M_NOMEM] = "out of memory",
+        [API_M_TIMEOUT] = "Timeout",
+        [API_M_DELAY_FAILED] = "An error occurred in the delay test",
+        [API_M_BUSY] = "too many delay tests at once",
 };
 _Static_assert(API_BODY_MAX == 65536, "the 413 message names the bound");
 
@@ -38,19 +36,19 @@ static const struct {
 	int status;
 	const char *reason;
 } REASONS[] = {
-	{101, "Switching Protocols"},
-	{200, "OK"},
-	{204, "No Content"},
-	{400, "Bad Request"},
-	{401, "Unauthorized"},
-	{404, "Not Found"},
-	{405, "Method Not Allowed"},
-	{413, "Content Too Large"},
-	{431, "Request Header Fields Too Large"},
-	{500, "Internal Server Error"},
-	{503, "Service Unavailable"},
-	{504, "Gateway Timeout"},
-	{505, "HTTP Version Not Supported"},
+        {101, "Switching Protocols"},
+        {200, "OK"},
+        {204, "No Content"},
+        {400, "Bad Request"},
+        {401, "Unauthorized"},
+        {404, "Not Found"},
+        {405, "Method Not Allowed"},
+        {413, "Content Too Large"},
+        {431, "Request Header Fields Too Large"},
+        {500, "Internal Server Error"},
+        {503, "Service Unavailable"},
+        {504, "Gateway Timeout"},
+        {505, "HTTP Version Not Supported"},
 };
 
 const char *api_reason(int status)
@@ -61,100 +59,15 @@ const char *api_reason(int status)
 	return "";
 }
 
-/* ---- writing JSON ---- */
-
-static int put(api_buf *b, const char *s, size_t n)
-{
-	if (b->failed)
-		return -1;
-	if (n + 1 > b->cap - b->len || !b->p) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->len + n + 1) {
-			if (cap > SIZE_MAX / 2) {
-				b->failed = 1;
-				return -1;
-			}
-			cap *= 2;
-		}
-		char *p = realloc(b->p, cap);
-		if (!p) {
-			b->failed = 1;
-			return -1;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-	return 0;
-}
-
-static int puts_(api_buf *b, const char *s) { return put(b, s, strlen(s)); }
-
-static int putu(api_buf *b, uint64_t v)
-{
-	char t[24];
-	int n = snprintf(t, sizeof t, "%" PRIu64, v);
-	return put(b, t, (size_t)n);
-}
-
-static int puti(api_buf *b, int64_t v)
-{
-	char t[24];
-	int n = snprintf(t, sizeof t, "%" PRId64, v);
-	return put(b, t, (size_t)n);
-}
-
-/* A JSON string: base/json.c's escaping, a piece at a time. */
-static int putq(api_buf *b, const char *s, size_t n)
-{
-	char t[JSON_ESCAPE_MAX * 64 + 1];
-	if (put(b, "\"", 1))
-		return -1;
-	while (n) {
-		size_t take = n < 64 ? n : 64;
-		/* cut before a UTF-8 continuation, so no character is split */
-		while (take < n && take > 1 && ((unsigned char)s[take] & 0xC0) == 0x80)
-			take--;
-		size_t w = json_escape(t, sizeof t, s, take);
-		if (put(b, t, w))
-			return -1;
-		s += take;
-		n -= take;
-	}
-	return put(b, "\"", 1);
-}
-
-static int putqs(api_buf *b, const char *s) { return putq(b, s ? s : "", s ? strlen(s) : 0); }
-
-/* "key": with the comma before it unless first */
-static int key(api_buf *b, bool *first, const char *k)
-{
-	int rc = *first ? 0 : put(b, ",", 1);
-	*first = false;
-	return rc | putqs(b, k) | put(b, ":", 1);
-}
-
 int api_render_message(const char *text, api_buf *b)
 {
-	return puts_(b, "{\"message\":") | putqs(b, text) | puts_(b, "}");
+	return api_json_puts(b, "{\"message\":") | api_json_str(b, text) | api_json_puts(b, "}");
 }
 
 static int message(api_response *r, int status, api_msg m)
 {
 	r->status = status;
 	return api_render_message(msgs[m], &r->body);
-}
-
-/* RFC 3339 UTC with milliseconds, as Clash writes times. */
-static int put_time(api_buf *b, uint64_t unix_ms)
-{
-	struct timespec ts = {.tv_sec = (time_t)(unix_ms / 1000),
-	                      .tv_nsec = (long)(unix_ms % 1000) * 1000000L};
-	char t[LOG_TIME_MAX];
-	size_t n = log_format_time(&ts, t, sizeof t);
-	return put(b, "\"", 1) | put(b, t, n) | put(b, "\"", 1);
 }
 
 /* ---- names ---- */
@@ -178,8 +91,10 @@ int api_level_of(const char *s, size_t n)
 	static const struct {
 		const char *name;
 		int level;
-	} L[] = {{"silent", LOG_LEVEL_ERROR}, {"error", LOG_LEVEL_ERROR},
-	         {"warning", LOG_LEVEL_WARN}, {"info", LOG_LEVEL_INFO},
+	} L[] = {{"silent", LOG_LEVEL_ERROR},
+	         {"error", LOG_LEVEL_ERROR},
+	         {"warning", LOG_LEVEL_WARN},
+	         {"info", LOG_LEVEL_INFO},
 	         {"debug", LOG_LEVEL_DEBUG}};
 	for (size_t i = 0; i < sizeof L / sizeof *L; i++)
 		if (strlen(L[i].name) == n && memcmp(L[i].name, s, n) == 0)
@@ -325,166 +240,6 @@ static bool authorized(const api_view *v, const api_request *r, const char *q, s
 	return false;
 }
 
-/* ---- JSON in: PATCH and PUT /configs bodies ---- */
-
-static void ws(const char *s, size_t n, size_t *i)
-{
-	while (*i < n && (s[*i] == ' ' || s[*i] == '\t' || s[*i] == '\n' || s[*i] == '\r'))
-		(*i)++;
-}
-
-/* Nesting a body may have; a dashboard's config payload is a few deep. */
-#define JSON_DEPTH_MAX 32
-
-/* Skips one JSON value (RFC 8259), checking its syntax. 0 or -1. */
-static int skip_value(const char *s, size_t n, size_t *i, int depth);
-
-static int skip_string(const char *s, size_t n, size_t *i)
-{
-	if (*i >= n || s[*i] != '"')
-		return -1;
-	for ((*i)++; *i < n; (*i)++) {
-		unsigned char c = (unsigned char)s[*i];
-		if (c == '"') {
-			(*i)++;
-			return 0;
-		}
-		if (c < 0x20)
-			return -1;
-		if (c == '\\') {
-			if (++*i >= n)
-				return -1;
-			if (s[*i] == 'u') {
-				for (int k = 0; k < 4; k++)
-					if (++*i >= n || hex(s[*i]) < 0)
-						return -1;
-			} else if (!strchr("\"\\/bfnrt", s[*i])) {
-				return -1;
-			}
-		}
-	}
-	return -1;
-}
-
-static int skip_value(const char *s, size_t n, size_t *i, int depth)
-{
-	ws(s, n, i);
-	if (*i >= n || depth > JSON_DEPTH_MAX)
-		return -1;
-	char c = s[*i];
-	if (c == '"')
-		return skip_string(s, n, i);
-	if (c == '{' || c == '[') {
-		char close = c == '{' ? '}' : ']';
-		(*i)++;
-		ws(s, n, i);
-		if (*i < n && s[*i] == close) {
-			(*i)++;
-			return 0;
-		}
-		for (;;) {
-			if (c == '{') {
-				ws(s, n, i);
-				if (skip_string(s, n, i))
-					return -1;
-				ws(s, n, i);
-				if (*i >= n || s[(*i)++] != ':')
-					return -1;
-			}
-			if (skip_value(s, n, i, depth + 1))
-				return -1;
-			ws(s, n, i);
-			if (*i >= n)
-				return -1;
-			if (s[*i] == ',') {
-				(*i)++;
-				continue;
-			}
-			if (s[(*i)++] != close)
-				return -1;
-			return 0;
-		}
-	}
-	static const char *const words[] = {"true", "false", "null"};
-	for (size_t w = 0; w < 3; w++) {
-		size_t l = strlen(words[w]);
-		if (n - *i >= l && memcmp(s + *i, words[w], l) == 0) {
-			*i += l;
-			return 0;
-		}
-	}
-	/* a number: -? int frac? exp? */
-	size_t st = *i;
-	if (s[*i] == '-')
-		(*i)++;
-	size_t d = *i;
-	while (*i < n && s[*i] >= '0' && s[*i] <= '9')
-		(*i)++;
-	if (*i == d)
-		return -1;
-	if (*i < n && s[*i] == '.') {
-		d = ++*i;
-		while (*i < n && s[*i] >= '0' && s[*i] <= '9')
-			(*i)++;
-		if (*i == d)
-			return -1;
-	}
-	if (*i < n && (s[*i] == 'e' || s[*i] == 'E')) {
-		(*i)++;
-		if (*i < n && (s[*i] == '+' || s[*i] == '-'))
-			(*i)++;
-		d = *i;
-		while (*i < n && s[*i] >= '0' && s[*i] <= '9')
-			(*i)++;
-		if (*i == d)
-			return -1;
-	}
-	return *i > st ? 0 : -1;
-}
-
-/* Checks that s[0, n) is one JSON object and finds the string value of
- * its top-level key k (raw, escapes kept) into *v / *vn (NULL when
- * absent or not a string). 0, or -1 when it is not an object. */
-static int object_find(const char *s, size_t n, const char *k, const char **v, size_t *vn)
-{
-	size_t i = 0, kl = strlen(k);
-	*v = NULL;
-	*vn = 0;
-	ws(s, n, &i);
-	if (i >= n || s[i] != '{')
-		return -1;
-	size_t end = i;
-	if (skip_value(s, n, &end, 0))
-		return -1;
-	size_t rest = end;
-	ws(s, n, &rest);
-	if (rest != n)
-		return -1;
-	i++;
-	for (;;) {
-		ws(s, n, &i);
-		if (s[i] == '}')
-			return 0;
-		size_t ks = i;
-		if (skip_string(s, n, &i))
-			return -1;
-		bool match = i - ks - 2 == kl && memcmp(s + ks + 1, k, kl) == 0;
-		ws(s, n, &i);
-		i++; /* ':' (checked above) */
-		ws(s, n, &i);
-		size_t vs = i;
-		if (skip_value(s, n, &i, 1))
-			return -1;
-		if (match && s[vs] == '"') {
-			*v = s + vs + 1;
-			*vn = i - vs - 2;
-		}
-		ws(s, n, &i);
-		if (s[i] == ',')
-			i++;
-	}
-}
-
 /* ---- the endpoints ---- */
 
 static int get_configs(const api_view *v, const api_provider *p, api_buf *b)
@@ -503,13 +258,16 @@ static int get_configs(const api_view *v, const api_provider *p, api_buf *b)
 			lan |= !in->loopback;
 	}
 	bool f = true;
-	return puts_(b, "{") | key(b, &f, "port") | putu(b, port) | key(b, &f, "socks-port") |
-	       putu(b, socks) | key(b, &f, "mixed-port") | putu(b, mixed) |
-	       key(b, &f, "redir-port") | putu(b, 0) | key(b, &f, "tproxy-port") | putu(b, 0) |
-	       key(b, &f, "allow-lan") | puts_(b, lan ? "true" : "false") | key(b, &f, "mode") |
-	       putqs(b, "rule") | key(b, &f, "log-level") |
-	       putqs(b, api_level_name(p->log_level(p->ctx))) | key(b, &f, "ipv6") |
-	       puts_(b, "true") | puts_(b, "}");
+	return api_json_puts(b, "{") | api_json_key(b, &f, "port") | api_json_u64(b, port) |
+	       api_json_key(b, &f, "socks-port") | api_json_u64(b, socks) |
+	       api_json_key(b, &f, "mixed-port") | api_json_u64(b, mixed) |
+	       api_json_key(b, &f, "redir-port") | api_json_u64(b, 0) |
+	       api_json_key(b, &f, "tproxy-port") | api_json_u64(b, 0) |
+	       api_json_key(b, &f, "allow-lan") | api_json_puts(b, lan ? "true" : "false") |
+	       api_json_key(b, &f, "mode") | api_json_str(b, "rule") |
+	       api_json_key(b, &f, "log-level") |
+	       api_json_str(b, api_level_name(p->log_level(p->ctx))) | api_json_key(b, &f, "ipv6") |
+	       api_json_puts(b, "true") | api_json_puts(b, "}");
 }
 
 static const api_outbound *find_outbound(const api_view *v, const char *name)
@@ -545,7 +303,7 @@ static const char *now_of(const api_view *v, const api_provider *p, size_t bi)
  * it and was probed. */
 static int history(const api_view *v, const api_provider *p, const char *name, api_buf *b)
 {
-	int rc = puts_(b, "[");
+	int rc = api_json_puts(b, "[");
 	for (size_t i = 0; i < v->n_balancers; i++)
 		for (size_t j = 0; j < v->balancers[i].n_members; j++) {
 			int64_t delay;
@@ -554,11 +312,12 @@ static int history(const api_view *v, const api_provider *p, const char *name, a
 			    p->member_probe(p->ctx, i, j, &delay, &when) || when == 0 || delay < 0)
 				continue;
 			bool f = true;
-			rc |= puts_(b, "{") | key(b, &f, "time") | put_time(b, when) |
-			      key(b, &f, "delay") | puti(b, delay) | puts_(b, "}");
-			return rc | puts_(b, "]");
+			rc |= api_json_puts(b, "{") | api_json_key(b, &f, "time") |
+			      api_json_time(b, when) | api_json_key(b, &f, "delay") |
+			      api_json_i64(b, delay) | api_json_puts(b, "}");
+			return rc | api_json_puts(b, "]");
 		}
-	return rc | puts_(b, "]");
+	return rc | api_json_puts(b, "]");
 }
 
 static bool udp_of(etm_protocol pr) { return pr != ETM_PROTO_HTTP; }
@@ -567,9 +326,11 @@ static int proxy_outbound(const api_view *v, const api_provider *p, const api_ou
                           api_buf *b)
 {
 	bool f = true;
-	return puts_(b, "{") | key(b, &f, "name") | putqs(b, o->tag) | key(b, &f, "type") |
-	       putqs(b, type_of(o->protocol)) | key(b, &f, "history") | history(v, p, o->tag, b) |
-	       key(b, &f, "udp") | puts_(b, udp_of(o->protocol) ? "true" : "false") | puts_(b, "}");
+	return api_json_puts(b, "{") | api_json_key(b, &f, "name") | api_json_str(b, o->tag) |
+	       api_json_key(b, &f, "type") | api_json_str(b, type_of(o->protocol)) |
+	       api_json_key(b, &f, "history") | history(v, p, o->tag, b) |
+	       api_json_key(b, &f, "udp") |
+	       api_json_puts(b, udp_of(o->protocol) ? "true" : "false") | api_json_puts(b, "}");
 }
 
 /* A failover balancer is Clash's Fallback (it names the member in use,
@@ -579,80 +340,92 @@ static int proxy_balancer(const api_view *v, const api_provider *p, size_t bi, a
 	const api_balancer *bal = &v->balancers[bi];
 	bool fallback = bal->strategy == ETM_STRATEGY_FAILOVER;
 	bool f = true, udp = false;
-	int rc = puts_(b, "{") | key(b, &f, "name") | putqs(b, bal->tag) | key(b, &f, "type") |
-	         putqs(b, fallback ? "Fallback" : "LoadBalance");
+	int rc = api_json_puts(b, "{") | api_json_key(b, &f, "name") | api_json_str(b, bal->tag) |
+	         api_json_key(b, &f, "type") |
+	         api_json_str(b, fallback ? "Fallback" : "LoadBalance");
 	if (fallback)
-		rc |= key(b, &f, "now") | putqs(b, now_of(v, p, bi));
-	rc |= key(b, &f, "all") | puts_(b, "[");
+		rc |= api_json_key(b, &f, "now") | api_json_str(b, now_of(v, p, bi));
+	rc |= api_json_key(b, &f, "all") | api_json_puts(b, "[");
 	for (size_t j = 0; j < bal->n_members; j++) {
-		rc |= (j ? puts_(b, ",") : 0) | putqs(b, bal->members[j]);
+		rc |= (j ? api_json_puts(b, ",") : 0) | api_json_str(b, bal->members[j]);
 		const api_outbound *o = find_outbound(v, bal->members[j]);
 		udp |= o && udp_of(o->protocol);
 	}
-	return rc | puts_(b, "]") | key(b, &f, "history") | puts_(b, "[]") | key(b, &f, "udp") |
-	       puts_(b, udp ? "true" : "false") | puts_(b, "}");
+	return rc | api_json_puts(b, "]") | api_json_key(b, &f, "history") |
+	       api_json_puts(b, "[]") | api_json_key(b, &f, "udp") |
+	       api_json_puts(b, udp ? "true" : "false") | api_json_puts(b, "}");
 }
 
 static int get_proxies(const api_view *v, const api_provider *p, api_buf *b)
 {
-	int rc = puts_(b, "{\"proxies\":{");
+	int rc = api_json_puts(b, "{\"proxies\":{");
 	bool f = true;
 	for (size_t i = 0; i < v->n_outbounds; i++)
-		rc |= key(b, &f, v->outbounds[i].tag) | proxy_outbound(v, p, &v->outbounds[i], b);
+		rc |= api_json_key(b, &f, v->outbounds[i].tag) |
+		      proxy_outbound(v, p, &v->outbounds[i], b);
 	for (size_t i = 0; i < v->n_balancers; i++)
-		rc |= key(b, &f, v->balancers[i].tag) | proxy_balancer(v, p, i, b);
-	return rc | puts_(b, "}}");
+		rc |= api_json_key(b, &f, v->balancers[i].tag) | proxy_balancer(v, p, i, b);
+	return rc | api_json_puts(b, "}}");
 }
 
 static int rule_json(api_buf *b, const char *type, const char *payload, const char *proxy)
 {
 	bool f = true;
-	return puts_(b, "{") | key(b, &f, "type") | putqs(b, type) | key(b, &f, "payload") |
-	       putqs(b, payload) | key(b, &f, "proxy") | putqs(b, proxy) | puts_(b, "}");
+	return api_json_puts(b, "{") | api_json_key(b, &f, "type") | api_json_str(b, type) |
+	       api_json_key(b, &f, "payload") | api_json_str(b, payload) |
+	       api_json_key(b, &f, "proxy") | api_json_str(b, proxy) | api_json_puts(b, "}");
 }
 
 static int get_rules(const api_view *v, api_buf *b)
 {
-	int rc = puts_(b, "{\"rules\":[");
+	int rc = api_json_puts(b, "{\"rules\":[");
 	for (size_t i = 0; i < v->n_rules; i++)
 		rc |= rule_json(b, v->rules[i].type, v->rules[i].payload, v->rules[i].proxy) |
-		      puts_(b, ",");
+		      api_json_puts(b, ",");
 	/* the default route, as Clash ends its list with MATCH */
-	return rc | rule_json(b, "Match", "", v->default_tag) | puts_(b, "]}");
+	return rc | rule_json(b, "Match", "", v->default_tag) | api_json_puts(b, "]}");
 }
 
 static int connection(const api_view *v, const etm_flow *fl, api_buf *b)
 {
 	bool f = true, m = true;
 	char port[8];
-	int rc = puts_(b, "{") | key(b, &f, "id") | put(b, "\"", 1) | putu(b, fl->id) |
-	         put(b, "\"", 1) | key(b, &f, "metadata") | puts_(b, "{");
-	rc |= key(b, &m, "network") | putqs(b, fl->udp ? "udp" : "tcp") | key(b, &m, "type") |
-	      putqs(b, fl->inbound) | key(b, &m, "sourceIP") | putqs(b, fl->src_ip) |
-	      key(b, &m, "destinationIP") | putqs(b, fl->dst_ip);
+	int rc = api_json_puts(b, "{") | api_json_key(b, &f, "id") | api_json_put(b, "\"", 1) |
+	         api_json_u64(b, fl->id) | api_json_put(b, "\"", 1) |
+	         api_json_key(b, &f, "metadata") | api_json_puts(b, "{");
+	rc |= api_json_key(b, &m, "network") | api_json_str(b, fl->udp ? "udp" : "tcp") |
+	      api_json_key(b, &m, "type") | api_json_str(b, fl->inbound) |
+	      api_json_key(b, &m, "sourceIP") | api_json_str(b, fl->src_ip) |
+	      api_json_key(b, &m, "destinationIP") | api_json_str(b, fl->dst_ip);
 	/* ports are strings in mihomo's metadata */
 	snprintf(port, sizeof port, "%u", fl->src_port);
-	rc |= key(b, &m, "sourcePort") | putqs(b, port);
+	rc |= api_json_key(b, &m, "sourcePort") | api_json_str(b, port);
 	snprintf(port, sizeof port, "%u", fl->dst_port);
-	rc |= key(b, &m, "destinationPort") | putqs(b, port) | key(b, &m, "host") |
-	      putqs(b, fl->dst_host[0] ? fl->dst_host : fl->sniffed) | key(b, &m, "dnsMode") |
-	      putqs(b, "normal") | key(b, &m, "processPath") | putqs(b, "") |
-	      key(b, &m, "specialProxy") | putqs(b, "") | key(b, &m, "inboundUser") |
-	      putqs(b, fl->user) | puts_(b, "}");
-	rc |= key(b, &f, "upload") | putu(b, fl->up) | key(b, &f, "download") | putu(b, fl->down) |
-	      key(b, &f, "start") | put_time(b, fl->start_ms) | key(b, &f, "chains") | puts_(b, "[");
+	rc |= api_json_key(b, &m, "destinationPort") | api_json_str(b, port) |
+	      api_json_key(b, &m, "host") |
+	      api_json_str(b, fl->dst_host[0] ? fl->dst_host : fl->sniffed) |
+	      api_json_key(b, &m, "dnsMode") | api_json_str(b, "normal") |
+	      api_json_key(b, &m, "processPath") | api_json_str(b, "") |
+	      api_json_key(b, &m, "specialProxy") | api_json_str(b, "") |
+	      api_json_key(b, &m, "inboundUser") | api_json_str(b, fl->user) |
+	      api_json_puts(b, "}");
+	rc |= api_json_key(b, &f, "upload") | api_json_u64(b, fl->up) |
+	      api_json_key(b, &f, "download") | api_json_u64(b, fl->down) |
+	      api_json_key(b, &f, "start") | api_json_time(b, fl->start_ms) |
+	      api_json_key(b, &f, "chains") | api_json_puts(b, "[");
 	/* Clash lists the proxy that carries the flow first and the groups
 	 * that chose it after */
 	if (fl->member[0])
-		rc |= putqs(b, fl->member) | puts_(b, ",");
-	rc |= putqs(b, fl->outbound) | puts_(b, "]");
+		rc |= api_json_str(b, fl->member) | api_json_puts(b, ",");
+	rc |= api_json_str(b, fl->outbound) | api_json_puts(b, "]");
 	const char *type = "Match", *payload = "";
 	if (fl->rule >= 0 && (size_t)fl->rule < v->n_rules) {
 		type = v->rules[fl->rule].type;
 		payload = v->rules[fl->rule].payload;
 	}
-	return rc | key(b, &f, "rule") | putqs(b, type) | key(b, &f, "rulePayload") |
-	       putqs(b, payload) | puts_(b, "}");
+	return rc | api_json_key(b, &f, "rule") | api_json_str(b, type) |
+	       api_json_key(b, &f, "rulePayload") | api_json_str(b, payload) |
+	       api_json_puts(b, "}");
 }
 
 int api_render_connections(const api_view *v, const api_provider *p, api_buf *b)
@@ -663,43 +436,45 @@ int api_render_connections(const api_view *v, const api_provider *p, api_buf *b)
 	uint64_t up = 0, down = 0;
 	p->traffic(p->ctx, &up, &down);
 	bool f = true;
-	int rc = puts_(b, "{") | key(b, &f, "downloadTotal") | putu(b, down) |
-	         key(b, &f, "uploadTotal") | putu(b, up) | key(b, &f, "connections") |
-	         puts_(b, "[");
+	int rc = api_json_puts(b, "{") | api_json_key(b, &f, "downloadTotal") |
+	         api_json_u64(b, down) | api_json_key(b, &f, "uploadTotal") | api_json_u64(b, up) |
+	         api_json_key(b, &f, "connections") | api_json_puts(b, "[");
 	for (size_t i = 0; i < l.n; i++)
-		rc |= (i ? puts_(b, ",") : 0) | connection(v, &l.v[i], b);
+		rc |= (i ? api_json_puts(b, ",") : 0) | connection(v, &l.v[i], b);
 	etm_flow_list_free(&l);
-	return rc | puts_(b, "]") | key(b, &f, "memory") | putu(b, p->memory(p->ctx)) |
-	       puts_(b, "}");
+	return rc | api_json_puts(b, "]") | api_json_key(b, &f, "memory") |
+	       api_json_u64(b, p->memory(p->ctx)) | api_json_puts(b, "}");
 }
 
 int api_render_traffic(uint64_t up, uint64_t down, api_buf *b)
 {
-	return puts_(b, "{\"up\":") | putu(b, up) | puts_(b, ",\"down\":") | putu(b, down) |
-	       puts_(b, "}");
+	return api_json_puts(b, "{\"up\":") | api_json_u64(b, up) | api_json_puts(b, ",\"down\":") |
+	       api_json_u64(b, down) | api_json_puts(b, "}");
 }
 
 int api_render_memory(uint64_t inuse, api_buf *b)
 {
-	return puts_(b, "{\"inuse\":") | putu(b, inuse) | puts_(b, ",\"oslimit\":0}");
+	return api_json_puts(b, "{\"inuse\":") | api_json_u64(b, inuse) |
+	       api_json_puts(b, ",\"oslimit\":0}");
 }
 
 int api_render_log(int level, const char *line, size_t len, api_buf *b)
 {
-	return puts_(b, "{\"type\":") | putqs(b, api_level_name(level)) |
-	       puts_(b, ",\"payload\":") | putq(b, line, len) | puts_(b, "}");
+	return api_json_puts(b, "{\"type\":") | api_json_str(b, api_level_name(level)) |
+	       api_json_puts(b, ",\"payload\":") | api_json_strn(b, line, len) |
+	       api_json_puts(b, "}");
 }
 
 int api_render_delay(int64_t delay_ms, int *status, api_buf *b)
 {
 	if (delay_ms >= 0) {
 		*status = 200;
-		return puts_(b, "{\"delay\":") | puti(b, delay_ms) | puts_(b, "}");
+		return api_json_puts(b, "{\"delay\":") | api_json_i64(b, delay_ms) |
+		       api_json_puts(b, "}");
 	}
 	*status = delay_ms == API_DELAY_TIMEOUT ? 504 : 503;
-	return api_render_message(msgs[delay_ms == API_DELAY_TIMEOUT ? API_M_TIMEOUT
-	                                                             : API_M_DELAY_FAILED],
-	                          b);
+	return api_render_message(
+	        msgs[delay_ms == API_DELAY_TIMEOUT ? API_M_TIMEOUT : API_M_DELAY_FAILED], b);
 }
 
 static int get_users(const api_provider *p, api_buf *b)
@@ -707,22 +482,25 @@ static int get_users(const api_provider *p, api_buf *b)
 	etm_usage_list l = {0};
 	if (p->usage_users(p->ctx, &l))
 		return -1;
-	int rc = puts_(b, "{\"users\":[");
+	int rc = api_json_puts(b, "{\"users\":[");
 	for (size_t i = 0; i < l.n; i++) {
 		bool f = true;
 		const etm_usage *u = &l.v[i];
-		rc |= (i ? puts_(b, ",") : 0) | puts_(b, "{") | key(b, &f, "name") |
-		      putqs(b, u->name) | key(b, &f, "upload") | putu(b, u->up) |
-		      key(b, &f, "download") | putu(b, u->down) | key(b, &f, "open") |
-		      putu(b, u->open) | key(b, &f, "total") | putu(b, u->total) | puts_(b, "}");
+		rc |= (i ? api_json_puts(b, ",") : 0) | api_json_puts(b, "{") |
+		      api_json_key(b, &f, "name") | api_json_str(b, u->name) |
+		      api_json_key(b, &f, "upload") | api_json_u64(b, u->up) |
+		      api_json_key(b, &f, "download") | api_json_u64(b, u->down) |
+		      api_json_key(b, &f, "open") | api_json_u64(b, u->open) |
+		      api_json_key(b, &f, "total") | api_json_u64(b, u->total) |
+		      api_json_puts(b, "}");
 	}
 	etm_usage_list_free(&l);
-	return rc | puts_(b, "]}");
+	return rc | api_json_puts(b, "]}");
 }
 
 static int get_udplb(const api_provider *p, api_buf *b)
 {
-	int rc = puts_(b, "{\"udp_lb\":[");
+	int rc = api_json_puts(b, "{\"udp_lb\":[");
 	bool any = false;
 	for (size_t i = 0;; i++) {
 		const char *tag = NULL;
@@ -733,8 +511,8 @@ static int get_udplb(const api_provider *p, api_buf *b)
 		if (r)
 			continue;
 		bool f = true, d = true, e = true;
-		rc |= (any ? puts_(b, ",") : 0) | puts_(b, "{") | key(b, &f, "inbound") |
-		      putqs(b, tag);
+		rc |= (any ? api_json_puts(b, ",") : 0) | api_json_puts(b, "{") |
+		      api_json_key(b, &f, "inbound") | api_json_str(b, tag);
 		any = true;
 		const struct {
 			const char *k;
@@ -750,14 +528,17 @@ static int get_udplb(const api_provider *p, api_buf *b)
 		         {"flow_duration_ms", st.flow_duration_ms},
 		         {"sockets_reused", st.sockets_reused}};
 		for (size_t k = 0; k < sizeof c / sizeof *c; k++)
-			rc |= key(b, &f, c[k].k) | putu(b, c[k].v);
-		rc |= key(b, &f, "dropped") | puts_(b, "{");
+			rc |= api_json_key(b, &f, c[k].k) | api_json_u64(b, c[k].v);
+		rc |= api_json_key(b, &f, "dropped") | api_json_puts(b, "{");
 		for (size_t k = 0; k < ETM_UDPLB_DROP_KINDS; k++)
-			rc |= key(b, &d, etm_udplb_drop_name(k)) | putu(b, st.drops[k]);
-		rc |= puts_(b, "}") | key(b, &f, "closed") | puts_(b, "{");
+			rc |= api_json_key(b, &d, etm_udplb_drop_name(k)) |
+			      api_json_u64(b, st.drops[k]);
+		rc |= api_json_puts(b, "}") | api_json_key(b, &f, "closed") | api_json_puts(b, "{");
 		for (size_t k = 0; k < ETM_UDPLB_CLOSE_KINDS; k++)
-			rc |= key(b, &e, etm_udplb_close_name(k)) | putu(b, st.evicted[k]);
-		rc |= puts_(b, "}") | key(b, &f, "backends") | puts_(b, "[");
+			rc |= api_json_key(b, &e, etm_udplb_close_name(k)) |
+			      api_json_u64(b, st.evicted[k]);
+		rc |= api_json_puts(b, "}") | api_json_key(b, &f, "backends") |
+		      api_json_puts(b, "[");
 		for (size_t j = 0;; j++) {
 			char addr[ETM_UDPLB_ADDR_MAX];
 			int up;
@@ -765,13 +546,15 @@ static int get_udplb(const api_provider *p, api_buf *b)
 			if (p->udplb_backend(p->ctx, i, j, addr, sizeof addr, &up, &flows))
 				break;
 			bool g = true;
-			rc |= (j ? puts_(b, ",") : 0) | puts_(b, "{") | key(b, &g, "address") |
-			      putqs(b, addr) | key(b, &g, "up") | puts_(b, up ? "true" : "false") |
-			      key(b, &g, "flows_created") | putu(b, flows) | puts_(b, "}");
+			rc |= (j ? api_json_puts(b, ",") : 0) | api_json_puts(b, "{") |
+			      api_json_key(b, &g, "address") | api_json_str(b, addr) |
+			      api_json_key(b, &g, "up") | api_json_puts(b, up ? "true" : "false") |
+			      api_json_key(b, &g, "flows_created") | api_json_u64(b, flows) |
+			      api_json_puts(b, "}");
 		}
-		rc |= puts_(b, "]}");
+		rc |= api_json_puts(b, "]}");
 	}
-	return rc | puts_(b, "]}");
+	return rc | api_json_puts(b, "]}");
 }
 
 /* The host and port of a URL (http://host[:port]/..., https default 443),
@@ -830,7 +613,8 @@ static int delay(const api_view *v, const api_provider *p, const char *name, con
 		return message(r, 404, API_M_NOT_FOUND);
 	if (!o)
 		o = find_outbound(v, now_of(v, p, (size_t)bi));
-	int64_t t = query_num(q, qn, "timeout", API_DELAY_TIMEOUT_DEFAULT, 1, API_DELAY_TIMEOUT_MAX);
+	int64_t t =
+	        query_num(q, qn, "timeout", API_DELAY_TIMEOUT_DEFAULT, 1, API_DELAY_TIMEOUT_MAX);
 	char url[1024];
 	ssize_t un = query_get(q, qn, "url", url, sizeof url);
 	if (t < 0 || un == -2)
@@ -863,7 +647,7 @@ static int patch_configs(const api_provider *p, const api_request *rq, api_respo
 {
 	const char *lv;
 	size_t ln;
-	if (object_find(rq->body, rq->body_len, "log-level", &lv, &ln))
+	if (api_json_find(rq->body, rq->body_len, "log-level", &lv, &ln))
 		return message(r, 400, API_M_BODY_INVALID);
 	if (lv) {
 		int l = api_level_of(lv, ln);
@@ -881,7 +665,7 @@ static int put_configs(const api_provider *p, const api_request *rq, api_respons
 {
 	const char *v;
 	size_t vn;
-	if (rq->body_len && object_find(rq->body, rq->body_len, "path", &v, &vn))
+	if (rq->body_len && api_json_find(rq->body, rq->body_len, "path", &v, &vn))
 		return message(r, 400, API_M_BODY_INVALID);
 	/* the body's path and payload are ignored: the file given with -c is
 	 * reloaded, as SIGHUP does (force=true or not) */
@@ -925,13 +709,15 @@ static int route(const api_view *v, const api_provider *p, const api_request *rq
 	bool f = true;
 	if (strcmp(path, "/") == 0)
 		return !get ? not_allowed(r, "GET")
-		            : puts_(&r->body, "{") | key(&r->body, &f, "hello") |
-		                  putqs(&r->body, "etemenanki") | puts_(&r->body, "}");
+		            : api_json_puts(&r->body, "{") | api_json_key(&r->body, &f, "hello") |
+		                       api_json_str(&r->body, "etemenanki") |
+		                       api_json_puts(&r->body, "}");
 	if (strcmp(path, "/version") == 0)
 		return !get ? not_allowed(r, "GET")
-		            : puts_(&r->body, "{") | key(&r->body, &f, "version") |
-		                  putqs(&r->body, etm_version()) | key(&r->body, &f, "meta") |
-		                  puts_(&r->body, "false}");
+		            : api_json_puts(&r->body, "{") | api_json_key(&r->body, &f, "version") |
+		                       api_json_str(&r->body, etm_version()) |
+		                       api_json_key(&r->body, &f, "meta") |
+		                       api_json_puts(&r->body, "false}");
 	if (strcmp(path, "/configs") == 0) {
 		if (get)
 			return get_configs(v, p, &r->body);
@@ -997,7 +783,7 @@ static int route(const api_view *v, const api_provider *p, const api_request *rq
 	/* no proxy or rule providers here: dashboards list them, so an empty
 	 * set rather than a 404 */
 	if (strcmp(path, "/providers/proxies") == 0 || strcmp(path, "/providers/rules") == 0)
-		return get ? puts_(&r->body, "{\"providers\":{}}") : not_allowed(r, "GET");
+		return get ? api_json_puts(&r->body, "{\"providers\":{}}") : not_allowed(r, "GET");
 	if (strcmp(path, "/rules") == 0)
 		return get ? get_rules(v, &r->body) : not_allowed(r, "GET");
 	if (strcmp(path, "/users") == 0)

@@ -144,12 +144,12 @@ typedef enum api_action {
 typedef struct api_response {
 	int status;
 	api_action action;
-	api_buf body;     /* owned: api_response_free */
-	bool text;        /* the body is Prometheus text, not JSON */
+	api_buf body;      /* owned: api_response_free */
+	bool text;         /* the body is Prometheus text, not JSON */
 	const char *allow; /* 405: the methods the path takes (static) */
-	bool websocket;   /* a stream: over the WebSocket (else chunked HTTP) */
+	bool websocket;    /* a stream: over the WebSocket (else chunked HTTP) */
 	uint32_t interval_ms;
-	int log_level;    /* LOG_LEVEL_* */
+	int log_level; /* LOG_LEVEL_* */
 	char host[API_HOST_MAX];
 	uint16_t port;
 	uint32_t timeout_ms;
@@ -167,8 +167,7 @@ __attribute__((warn_unused_result)) int api_handle(const api_view *v, const api_
 
 /* The stream renderers, each one whole JSON text into b (appended). */
 __attribute__((warn_unused_result)) int api_render_connections(const api_view *v,
-                                                               const api_provider *p,
-                                                               api_buf *b);
+                                                               const api_provider *p, api_buf *b);
 __attribute__((warn_unused_result)) int api_render_traffic(uint64_t up, uint64_t down, api_buf *b);
 /* {"inuse":bytes,"oslimit":0}: mihomo's /memory */
 __attribute__((warn_unused_result)) int api_render_memory(uint64_t inuse, api_buf *b);
@@ -180,8 +179,7 @@ __attribute__((warn_unused_result)) int api_render_log(int level, const char *li
 /* A delay probe's outcome: delay_ms >= 0, or API_DELAY_TIMEOUT or
  * API_DELAY_FAILED. Fills status (200, 504, 503) and the body. */
 enum { API_DELAY_TIMEOUT = -1, API_DELAY_FAILED = -2 };
-__attribute__((warn_unused_result)) int api_render_delay(int64_t delay_ms, int *status,
-                                                         api_buf *b);
+__attribute__((warn_unused_result)) int api_render_delay(int64_t delay_ms, int *status, api_buf *b);
 
 /* Clash's name of a LOG_LEVEL_* ("error", "warning", "info", "debug";
  * trace is "debug"), and the level a name means (silent is error: the
@@ -192,20 +190,20 @@ int api_level_of(const char *name, size_t len);
 /* Every message an answer carries ({"message": ...}), exported so the
  * tests can assert them word for word. */
 typedef enum api_msg {
-	API_M_UNAUTHORIZED,  /* 401 */
-	API_M_NOT_FOUND,     /* 404 */
-	API_M_METHOD,        /* 405 */
-	API_M_BODY_INVALID,  /* 400: the body is not a JSON object */
-	API_M_QUERY_INVALID, /* 400: a query parameter out of its range */
-	API_M_LEVEL_INVALID, /* 400: PATCH /configs with an unknown log-level */
-	API_M_TOO_LARGE,     /* 413 */
+	API_M_UNAUTHORIZED,   /* 401 */
+	API_M_NOT_FOUND,      /* 404 */
+	API_M_METHOD,         /* 405 */
+	API_M_BODY_INVALID,   /* 400: the body is not a JSON object */
+	API_M_QUERY_INVALID,  /* 400: a query parameter out of its range */
+	API_M_LEVEL_INVALID,  /* 400: PATCH /configs with an unknown log-level */
+	API_M_TOO_LARGE,      /* 413 */
 	API_M_HEAD_TOO_LARGE, /* 431 */
-	API_M_BAD_REQUEST,   /* 400: not an HTTP/1.x request */
-	API_M_VERSION,       /* 505 */
-	API_M_NOMEM,         /* 500 */
-	API_M_TIMEOUT,       /* 504: a delay probe timed out */
-	API_M_DELAY_FAILED,  /* 503: a delay probe failed */
-	API_M_BUSY,          /* 503: too many delay probes at once */
+	API_M_BAD_REQUEST,    /* 400: not an HTTP/1.x request */
+	API_M_VERSION,        /* 505 */
+	API_M_NOMEM,          /* 500 */
+	API_M_TIMEOUT,        /* 504: a delay probe timed out */
+	API_M_DELAY_FAILED,   /* 503: a delay probe failed */
+	API_M_BUSY,           /* 503: too many delay probes at once */
 	API_M_COUNT_,
 } api_msg;
 const char *api_message(api_msg m);

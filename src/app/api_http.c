@@ -20,13 +20,13 @@
 #include "proto/http_parse.h"
 
 static const char *const msgs[API_HTTP_MSG_COUNT_] = {
-	[API_HTTP_SERVING] = "api: serving http://%s",
-	[API_HTTP_LISTEN] = "api: cannot listen on %s: %s",
-	[API_HTTP_NOMEM] = "api: out of memory",
-	[API_HTTP_FULL] = "api: %d connections open, closing the oldest idle one or the new one",
-	[API_HTTP_REQUEST] = "api: %.*s %.*s: %d",
-	[API_HTTP_KEEP_SECRET] = "reload: [api] secret removed while the API listens on %s, which "
-				 "is not loopback; the old secret stays until the next start",
+        [API_HTTP_SERVING] = "api: serving http://%s",
+        [API_HTTP_LISTEN] = "api: cannot listen on %s: %s",
+        [API_HTTP_NOMEM] = "api: out of memory",
+        [API_HTTP_FULL] = "api: %d connections open, closing the oldest idle one or the new one",
+        [API_HTTP_REQUEST] = "api: %.*s %.*s: %d",
+        [API_HTTP_KEEP_SECRET] = "reload: [api] secret removed while the API listens on %s, which "
+                                 "is not loopback; the old secret stays until the next start",
 };
 
 const char *api_http_message(api_http_msg m)
@@ -41,9 +41,9 @@ static const char WS_GUID[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
  * (Fetch standard, CORS protocol); Private-Network lets a page on a public
  * origin reach a loopback API in Chrome (Private Network Access). */
 static const char CORS[] = "Access-Control-Allow-Origin: *\r\n"
-			   "Access-Control-Allow-Methods: GET, POST, PUT, PATCH, DELETE\r\n"
-			   "Access-Control-Allow-Headers: Authorization, Content-Type\r\n"
-			   "Access-Control-Allow-Private-Network: true\r\n";
+                           "Access-Control-Allow-Methods: GET, POST, PUT, PATCH, DELETE\r\n"
+                           "Access-Control-Allow-Headers: Authorization, Content-Type\r\n"
+                           "Access-Control-Allow-Private-Network: true\r\n";
 
 /* A request buffer starts this big and doubles up to a head and a body. */
 #define IN_START 4096
@@ -89,7 +89,7 @@ struct aconn {
 	wslay_event_context_ptr ws;
 	probe *probe; /* a delay test this connection waits for */
 	bool closing, close_after, lingering, head_only;
-	bool ws_done; /* the close handshake is over: close once written */
+	bool ws_done;  /* the close handshake is over: close once written */
 	int writing;   /* writes in flight */
 	size_t queued; /* their bytes */
 	int handles;
@@ -100,7 +100,7 @@ struct aconn {
 };
 
 struct probe {
-	aconn *c; /* NULL once the connection closed */
+	aconn *c;           /* NULL once the connection closed */
 	probe *prev, *next; /* the server's list, for the stop */
 	api_http *a;
 	uv_getaddrinfo_t gai;
@@ -298,9 +298,8 @@ static void stream_send(aconn *c, const char *s, size_t n)
 	if (c->closing || c->queued + n > API_SENDQ_MAX)
 		return;
 	if (c->mode == C_WS) {
-		struct wslay_event_msg m = {.opcode = WSLAY_TEXT_FRAME,
-		                            .msg = (const uint8_t *)s,
-		                            .msg_length = n};
+		struct wslay_event_msg m = {
+		        .opcode = WSLAY_TEXT_FRAME, .msg = (const uint8_t *)s, .msg_length = n};
 		if (wslay_event_queue_msg(c->ws, &m) || wslay_event_send(c->ws))
 			conn_close(c);
 		return;
@@ -429,8 +428,7 @@ static void stream_start(aconn *c, const api_response *r)
 	               c->interval_ms);
 }
 
-static ssize_t ws_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags,
-                       void *user)
+static ssize_t ws_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags, void *user)
 {
 	(void)flags;
 	aconn *c = user;
@@ -470,9 +468,9 @@ static void ws_msg(wslay_event_context_ptr ctx, const struct wslay_event_on_msg_
 }
 
 static const struct wslay_event_callbacks WS_CALLBACKS = {
-	.recv_callback = ws_recv,
-	.send_callback = ws_send,
-	.on_msg_recv_callback = ws_msg,
+        .recv_callback = ws_recv,
+        .send_callback = ws_send,
+        .on_msg_recv_callback = ws_msg,
 };
 
 /* The bytes read on a WebSocket go through wslay. */
@@ -660,12 +658,14 @@ static void process(aconn *c)
 		return;
 	}
 	if (r < 0) {
-		answer_msg(c, r == HTTP_PARSE_TOO_BIG || r == HTTP_PARSE_TOO_MANY ? 431
-		              : r == HTTP_PARSE_VERSION                           ? 505
-		                                                                  : 400,
-		           r == HTTP_PARSE_TOO_BIG || r == HTTP_PARSE_TOO_MANY ? API_M_HEAD_TOO_LARGE
-		           : r == HTTP_PARSE_VERSION                           ? API_M_VERSION
-		                                                               : API_M_BAD_REQUEST,
+		answer_msg(c,
+		           r == HTTP_PARSE_TOO_BIG || r == HTTP_PARSE_TOO_MANY ? 431
+		           : r == HTTP_PARSE_VERSION                           ? 505
+		                                                               : 400,
+		           r == HTTP_PARSE_TOO_BIG || r == HTTP_PARSE_TOO_MANY
+		                   ? API_M_HEAD_TOO_LARGE
+		           : r == HTTP_PARSE_VERSION ? API_M_VERSION
+		                                     : API_M_BAD_REQUEST,
 		           true);
 		return;
 	}
@@ -693,15 +693,15 @@ static void process(aconn *c)
 	                 key->value.len <= 128 && ver &&
 	                 http_eq_nocase(c->in + ver->value.off, ver->value.len, "13");
 	api_request rq = {
-		.method = (const char *)c->in + h.method.off,
-		.method_len = h.method.len,
-		.target = (const char *)c->in + h.target.off,
-		.target_len = h.target.len,
-		.auth = auth ? (const char *)c->in + auth->value.off : NULL,
-		.auth_len = auth ? auth->value.len : 0,
-		.websocket = websocket,
-		.body = (const char *)c->in + r,
-		.body_len = body,
+	        .method = (const char *)c->in + h.method.off,
+	        .method_len = h.method.len,
+	        .target = (const char *)c->in + h.target.off,
+	        .target_len = h.target.len,
+	        .auth = auth ? (const char *)c->in + auth->value.off : NULL,
+	        .auth_len = auth ? auth->value.len : 0,
+	        .websocket = websocket,
+	        .body = (const char *)c->in + r,
+	        .body_len = body,
 	};
 	c->head_only = h.method.len == 4 && memcmp(c->in + h.method.off, "HEAD", 4) == 0;
 	char accept[32] = "";
@@ -713,8 +713,8 @@ static void process(aconn *c)
 		/* the path without the query, which may carry the token */
 		const char *qm = memchr(rq.target, '?', rq.target_len);
 		int pl = (int)(qm ? (size_t)(qm - rq.target) : rq.target_len);
-		log_debug("app", msgs[API_HTTP_REQUEST], (int)rq.method_len, rq.method, pl, rq.target,
-		          resp.status);
+		log_debug("app", msgs[API_HTTP_REQUEST], (int)rq.method_len, rq.method, pl,
+		          rq.target, resp.status);
 	}
 	/* the spans are not used past this point: the next request's bytes
 	 * move to the front */
@@ -869,7 +869,10 @@ static void p_traffic(void *ctx, uint64_t *up, uint64_t *down)
 	etm_supervisor_traffic(((api_http *)ctx)->conf.sup, up, down);
 }
 
-static int p_kill(void *ctx, uint64_t id) { return etm_supervisor_kill(((api_http *)ctx)->conf.sup, id); }
+static int p_kill(void *ctx, uint64_t id)
+{
+	return etm_supervisor_kill(((api_http *)ctx)->conf.sup, id);
+}
 
 static size_t p_kill_all(void *ctx)
 {
@@ -970,7 +973,8 @@ api_http *api_http_start(uv_loop_t *loop, const api_http_conf *conf, api_view *v
 {
 	struct sockaddr_storage ss;
 	if (etm_listen_addr_parse(conf->listen, &ss)) {
-		snprintf(err, err_size, msgs[API_HTTP_LISTEN], conf->listen, uv_strerror(UV_EINVAL));
+		snprintf(err, err_size, msgs[API_HTTP_LISTEN], conf->listen,
+		         uv_strerror(UV_EINVAL));
 		return NULL;
 	}
 	api_http *a = calloc(1, sizeof *a);
@@ -985,22 +989,22 @@ api_http *api_http_start(uv_loop_t *loop, const api_http_conf *conf, api_view *v
 	*view = (api_view){0};
 	a->conf.listen = a->listen;
 	a->prov = (api_provider){
-		.ctx = a,
-		.flows = p_flows,
-		.traffic = p_traffic,
-		.kill = p_kill,
-		.kill_all = p_kill_all,
-		.usage_users = p_usage,
-		.member_up = p_member_up,
-		.member_probe = p_member_probe,
-		.inbound_port = p_inbound_port,
-		.log_level = p_log_level,
-		.set_log_level = p_set_log_level,
-		.reload = p_reload,
-		.metrics = p_metrics,
-		.udplb = p_udplb,
-		.udplb_backend = p_udplb_backend,
-		.memory = p_memory,
+	        .ctx = a,
+	        .flows = p_flows,
+	        .traffic = p_traffic,
+	        .kill = p_kill,
+	        .kill_all = p_kill_all,
+	        .usage_users = p_usage,
+	        .member_up = p_member_up,
+	        .member_probe = p_member_probe,
+	        .inbound_port = p_inbound_port,
+	        .log_level = p_log_level,
+	        .set_log_level = p_set_log_level,
+	        .reload = p_reload,
+	        .metrics = p_metrics,
+	        .udplb = p_udplb,
+	        .udplb_backend = p_udplb_backend,
+	        .memory = p_memory,
 	};
 	/* SO_REUSEPORT: the new process of a binary upgrade binds the same
 	 * address while this one still serves (as app/metrics_http.c) */

@@ -41,8 +41,8 @@
 typedef struct api_http api_http;
 
 typedef struct api_http_conf {
-	const char *listen;            /* "ip:port", checked by etm_spec_check */
-	etm_supervisor *sup;           /* borrowed until api_http_stop */
+	const char *listen;             /* "ip:port", checked by etm_spec_check */
+	etm_supervisor *sup;            /* borrowed until api_http_stop */
 	const metrics_reloads *reloads; /* borrowed likewise: for GET /metrics */
 	uint64_t start_time;
 	metrics_http *const *metrics; /* the app's [metrics] server (NULL inside: off) */

@@ -78,9 +78,12 @@ static size_t kinds_of(const etm_rule_spec *r, const char **kinds)
 	const struct {
 		const etm_strlist *l;
 		const char *name;
-	} lists[] = {{&r->domain, KIND_DOMAIN},   {&r->domain_suffix, KIND_SUFFIX},
-	             {&r->domain_keyword, KIND_KEYWORD}, {&r->domain_regex, KIND_REGEX},
-	             {&r->geosite, KIND_GEOSITE}, {&r->cidr, KIND_CIDR},
+	} lists[] = {{&r->domain, KIND_DOMAIN},
+	             {&r->domain_suffix, KIND_SUFFIX},
+	             {&r->domain_keyword, KIND_KEYWORD},
+	             {&r->domain_regex, KIND_REGEX},
+	             {&r->geosite, KIND_GEOSITE},
+	             {&r->cidr, KIND_CIDR},
 	             {&r->geoip, KIND_GEOIP}};
 	for (size_t i = 0; i < sizeof lists / sizeof *lists; i++)
 		if (lists[i].l->len)
@@ -147,8 +150,8 @@ static int rule_init(api_rule *out, const etm_rule_spec *r)
 	} else {
 		rc |= add(&b, "(");
 		for (size_t i = 0; i < n; i++)
-			rc |= (i ? add(&b, ",(") : add(&b, "(")) | add(&b, kinds[i]) | add(&b, ",") |
-			      add_kind(&b, r, kinds[i]) | add(&b, ")");
+			rc |= (i ? add(&b, ",(") : add(&b, "(")) | add(&b, kinds[i]) |
+			      add(&b, ",") | add_kind(&b, r, kinds[i]) | add(&b, ")");
 		rc |= add(&b, ")");
 	}
 	out->payload = b.p;
@@ -231,7 +234,8 @@ fail_counted:
 	/* the entry being filled is counted, so that its parts are freed */
 	if (v->outbounds && v->n_outbounds < s->outbounds_len && v->outbounds[v->n_outbounds].tag)
 		v->n_outbounds++;
-	if (v->balancers && v->n_balancers < s->balancers_len && (v->balancers[v->n_balancers].tag || v->balancers[v->n_balancers].members))
+	if (v->balancers && v->n_balancers < s->balancers_len &&
+	    (v->balancers[v->n_balancers].tag || v->balancers[v->n_balancers].members))
 		v->n_balancers++;
 	if (v->rules && v->n_rules < s->route.rules_len)
 		v->n_rules++;
