@@ -12,20 +12,20 @@
 #include "etemenanki/etemenanki.h"
 
 static const char *const msgs[API_M_COUNT_] = {
-        [API_M_UNAUTHORIZED] = "Unauthorized",
-        [API_M_NOT_FOUND] = "resource not found",
-        [API_M_METHOD] = "method not allowed",
-        [API_M_BODY_INVALID] = "Body invalid",
-        [API_M_QUERY_INVALID] = "query parameter invalid",
-        [API_M_LEVEL_INVALID] = "log-level must be silent, error, warning, info or debug",
-        [API_M_TOO_LARGE] = "request body over 65536 bytes",
-        [API_M_HEAD_TOO_LARGE] = "request head over 16384 bytes",
-        [API_M_BAD_REQUEST] = "bad request",
-        [API_M_VERSION] = "only HTTP/1.x is served",
-        [API_M_NOMEM] = "out of memory",
-        [API_M_TIMEOUT] = "Timeout",
-        [API_M_DELAY_FAILED] = "An error occurred in the delay test",
-        [API_M_BUSY] = "too many delay tests at once",
+	[API_M_UNAUTHORIZED] = "Unauthorized",
+	[API_M_NOT_FOUND] = "resource not found",
+	[API_M_METHOD] = "method not allowed",
+	[API_M_BODY_INVALID] = "Body invalid",
+	[API_M_QUERY_INVALID] = "query parameter invalid",
+	[API_M_LEVEL_INVALID] = "log-level must be silent, error, warning, info or debug",
+	[API_M_TOO_LARGE] = "request body over 65536 bytes",
+	[API_M_HEAD_TOO_LARGE] = "request head over 16384 bytes",
+	[API_M_BAD_REQUEST] = "bad request",
+	[API_M_VERSION] = "only HTTP/1.x is served",
+	[API_M_NOMEM] = "out of memory",
+	[API_M_TIMEOUT] = "Timeout",
+	[API_M_DELAY_FAILED] = "An error occurred in the delay test",
+	[API_M_BUSY] = "too many delay tests at once",
 };
 _Static_assert(API_BODY_MAX == 65536, "the 413 message names the bound");
 
@@ -36,19 +36,19 @@ static const struct {
 	int status;
 	const char *reason;
 } REASONS[] = {
-        {101, "Switching Protocols"},
-        {200, "OK"},
-        {204, "No Content"},
-        {400, "Bad Request"},
-        {401, "Unauthorized"},
-        {404, "Not Found"},
-        {405, "Method Not Allowed"},
-        {413, "Content Too Large"},
-        {431, "Request Header Fields Too Large"},
-        {500, "Internal Server Error"},
-        {503, "Service Unavailable"},
-        {504, "Gateway Timeout"},
-        {505, "HTTP Version Not Supported"},
+	{101, "Switching Protocols"},
+	{200, "OK"},
+	{204, "No Content"},
+	{400, "Bad Request"},
+	{401, "Unauthorized"},
+	{404, "Not Found"},
+	{405, "Method Not Allowed"},
+	{413, "Content Too Large"},
+	{431, "Request Header Fields Too Large"},
+	{500, "Internal Server Error"},
+	{503, "Service Unavailable"},
+	{504, "Gateway Timeout"},
+	{505, "HTTP Version Not Supported"},
 };
 
 const char *api_reason(int status)
@@ -474,7 +474,7 @@ int api_render_delay(int64_t delay_ms, int *status, api_buf *b)
 	}
 	*status = delay_ms == API_DELAY_TIMEOUT ? 504 : 503;
 	return api_render_message(
-	        msgs[delay_ms == API_DELAY_TIMEOUT ? API_M_TIMEOUT : API_M_DELAY_FAILED], b);
+		msgs[delay_ms == API_DELAY_TIMEOUT ? API_M_TIMEOUT : API_M_DELAY_FAILED], b);
 }
 
 static int get_users(const api_provider *p, api_buf *b)
@@ -614,7 +614,7 @@ static int delay(const api_view *v, const api_provider *p, const char *name, con
 	if (!o)
 		o = find_outbound(v, now_of(v, p, (size_t)bi));
 	int64_t t =
-	        query_num(q, qn, "timeout", API_DELAY_TIMEOUT_DEFAULT, 1, API_DELAY_TIMEOUT_MAX);
+		query_num(q, qn, "timeout", API_DELAY_TIMEOUT_DEFAULT, 1, API_DELAY_TIMEOUT_MAX);
 	char url[1024];
 	ssize_t un = query_get(q, qn, "url", url, sizeof url);
 	if (t < 0 || un == -2)

@@ -1,32 +1,33 @@
 /* api_http.c - the [api] listen server: accepts, bounds and times out connections, reads request heads with proto/http_parse and Content-Length bodies, answers through app/api, and runs its streams (WebSocket with wslay, or chunked HTTP). */
 #include "app/api_http.h"
+#include "app/api_engine.h"
+#include "app/api_logtap.h"
+#include "app/api_probe.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
 #include <openssl/sha.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <unistd.h>
 #include <wslay/wslay.h>
 
 #include "base/log.h"
 #include "proto/http_parse.h"
 
 static const char *const msgs[API_HTTP_MSG_COUNT_] = {
-        [API_HTTP_SERVING] = "api: serving http://%s",
-        [API_HTTP_LISTEN] = "api: cannot listen on %s: %s",
-        [API_HTTP_NOMEM] = "api: out of memory",
-        [API_HTTP_FULL] = "api: %d connections open, closing the oldest idle one or the new one",
-        [API_HTTP_REQUEST] = "api: %.*s %.*s: %d",
-        [API_HTTP_KEEP_SECRET] = "reload: [api] secret removed while the API listens on %s, which "
-                                 "is not loopback; the old secret stays until the next start",
+	[API_HTTP_SERVING] = "api: serving http://%s",
+	[API_HTTP_LISTEN] = "api: cannot listen on %s: %s",
+	[API_HTTP_NOMEM] = "api: out of memory",
+	[API_HTTP_FULL] = "api: %d connections open, closing the oldest idle one or the new one",
+	[API_HTTP_REQUEST] = "api: %.*s %.*s: %d",
+	[API_HTTP_KEEP_SECRET] = "reload: [api] secret removed while the API listens on %s, which "
+				 "is not loopback; the old secret stays until the next start",
 };
 
 const char *api_http_message(api_http_msg m)
@@ -41,9 +42,9 @@ static const char WS_GUID[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
  * (Fetch standard, CORS protocol); Private-Network lets a page on a public
  * origin reach a loopback API in Chrome (Private Network Access). */
 static const char CORS[] = "Access-Control-Allow-Origin: *\r\n"
-                           "Access-Control-Allow-Methods: GET, POST, PUT, PATCH, DELETE\r\n"
-                           "Access-Control-Allow-Headers: Authorization, Content-Type\r\n"
-                           "Access-Control-Allow-Private-Network: true\r\n";
+			   "Access-Control-Allow-Methods: GET, POST, PUT, PATCH, DELETE\r\n"
+			   "Access-Control-Allow-Headers: Authorization, Content-Type\r\n"
+			   "Access-Control-Allow-Private-Network: true\r\n";
 
 /* A request buffer starts this big and doubles up to a head and a body. */
 #define IN_START 4096
@@ -55,7 +56,6 @@ static const char CORS[] = "Access-Control-Allow-Origin: *\r\n"
 #define API_LINGER_MS 2000
 
 typedef struct aconn aconn;
-typedef struct probe probe;
 
 typedef enum { C_HTTP, C_WS, C_CHUNKED } conn_mode;
 
@@ -68,10 +68,8 @@ struct api_http {
 	char *listen; /* owned copy of conf.listen */
 	uint64_t refused;
 	int n_conns, n_probes;
-	int open; /* the listener, every connection and probe: freed at 0 */
+	int open; /* the listener, the log handle, every connection: freed at 0 */
 	aconn *conns;
-	probe *probes;
-	int log_subscribers;
 	uv_async_t log_async;
 	bool stopping;
 };
@@ -87,7 +85,7 @@ struct aconn {
 	uint32_t interval_ms;
 	uint64_t last_up, last_down; /* /traffic: the totals a second ago */
 	wslay_event_context_ptr ws;
-	probe *probe; /* a delay test this connection waits for */
+	api_probe *probe; /* a delay test this connection waits for */
 	bool closing, close_after, lingering, head_only;
 	bool ws_done;  /* the close handshake is over: close once written */
 	int writing;   /* writes in flight */
@@ -97,20 +95,6 @@ struct aconn {
 	uint8_t *in; /* owned */
 	size_t len, cap, scan;
 	size_t ws_off; /* WebSocket: bytes of in that wslay has taken */
-};
-
-struct probe {
-	aconn *c;           /* NULL once the connection closed */
-	probe *prev, *next; /* the server's list, for the stop */
-	api_http *a;
-	uv_getaddrinfo_t gai;
-	uv_tcp_t tcp;
-	uv_connect_t conn;
-	uv_timer_t timer;
-	uint64_t start_ns;
-	int64_t result; /* ms, or API_DELAY_* */
-	bool done, resolving, tcp_open;
-	int handles;
 };
 
 typedef struct wreq {
@@ -130,8 +114,6 @@ static void server_unref(api_http *a)
 	free(a->listen);
 	free(a);
 }
-
-static void log_unsubscribe(api_http *a);
 
 static void conn_freed(uv_handle_t *h)
 {
@@ -160,9 +142,12 @@ static void conn_close(aconn *c)
 		c->next->prev = c->prev;
 	a->n_conns--;
 	if (c->stream == API_STREAM_LOGS && c->mode != C_HTTP)
-		log_unsubscribe(a);
-	if (c->probe)
-		c->probe->c = NULL;
+		api_logtap_unsubscribe();
+	if (c->probe) {
+		api_probe_cancel(c->probe);
+		c->probe = NULL;
+		a->n_probes--;
+	}
 	c->handles = 2;
 	uv_close((uv_handle_t *)&c->tcp, conn_freed);
 	uv_close((uv_handle_t *)&c->timer, conn_freed);
@@ -299,7 +284,7 @@ static void stream_send(aconn *c, const char *s, size_t n)
 		return;
 	if (c->mode == C_WS) {
 		struct wslay_event_msg m = {
-		        .opcode = WSLAY_TEXT_FRAME, .msg = (const uint8_t *)s, .msg_length = n};
+			.opcode = WSLAY_TEXT_FRAME, .msg = (const uint8_t *)s, .msg_length = n};
 		if (wslay_event_queue_msg(c->ws, &m) || wslay_event_send(c->ws))
 			conn_close(c);
 		return;
@@ -313,66 +298,13 @@ static void stream_send(aconn *c, const char *s, size_t n)
 
 /* ---------------------------------------------------------------- the log tap */
 
-/* Lines from any thread, for the control thread's /logs streams. The
- * ring and the async pointer are the mutex's; the tap is installed while
- * a stream listens. Process-wide because the log is (base/log.h). */
-static struct {
-	pthread_mutex_t mu;
-	uv_async_t *async; /* NULL while no server runs */
-	size_t head, n;
-	struct {
-		int level;
-		uint16_t len;
-		char text[API_LOG_LINE_MAX];
-	} ring[API_LOG_RING];
-} taps = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-static void tap(int level, const char *line, size_t len)
-{
-	pthread_mutex_lock(&taps.mu);
-	if (taps.async && taps.n < API_LOG_RING) {
-		size_t i = (taps.head + taps.n++) % API_LOG_RING;
-		if (len >= API_LOG_LINE_MAX)
-			len = API_LOG_LINE_MAX - 1;
-		taps.ring[i].level = level;
-		taps.ring[i].len = (uint16_t)len;
-		memcpy(taps.ring[i].text, line, len);
-		uv_async_send(taps.async);
-	}
-	pthread_mutex_unlock(&taps.mu);
-}
-
-static void log_subscribe(api_http *a)
-{
-	if (a->log_subscribers++ == 0)
-		log_set_tap(tap);
-}
-
-static void log_unsubscribe(api_http *a)
-{
-	if (--a->log_subscribers == 0)
-		log_set_tap(NULL);
-}
-
 static void on_log_lines(uv_async_t *h)
 {
 	api_http *a = h->data;
-	for (;;) {
-		int level;
-		size_t len;
-		char text[API_LOG_LINE_MAX];
-		pthread_mutex_lock(&taps.mu);
-		bool any = taps.n > 0;
-		if (any) {
-			level = taps.ring[taps.head].level;
-			len = taps.ring[taps.head].len;
-			memcpy(text, taps.ring[taps.head].text, len);
-			taps.head = (taps.head + 1) % API_LOG_RING;
-			taps.n--;
-		}
-		pthread_mutex_unlock(&taps.mu);
-		if (!any)
-			return;
+	int level;
+	size_t len;
+	char text[API_LOG_LINE_MAX];
+	while (api_logtap_pop(&level, text, &len)) {
 		api_buf b = {0};
 		if (api_render_log(level, text, len, &b) == 0)
 			for (aconn *c = a->conns, *next; c; c = next) {
@@ -417,7 +349,7 @@ static void stream_start(aconn *c, const api_response *r)
 	c->interval_ms = r->interval_ms;
 	uv_timer_stop(&c->timer);
 	if (r->action == API_STREAM_LOGS) {
-		log_subscribe(a);
+		api_logtap_subscribe();
 		return;
 	}
 	if (r->action == API_STREAM_TRAFFIC)
@@ -468,9 +400,9 @@ static void ws_msg(wslay_event_context_ptr ctx, const struct wslay_event_on_msg_
 }
 
 static const struct wslay_event_callbacks WS_CALLBACKS = {
-        .recv_callback = ws_recv,
-        .send_callback = ws_send,
-        .on_msg_recv_callback = ws_msg,
+	.recv_callback = ws_recv,
+	.send_callback = ws_send,
+	.on_msg_recv_callback = ws_msg,
 };
 
 /* The bytes read on a WebSocket go through wslay. */
@@ -502,84 +434,18 @@ static void ws_accept(const uint8_t *key, size_t n, char out[32])
 
 /* ---------------------------------------------------------------- delay probes */
 
-/* The probe goes when its handles have closed and its resolver has
- * answered (a getaddrinfo request cannot be abandoned, only cancelled). */
-static void probe_release(probe *p)
+static void on_probe_done(void *arg, int64_t result)
 {
-	if (--p->handles > 0)
-		return;
-	api_http *a = p->a;
-	a->n_probes--;
-	if (p->prev)
-		p->prev->next = p->next;
+	aconn *c = arg;
+	c->probe = NULL;
+	c->a->n_probes--;
+	int status;
+	api_buf b = {0};
+	if (api_render_delay(result, &status, &b))
+		conn_close(c);
 	else
-		a->probes = p->next;
-	if (p->next)
-		p->next->prev = p->prev;
-	free(p);
-	server_unref(a);
-}
-
-static void probe_freed(uv_handle_t *h) { probe_release(h->data); }
-
-static void probe_end(probe *p, int64_t result)
-{
-	if (p->done)
-		return;
-	p->done = true;
-	aconn *c = p->c;
-	if (c) {
-		c->probe = NULL;
-		int status;
-		api_buf b = {0};
-		if (api_render_delay(result, &status, &b))
-			conn_close(c);
-		else
-			answer(c, status, NULL, false, c->close_after, b.p, b.len);
-		metrics_buf_free(&b);
-	}
-	uv_close((uv_handle_t *)&p->timer, probe_freed);
-	if (p->tcp_open)
-		uv_close((uv_handle_t *)&p->tcp, probe_freed);
-}
-
-static void probe_timeout(uv_timer_t *t)
-{
-	probe *p = t->data;
-	if (p->resolving)
-		(void)uv_cancel((uv_req_t *)&p->gai);
-	probe_end(p, API_DELAY_TIMEOUT);
-}
-
-static void probe_connected(uv_connect_t *req, int status)
-{
-	probe *p = req->data;
-	if (status == UV_ECANCELED || p->done)
-		return;
-	/* at least 1: dashboards read a delay of 0 as "no result" */
-	int64_t ms = (int64_t)((uv_hrtime() - p->start_ns) / 1000000u);
-	probe_end(p, status < 0 ? API_DELAY_FAILED : ms > 0 ? ms : 1);
-}
-
-static void probe_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
-{
-	probe *p = req->data;
-	p->resolving = false;
-	int rc = status;
-	if (!p->done && rc == 0) {
-		rc = uv_tcp_init(p->a->loop, &p->tcp);
-		if (rc == 0) {
-			p->tcp_open = true;
-			p->handles++;
-			p->tcp.data = p;
-			p->conn.data = p;
-			rc = uv_tcp_connect(&p->conn, &p->tcp, res->ai_addr, probe_connected);
-		}
-	}
-	uv_freeaddrinfo(res);
-	if (rc)
-		probe_end(p, API_DELAY_FAILED);
-	probe_release(p); /* the resolver's share */
+		answer(c, status, NULL, false, c->close_after, b.p, b.len);
+	metrics_buf_free(&b);
 }
 
 static void probe_start(aconn *c, const api_response *r)
@@ -589,33 +455,14 @@ static void probe_start(aconn *c, const api_response *r)
 		answer_msg(c, 503, API_M_BUSY, c->close_after);
 		return;
 	}
-	probe *p = calloc(1, sizeof *p);
-	if (!p) {
+	c->probe = api_probe_start(a->loop, r->host, r->port, r->timeout_ms, on_probe_done, c);
+	if (!c->probe) {
 		answer_msg(c, 500, API_M_NOMEM, true);
 		return;
 	}
-	/* handles: the timer, and the resolver until it answers */
-	*p = (probe){.c = c, .a = a, .start_ns = uv_hrtime(), .resolving = true, .handles = 2};
-	uv_timer_init(a->loop, &p->timer);
-	p->timer.data = p->gai.data = p;
 	a->n_probes++;
-	a->open++;
-	p->next = a->probes;
-	if (a->probes)
-		a->probes->prev = p;
-	a->probes = p;
-	c->probe = p;
 	uv_read_stop((uv_stream_t *)&c->tcp);
 	uv_timer_stop(&c->timer);
-	char port[8];
-	snprintf(port, sizeof port, "%u", r->port);
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_family = AF_UNSPEC};
-	uv_timer_start(&p->timer, probe_timeout, r->timeout_ms, 0);
-	if (uv_getaddrinfo(a->loop, &p->gai, probe_resolved, r->host, port, &hints)) {
-		p->resolving = false;
-		probe_end(p, API_DELAY_FAILED);
-		probe_release(p);
-	}
 }
 
 /* ---------------------------------------------------------------- requests */
@@ -693,15 +540,15 @@ static void process(aconn *c)
 	                 key->value.len <= 128 && ver &&
 	                 http_eq_nocase(c->in + ver->value.off, ver->value.len, "13");
 	api_request rq = {
-	        .method = (const char *)c->in + h.method.off,
-	        .method_len = h.method.len,
-	        .target = (const char *)c->in + h.target.off,
-	        .target_len = h.target.len,
-	        .auth = auth ? (const char *)c->in + auth->value.off : NULL,
-	        .auth_len = auth ? auth->value.len : 0,
-	        .websocket = websocket,
-	        .body = (const char *)c->in + r,
-	        .body_len = body,
+		.method = (const char *)c->in + h.method.off,
+		.method_len = h.method.len,
+		.target = (const char *)c->in + h.target.off,
+		.target_len = h.target.len,
+		.auth = auth ? (const char *)c->in + auth->value.off : NULL,
+		.auth_len = auth ? auth->value.len : 0,
+		.websocket = websocket,
+		.body = (const char *)c->in + r,
+		.body_len = body,
 	};
 	c->head_only = h.method.len == 4 && memcmp(c->in + h.method.off, "HEAD", 4) == 0;
 	char accept[32] = "";
@@ -857,113 +704,6 @@ static void on_connection(uv_stream_t *l, int status)
 	uv_timer_start(&c->timer, on_idle, API_IDLE_MS, 0);
 }
 
-/* ---------------------------------------------------------------- the provider */
-
-static int p_flows(void *ctx, etm_flow_list *out)
-{
-	return etm_supervisor_flows(((api_http *)ctx)->conf.sup, 0, out);
-}
-
-static void p_traffic(void *ctx, uint64_t *up, uint64_t *down)
-{
-	etm_supervisor_traffic(((api_http *)ctx)->conf.sup, up, down);
-}
-
-static int p_kill(void *ctx, uint64_t id)
-{
-	return etm_supervisor_kill(((api_http *)ctx)->conf.sup, id);
-}
-
-static size_t p_kill_all(void *ctx)
-{
-	etm_flow_filter f = ETM_FLOW_FILTER_ALL;
-	return etm_supervisor_kill_where(((api_http *)ctx)->conf.sup, &f);
-}
-
-static int p_usage(void *ctx, etm_usage_list *out)
-{
-	return etm_supervisor_usage(((api_http *)ctx)->conf.sup, ETM_USAGE_USER, out);
-}
-
-static int p_member_up(void *ctx, size_t i, size_t j, int *up)
-{
-	const char *b, *m;
-	return etm_supervisor_balancer_member(((api_http *)ctx)->conf.sup, i, j, &b, &m, up);
-}
-
-static int p_member_probe(void *ctx, size_t i, size_t j, int64_t *delay, uint64_t *when)
-{
-	return etm_supervisor_member_probe(((api_http *)ctx)->conf.sup, i, j, delay, when);
-}
-
-static uint16_t p_inbound_port(void *ctx, const char *tag)
-{
-	etm_supervisor *s = ((api_http *)ctx)->conf.sup;
-	for (size_t i = 0, n = etm_supervisor_inbound_count(s); i < n; i++) {
-		const char *t = etm_supervisor_inbound_tag(s, i);
-		if (t && strcmp(t, tag) == 0)
-			return etm_supervisor_inbound_port(s, i);
-	}
-	return 0;
-}
-
-static int p_log_level(void *ctx)
-{
-	(void)ctx;
-	return log_get_level();
-}
-
-static void p_set_log_level(void *ctx, int level)
-{
-	(void)ctx;
-	log_set_level(level);
-}
-
-static int p_reload(void *ctx, char *err, size_t size)
-{
-	api_http *a = ctx;
-	return a->conf.reload(a->conf.reload_arg, err, size);
-}
-
-static int p_metrics(void *ctx, api_buf *out)
-{
-	api_http *a = ctx;
-	uint64_t refused = a->conf.metrics ? metrics_http_refused(*a->conf.metrics) : 0;
-	return metrics_http_collect(a->conf.sup, a->conf.reloads, a->conf.start_time, refused, out);
-}
-
-static int p_udplb(void *ctx, size_t i, const char **tag, etm_udplb_stats *st)
-{
-	etm_supervisor *s = ((api_http *)ctx)->conf.sup;
-	if (i >= etm_supervisor_inbound_count(s))
-		return -2;
-	if (etm_supervisor_udplb_stats(s, i, st))
-		return -1;
-	*tag = etm_supervisor_inbound_tag(s, i);
-	return 0;
-}
-
-static int p_udplb_backend(void *ctx, size_t i, size_t j, char *addr, size_t size, int *up,
-                           uint64_t *flows)
-{
-	return etm_supervisor_udplb_backend(((api_http *)ctx)->conf.sup, i, j, addr, size, up,
-	                                    flows);
-}
-
-/* The resident set (proc(5), /proc/self/statm's second field). */
-static uint64_t p_memory(void *ctx)
-{
-	(void)ctx;
-	unsigned long long size = 0, rss = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-	if (!f)
-		return 0;
-	if (fscanf(f, "%llu %llu", &size, &rss) != 2)
-		rss = 0;
-	fclose(f);
-	return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
 /* ---------------------------------------------------------------- start, stop */
 
 static void listener_closed(uv_handle_t *h) { server_unref(h->data); }
@@ -988,24 +728,7 @@ api_http *api_http_start(uv_loop_t *loop, const api_http_conf *conf, api_view *v
 	*a = (api_http){.loop = loop, .conf = *conf, .listen = listen, .view = *view, .open = 1};
 	*view = (api_view){0};
 	a->conf.listen = a->listen;
-	a->prov = (api_provider){
-	        .ctx = a,
-	        .flows = p_flows,
-	        .traffic = p_traffic,
-	        .kill = p_kill,
-	        .kill_all = p_kill_all,
-	        .usage_users = p_usage,
-	        .member_up = p_member_up,
-	        .member_probe = p_member_probe,
-	        .inbound_port = p_inbound_port,
-	        .log_level = p_log_level,
-	        .set_log_level = p_set_log_level,
-	        .reload = p_reload,
-	        .metrics = p_metrics,
-	        .udplb = p_udplb,
-	        .udplb_backend = p_udplb_backend,
-	        .memory = p_memory,
-	};
+	api_engine_provider(&a->conf, &a->prov);
 	/* SO_REUSEPORT: the new process of a binary upgrade binds the same
 	 * address while this one still serves (as app/metrics_http.c) */
 	int rc = uv_tcp_init_ex(loop, &a->listener, ss.ss_family);
@@ -1034,10 +757,7 @@ api_http *api_http_start(uv_loop_t *loop, const api_http_conf *conf, api_view *v
 	uv_async_init(loop, &a->log_async, on_log_lines);
 	a->log_async.data = a;
 	a->open++;
-	pthread_mutex_lock(&taps.mu);
-	taps.async = &a->log_async;
-	taps.head = taps.n = 0;
-	pthread_mutex_unlock(&taps.mu);
+	api_logtap_attach(&a->log_async);
 	struct sockaddr_storage bound;
 	int blen = sizeof bound;
 	char host[64] = "?", text[80];
@@ -1092,16 +812,9 @@ void api_http_stop(api_http *a)
 {
 	if (!a)
 		return;
-	pthread_mutex_lock(&taps.mu);
-	taps.async = NULL;
-	pthread_mutex_unlock(&taps.mu);
+	api_logtap_detach();
 	while (a->conns)
 		conn_close(a->conns);
-	for (probe *p = a->probes; p; p = p->next) {
-		if (p->resolving)
-			(void)uv_cancel((uv_req_t *)&p->gai);
-		probe_end(p, API_DELAY_TIMEOUT);
-	}
 	uv_close((uv_handle_t *)&a->log_async, async_closed);
 	uv_close((uv_handle_t *)&a->listener, listener_closed);
 }

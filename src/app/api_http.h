@@ -32,12 +32,6 @@
  * at a time per origin. */
 #define API_PROBES_MAX 16
 
-/* Log lines waiting for the control thread: a burst of a worker's debug
- * lines past this is dropped for the streams (never for stderr). */
-#define API_LOG_RING 256
-/* A line longer than this is cut for the streams. */
-#define API_LOG_LINE_MAX 1024
-
 typedef struct api_http api_http;
 
 typedef struct api_http_conf {

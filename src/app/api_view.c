@@ -11,11 +11,11 @@
  * where one exists (DOMAIN-SUFFIX is "DomainSuffix" in its API), ours
  * otherwise. */
 static const char *const KIND_DOMAIN = "Domain", *const KIND_SUFFIX = "DomainSuffix",
-                         *const KIND_KEYWORD = "DomainKeyword", *const KIND_REGEX = "DomainRegex",
-                         *const KIND_GEOSITE = "GeoSite", *const KIND_CIDR = "IPCIDR",
-                         *const KIND_GEOIP = "GeoIP", *const KIND_PORT = "DstPort",
-                         *const KIND_NETWORK = "Network", *const KIND_INBOUND = "InName",
-                         *const KIND_SOURCE = "SrcIPCIDR", *const KIND_AND = "AND";
+			 *const KIND_KEYWORD = "DomainKeyword", *const KIND_REGEX = "DomainRegex",
+			 *const KIND_GEOSITE = "GeoSite", *const KIND_CIDR = "IPCIDR",
+			 *const KIND_GEOIP = "GeoIP", *const KIND_PORT = "DstPort",
+			 *const KIND_NETWORK = "Network", *const KIND_INBOUND = "InName",
+			 *const KIND_SOURCE = "SrcIPCIDR", *const KIND_AND = "AND";
 
 static bool ip_is_loopback(const char *s)
 {

@@ -147,37 +147,37 @@ static uint64_t f_memory(void *ctx)
 
 static fake F;
 static const api_provider P = {
-        .ctx = &F,
-        .flows = f_flows,
-        .traffic = f_traffic,
-        .kill = f_kill,
-        .kill_all = f_kill_all,
-        .usage_users = f_usage,
-        .member_up = f_member_up,
-        .member_probe = f_member_probe,
-        .inbound_port = f_inbound_port,
-        .log_level = f_log_level,
-        .set_log_level = f_set_log_level,
-        .reload = f_reload,
-        .metrics = f_metrics,
-        .udplb = f_udplb,
-        .udplb_backend = f_udplb_backend,
-        .memory = f_memory,
+	.ctx = &F,
+	.flows = f_flows,
+	.traffic = f_traffic,
+	.kill = f_kill,
+	.kill_all = f_kill_all,
+	.usage_users = f_usage,
+	.member_up = f_member_up,
+	.member_probe = f_member_probe,
+	.inbound_port = f_inbound_port,
+	.log_level = f_log_level,
+	.set_log_level = f_set_log_level,
+	.reload = f_reload,
+	.metrics = f_metrics,
+	.udplb = f_udplb,
+	.udplb_backend = f_udplb_backend,
+	.memory = f_memory,
 };
 
 static const char CONFIG[] =
-        "[[inbound]]\ntag = \"s\"\nprotocol = \"socks\"\nlisten = \"127.0.0.1\"\nport = 1080\n"
-        "[[inbound]]\ntag = \"h\"\nprotocol = \"http\"\nlisten = \"127.0.0.1\"\nport = 8080\n"
-        "[[outbound]]\ntag = \"direct\"\nprotocol = \"freedom\"\n"
-        "[[outbound]]\ntag = \"block\"\nprotocol = \"blackhole\"\n"
-        "[[outbound]]\ntag = \"a b\"\nprotocol = \"socks\"\nserver = \"192.0.2.1\"\nport = 1081\n"
-        "[[outbound]]\ntag = \"t\"\nprotocol = \"trojan\"\nserver = \"proxy.example\"\nport = 443\n"
-        "[outbound.settings]\npassword = \"x\"\n"
-        "[[balancer]]\ntag = \"fo\"\noutbounds = [\"a b\", \"t\"]\n"
-        "[[balancer]]\ntag = \"rr\"\noutbounds = [\"t\", \"a b\"]\nstrategy = \"round_robin\"\n"
-        "[[route.rule]]\ndomain_suffix = [\"example.com\", \"b.org\"]\noutbound = \"block\"\n"
-        "[[route.rule]]\ncidr = [\"10.0.0.0/8\"]\nnetwork = \"udp\"\nport = [\"53\", "
-        "\"1000-2000\"]\noutbound = \"fo\"\n";
+	"[[inbound]]\ntag = \"s\"\nprotocol = \"socks\"\nlisten = \"127.0.0.1\"\nport = 1080\n"
+	"[[inbound]]\ntag = \"h\"\nprotocol = \"http\"\nlisten = \"127.0.0.1\"\nport = 8080\n"
+	"[[outbound]]\ntag = \"direct\"\nprotocol = \"freedom\"\n"
+	"[[outbound]]\ntag = \"block\"\nprotocol = \"blackhole\"\n"
+	"[[outbound]]\ntag = \"a b\"\nprotocol = \"socks\"\nserver = \"192.0.2.1\"\nport = 1081\n"
+	"[[outbound]]\ntag = \"t\"\nprotocol = \"trojan\"\nserver = \"proxy.example\"\nport = 443\n"
+	"[outbound.settings]\npassword = \"x\"\n"
+	"[[balancer]]\ntag = \"fo\"\noutbounds = [\"a b\", \"t\"]\n"
+	"[[balancer]]\ntag = \"rr\"\noutbounds = [\"t\", \"a b\"]\nstrategy = \"round_robin\"\n"
+	"[[route.rule]]\ndomain_suffix = [\"example.com\", \"b.org\"]\noutbound = \"block\"\n"
+	"[[route.rule]]\ncidr = [\"10.0.0.0/8\"]\nnetwork = \"udp\"\nport = [\"53\", "
+	"\"1000-2000\"]\noutbound = \"fo\"\n";
 
 static api_view V;
 
@@ -237,20 +237,20 @@ static void test_messages(void **state)
 {
 	(void)state;
 	const char *want[API_M_COUNT_] = {
-	        "Unauthorized",
-	        "resource not found",
-	        "method not allowed",
-	        "Body invalid",
-	        "query parameter invalid",
-	        "log-level must be silent, error, warning, info or debug",
-	        "request body over 65536 bytes",
-	        "request head over 16384 bytes",
-	        "bad request",
-	        "only HTTP/1.x is served",
-	        "out of memory",
-	        "Timeout",
-	        "An error occurred in the delay test",
-	        "too many delay tests at once",
+		"Unauthorized",
+		"resource not found",
+		"method not allowed",
+		"Body invalid",
+		"query parameter invalid",
+		"log-level must be silent, error, warning, info or debug",
+		"request body over 65536 bytes",
+		"request head over 16384 bytes",
+		"bad request",
+		"only HTTP/1.x is served",
+		"out of memory",
+		"Timeout",
+		"An error occurred in the delay test",
+		"too many delay tests at once",
 	};
 	for (int i = 0; i < API_M_COUNT_; i++)
 		assert_string_equal(api_message((api_msg)i), want[i]);
@@ -265,14 +265,14 @@ static void test_server_messages(void **state)
 {
 	(void)state;
 	const char *want[API_HTTP_MSG_COUNT_] = {
-	        "api: serving http://%s",
-	        "api: cannot listen on %s: %s",
-	        "api: out of memory",
-	        "api: %d connections open, closing the oldest idle one or the new one",
-	        "api: %.*s %.*s: %d",
-	        "reload: [api] secret removed while the API listens on %s, which is not loopback; "
-	        "the "
-	        "old secret stays until the next start",
+		"api: serving http://%s",
+		"api: cannot listen on %s: %s",
+		"api: out of memory",
+		"api: %d connections open, closing the oldest idle one or the new one",
+		"api: %.*s %.*s: %d",
+		"reload: [api] secret removed while the API listens on %s, which is not loopback; "
+		"the "
+		"old secret stays until the next start",
 	};
 	for (int i = 0; i < API_HTTP_MSG_COUNT_; i++)
 		assert_string_equal(api_http_message((api_http_msg)i), want[i]);
@@ -325,23 +325,23 @@ static void test_secret(void **state)
 		bool ws;
 		int status;
 	} cases[] = {
-	        {NULL, "/version", false, 401},
-	        {"Bearer wrong", "/version", false, 401},
-	        {"Bearer s3cre", "/version", false, 401},
-	        {"Bearer s3cret!", "/version", false, 401},
-	        {"Basic s3cret", "/version", false, 401},
-	        {"Bearer s3cret", "/version", false, 200},
-	        {"bearer s3cret", "/version", false, 200},
-	        /* the query token is for WebSocket handshakes only */
-	        {NULL, "/version?token=s3cret", false, 401},
-	        {NULL, "/traffic?token=s3cret", true, 200},
-	        {NULL, "/traffic?token=s3cre%74", true, 200},
-	        {NULL, "/traffic?token=nope", true, 401},
-	        {NULL, "/traffic", true, 401},
+		{NULL, "/version", false, 401},
+		{"Bearer wrong", "/version", false, 401},
+		{"Bearer s3cre", "/version", false, 401},
+		{"Bearer s3cret!", "/version", false, 401},
+		{"Basic s3cret", "/version", false, 401},
+		{"Bearer s3cret", "/version", false, 200},
+		{"bearer s3cret", "/version", false, 200},
+		/* the query token is for WebSocket handshakes only */
+		{NULL, "/version?token=s3cret", false, 401},
+		{NULL, "/traffic?token=s3cret", true, 200},
+		{NULL, "/traffic?token=s3cre%74", true, 200},
+		{NULL, "/traffic?token=nope", true, 401},
+		{NULL, "/traffic", true, 401},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		api_response r =
-		        call_body("GET", cases[i].target, cases[i].auth, cases[i].ws, NULL);
+			call_body("GET", cases[i].target, cases[i].auth, cases[i].ws, NULL);
 		assert_int_equal(r.status, cases[i].status);
 		if (cases[i].status == 401) {
 			assert_int_equal(r.action, API_ANSWER);
@@ -379,14 +379,14 @@ static void test_configs(void **state)
 	const struct {
 		const char *body, *json;
 	} bad[] = {
-	        {"", "{\"message\":\"Body invalid\"}"},
-	        {"[]", "{\"message\":\"Body invalid\"}"},
-	        {"{\"log-level\":}", "{\"message\":\"Body invalid\"}"},
-	        {"{\"log-level\":\"debug\"", "{\"message\":\"Body invalid\"}"},
-	        {"{\"log-level\":\"debug\"} x", "{\"message\":\"Body invalid\"}"},
-	        {"{'log-level':'debug'}", "{\"message\":\"Body invalid\"}"},
-	        {"{\"a\":01x}", "{\"message\":\"Body invalid\"}"},
-	        {"{\"log-level\":\"verbose\"}",
+		{"", "{\"message\":\"Body invalid\"}"},
+		{"[]", "{\"message\":\"Body invalid\"}"},
+		{"{\"log-level\":}", "{\"message\":\"Body invalid\"}"},
+		{"{\"log-level\":\"debug\"", "{\"message\":\"Body invalid\"}"},
+		{"{\"log-level\":\"debug\"} x", "{\"message\":\"Body invalid\"}"},
+		{"{'log-level':'debug'}", "{\"message\":\"Body invalid\"}"},
+		{"{\"a\":01x}", "{\"message\":\"Body invalid\"}"},
+		{"{\"log-level\":\"verbose\"}",
 	         "{\"message\":\"log-level must be silent, error, warning, info or debug\"}"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -424,10 +424,10 @@ static void test_proxies(void **state)
 	F.probe_delay = 42;
 	F.probe_when = 1700000000123ull;
 	static const char AB[] = "{\"name\":\"a b\",\"type\":\"Socks5\",\"history\":[{\"time\":"
-	                         "\"2023-11-14T22:13:20.123Z\",\"delay\":42}],\"udp\":true}";
+				 "\"2023-11-14T22:13:20.123Z\",\"delay\":42}],\"udp\":true}";
 	static const char FO[] =
-	        "{\"name\":\"fo\",\"type\":\"Fallback\",\"now\":\"t\",\"all\":[\"a "
-	        "b\",\"t\"],\"history\":[],\"udp\":true}";
+		"{\"name\":\"fo\",\"type\":\"Fallback\",\"now\":\"t\",\"all\":[\"a "
+		"b\",\"t\"],\"history\":[],\"udp\":true}";
 	char all[2048];
 	snprintf(all, sizeof all,
 	         "{\"proxies\":{\"direct\":{\"name\":\"direct\",\"type\":\"Direct\",\"history\":[],"
@@ -460,12 +460,12 @@ static void test_delay(void **state)
 		const char *target, *host;
 		uint16_t port;
 	} direct[] = {
-	        {"/proxies/direct/delay?url=http://www.gstatic.com/generate_204", "www.gstatic.com",
+		{"/proxies/direct/delay?url=http://www.gstatic.com/generate_204", "www.gstatic.com",
 	         80},
-	        {"/proxies/direct/delay?url=https%3A%2F%2Fcp.cloudflare.com", "cp.cloudflare.com",
+		{"/proxies/direct/delay?url=https%3A%2F%2Fcp.cloudflare.com", "cp.cloudflare.com",
 	         443},
-	        {"/proxies/direct/delay?url=http://127.0.0.1:8080/x", "127.0.0.1", 8080},
-	        {"/proxies/direct/delay?url=http://[::1]:81/", "::1", 81},
+		{"/proxies/direct/delay?url=http://127.0.0.1:8080/x", "127.0.0.1", 8080},
+		{"/proxies/direct/delay?url=http://[::1]:81/", "::1", 81},
 	};
 	for (size_t i = 0; i < sizeof direct / sizeof *direct; i++) {
 		r = call("GET", direct[i].target);
@@ -640,12 +640,12 @@ static void test_ours(void **state)
 	assert_int_equal(r.status, 200);
 	char want[2048];
 	int n = snprintf(
-	        want, sizeof want,
-	        "{\"udp_lb\":[{\"inbound\":\"lb\",\"active_flows\":1,\"flows_created\":2,"
-	        "\"flows_evicted\":0,\"flows_shed\":0,\"datagrams_to_backends\":0,"
-	        "\"bytes_to_backends\":0,\"datagrams_to_clients\":0,\"bytes_to_clients\":0,"
-	        "\"flow_duration_ms\":0,\"sockets_reused\":0,\"dropped\":{\"%s\":5",
-	        etm_udplb_drop_name(0));
+		want, sizeof want,
+		"{\"udp_lb\":[{\"inbound\":\"lb\",\"active_flows\":1,\"flows_created\":2,"
+		"\"flows_evicted\":0,\"flows_shed\":0,\"datagrams_to_backends\":0,"
+		"\"bytes_to_backends\":0,\"datagrams_to_clients\":0,\"bytes_to_clients\":0,"
+		"\"flow_duration_ms\":0,\"sockets_reused\":0,\"dropped\":{\"%s\":5",
+		etm_udplb_drop_name(0));
 	assert_memory_equal(r.body.p, want, (size_t)n);
 	assert_non_null(strstr(r.body.p, "\"backends\":[{\"address\":\"10.0.0.1:53\",\"up\":true,"
 	                                 "\"flows_created\":2}]}]}"));
@@ -676,19 +676,19 @@ static void test_view_secret_and_default(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	        cmocka_unit_test(test_messages),
-	        cmocka_unit_test(test_levels),
-	        cmocka_unit_test(test_server_messages),
-	        cmocka_unit_test_setup_teardown(test_hello_version, setup, teardown),
-	        cmocka_unit_test_setup_teardown(test_secret, setup, teardown),
-	        cmocka_unit_test_setup_teardown(test_configs, setup, teardown),
-	        cmocka_unit_test_setup_teardown(test_proxies, setup, teardown),
-	        cmocka_unit_test_setup_teardown(test_delay, setup, teardown),
-	        cmocka_unit_test_setup_teardown(test_rules, setup, teardown),
-	        cmocka_unit_test_setup_teardown(test_connections, setup, teardown),
-	        cmocka_unit_test_setup_teardown(test_streams, setup, teardown),
-	        cmocka_unit_test_setup_teardown(test_ours, setup, teardown),
-	        cmocka_unit_test(test_view_secret_and_default),
+		cmocka_unit_test(test_messages),
+		cmocka_unit_test(test_levels),
+		cmocka_unit_test(test_server_messages),
+		cmocka_unit_test_setup_teardown(test_hello_version, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_secret, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_configs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_proxies, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_delay, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rules, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_connections, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_streams, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ours, setup, teardown),
+		cmocka_unit_test(test_view_secret_and_default),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
