@@ -339,6 +339,53 @@ def test_proxies_with_a_balancer(api, echo):
         assert a.call("GET", path)[::2] == (404, {"message": "resource not found"})
 
 
+def test_delay_timeout_and_a_client_gone_mid_test(api, echo):
+    # a listener whose accept queue is full: the kernel drops further SYNs,
+    # so a connect to it hangs
+    full = socket.socket()
+    full.bind((LOOPBACK, 0))
+    full.listen(0)
+    port = full.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(4):
+            f = socket.socket()
+            f.setblocking(False)
+            f.connect_ex((LOOPBACK, port))
+            fillers.append(f)
+        time.sleep(0.2)
+        a = api(config(port))
+        t0 = time.monotonic()
+        status, _, body = a.call("GET", "/proxies/up/delay?timeout=500")
+        assert (status, body) == (504, {"message": "Timeout"})
+        assert 0.4 < time.monotonic() - t0 < 3
+        # sixteen tests at once, and the seventeenth is refused
+        waiting = []
+        for _ in range(16):
+            w = socket.create_connection((LOOPBACK, a.port), timeout=5)
+            w.sendall(b"GET /proxies/up/delay?timeout=1500 HTTP/1.1\r\nHost: x\r\n\r\n")
+            waiting.append(w)
+        time.sleep(0.3)
+        status, _, body = a.call("GET", "/proxies/up/delay?timeout=1500")
+        assert (status, body) == (503, {"message": "too many delay tests at once"})
+        for w in waiting:
+            assert w.recv(4096).startswith(b"HTTP/1.1 504 Gateway Timeout\r\n")
+            w.close()
+        # a client that leaves while its test runs: the test is dropped,
+        # the server goes on
+        for _ in range(20):
+            s = socket.create_connection((LOOPBACK, a.port), timeout=5)
+            s.sendall(b"GET /proxies/up/delay?timeout=2000 HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.close()
+        assert a.get("/version")["meta"] is False
+        time.sleep(2.5)  # the dropped tests' timers have run out
+        assert a.get("/version")["meta"] is False
+    finally:
+        for f in fillers:
+            f.close()
+        full.close()
+
+
 # ---------------------------------------------------------------- errors
 
 def test_errors(api, echo):
