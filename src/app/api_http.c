@@ -35,6 +35,11 @@ const char *api_http_message(api_http_msg m)
 	return (unsigned)m < API_HTTP_MSG_COUNT_ ? msgs[m] : "";
 }
 
+/* A client's WebSocket message longer than this closes the connection
+ * (1009, RFC 6455 7.4.1): the streams take no commands, so nothing a
+ * dashboard sends comes near it, and wslay would buffer a whole one. */
+#define API_WS_MSG_MAX 4096
+
 /* RFC 6455 1.3: the GUID a Sec-WebSocket-Key is hashed with. */
 static const char WS_GUID[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
@@ -71,7 +76,6 @@ struct api_http {
 	int open; /* the listener, the log handle, every connection: freed at 0 */
 	aconn *conns;
 	uv_async_t log_async;
-	bool stopping;
 };
 
 struct aconn {
@@ -585,6 +589,7 @@ static void process(aconn *c)
 		if (wslay_event_context_server_init(&c->ws, &WS_CALLBACKS, c)) {
 			conn_close(c);
 		} else {
+			wslay_event_config_set_max_recv_msg_length(c->ws, API_WS_MSG_MAX);
 			uv_buf_t p = uv_buf_init(hs, (unsigned)n);
 			c->mode = C_WS;
 			if (send_pieces(c, &p, 1) == 0) {

@@ -516,6 +516,25 @@ def test_streams_and_our_endpoints(api, echo):
     assert "etemenanki_build_info" in fams and "etemenanki_flows_open" in fams
 
 
+def test_websocket_close_ping_and_a_message_too_long(api, echo):
+    a = api(config(echo.port))
+
+    async def go():
+        async with a.ws("/traffic") as w:
+            pong = await w.ping()
+            await asyncio.wait_for(pong, 5)
+            await w.close()
+            assert w.close_code == 1000
+        async with a.ws("/traffic") as w:
+            await w.send("x" * 5000)
+            with pytest.raises(websockets.exceptions.ConnectionClosed) as e:
+                for _ in range(5):
+                    await asyncio.wait_for(w.recv(), 5)
+            assert e.value.rcvd.code == 1009
+        assert (await asyncio.to_thread(a.get, "/version"))["meta"] is False
+    arun(go())
+
+
 def rfc3339_ms(s):
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", s), s
     return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
