@@ -423,15 +423,19 @@ static int connection(const api_view *v, const etm_flow *fl, api_buf *b)
 		type = v->rules[fl->rule].type;
 		payload = v->rules[fl->rule].payload;
 	}
-	return rc | api_json_key(b, &f, "rule") | api_json_str(b, type) |
-	       api_json_key(b, &f, "rulePayload") | api_json_str(b, payload) |
-	       api_json_puts(b, "}");
+	rc |= api_json_key(b, &f, "rule") | api_json_str(b, type) |
+	      api_json_key(b, &f, "rulePayload") | api_json_str(b, payload);
+	/* ours, for an ended flow (?closed): when and why */
+	if (fl->end_ms)
+		rc |= api_json_key(b, &f, "end") | api_json_time(b, fl->end_ms) |
+		      api_json_key(b, &f, "why") | api_json_str(b, fl->why);
+	return rc | api_json_puts(b, "}");
 }
 
-int api_render_connections(const api_view *v, const api_provider *p, api_buf *b)
+int api_render_connections(const api_view *v, const api_provider *p, bool closed, api_buf *b)
 {
 	etm_flow_list l = {0};
-	if (p->flows(p->ctx, &l))
+	if (p->flows(p->ctx, closed, &l))
 		return -1;
 	uint64_t up = 0, down = 0;
 	p->traffic(p->ctx, &up, &down);
@@ -750,10 +754,14 @@ static int route(const api_view *v, const api_provider *p, const api_request *rq
 		return message(r, 404, API_M_NOT_FOUND);
 	}
 	if (strcmp(path, "/connections") == 0) {
+		/* ?closed (any value but false or 0): the recently ended ones */
+		char cv[8];
+		ssize_t cn = query_get(q, qn, "closed", cv, sizeof cv);
+		r->closed = cn == 0 || (cn > 0 && strcmp(cv, "false") != 0 && strcmp(cv, "0") != 0);
 		if (get && rq->websocket)
 			return stream(r, API_STREAM_CONNECTIONS, rq, q, qn);
 		if (get)
-			return api_render_connections(v, p, &r->body);
+			return api_render_connections(v, p, r->closed, &r->body);
 		if (method_is(rq, "DELETE")) {
 			(void)p->kill_all(p->ctx);
 			r->status = 204;

@@ -87,8 +87,8 @@ void api_view_free(api_view *v);
 
 typedef struct api_provider {
 	void *ctx;
-	/* etm_supervisor_flows(closed = 0), _traffic, _kill, _kill_where(all) */
-	int (*flows)(void *ctx, etm_flow_list *out);
+	/* etm_supervisor_flows, _traffic, _kill, _kill_where(all) */
+	int (*flows)(void *ctx, int closed, etm_flow_list *out);
 	void (*traffic)(void *ctx, uint64_t *up, uint64_t *down);
 	int (*kill)(void *ctx, uint64_t id);
 	size_t (*kill_all)(void *ctx);
@@ -148,6 +148,7 @@ typedef struct api_response {
 	bool text;         /* the body is Prometheus text, not JSON */
 	const char *allow; /* 405: the methods the path takes (static) */
 	bool websocket;    /* a stream: over the WebSocket (else chunked HTTP) */
+	bool closed;       /* /connections: the recently ended flows */
 	uint32_t interval_ms;
 	int log_level; /* LOG_LEVEL_* */
 	char host[API_HOST_MAX];
@@ -166,8 +167,10 @@ __attribute__((warn_unused_result)) int api_handle(const api_view *v, const api_
                                                    const api_request *r, api_response *out);
 
 /* The stream renderers, each one whole JSON text into b (appended). */
+/* closed: the recently ended flows instead of the open ones */
 __attribute__((warn_unused_result)) int api_render_connections(const api_view *v,
-                                                               const api_provider *p, api_buf *b);
+                                                               const api_provider *p, bool closed,
+                                                               api_buf *b);
 __attribute__((warn_unused_result)) int api_render_traffic(uint64_t up, uint64_t down, api_buf *b);
 /* {"inuse":bytes,"oslimit":0}: mihomo's /memory */
 __attribute__((warn_unused_result)) int api_render_memory(uint64_t inuse, api_buf *b);

@@ -7,9 +7,9 @@
 
 #include "base/log.h"
 
-static int p_flows(void *ctx, etm_flow_list *out)
+static int p_flows(void *ctx, int closed, etm_flow_list *out)
 {
-	return etm_supervisor_flows(((const api_http_conf *)ctx)->sup, 0, out);
+	return etm_supervisor_flows(((const api_http_conf *)ctx)->sup, closed, out);
 }
 
 static void p_traffic(void *ctx, uint64_t *up, uint64_t *down)

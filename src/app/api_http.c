@@ -92,6 +92,7 @@ struct aconn {
 	api_probe *probe; /* a delay test this connection waits for */
 	bool closing, close_after, lingering, head_only;
 	bool ws_done;  /* the close handshake is over: close once written */
+	bool closed;   /* /connections: the ended flows */
 	int writing;   /* writes in flight */
 	size_t queued; /* their bytes */
 	int handles;
@@ -338,7 +339,7 @@ static void on_tick(uv_timer_t *t)
 	} else if (c->stream == API_STREAM_MEMORY) {
 		rc = api_render_memory(a->prov.memory(a->prov.ctx), &b);
 	} else {
-		rc = api_render_connections(&a->view, &a->prov, &b);
+		rc = api_render_connections(&a->view, &a->prov, c->closed, &b);
 	}
 	if (rc == 0)
 		stream_send(c, b.p, b.len);
@@ -351,6 +352,7 @@ static void stream_start(aconn *c, const api_response *r)
 	c->stream = r->action;
 	c->log_level = r->log_level;
 	c->interval_ms = r->interval_ms;
+	c->closed = r->closed;
 	uv_timer_stop(&c->timer);
 	if (r->action == API_STREAM_LOGS) {
 		api_logtap_subscribe();

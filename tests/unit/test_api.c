@@ -20,6 +20,7 @@ typedef struct fake {
 	size_t n_flows;
 	uint64_t up, down;
 	uint64_t killed; /* the last id given to kill */
+	int asked_closed; /* what flows was last asked for */
 	int kill_all_calls;
 	int level, reloads;
 	const char *reload_error; /* NULL: the reload succeeds */
@@ -28,9 +29,10 @@ typedef struct fake {
 	uint64_t probe_when;
 } fake;
 
-static int f_flows(void *ctx, etm_flow_list *out)
+static int f_flows(void *ctx, int closed, etm_flow_list *out)
 {
 	fake *f = ctx;
+	f->asked_closed = closed;
 	out->v = calloc(f->n_flows + 1, sizeof *out->v);
 	memcpy(out->v, f->flows, f->n_flows * sizeof *out->v);
 	out->n = f->n_flows;
@@ -575,6 +577,32 @@ static void test_connections(void **state)
 	expect("DELETE", "/connections", 204, "");
 	assert_int_equal(F.kill_all_calls, 1);
 	expect("GET", "/connections/7", 405, "{\"message\":\"method not allowed\"}");
+	/* the ended ones: the same shape with when and why */
+	F.flows[0].end_ms = 1700000002500ull;
+	snprintf(F.flows[0].why, sizeof F.flows[0].why, "%s", ETM_FLOW_KILLED);
+	F.n_flows = 1;
+	expect("GET", "/connections?closed=true", 200,
+	       "{\"downloadTotal\":4000,\"uploadTotal\":300,\"connections\":["
+	       "{\"id\":\"7\",\"metadata\":{\"network\":\"tcp\",\"type\":\"s\",\"sourceIP\":"
+	       "\"127.0.0.1\",\"destinationIP\":\"\",\"sourcePort\":\"40000\",\"destinationPort\":"
+	       "\"443\",\"host\":\"www.example.com\",\"dnsMode\":\"normal\",\"processPath\":\"\","
+	       "\"specialProxy\":\"\",\"inboundUser\":\"alice\"},\"upload\":10,\"download\":20,"
+	       "\"start\":\"2023-11-14T22:13:20.123Z\",\"chains\":[\"block\"],\"rule\":"
+	       "\"DomainSuffix\",\"rulePayload\":\"example.com,b.org\",\"end\":"
+	       "\"2023-11-14T22:13:22.500Z\",\"why\":\"the flow was killed\"}],\"memory\":4096}");
+	assert_int_equal(F.asked_closed, 1);
+	const struct {
+		const char *target;
+		int closed;
+	} which[] = {{"/connections", 0},          {"/connections?closed", 1},
+	             {"/connections?closed=1", 1}, {"/connections?closed=false", 0},
+	             {"/connections?closed=0", 0}, {"/connections?interval=5&closed", 1}};
+	for (size_t i = 0; i < sizeof which / sizeof *which; i++) {
+		api_response r = call("GET", which[i].target);
+		assert_int_equal(r.status, 200);
+		assert_int_equal(F.asked_closed, which[i].closed);
+		api_response_free(&r);
+	}
 	F.n_flows = 0;
 	expect("GET", "/connections", 200,
 	       "{\"downloadTotal\":4000,\"uploadTotal\":300,\"connections\":[],\"memory\":4096}");
