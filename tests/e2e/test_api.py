@@ -663,6 +663,10 @@ def test_kill_one_connection(api, echo):
         assert [f["id"] for f in live(a, 1)["connections"]] == [by_port[s2.getsockname()[1]]]
         assert a.call("DELETE", f"/connections/{id1}")[::2] == (
             404, {"message": "resource not found"})
+        # the killed one is among the ended ones, with its why
+        ended = {f["id"]: f for f in a.get("/connections?closed")["connections"]}
+        assert ended[id1]["why"] == "the flow was killed"
+        assert rfc3339_ms(ended[id1]["end"]) >= rfc3339_ms(ended[id1]["start"])
         assert a.call("DELETE", "/connections")[0] == 204
         s2.settimeout(5)
         try:
