@@ -274,7 +274,8 @@ static void on_signal(uv_signal_t *h, int signum)
 	uv_stop(h->loop);
 }
 
-/* SIGUSR1: the udp_lb counters on stderr, until an admin API exists. */
+/* SIGUSR1: the udp_lb counters on stderr (the admin API has them as
+ * GET /udp-lb). */
 static void on_usr1(uv_signal_t *h, int signum)
 {
 	(void)signum;
