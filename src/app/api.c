@@ -734,13 +734,13 @@ static int route(const api_view *v, const api_provider *p, const api_request *rq
 	if (strcmp(path, "/proxies") == 0)
 		return get ? get_proxies(v, p, &r->body) : not_allowed(r, "GET");
 	if (strncmp(path, "/proxies/", 9) == 0) {
+		/* the name is decoded alone: a tag may hold a '/' (%2F) */
 		char name[ETM_FLOW_NAME_MAX];
 		const char *n = path + 9, *slash = strchr(n, '/');
 		size_t nl = slash ? (size_t)(slash - n) : strlen(n);
-		if (nl == 0 || nl >= sizeof name || (slash && strcmp(slash, "/delay") != 0))
+		if (nl == 0 || (slash && strcmp(slash, "/delay") != 0) ||
+		    decode(n, nl, false, name, sizeof name) <= 0)
 			return message(r, 404, API_M_NOT_FOUND);
-		memcpy(name, n, nl);
-		name[nl] = '\0';
 		if (!get)
 			return not_allowed(r, "GET");
 		if (slash)
@@ -820,7 +820,7 @@ int api_handle(const api_view *v, const api_provider *p, const api_request *rq, 
 	size_t pn = qm ? (size_t)(qm - t) : rq->target_len;
 	const char *q = qm ? qm + 1 : "";
 	size_t qn = qm ? rq->target_len - pn - 1 : 0;
-	char path[1024];
+	char path[1024]; /* as sent: a proxy's name is decoded by itself */
 	int rc;
 	if (method_is(rq, "OPTIONS")) {
 		/* a CORS preflight carries no credentials (Fetch standard,
@@ -830,10 +830,13 @@ int api_handle(const api_view *v, const api_provider *p, const api_request *rq, 
 	}
 	if (!authorized(v, rq, q, qn))
 		rc = message(r, 401, API_M_UNAUTHORIZED);
-	else if (decode(t, pn, false, path, sizeof path) < 0 || path[0] != '/')
+	else if (pn == 0 || pn >= sizeof path || t[0] != '/')
 		rc = message(r, 404, API_M_NOT_FOUND);
-	else
+	else {
+		memcpy(path, t, pn);
+		path[pn] = '\0';
 		rc = route(v, p, rq, path, q, qn, r);
+	}
 	if (rc || r->body.failed) {
 		api_response_free(r);
 		return -1;

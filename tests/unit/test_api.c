@@ -172,6 +172,7 @@ static const char CONFIG[] =
 	"[[inbound]]\ntag = \"h\"\nprotocol = \"http\"\nlisten = \"127.0.0.1\"\nport = 8080\n"
 	"[[outbound]]\ntag = \"direct\"\nprotocol = \"freedom\"\n"
 	"[[outbound]]\ntag = \"block\"\nprotocol = \"blackhole\"\n"
+	"[[outbound]]\ntag = \"x/y\"\nprotocol = \"freedom\"\n"
 	"[[outbound]]\ntag = \"a b\"\nprotocol = \"socks\"\nserver = \"192.0.2.1\"\nport = 1081\n"
 	"[[outbound]]\ntag = \"t\"\nprotocol = \"trojan\"\nserver = \"proxy.example\"\nport = 443\n"
 	"[outbound.settings]\npassword = \"x\"\n"
@@ -306,6 +307,8 @@ static void test_hello_version(void **state)
 	expect("GET", "/nope", 404, "{\"message\":\"resource not found\"}");
 	expect("GET", "/proxies/", 404, "{\"message\":\"resource not found\"}");
 	expect("GET", "/%zz", 404, "{\"message\":\"resource not found\"}");
+	expect("GET", "/proxies/%zz", 404, "{\"message\":\"resource not found\"}");
+	expect("GET", "/proxies/%00", 404, "{\"message\":\"resource not found\"}");
 	api_response r = call("POST", "/version");
 	assert_int_equal(r.status, 405);
 	assert_string_equal(r.allow, "GET");
@@ -434,6 +437,7 @@ static void test_proxies(void **state)
 	snprintf(all, sizeof all,
 	         "{\"proxies\":{\"direct\":{\"name\":\"direct\",\"type\":\"Direct\",\"history\":[],"
 	         "\"udp\":true},\"block\":{\"name\":\"block\",\"type\":\"Reject\",\"history\":[],"
+	         "\"udp\":true},\"x/y\":{\"name\":\"x/y\",\"type\":\"Direct\",\"history\":[],"
 	         "\"udp\":true},\"a b\":%s,\"t\":{\"name\":\"t\",\"type\":\"Trojan\",\"history\":"
 	         "[],\"udp\":true},\"fo\":%s,\"rr\":{\"name\":\"rr\",\"type\":\"LoadBalance\","
 	         "\"all\":[\"t\",\"a b\"],\"history\":[],\"udp\":true}}}",
@@ -441,6 +445,14 @@ static void test_proxies(void **state)
 	expect("GET", "/proxies", 200, all);
 	expect("GET", "/proxies/a%20b", 200, AB);
 	expect("GET", "/proxies/fo", 200, FO);
+	/* a name is decoded by itself: %2F is part of it, not a path step */
+	expect("GET", "/proxies/x%2Fy", 200,
+	       "{\"name\":\"x/y\",\"type\":\"Direct\",\"history\":[],\"udp\":true}");
+	expect("GET", "/proxies/x/y", 404, "{\"message\":\"resource not found\"}");
+	api_response d = call("GET", "/proxies/x%2Fy/delay?url=http://h.test/");
+	assert_int_equal(d.action, API_DELAY);
+	assert_string_equal(d.host, "h.test");
+	api_response_free(&d);
 	expect("GET", "/proxies/none", 404, "{\"message\":\"resource not found\"}");
 	expect("GET", "/proxies/fo/other", 404, "{\"message\":\"resource not found\"}");
 	F.probe_when = 0; /* no probe finished yet: no history */
