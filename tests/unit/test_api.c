@@ -19,7 +19,7 @@ typedef struct fake {
 	etm_flow flows[4];
 	size_t n_flows;
 	uint64_t up, down;
-	uint64_t killed; /* the last id given to kill */
+	uint64_t killed;  /* the last id given to kill */
 	int asked_closed; /* what flows was last asked for */
 	int kill_all_calls;
 	int level, reloads;
@@ -534,6 +534,50 @@ static void test_rules(void **state)
 	       "\"proxy\":\"direct\"}]}");
 }
 
+/* Every matcher kind's name, one rule each, and one rule with them all. */
+static void test_rule_kinds(void **state)
+{
+	(void)state;
+	etm_spec s;
+	load_spec(
+		"[[inbound]]\ntag = \"in\"\nprotocol = \"socks\"\nlisten = \"0.0.0.0\"\nport = 1\n"
+		"[[outbound]]\ntag = \"d\"\nprotocol = \"freedom\"\n"
+		"[[route.rule]]\ndomain = [\"a.test\"]\noutbound = \"d\"\n"
+		"[[route.rule]]\ndomain_keyword = [\"goo\", \"ads\"]\noutbound = \"d\"\n"
+		"[[route.rule]]\ndomain_regex = [\"^x\\\\.y$\"]\noutbound = \"d\"\n"
+		"[[route.rule]]\nsource_cidr = [\"192.168.0.0/16\"]\noutbound = \"d\"\n"
+		"[[route.rule]]\ninbound_tag = [\"in\"]\noutbound = \"d\"\n"
+		"[[route.rule]]\nnetwork = [\"tcp\", \"udp\"]\noutbound = \"d\"\n"
+		"[[route.rule]]\ndomain = [\"b.test\"]\ndomain_suffix = [\"c.test\"]\n"
+		"domain_keyword = [\"k\"]\ncidr = [\"10.0.0.0/8\"]\nport = [\"443\"]\n"
+		"inbound_tag = [\"in\"]\nsource_cidr = [\"::1/128\"]\noutbound = \"d\"\n",
+		&s);
+	api_view v;
+	assert_int_equal(api_view_init(&v, &s), 0);
+	etm_spec_free(&s);
+	const struct {
+		const char *type, *payload;
+	} want[] = {
+		{"Domain", "a.test"},
+		{"DomainKeyword", "goo,ads"},
+		{"DomainRegex", "^x\\.y$"},
+		{"SrcIPCIDR", "192.168.0.0/16"},
+		{"InName", "in"},
+		{"Network", "tcp,udp"},
+		{"AND",
+	         "((Domain,b.test),(DomainSuffix,c.test),(DomainKeyword,k),(IPCIDR,10.0.0.0/8),"
+	         "(DstPort,443),(InName,in),(SrcIPCIDR,::1/128))"},
+	};
+	assert_int_equal(v.n_rules, sizeof want / sizeof *want);
+	for (size_t i = 0; i < v.n_rules; i++) {
+		assert_string_equal(v.rules[i].type, want[i].type);
+		assert_string_equal(v.rules[i].payload, want[i].payload);
+		assert_string_equal(v.rules[i].proxy, "d");
+	}
+	assert_true(!v.inbounds[0].loopback);
+	api_view_free(&v);
+}
+
 static void test_connections(void **state)
 {
 	(void)state;
@@ -729,6 +773,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_streams, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ours, setup, teardown),
 		cmocka_unit_test(test_view_secret_and_default),
+		cmocka_unit_test(test_rule_kinds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
