@@ -536,6 +536,53 @@ def test_websocket_close_ping_and_a_message_too_long(api, echo):
     arun(go())
 
 
+def test_udp_lb_and_chunked_logs(api):
+    from udplbkit import Client, EchoBackend, lb_config
+    backend = EchoBackend("a")
+    try:
+        text = (lb_config([backend], tag="lb").replace("{", "{{").replace("}", "}}")
+                + '\n[[inbound]]\ntag = "socks"\nprotocol = "socks"\nlisten = "127.0.0.1"\n'
+                'port = {port0}\n\n[api]\nlisten = "127.0.0.1:{api}"\n')
+        a = api(text)
+        port = int(re.search(r"listening on 127\.0\.0\.1:(\d+) \(lb,", a.proxy.log()).group(1))
+        c = Client(port)
+        try:
+            for i in range(3):
+                assert c.ask(b"ping-%d" % i) == "a"
+        finally:
+            c.close()
+        deadline = time.monotonic() + 5
+        while True:
+            lbs = a.get("/udp-lb")["udp_lb"]
+            if lbs[0]["datagrams_to_clients"] == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert [x["inbound"] for x in lbs] == ["lb"]
+        lb = lbs[0]
+        assert lb["datagrams_to_backends"] == 3 and lb["datagrams_to_clients"] == 3
+        assert lb["flows_created"] == 1 and lb["active_flows"] == 1
+        assert set(lb["dropped"]) >= {"truncated"} and set(lb["closed"]) >= {"idle"}
+        assert [(b["address"], b["flows_created"]) for b in lb["backends"]] == [(backend.addr, 1)]
+
+        # /logs as chunked HTTP: a reload's info line
+        s = socket.create_connection((LOOPBACK, a.port), timeout=5)
+        s.sendall(b"GET /logs HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += s.recv(4096)
+        assert data.startswith(b"HTTP/1.1 200 OK\r\n") and b"Transfer-Encoding: chunked" in data
+        assert a.call("PUT", "/configs?force=true")[0] == 204
+        want = (b'{"type":"info","payload":"app: reloading ' + str(a.proxy.cfg_path).encode()
+                + b' (api)"}\n')
+        while want not in data:
+            chunk = s.recv(4096)
+            assert chunk, data
+            data += chunk
+        s.close()
+    finally:
+        backend.close()
+
+
 def rss(pid):
     with open(f"/proc/{pid}/status") as f:
         return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) * 1024
