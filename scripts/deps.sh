@@ -21,6 +21,8 @@ packages=(
   python3-grpcio
   # the Prometheus client's own text parser, for tests/e2e/test_metrics.py
   python3-prometheus-client
+  # a WebSocket client for the admin API's streams (tests/e2e/test_api.py)
+  python3-websockets
   # more peers for `make bench`
   nginx libnginx-mod-stream shadowsocks-libev dante-server microsocks strace
 )

@@ -378,6 +378,12 @@ typedef struct etm_spec {
 	 * (docs/metrics.md), or NULL when off. The front-end serves it; the
 	 * engine only checks it (etm_listen_addr_parse). */
 	char *metrics_listen;
+	/* [api] listen: "ip:port" of the admin API (docs/api.md), or NULL
+	 * when off; [api] secret: its Bearer token, NULL when none (then
+	 * etm_spec_check refuses a listen address that is not loopback).
+	 * The front-end serves it; the engine only checks them. */
+	char *api_listen;
+	char *api_secret;
 	etm_runtime_spec runtime;
 	etm_policy_spec policy;
 	etm_inbound_spec *inbounds; /* owned */

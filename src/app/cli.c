@@ -18,6 +18,8 @@
 #include <wslay/wslayver.h>
 
 #include "commit.h" /* generated from app/commit.h.in */
+#include "app/api.h"
+#include "app/api_http.h"
 #include "app/config.h"
 #include "app/link_cmd.h"
 #include "app/metrics_http.h"
@@ -211,8 +213,44 @@ typedef struct app {
 	upgrader *up; /* NULL before the engine runs */
 	etm_supervisor *sup;
 	metrics_http *metrics; /* NULL when [metrics] listen is absent */
+	api_http *api;         /* NULL when [api] listen is absent */
 	metrics_reloads reloads;
 } app;
+
+/* PUT /configs: a reload as SIGHUP's, with its outcome. */
+static int api_reload(void *arg, char *err, size_t err_size)
+{
+	app *a = arg;
+	if (upgrader_draining(a->up) || !a->rl) {
+		snprintf(err, err_size, "%s", msgs[CLI_HUP_DRAINING]);
+		return -1;
+	}
+	return reloader_run(a->rl, "api", err, err_size);
+}
+
+/* A reload's new spec becomes the API's view once it is applied. */
+static void *api_before(void *arg, const etm_spec *spec)
+{
+	app *a = arg;
+	api_view *v = malloc(sizeof *v);
+	if (!a->api || !v || api_view_init(v, spec)) {
+		free(v);
+		return NULL;
+	}
+	return v;
+}
+
+static void api_after(void *arg, void *state, bool applied)
+{
+	app *a = arg;
+	api_view *v = state;
+	if (!v)
+		return;
+	if (applied && a->api)
+		api_http_set_view(a->api, v);
+	api_view_free(v);
+	free(v);
+}
 
 /* SIGHUP: reload the config file, unless the process drains after an
  * upgrade (the new one owns the config). */
@@ -236,7 +274,8 @@ static void on_signal(uv_signal_t *h, int signum)
 	uv_stop(h->loop);
 }
 
-/* SIGUSR1: the udp_lb counters on stderr, until an admin API exists. */
+/* SIGUSR1: the udp_lb counters on stderr (the admin API has them as
+ * GET /udp-lb). */
 static void on_usr1(uv_signal_t *h, int signum)
 {
 	(void)signum;
@@ -263,6 +302,8 @@ static void on_upgrade_serving(void *data)
 	a->rl = NULL;
 	metrics_http_stop(a->metrics);
 	a->metrics = NULL;
+	api_http_stop(a->api);
+	a->api = NULL;
 }
 
 static void close_handle(uv_handle_t *h, void *arg)
@@ -309,6 +350,10 @@ static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 	uint64_t start_time = (uint64_t)time(NULL);
 	/* the spec goes to the engine; the endpoint's address stays here */
 	char *metrics_listen = spec->metrics_listen ? strdup(spec->metrics_listen) : NULL;
+	char *api_listen = spec->api_listen ? strdup(spec->api_listen) : NULL;
+	/* what the API shows of the config, copied before the engine takes it */
+	api_view view = {0};
+	bool view_ok = !api_listen || api_view_init(&view, spec) == 0;
 	uv_loop_t loop;
 	uv_signal_t sigint, sigterm, sigusr1, sigusr2, sighup;
 	app a = {0};
@@ -327,7 +372,9 @@ static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 	 * address serve on it */
 	take_passed();
 	etm_supervisor *sup;
-	int rc = etm_supervisor_start(spec, &sup, msg, sizeof msg);
+	int rc = view_ok ? etm_supervisor_start(spec, &sup, msg, sizeof msg) : -1;
+	if (!view_ok)
+		snprintf(msg, sizeof msg, "%s", api_http_message(API_HTTP_NOMEM));
 	etm_supervisor_inherit_release(); /* the listeners hold their own copies */
 	if (rc == 0 && metrics_listen) {
 		a.metrics = metrics_http_start(&loop, metrics_listen, sup, &a.reloads, start_time, msg,
@@ -337,6 +384,23 @@ static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 			rc = -1;
 		}
 	}
+	if (rc == 0 && api_listen) {
+		api_http_conf conf = {.listen = api_listen,
+		                      .sup = sup,
+		                      .reloads = &a.reloads,
+		                      .start_time = start_time,
+		                      .metrics = &a.metrics,
+		                      .reload = api_reload,
+		                      .reload_arg = &a};
+		a.api = api_http_start(&loop, &conf, &view, msg, sizeof msg);
+		if (!a.api) {
+			metrics_http_stop(a.metrics);
+			a.metrics = NULL;
+			etm_supervisor_stop(sup);
+			rc = -1;
+		}
+	}
+	api_view_free(&view);
 	if (rc) {
 		etm_spec_free(spec);
 		say(err, CLI_START_FAILED, msg);
@@ -344,11 +408,16 @@ static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 		a.sup = sup;
 		a.up = upgrader_new(&loop, sup, o->argv, on_upgrade_serving, &a);
 		tell_ready();
+		reload_hook hook = {.before = api_before,
+		                    .after = api_after,
+		                    .arg = &a,
+		                    .api_listen = api_listen};
 		a.rl = reloader_start(&loop, o->config, sup, o->level_set, &a.reloads,
-		                      metrics_listen);
+		                      metrics_listen, &hook);
 		uv_run(&loop, UV_RUN_DEFAULT);
 		reloader_stop(a.rl);
 		metrics_http_stop(a.metrics);
+		api_http_stop(a.api);
 		upgrader_del(a.up);
 		a = (app){0};
 		etm_supervisor_stop(sup);
@@ -357,6 +426,7 @@ static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 	uv_run(&loop, UV_RUN_DEFAULT);
 	(void)uv_loop_close(&loop);
 	free(metrics_listen);
+	free(api_listen);
 	if (rc)
 		return 1;
 	log_info("app", "%s", msgs[CLI_STOPPED]);

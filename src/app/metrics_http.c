@@ -170,10 +170,9 @@ static void gather_usage_free(metrics_snapshot *s)
 		etm_usage_list_free(&s->usage[k]);
 }
 
-/* The text of one scrape; -1 when memory ran out. */
-static int collect(metrics_http *m, metrics_buf *body)
+int metrics_http_collect(etm_supervisor *sup, const metrics_reloads *reloads, uint64_t start_time,
+                         uint64_t refused, metrics_buf *body)
 {
-	etm_supervisor *sup = m->sup;
 	size_t n_in = etm_supervisor_inbound_count(sup);
 	metrics_udplb *lb = calloc(n_in ? n_in : 1, sizeof *lb);
 	size_t n_lb = 0;
@@ -230,14 +229,14 @@ static int collect(metrics_http *m, metrics_buf *body)
 	metrics_snapshot s = {
 		.version = etm_version(),
 		.commit = ETM_COMMIT,
-		.start_time = m->start_time,
+		.start_time = start_time,
 		.flows_open = open,
 		.flows_total = total,
 		.epoch = etm_supervisor_epoch(sup),
 		.guard = g,
-		.reloads_ok = m->reloads->ok,
-		.reloads_failed = m->reloads->failed,
-		.scrape_connections_refused = m->refused,
+		.reloads_ok = reloads->ok,
+		.reloads_failed = reloads->failed,
+		.scrape_connections_refused = refused,
 		.n_members = n_mem,
 		.members = mem,
 		.n_udplb = n_lb,
@@ -373,7 +372,8 @@ static void process(mconn *c)
 		answer(c, 405, false, !keep, ka10, NULL);
 	} else {
 		metrics_buf body = {0};
-		if (collect(c->m, &body))
+		metrics_http *m = c->m;
+		if (metrics_http_collect(m->sup, m->reloads, m->start_time, m->refused, &body))
 			answer(c, 500, is_head, true, false, NULL);
 		else
 			answer(c, 200, is_head, !keep, ka10, &body);
@@ -507,6 +507,8 @@ metrics_http *metrics_http_start(uv_loop_t *loop, const char *addr, etm_supervis
 	log_info("app", msgs[M_SERVING], text);
 	return m;
 }
+
+uint64_t metrics_http_refused(const metrics_http *m) { return m ? m->refused : 0; }
 
 void metrics_http_stop(metrics_http *m)
 {

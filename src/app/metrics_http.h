@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "app/metrics.h"
 #include "etemenanki/supervisor.h"
 
 /* A request head longer than this is answered 431 and the connection
@@ -42,6 +43,20 @@ typedef struct metrics_http metrics_http;
 metrics_http *metrics_http_start(uv_loop_t *loop, const char *addr, etm_supervisor *sup,
                                  const metrics_reloads *reloads, uint64_t start_time, char *err,
                                  size_t err_size);
+
+/* The Prometheus text of one scrape of sup into body (app/metrics.h):
+ * what GET /metrics answers here and on the admin API. refused is the
+ * etemenanki_metrics_connections_refused value. Returns 0, or -1 when
+ * memory ran out. The thread that started the engine. */
+__attribute__((warn_unused_result)) int metrics_http_collect(etm_supervisor *sup,
+                                                             const metrics_reloads *reloads,
+                                                             uint64_t start_time,
+                                                             uint64_t refused,
+                                                             metrics_buf *body);
+
+/* Connections the endpoint closed at once for METRICS_CONNS_MAX; 0 for
+ * NULL. */
+uint64_t metrics_http_refused(const metrics_http *m);
 
 /* Closes the listener and every connection (run the loop once more to
  * free them). NULL is a no-op. */

@@ -2,6 +2,7 @@
 #include "app/reload.h"
 
 #include <libgen.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,7 +14,7 @@
 #include "etemenanki/etemenanki.h"
 
 enum { M_PARSE, M_BUILD, M_RELOADING, M_NO_WATCH, M_SAVED, M_ACCESS, M_NO_MEMORY, M_METRICS,
-       M_OFF };
+       M_OFF, M_API };
 static const char *const msgs[] = {
 	[M_PARSE] = "reload: parse failed, keeping current config: %s",
 	[M_BUILD] = "reload: build failed, keeping current config: %s",
@@ -25,6 +26,8 @@ static const char *const msgs[] = {
 	[M_METRICS] = "reload: [metrics] listen changed from %s to %s; the endpoint stays on %s "
 		      "until the next start",
 	[M_OFF] = "off",
+	[M_API] = "reload: [api] listen changed from %s to %s; the API stays on %s until the next "
+		  "start",
 };
 
 struct reloader {
@@ -35,6 +38,7 @@ struct reloader {
 	metrics_reloads *counts; /* borrowed */
 	const char *metrics_listen; /* borrowed: the endpoint's address, or NULL */
 	bool keep_level;
+	reload_hook hook;
 	uv_fs_event_t watch;
 	uv_timer_t debounce;
 	bool watching;
@@ -43,26 +47,25 @@ struct reloader {
 
 /* The endpoint is bound once, at the start: a change is logged, not
  * applied (docs/metrics.md). */
-static void check_metrics(const reloader *r, const char *next)
+static void check_listen(int m, const char *cur, const char *next)
 {
-	const char *cur = r->metrics_listen;
 	if ((cur == NULL) == (next == NULL) && (!cur || strcmp(cur, next) == 0))
 		return;
 	const char *c = cur ? cur : msgs[M_OFF];
-	log_warn("app", msgs[M_METRICS], c, next ? next : msgs[M_OFF], c);
+	log_warn("app", msgs[m], c, next ? next : msgs[M_OFF], c);
 }
 
-static int reload(reloader *r)
+/* The outcome is logged and its message left in msg. */
+static int reload(reloader *r, char *msg)
 {
 	etm_spec spec;
-	char msg[CONFIG_MSG_MAX];
 	/* parsed, lowered and checked as --test does; what --test then builds
 	 * is prepare's (etm_supervisor_apply), whose failure is a build one */
-	if (config_load_file(r->path, &spec, msg, sizeof msg)) {
+	if (config_load_file(r->path, &spec, msg, CONFIG_MSG_MAX)) {
 		log_error("app", msgs[M_PARSE], msg);
 		return -1;
 	}
-	if (etm_spec_check_available(&spec, msg, sizeof msg)) {
+	if (etm_spec_check_available(&spec, msg, CONFIG_MSG_MAX)) {
 		etm_spec_free(&spec);
 		log_error("app", msgs[M_BUILD], msg);
 		return -1;
@@ -74,25 +77,38 @@ static int reload(reloader *r)
 	char *access = spec.log_access ? strdup(spec.log_access) : NULL;
 	if (spec.log_access && !access) {
 		etm_spec_free(&spec);
-		log_error("app", msgs[M_BUILD], msgs[M_NO_MEMORY]);
+		snprintf(msg, CONFIG_MSG_MAX, "%s", msgs[M_NO_MEMORY]);
+		log_error("app", msgs[M_BUILD], msg);
 		return -1;
 	}
 	/* kept past the apply, which takes the spec */
 	char *metrics = spec.metrics_listen ? strdup(spec.metrics_listen) : NULL;
-	if (spec.metrics_listen && !metrics) {
-		free(access);
-		etm_spec_free(&spec);
-		log_error("app", msgs[M_BUILD], msgs[M_NO_MEMORY]);
-		return -1;
-	}
-	if (etm_supervisor_apply(r->sup, &spec, msg, sizeof msg)) {
+	char *api = spec.api_listen ? strdup(spec.api_listen) : NULL;
+	if ((spec.metrics_listen && !metrics) || (spec.api_listen && !api)) {
 		free(access);
 		free(metrics);
+		free(api);
+		etm_spec_free(&spec);
+		snprintf(msg, CONFIG_MSG_MAX, "%s", msgs[M_NO_MEMORY]);
 		log_error("app", msgs[M_BUILD], msg);
 		return -1;
 	}
-	check_metrics(r, metrics);
+	void *state = r->hook.before ? r->hook.before(r->hook.arg, &spec) : NULL;
+	if (etm_supervisor_apply(r->sup, &spec, msg, CONFIG_MSG_MAX)) {
+		if (r->hook.after)
+			r->hook.after(r->hook.arg, state, false);
+		free(access);
+		free(metrics);
+		free(api);
+		log_error("app", msgs[M_BUILD], msg);
+		return -1;
+	}
+	if (r->hook.after)
+		r->hook.after(r->hook.arg, state, true);
+	check_listen(M_METRICS, r->metrics_listen, metrics);
+	check_listen(M_API, r->hook.api_listen, api);
 	free(metrics);
+	free(api);
 	if (!r->keep_level)
 		log_set_level(level);
 	log_set_format(format);
@@ -106,17 +122,29 @@ static int reload(reloader *r)
 	return 0;
 }
 
-void reloader_now(reloader *r, const char *why)
+int reloader_run(reloader *r, const char *why, char *err, size_t err_size)
 {
+	char msg[CONFIG_MSG_MAX] = "";
 	log_info("app", msgs[M_RELOADING], r->path, why);
 	/* systemd waits for READY=1 after RELOADING=1 whatever the outcome: a
 	 * reload that keeps the current config is over too */
 	notify_reloading();
-	if (reload(r))
+	int rc = reload(r, msg);
+	if (rc)
 		r->counts->failed++;
 	else
 		r->counts->ok++;
 	notify_ready();
+	if (rc)
+		snprintf(err, err_size, "%s", msg);
+	return rc;
+}
+
+void reloader_now(reloader *r, const char *why)
+{
+	char err[CONFIG_MSG_MAX];
+	if (reloader_run(r, why, err, sizeof err))
+		return; /* logged */
 }
 
 static void on_quiet(uv_timer_t *t) { reloader_now(t->data, msgs[M_SAVED]); }
@@ -132,7 +160,8 @@ static void on_change(uv_fs_event_t *h, const char *name, int events, int status
 }
 
 reloader *reloader_start(uv_loop_t *loop, const char *path, etm_supervisor *sup, bool keep_level,
-                         metrics_reloads *counts, const char *metrics_listen)
+                         metrics_reloads *counts, const char *metrics_listen,
+                         const reload_hook *hook)
 {
 	reloader *r = calloc(1, sizeof *r);
 	char *d = strdup(path), *b = strdup(path);
@@ -148,6 +177,8 @@ reloader *reloader_start(uv_loop_t *loop, const char *path, etm_supervisor *sup,
 	                .counts = counts,
 	                .metrics_listen = metrics_listen,
 	                .keep_level = keep_level};
+	if (hook)
+		r->hook = *hook;
 	r->dir = strdup(dirname(d));
 	r->base = strdup(basename(b));
 	free(d);

@@ -407,6 +407,19 @@ static const schema_table metrics_table =
 	TABLE_OF("[metrics]", "The Prometheus metrics endpoint. Off when the table is absent.",
 	         metrics_fields);
 
+static const schema_field api_fields[] = {
+	STR(etm_spec, api_listen, "listen", "none",
+	    "\"ip:port\" of the admin API (docs/api.md): the Clash API that dashboards such as "
+	    "yacd, metacubexd and zashboard speak, plus /users, /udp-lb and /metrics; absent = "
+	    "off. Without a secret only a loopback address is allowed. Read at start: a reload "
+	    "that changes it is logged and waits for a restart."),
+	STR(etm_spec, api_secret, "secret", "none",
+	    "The Bearer token every request must carry (Authorization: Bearer <secret>, or "
+	    "?token=<secret> on a WebSocket). A reload applies a new one at once."),
+};
+static const schema_table api_table =
+	TABLE_OF("[api]", "The admin API. Off when the table is absent.", api_fields);
+
 static const schema_field inbound_fields[] = {
 	REQ_STR(etm_inbound_spec, tag, "tag", "Name of the inbound; rules match it with inbound_tag."),
 	{.name = "protocol", .kind = SK_ENUM, .offset = offsetof(etm_inbound_spec, protocol),
@@ -709,6 +722,7 @@ static const schema_field root_fields[] = {
 	{.name = "log", .kind = SK_TABLE, .offset = 0, .sub = &log_table, .doc = "Logging."},
 	{.name = "metrics", .kind = SK_TABLE, .offset = 0, .sub = &metrics_table,
 	 .doc = "Metrics."},
+	{.name = "api", .kind = SK_TABLE, .offset = 0, .sub = &api_table, .doc = "Admin API."},
 	TABLE(etm_spec, runtime, "runtime", runtime_table, "Threads."),
 	TABLE(etm_spec, policy, "policy", policy_table, "Timeouts and limits."),
 	TABLE_ARRAY(etm_spec, inbounds, inbounds_len, "inbound", inbound_table, etm_inbound_spec,

@@ -12,6 +12,7 @@
 static _Atomic int level = LOG_LEVEL_INFO;
 static _Atomic int format = LOG_FORMAT_TEXT;
 static FILE *_Atomic out;
+static _Atomic log_tap_fn tap;
 
 static const char *const names[] = {
 	[LOG_LEVEL_ERROR] = "error",
@@ -35,6 +36,8 @@ void log_set_format(int f) { atomic_store(&format, f); }
 int log_get_format(void) { return atomic_load(&format); }
 
 void log_set_stream(FILE *stream) { atomic_store(&out, stream); }
+
+void log_set_tap(log_tap_fn t) { atomic_store(&tap, t); }
 
 const char *log_level_name(int l)
 {
@@ -109,4 +112,11 @@ void log_write(int l, const char *target, const char *fmt, ...)
 		f = stderr;
 	fwrite(line, 1, len, f);
 	fflush(f);
+
+	log_tap_fn t = atomic_load_explicit(&tap, memory_order_relaxed);
+	if (t) {
+		int n = snprintf(line, sizeof line, "%s: %s", target, msg);
+		if (n >= 0)
+			t(l, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+	}
 }

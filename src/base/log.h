@@ -63,6 +63,15 @@ size_t log_format_line(int format, const struct timespec *when, int level, const
 void log_write(int level, const char *target, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* A tap sees every line written (at or above the process's level) as
+ * "target: message", without time, level or newline, from the thread
+ * that logs: any thread. It must be quick and must not log. One tap per
+ * process; NULL removes it. With none set a line costs one relaxed
+ * atomic load more. The function must stay callable after it is
+ * removed: a thread may have loaded it just before. */
+typedef void (*log_tap_fn)(int level, const char *line, size_t len);
+void log_set_tap(log_tap_fn tap);
+
 #define log_error(target, ...) log_write(LOG_LEVEL_ERROR, target, __VA_ARGS__)
 #define log_warn(target, ...) log_write(LOG_LEVEL_WARN, target, __VA_ARGS__)
 #define log_info(target, ...) log_write(LOG_LEVEL_INFO, target, __VA_ARGS__)

@@ -50,6 +50,9 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_BAD_WS_PATH] = "%s %s: stream.ws.path \"%s\" must start with /",
 	[SPEC_BAD_DNS_SERVER] = "dns server \"%s\" is not an IP address with an optional port",
 	[SPEC_BAD_ACCESS_LOG] = "[log] access \"%s\" is not \"off\", \"stderr\" or a file path",
+	[SPEC_BAD_API_LISTEN] = "[api] listen \"%s\" is not an IP address and port (like "
+	                        "\"127.0.0.1:9090\")",
+	[SPEC_API_NOT_LOOPBACK] = "api: listen address %s is not loopback: set [api] secret",
 	[SPEC_BAD_METRICS_LISTEN] = "[metrics] listen \"%s\" is not an IP address and port "
 	                            "(like \"127.0.0.1:9100\")",
 	[SPEC_UNAVAILABLE_INBOUND] = "inbound %s: protocol %s is not available yet",
@@ -264,6 +267,8 @@ void etm_spec_free(etm_spec *spec)
 	strlist_free(&spec->dns.servers);
 	free(spec->log_access);
 	free(spec->metrics_listen);
+	free(spec->api_listen);
+	free(spec->api_secret);
 	*spec = (etm_spec){0};
 }
 
@@ -774,6 +779,16 @@ static bool access_target_valid(const char *t)
 
 /* The order follows seed 000 "Where outbounds live": outbounds, then
  * balancers, then the router; inbounds last, as they are bound last. */
+/* 127.0.0.0/8 and ::1 (RFC 1122 3.2.1.3, RFC 4291 2.5.3), and 127/8
+ * mapped into IPv6. */
+static bool addr_is_loopback(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+	const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+	return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
 int etm_spec_check(etm_spec *s, char *msg, size_t size)
 {
 	if (size)
@@ -798,6 +813,12 @@ int etm_spec_check(etm_spec *s, char *msg, size_t size)
 	struct sockaddr_storage ss;
 	if (s->metrics_listen && etm_listen_addr_parse(s->metrics_listen, &ss))
 		return spec_format(msg, size, SPEC_BAD_METRICS_LISTEN, s->metrics_listen);
+	/* the admin API kills flows and reloads the config: without a secret
+	 * only this host may reach it (docs/api.md "Security") */
+	if (s->api_listen && etm_listen_addr_parse(s->api_listen, &ss))
+		return spec_format(msg, size, SPEC_BAD_API_LISTEN, s->api_listen);
+	if (s->api_listen && !(s->api_secret && *s->api_secret) && !addr_is_loopback(&ss))
+		return spec_format(msg, size, SPEC_API_NOT_LOOPBACK, s->api_listen);
 	for (size_t i = 0; i < s->outbounds_len; i++) {
 		const etm_outbound_spec *o = &s->outbounds[i];
 		if (find_outbound(s, o->tag) != o)

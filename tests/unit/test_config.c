@@ -212,7 +212,7 @@ static void unknown_fields(void **state)
 	              "\"h\"\nPath = \"/\"\n",
 	              "unknown field `Path`, expected `path` or `host`");
 	expect_detail("[lgo]\nlevel = \"info\"\n",
-	              "unknown field `lgo`, expected one of `log`, `metrics`, `runtime`, `policy`, `inbound`, `outbound`, "
+	              "unknown field `lgo`, expected one of `log`, `metrics`, `api`, `runtime`, `policy`, `inbound`, `outbound`, "
 	              "`balancer`, `cluster`, `route`, `dns`");
 	expect_detail("[[outbound]]\ntag = \"d\"\nprotocol = \"direct\"\nsettings = { a = 1 }\n",
 	              "unknown field `a`, there are no fields");
@@ -306,6 +306,38 @@ static void metrics_listen_key(void **state)
 	               "\"127.0.0.1:9100\")");
 	expect_detail("[metrics]\nlisten = 9100\n", "invalid type: integer `9100`, expected a string");
 	expect_detail("[metrics]\nport = 9100\n", "unknown field `port`, expected `listen`");
+}
+
+static void api_keys(void **state)
+{
+	(void)state;
+	etm_spec s = load_ok("[[outbound]]\ntag = \"d\"\nprotocol = \"direct\"\n");
+	assert_null(s.api_listen);
+	assert_null(s.api_secret);
+	etm_spec_free(&s);
+	s = load_ok("[api]\nlisten = \"[::1]:9090\"\n[[outbound]]\ntag = \"d\"\n"
+	            "protocol = \"direct\"\n");
+	assert_string_equal(s.api_listen, "[::1]:9090");
+	assert_null(s.api_secret);
+	etm_spec_free(&s);
+	s = load_ok("[api]\nlisten = \"0.0.0.0:9090\"\nsecret = \"k\"\n[[outbound]]\ntag = "
+	            "\"d\"\nprotocol = \"direct\"\n");
+	assert_string_equal(s.api_listen, "0.0.0.0:9090");
+	assert_string_equal(s.api_secret, "k");
+	etm_spec_free(&s);
+	/* without a secret, only loopback */
+	expect_message("[api]\nlisten = \"0.0.0.0:9090\"\n[[outbound]]\ntag = \"d\"\n"
+	               "protocol = \"direct\"\n",
+	               "api: listen address 0.0.0.0:9090 is not loopback: set [api] secret");
+	expect_message("[api]\nlisten = \"[::]:9090\"\nsecret = \"\"\n[[outbound]]\ntag = "
+	               "\"d\"\nprotocol = \"direct\"\n",
+	               "api: listen address [::]:9090 is not loopback: set [api] secret");
+	expect_message("[api]\nlisten = \"localhost:9090\"\n[[outbound]]\ntag = \"d\"\n"
+	               "protocol = \"direct\"\n",
+	               "[api] listen \"localhost:9090\" is not an IP address and port (like "
+	               "\"127.0.0.1:9090\")");
+	expect_detail("[api]\nport = 9090\n", "unknown field `port`, expected `listen` or `secret`");
+	expect_detail("[api]\nsecret = 1\n", "invalid type: integer `1`, expected a string");
 }
 
 static void variants(void **state)
@@ -656,6 +688,7 @@ int main(void)
 		cmocka_unit_test(variants),
 		cmocka_unit_test(access_log_key),
 		cmocka_unit_test(metrics_listen_key),
+		cmocka_unit_test(api_keys),
 		cmocka_unit_test(missing_fields),
 		cmocka_unit_test(ports),
 		cmocka_unit_test(semantic_errors_pass_through),

@@ -87,6 +87,39 @@ static void line_formats(void **state)
 	log_set_format(LOG_FORMAT_TEXT);
 }
 
+static int tapped_level = -1, taps_seen;
+static char tapped[256];
+
+static void record(int level, const char *line, size_t len)
+{
+	tapped_level = level;
+	taps_seen++;
+	snprintf(tapped, sizeof tapped, "%.*s", (int)len, line);
+}
+
+static void tap_sees_written_lines(void **state)
+{
+	(void)state;
+	char *buf = NULL;
+	size_t size = 0;
+	FILE *mem = open_memstream(&buf, &size);
+	log_set_stream(mem);
+	log_set_level(LOG_LEVEL_INFO);
+	log_set_tap(record);
+	log_warn("balancer", "member %s is down", "a");
+	assert_int_equal(taps_seen, 1);
+	assert_int_equal(tapped_level, LOG_LEVEL_WARN);
+	assert_string_equal(tapped, "balancer: member a is down");
+	log_debug("app", "dropped before formatting");
+	assert_int_equal(taps_seen, 1);
+	log_set_tap(NULL);
+	log_info("app", "not tapped");
+	assert_int_equal(taps_seen, 1);
+	log_set_stream(NULL);
+	fclose(mem);
+	free(buf);
+}
+
 static void level_names(void **state)
 {
 	(void)state;
@@ -104,6 +137,7 @@ int main(void)
 		cmocka_unit_test(long_lines_are_cut_not_overflowed),
 		cmocka_unit_test(line_formats),
 		cmocka_unit_test(level_names),
+		cmocka_unit_test(tap_sees_written_lines),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
