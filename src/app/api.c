@@ -1,6 +1,7 @@
 /* api.c - the admin API's routes and JSON (Clash's shapes, docs/api.md): a request and a provider in, a status and a body out. */
 #include "app/api.h"
 #include "app/api_json.h"
+#include "app/api_route.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,8 @@ static const char *const msgs[API_M_COUNT_] = {
 	[API_M_TIMEOUT] = "Timeout",
 	[API_M_DELAY_FAILED] = "An error occurred in the delay test",
 	[API_M_BUSY] = "too many delay tests at once",
+	[API_M_USER_UNKNOWN] = "no running user has that name (a new user takes its credential in "
+	                       "the config file)",
 };
 _Static_assert(API_BODY_MAX == 65536, "the 413 message names the bound");
 
@@ -64,7 +67,7 @@ int api_render_message(const char *text, api_buf *b)
 	return api_json_puts(b, "{\"message\":") | api_json_str(b, text) | api_json_puts(b, "}");
 }
 
-static int message(api_response *r, int status, api_msg m)
+int api_answer_message(api_response *r, int status, api_msg m)
 {
 	r->status = status;
 	return api_render_message(msgs[m], &r->body);
@@ -147,7 +150,7 @@ static int hex(char c)
 /* Percent-decodes s[0, n) into out (NUL-terminated; '+' is a space in a
  * query, RFC 1866 8.2.1 form encoding). Returns the length, or -1 when it
  * does not fit or an escape is broken. */
-static ssize_t decode(const char *s, size_t n, bool query, char *out, size_t size)
+ssize_t api_decode(const char *s, size_t n, bool query, char *out, size_t size)
 {
 	size_t o = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -173,7 +176,7 @@ static ssize_t decode(const char *s, size_t n, bool query, char *out, size_t siz
 
 /* The value of query parameter k, decoded into out. Returns its length,
  * -1 when absent, -2 when it does not decode. */
-static ssize_t query_get(const char *q, size_t n, const char *k, char *out, size_t size)
+ssize_t api_query_get(const char *q, size_t n, const char *k, char *out, size_t size)
 {
 	size_t kl = strlen(k), i = 0;
 	while (i < n) {
@@ -182,7 +185,7 @@ static ssize_t query_get(const char *q, size_t n, const char *k, char *out, size
 			e++;
 		if (e - i >= kl && memcmp(q + i, k, kl) == 0 && (e - i == kl || q[i + kl] == '=')) {
 			size_t v = e - i == kl ? e : i + kl + 1;
-			ssize_t r = decode(q + v, e - v, true, out, size);
+			ssize_t r = api_decode(q + v, e - v, true, out, size);
 			return r < 0 ? -2 : r;
 		}
 		i = e + 1;
@@ -195,7 +198,7 @@ static int64_t query_num(const char *q, size_t n, const char *k, int64_t def, in
                          int64_t hi)
 {
 	char t[24];
-	ssize_t r = query_get(q, n, k, t, sizeof t);
+	ssize_t r = api_query_get(q, n, k, t, sizeof t);
 	if (r == -1)
 		return def;
 	if (r <= 0)
@@ -233,7 +236,7 @@ static bool authorized(const api_view *v, const api_request *r, const char *q, s
 	 * the query (mihomo's convention) */
 	if (r->websocket) {
 		char t[512];
-		ssize_t n = query_get(q, qn, "token", t, sizeof t);
+		ssize_t n = api_query_get(q, qn, "token", t, sizeof t);
 		if (n >= 0 && same_secret(t, (size_t)n, v->secret))
 			return true;
 	}
@@ -481,27 +484,6 @@ int api_render_delay(int64_t delay_ms, int *status, api_buf *b)
 		msgs[delay_ms == API_DELAY_TIMEOUT ? API_M_TIMEOUT : API_M_DELAY_FAILED], b);
 }
 
-static int get_users(const api_provider *p, api_buf *b)
-{
-	etm_usage_list l = {0};
-	if (p->usage_users(p->ctx, &l))
-		return -1;
-	int rc = api_json_puts(b, "{\"users\":[");
-	for (size_t i = 0; i < l.n; i++) {
-		bool f = true;
-		const etm_usage *u = &l.v[i];
-		rc |= (i ? api_json_puts(b, ",") : 0) | api_json_puts(b, "{") |
-		      api_json_key(b, &f, "name") | api_json_str(b, u->name) |
-		      api_json_key(b, &f, "upload") | api_json_u64(b, u->up) |
-		      api_json_key(b, &f, "download") | api_json_u64(b, u->down) |
-		      api_json_key(b, &f, "open") | api_json_u64(b, u->open) |
-		      api_json_key(b, &f, "total") | api_json_u64(b, u->total) |
-		      api_json_puts(b, "}");
-	}
-	etm_usage_list_free(&l);
-	return rc | api_json_puts(b, "]}");
-}
-
 static int get_udplb(const api_provider *p, api_buf *b)
 {
 	int rc = api_json_puts(b, "{\"udp_lb\":[");
@@ -614,37 +596,37 @@ static int delay(const api_view *v, const api_provider *p, const char *name, con
 	const api_outbound *o = find_outbound(v, name);
 	ssize_t bi = o ? -1 : find_balancer(v, name);
 	if (!o && bi < 0)
-		return message(r, 404, API_M_NOT_FOUND);
+		return api_answer_message(r, 404, API_M_NOT_FOUND);
 	if (!o)
 		o = find_outbound(v, now_of(v, p, (size_t)bi));
 	int64_t t =
 		query_num(q, qn, "timeout", API_DELAY_TIMEOUT_DEFAULT, 1, API_DELAY_TIMEOUT_MAX);
 	char url[1024];
-	ssize_t un = query_get(q, qn, "url", url, sizeof url);
+	ssize_t un = api_query_get(q, qn, "url", url, sizeof url);
 	if (t < 0 || un == -2)
-		return message(r, 400, API_M_QUERY_INVALID);
+		return api_answer_message(r, 400, API_M_QUERY_INVALID);
 	if (!o || o->protocol == ETM_PROTO_BLACKHOLE)
 		return api_render_delay(API_DELAY_FAILED, &r->status, &r->body);
 	if (o->server) {
 		snprintf(r->host, sizeof r->host, "%s", o->server);
 		r->port = o->port;
 	} else if (un < 0 || url_host(url, r->host, sizeof r->host, &r->port)) {
-		return message(r, 400, API_M_QUERY_INVALID);
+		return api_answer_message(r, 400, API_M_QUERY_INVALID);
 	}
 	r->action = API_DELAY;
 	r->timeout_ms = (uint32_t)t;
 	return 0;
 }
 
-static bool method_is(const api_request *r, const char *m)
+bool api_method_is(const api_request *r, const char *m)
 {
 	return r->method_len == strlen(m) && memcmp(r->method, m, r->method_len) == 0;
 }
 
-static int not_allowed(api_response *r, const char *allow)
+int api_not_allowed(api_response *r, const char *allow)
 {
 	r->allow = allow;
-	return message(r, 405, API_M_METHOD);
+	return api_answer_message(r, 405, API_M_METHOD);
 }
 
 static int patch_configs(const api_provider *p, const api_request *rq, api_response *r)
@@ -652,11 +634,11 @@ static int patch_configs(const api_provider *p, const api_request *rq, api_respo
 	const char *lv;
 	size_t ln;
 	if (api_json_find(rq->body, rq->body_len, "log-level", &lv, &ln))
-		return message(r, 400, API_M_BODY_INVALID);
+		return api_answer_message(r, 400, API_M_BODY_INVALID);
 	if (lv) {
 		int l = api_level_of(lv, ln);
 		if (l < 0)
-			return message(r, 400, API_M_LEVEL_INVALID);
+			return api_answer_message(r, 400, API_M_LEVEL_INVALID);
 		p->set_log_level(p->ctx, l);
 	}
 	/* the other keys name things this proxy does not have (mode,
@@ -670,7 +652,7 @@ static int put_configs(const api_provider *p, const api_request *rq, api_respons
 	const char *v;
 	size_t vn;
 	if (rq->body_len && api_json_find(rq->body, rq->body_len, "path", &v, &vn))
-		return message(r, 400, API_M_BODY_INVALID);
+		return api_answer_message(r, 400, API_M_BODY_INVALID);
 	/* the body's path and payload are ignored: the file given with -c is
 	 * reloaded, as SIGHUP does (force=true or not) */
 	char err[1024];
@@ -689,7 +671,7 @@ static int stream(api_response *r, api_action a, const api_request *rq, const ch
 	r->websocket = rq->websocket;
 	if (a == API_STREAM_LOGS) {
 		char lv[16];
-		ssize_t n = query_get(q, qn, "level", lv, sizeof lv);
+		ssize_t n = api_query_get(q, qn, "level", lv, sizeof lv);
 		r->log_level = n == -1 ? LOG_LEVEL_INFO : n > 0 ? api_level_of(lv, (size_t)n) : -1;
 		if (r->log_level < 0)
 			goto bad;
@@ -703,21 +685,21 @@ static int stream(api_response *r, api_action a, const api_request *rq, const ch
 bad:
 	r->action = API_ANSWER;
 	r->websocket = false;
-	return message(r, 400, API_M_QUERY_INVALID);
+	return api_answer_message(r, 400, API_M_QUERY_INVALID);
 }
 
 static int route(const api_view *v, const api_provider *p, const api_request *rq, const char *path,
                  const char *q, size_t qn, api_response *r)
 {
-	bool get = method_is(rq, "GET") || method_is(rq, "HEAD");
+	bool get = api_method_is(rq, "GET") || api_method_is(rq, "HEAD");
 	bool f = true;
 	if (strcmp(path, "/") == 0)
-		return !get ? not_allowed(r, "GET")
+		return !get ? api_not_allowed(r, "GET")
 		            : api_json_puts(&r->body, "{") | api_json_key(&r->body, &f, "hello") |
 		                       api_json_str(&r->body, "etemenanki") |
 		                       api_json_puts(&r->body, "}");
 	if (strcmp(path, "/version") == 0)
-		return !get ? not_allowed(r, "GET")
+		return !get ? api_not_allowed(r, "GET")
 		            : api_json_puts(&r->body, "{") | api_json_key(&r->body, &f, "version") |
 		                       api_json_str(&r->body, etm_version()) |
 		                       api_json_key(&r->body, &f, "meta") |
@@ -725,24 +707,24 @@ static int route(const api_view *v, const api_provider *p, const api_request *rq
 	if (strcmp(path, "/configs") == 0) {
 		if (get)
 			return get_configs(v, p, &r->body);
-		if (method_is(rq, "PATCH"))
+		if (api_method_is(rq, "PATCH"))
 			return patch_configs(p, rq, r);
-		if (method_is(rq, "PUT"))
+		if (api_method_is(rq, "PUT"))
 			return put_configs(p, rq, r);
-		return not_allowed(r, "GET, PUT, PATCH");
+		return api_not_allowed(r, "GET, PUT, PATCH");
 	}
 	if (strcmp(path, "/proxies") == 0)
-		return get ? get_proxies(v, p, &r->body) : not_allowed(r, "GET");
+		return get ? get_proxies(v, p, &r->body) : api_not_allowed(r, "GET");
 	if (strncmp(path, "/proxies/", 9) == 0) {
 		/* the name is decoded alone: a tag may hold a '/' (%2F) */
 		char name[ETM_FLOW_NAME_MAX];
 		const char *n = path + 9, *slash = strchr(n, '/');
 		size_t nl = slash ? (size_t)(slash - n) : strlen(n);
 		if (nl == 0 || (slash && strcmp(slash, "/delay") != 0) ||
-		    decode(n, nl, false, name, sizeof name) <= 0)
-			return message(r, 404, API_M_NOT_FOUND);
+		    api_decode(n, nl, false, name, sizeof name) <= 0)
+			return api_answer_message(r, 404, API_M_NOT_FOUND);
 		if (!get)
-			return not_allowed(r, "GET");
+			return api_not_allowed(r, "GET");
 		if (slash)
 			return delay(v, p, name, q, qn, r);
 		const api_outbound *o = find_outbound(v, name);
@@ -751,60 +733,57 @@ static int route(const api_view *v, const api_provider *p, const api_request *rq
 			return proxy_outbound(v, p, o, &r->body);
 		if (bi >= 0)
 			return proxy_balancer(v, p, (size_t)bi, &r->body);
-		return message(r, 404, API_M_NOT_FOUND);
+		return api_answer_message(r, 404, API_M_NOT_FOUND);
 	}
 	if (strcmp(path, "/connections") == 0) {
 		/* ?closed (any value but false or 0): the recently ended ones */
 		char cv[8];
-		ssize_t cn = query_get(q, qn, "closed", cv, sizeof cv);
+		ssize_t cn = api_query_get(q, qn, "closed", cv, sizeof cv);
 		r->closed = cn == 0 || (cn > 0 && strcmp(cv, "false") != 0 && strcmp(cv, "0") != 0);
 		if (get && rq->websocket)
 			return stream(r, API_STREAM_CONNECTIONS, rq, q, qn);
 		if (get)
 			return api_render_connections(v, p, r->closed, &r->body);
-		if (method_is(rq, "DELETE")) {
-			(void)p->kill_all(p->ctx);
-			r->status = 204;
-			return 0;
-		}
-		return not_allowed(r, "GET, DELETE");
+		if (api_method_is(rq, "DELETE"))
+			return api_kill_where(p, q, qn, r);
+		return api_not_allowed(r, "GET, DELETE");
 	}
 	if (strncmp(path, "/connections/", 13) == 0) {
 		const char *id = path + 13;
 		char *end;
 		unsigned long long n = strtoull(id, &end, 10);
 		if (!*id || *end || *id < '0' || *id > '9')
-			return message(r, 404, API_M_NOT_FOUND);
-		if (!method_is(rq, "DELETE"))
-			return not_allowed(r, "DELETE");
+			return api_answer_message(r, 404, API_M_NOT_FOUND);
+		if (!api_method_is(rq, "DELETE"))
+			return api_not_allowed(r, "DELETE");
 		if (p->kill(p->ctx, n))
-			return message(r, 404, API_M_NOT_FOUND);
+			return api_answer_message(r, 404, API_M_NOT_FOUND);
 		r->status = 204;
 		return 0;
 	}
 	if (strcmp(path, "/traffic") == 0)
-		return get ? stream(r, API_STREAM_TRAFFIC, rq, q, qn) : not_allowed(r, "GET");
+		return get ? stream(r, API_STREAM_TRAFFIC, rq, q, qn) : api_not_allowed(r, "GET");
 	if (strcmp(path, "/logs") == 0)
-		return get ? stream(r, API_STREAM_LOGS, rq, q, qn) : not_allowed(r, "GET");
+		return get ? stream(r, API_STREAM_LOGS, rq, q, qn) : api_not_allowed(r, "GET");
 	if (strcmp(path, "/memory") == 0)
-		return get ? stream(r, API_STREAM_MEMORY, rq, q, qn) : not_allowed(r, "GET");
+		return get ? stream(r, API_STREAM_MEMORY, rq, q, qn) : api_not_allowed(r, "GET");
 	/* no proxy or rule providers here: dashboards list them, so an empty
 	 * set rather than a 404 */
 	if (strcmp(path, "/providers/proxies") == 0 || strcmp(path, "/providers/rules") == 0)
-		return get ? api_json_puts(&r->body, "{\"providers\":{}}") : not_allowed(r, "GET");
+		return get ? api_json_puts(&r->body, "{\"providers\":{}}") : api_not_allowed(r, "GET");
 	if (strcmp(path, "/rules") == 0)
-		return get ? get_rules(v, &r->body) : not_allowed(r, "GET");
-	if (strcmp(path, "/users") == 0)
-		return get ? get_users(p, &r->body) : not_allowed(r, "GET");
+		return get ? get_rules(v, &r->body) : api_not_allowed(r, "GET");
+	if (strcmp(path, "/users") == 0 || strncmp(path, "/users/", 7) == 0)
+		return api_route_users(p, rq, path, q, qn, r);
 	if (strcmp(path, "/udp-lb") == 0)
-		return get ? get_udplb(p, &r->body) : not_allowed(r, "GET");
+		return get ? get_udplb(p, &r->body) : api_not_allowed(r, "GET");
 	if (strcmp(path, "/metrics") == 0) {
 		if (!get)
-			return not_allowed(r, "GET");
+			return api_not_allowed(r, "GET");
 		r->text = true;
 		return p->metrics(p->ctx, &r->body);
 	}
-	return message(r, 404, API_M_NOT_FOUND);
+	return api_answer_message(r, 404, API_M_NOT_FOUND);
 }
 
 void api_response_free(api_response *r)
@@ -822,16 +801,16 @@ int api_handle(const api_view *v, const api_provider *p, const api_request *rq, 
 	size_t qn = qm ? rq->target_len - pn - 1 : 0;
 	char path[1024]; /* as sent: a proxy's name is decoded by itself */
 	int rc;
-	if (method_is(rq, "OPTIONS")) {
+	if (api_method_is(rq, "OPTIONS")) {
 		/* a CORS preflight carries no credentials (Fetch standard,
 		 * "CORS-preflight request"): answered for any path */
 		r->status = 204;
 		return 0;
 	}
 	if (!authorized(v, rq, q, qn))
-		rc = message(r, 401, API_M_UNAUTHORIZED);
+		rc = api_answer_message(r, 401, API_M_UNAUTHORIZED);
 	else if (pn == 0 || pn >= sizeof path || t[0] != '/')
-		rc = message(r, 404, API_M_NOT_FOUND);
+		rc = api_answer_message(r, 404, API_M_NOT_FOUND);
 	else {
 		memcpy(path, t, pn);
 		path[pn] = '\0';

@@ -87,13 +87,18 @@ void api_view_free(api_view *v);
 
 typedef struct api_provider {
 	void *ctx;
-	/* etm_supervisor_flows, _traffic, _kill, _kill_where(all) */
+	/* etm_supervisor_flows, _traffic, _kill, _kill_where */
 	int (*flows)(void *ctx, int closed, etm_flow_list *out);
 	void (*traffic)(void *ctx, uint64_t *up, uint64_t *down);
 	int (*kill)(void *ctx, uint64_t id);
-	size_t (*kill_all)(void *ctx);
+	size_t (*kill_where)(void *ctx, const etm_flow_filter *f);
 	/* etm_supervisor_usage(ETM_USAGE_USER) */
 	int (*usage_users)(void *ctx, etm_usage_list *out);
+	/* etm_supervisor_users, _remove_user, _set_user_limits */
+	int (*users)(void *ctx, etm_user_list *out);
+	size_t (*remove_user)(void *ctx, const char *inbound, const char *name);
+	size_t (*set_user_limits)(void *ctx, const char *inbound, const char *name, uint64_t up_rate,
+	                          uint64_t down_rate, uint64_t max_sessions);
 	/* member j of balancer i: whether it is up; -1 past the end */
 	int (*member_up)(void *ctx, size_t i, size_t j, int *up);
 	/* etm_supervisor_member_probe */
@@ -207,6 +212,7 @@ typedef enum api_msg {
 	API_M_TIMEOUT,        /* 504: a delay probe timed out */
 	API_M_DELAY_FAILED,   /* 503: a delay probe failed */
 	API_M_BUSY,           /* 503: too many delay probes at once */
+	API_M_USER_UNKNOWN,   /* 404: PUT or DELETE /users/<name> of no running user */
 	API_M_COUNT_,
 } api_msg;
 const char *api_message(api_msg m);

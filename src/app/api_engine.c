@@ -22,10 +22,26 @@ static int p_kill(void *ctx, uint64_t id)
 	return etm_supervisor_kill(((const api_http_conf *)ctx)->sup, id);
 }
 
-static size_t p_kill_all(void *ctx)
+static size_t p_kill_where(void *ctx, const etm_flow_filter *f)
 {
-	etm_flow_filter f = ETM_FLOW_FILTER_ALL;
-	return etm_supervisor_kill_where(((const api_http_conf *)ctx)->sup, &f);
+	return etm_supervisor_kill_where(((const api_http_conf *)ctx)->sup, f);
+}
+
+static int p_users(void *ctx, etm_user_list *out)
+{
+	return etm_supervisor_users(((const api_http_conf *)ctx)->sup, out);
+}
+
+static size_t p_remove_user(void *ctx, const char *inbound, const char *name)
+{
+	return etm_supervisor_remove_user(((const api_http_conf *)ctx)->sup, inbound, name);
+}
+
+static size_t p_set_user_limits(void *ctx, const char *inbound, const char *name, uint64_t up,
+                                uint64_t down, uint64_t max)
+{
+	return etm_supervisor_set_user_limits(((const api_http_conf *)ctx)->sup, inbound, name, up,
+	                                      down, max);
 }
 
 static int p_usage(void *ctx, etm_usage_list *out)
@@ -119,8 +135,11 @@ void api_engine_provider(const api_http_conf *conf, api_provider *out)
 		.flows = p_flows,
 		.traffic = p_traffic,
 		.kill = p_kill,
-		.kill_all = p_kill_all,
+		.kill_where = p_kill_where,
 		.usage_users = p_usage,
+		.users = p_users,
+		.remove_user = p_remove_user,
+		.set_user_limits = p_set_user_limits,
 		.member_up = p_member_up,
 		.member_probe = p_member_probe,
 		.inbound_port = p_inbound_port,

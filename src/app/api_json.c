@@ -222,10 +222,41 @@ static int skip_value(const char *s, size_t n, size_t *i, int depth)
 	return *i > st ? 0 : -1;
 }
 
-/* Checks that s[0, n) is one JSON object and finds the string value of
- * its top-level key k (raw, escapes kept) into *v / *vn (NULL when
- * absent or not a string). 0, or -1 when it is not an object. */
 int api_json_find(const char *s, size_t n, const char *k, const char **v, size_t *vn)
+{
+	if (api_json_find_raw(s, n, k, v, vn))
+		return -1;
+	if (*v && **v == '"') { /* the string's inside */
+		(*v)++;
+		*vn -= 2;
+	} else {
+		*v = NULL;
+		*vn = 0;
+	}
+	return 0;
+}
+
+int api_json_find_u64(const char *s, size_t n, const char *k, uint64_t max, uint64_t *out)
+{
+	const char *v;
+	size_t vn;
+	if (api_json_find_raw(s, n, k, &v, &vn))
+		return -1;
+	if (!v)
+		return 0;
+	uint64_t x = 0;
+	for (size_t i = 0; i < vn; i++) {
+		if (v[i] < '0' || v[i] > '9' || x > (max - (uint64_t)(v[i] - '0')) / 10)
+			return -1; /* not a whole number, or past max */
+		x = x * 10 + (uint64_t)(v[i] - '0');
+	}
+	*out = x;
+	return 1;
+}
+
+/* Checks that s[0, n) is one JSON object and finds the raw value of its
+ * top-level key k. */
+int api_json_find_raw(const char *s, size_t n, const char *k, const char **v, size_t *vn)
 {
 	size_t i = 0, kl = strlen(k);
 	*v = NULL;
@@ -255,9 +286,9 @@ int api_json_find(const char *s, size_t n, const char *k, const char **v, size_t
 		size_t vs = i;
 		if (skip_value(s, n, &i, 1))
 			return -1;
-		if (match && s[vs] == '"') {
-			*v = s + vs + 1;
-			*vn = i - vs - 2;
+		if (match) {
+			*v = s + vs;
+			*vn = i - vs;
 		}
 		ws(s, n, &i);
 		if (s[i] == ',')

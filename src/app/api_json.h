@@ -32,4 +32,15 @@ int api_json_time(api_buf *b, uint64_t unix_ms);
 __attribute__((warn_unused_result)) int api_json_find(const char *s, size_t n, const char *k,
                                                       const char **v, size_t *vn);
 
+/* Like api_json_find, but *v / *vn is k's raw value whatever its type (a
+ * string with its quotes); *v is NULL when k is absent. */
+__attribute__((warn_unused_result)) int api_json_find_raw(const char *s, size_t n, const char *k,
+                                                          const char **v, size_t *vn);
+
+/* k's value as a whole number in [0, max] into *out. Returns 1 when
+ * found, 0 when k is absent, -1 when s is not one object or the value is
+ * not such a number. */
+__attribute__((warn_unused_result)) int api_json_find_u64(const char *s, size_t n, const char *k,
+                                                          uint64_t max, uint64_t *out);
+
 #endif

@@ -855,12 +855,12 @@ class Association:
     """A SOCKS5 UDP ASSOCIATE: the control connection and a client UDP socket
     bound on the control connection's IP."""
 
-    def __init__(self, proxy_port, source=LOOPBACK):
+    def __init__(self, proxy_port, source=LOOPBACK, user=None, password=None):
         self.ctl = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.ctl.settimeout(5)
         self.ctl.bind((source, 0))
         self.ctl.connect((LOOPBACK, proxy_port))
-        socks5_greet(self.ctl)
+        assert socks5_greet(self.ctl, user, password) in (None, 0)
         rep, self.relay = socks5_request(self.ctl, "0.0.0.0", 0, cmd=3)
         assert rep == REP_OK, f"REP {rep:#x}"
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -6,10 +6,6 @@ log level through PATCH /configs seen on the /logs stream, balancers and
 delay tests, the error answers, and a flood of idle connections that stops
 neither a proxied flow nor a dashboard's next call.
 
-test_connections_lists_a_live_flow and test_kill_one_connection need the
-flow tracker (etm_supervisor_flows, _kill, _traffic); against its empty
-stubs they fail.
-
 Run alone:
 
     ETM_APP=build/src/etemenanki-app /usr/bin/python3 -m pytest -q tests/e2e/test_api.py
@@ -28,10 +24,10 @@ import pytest
 import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
+from apikit import SERVING, Api
 from proxykit import EchoServer, LOOPBACK, Proxy, free_port, recv_exact, socks5_connect, \
     stop_cleanly
 
-SERVING = re.compile(r"INFO +app: api: serving http://(?:127\.0\.0\.1|0\.0\.0\.0):(\d+)$", re.M)
 CORS = {
     "access-control-allow-origin": "*",
     "access-control-allow-methods": "GET, POST, PUT, PATCH, DELETE",
@@ -58,58 +54,6 @@ def config(echo_port=1, secret=None, rules="", api_listen="127.0.0.1:{api}"):
     if secret is not None:
         text += f'secret = "{secret}"\n'
     return text
-
-
-class Api:
-    """One etemenanki-app process with the API; its ports and a client."""
-
-    def __init__(self, proxy, secret=None):
-        self.proxy = proxy
-        self.secret = secret
-        deadline = time.monotonic() + 5
-        while True:
-            m = SERVING.search(proxy.log())
-            if m or time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
-        assert m, proxy.log()
-        self.port = int(m.group(1))
-        self.socks_port = proxy.port
-
-    def url(self, path):
-        return f"http://{LOOPBACK}:{self.port}{path}"
-
-    def call(self, method, path, body=None, token="default", raw=None, headers=None):
-        """(status, headers with lowercase names, parsed JSON or text or None)."""
-        token = self.secret if token == "default" else token
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        req = urllib.request.Request(self.url(path), data=data, method=method)
-        if token is not None:
-            req.add_header("Authorization", f"Bearer {token}")
-        for k, v in (headers or {}).items():
-            req.add_header(k, v)
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                status, hdrs, payload = r.status, r.headers, r.read()
-        except urllib.error.HTTPError as e:
-            status, hdrs, payload = e.code, e.headers, e.read()
-        hdrs = {k.lower(): v for k, v in hdrs.items()}
-        if not payload:
-            return status, hdrs, None
-        if hdrs.get("content-type") == "application/json":
-            return status, hdrs, json.loads(payload)
-        return status, hdrs, payload.decode()
-
-    def get(self, path, **kw):
-        status, _, body = self.call("GET", path, **kw)
-        assert status == 200, (path, status, body)
-        return body
-
-    def ws(self, path):
-        sep = "&" if "?" in path else "?"
-        q = f"{sep}token={self.secret}" if self.secret else ""
-        return websockets.connect(f"ws://{LOOPBACK}:{self.port}{path}{q}", open_timeout=5,
-                                  close_timeout=2)
 
 
 @pytest.fixture

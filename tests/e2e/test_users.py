@@ -15,7 +15,9 @@ import time
 
 import pytest
 
-from proxykit import LOOPBACK, connect, recv_exact, socks5_connect, socks5_greet, socks5_request
+from apikit import API_TABLE, Api
+from proxykit import (LOOPBACK, Proxy, connect, free_port, recv_exact, socks5_connect,
+                      socks5_greet, socks5_request, stop_cleanly)
 from reloadkit import reload
 
 # src/runtime/principal.h: a bucket holds 250 ms of its rate, at least 16 KiB
@@ -218,3 +220,71 @@ def test_limits_in_the_config_are_checked(run, tmp_path):
     r = run("-t", "-c", str(path))
     assert r.returncode != 0
     assert "user_removal" in r.stderr
+
+
+# ---------------------------------------------------------------- the same through the admin API
+
+@pytest.fixture
+def api(app, tmp_path):
+    started = []
+
+    def _start(text):
+        p = Proxy(app, tmp_path, text + API_TABLE, 1, extra={"api": free_port()},
+                  log_level="debug")
+        started.append(p)
+        return Api(p.start())
+
+    yield _start
+    stop_cleanly(started, "etemenanki-app")
+
+
+@pytest.mark.parametrize("policy", ["close", "keep"])
+def test_the_api_removes_a_user(api, echo, policy):
+    """DELETE /users/<name>: under close its flows end at once, under keep
+    they run on; either way a new connection with its credential still
+    authenticates (the config is unchanged) and its first flow is refused."""
+    a = api(config([("alice", "a", []), ("bob", "b", [])], policy))
+    alice = socks5_connect(a.socks_port, LOOPBACK, echo.port, "alice", "a")
+    bob = socks5_connect(a.socks_port, LOOPBACK, echo.port, "bob", "b")
+    assert still_echoes(alice) and still_echoes(bob)
+    status, _, _ = a.call("DELETE", "/users/bob")
+    assert status == 204
+    if policy == "close":
+        assert ended(bob)
+    else:
+        assert still_echoes(bob)
+    assert still_echoes(alice)
+    assert refused(a.socks_port, LOOPBACK, echo.port, "bob", "b") == REP_NOT_ALLOWED
+    assert "the user was removed before the session opened a flow" in a.proxy.log()
+    info = a.get("/users/bob")
+    assert info["inbounds"] == [{"inbound": "in", "up_rate": 0, "down_rate": 0,
+                                 "max_sessions": 0, "sessions": info["inbounds"][0]["sessions"],
+                                 "removed": policy}], info
+    status, _, body = a.call("DELETE", "/users/nobody")
+    assert status == 404
+    assert body == {"message": "no running user has that name (a new user takes its credential "
+                               "in the config file)"}
+    alice.close()
+    bob.close()
+
+
+def test_the_api_sets_a_limit_that_reaches_an_open_flow(api, echo):
+    a = api(config([("alice", "a", [])]))
+    s = socks5_connect(a.socks_port, LOOPBACK, echo.port, "alice", "a", timeout=30)
+    s.settimeout(30)
+    echo_through(s, 200_000)
+    status, _, _ = a.call("PUT", "/users/alice", body={"down_rate": RATE, "max_sessions": 5})
+    assert status == 204
+    info = a.get("/users/alice")
+    assert info["inbounds"][0]["down_rate"] == RATE and info["inbounds"][0]["max_sessions"] == 5
+    assert info["inbounds"][0]["sessions"] == 1
+    n = 400_000
+    took = echo_through(s, n)
+    assert took >= (n - burst(RATE)) / RATE * 0.9, took
+    # and lifted again: the next transfer is not paced
+    status, _, _ = a.call("PUT", "/users/alice", body={})
+    assert status == 204
+    assert echo_through(s, n) < took
+    s.close()
+    used = a.get("/users/alice")
+    assert used["upload"] >= 1_000_000 and used["download"] >= 1_000_000, used

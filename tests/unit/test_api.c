@@ -21,7 +21,12 @@ typedef struct fake {
 	uint64_t up, down;
 	uint64_t killed;  /* the last id given to kill */
 	int asked_closed; /* what flows was last asked for */
-	int kill_all_calls;
+	int kill_where_calls;
+	etm_flow_filter last_filter; /* strings copied below */
+	char filter_user[32], filter_inbound[32], filter_outbound[32];
+	char removed[64];    /* "inbound/name" of the last remove_user */
+	uint64_t limits[3];  /* the last set_user_limits */
+	char limited[64];    /* "inbound/name" of it */
 	int level, reloads;
 	const char *reload_error; /* NULL: the reload succeeds */
 	int member_up[4][4];
@@ -53,10 +58,47 @@ static int f_kill(void *ctx, uint64_t id)
 	return id == 7 ? 0 : -1;
 }
 
-static size_t f_kill_all(void *ctx)
+static size_t f_kill_where(void *ctx, const etm_flow_filter *w)
 {
-	((fake *)ctx)->kill_all_calls++;
+	fake *f = ctx;
+	f->kill_where_calls++;
+	f->last_filter = *w;
+	snprintf(f->filter_user, sizeof f->filter_user, "%s", w->user ? w->user : "(any)");
+	snprintf(f->filter_inbound, sizeof f->filter_inbound, "%s", w->inbound ? w->inbound : "(any)");
+	snprintf(f->filter_outbound, sizeof f->filter_outbound, "%s",
+	         w->outbound ? w->outbound : "(any)");
 	return 2;
+}
+
+/* alice on inbounds s and h (removed there with close), bob on s */
+static int f_users(void *ctx, etm_user_list *out)
+{
+	(void)ctx;
+	out->v = calloc(3, sizeof *out->v);
+	out->n = 3;
+	out->v[0] = (etm_user_info){.inbound = "s", .name = "alice", .up_rate = 100,
+	                            .max_sessions = 2, .sessions = 1};
+	out->v[1] = (etm_user_info){.inbound = "s", .name = "bob"};
+	out->v[2] = (etm_user_info){.inbound = "h", .name = "alice", .removed = 2};
+	return 0;
+}
+
+static size_t f_remove_user(void *ctx, const char *inbound, const char *name)
+{
+	fake *f = ctx;
+	snprintf(f->removed, sizeof f->removed, "%s/%s", inbound ? inbound : "*", name);
+	return strcmp(name, "nobody") != 0;
+}
+
+static size_t f_set_user_limits(void *ctx, const char *inbound, const char *name, uint64_t up,
+                                uint64_t down, uint64_t max)
+{
+	fake *f = ctx;
+	snprintf(f->limited, sizeof f->limited, "%s/%s", inbound ? inbound : "*", name);
+	f->limits[0] = up;
+	f->limits[1] = down;
+	f->limits[2] = max;
+	return strcmp(name, "nobody") != 0;
 }
 
 static int f_usage(void *ctx, etm_usage_list *out)
@@ -153,8 +195,11 @@ static const api_provider P = {
 	.flows = f_flows,
 	.traffic = f_traffic,
 	.kill = f_kill,
-	.kill_all = f_kill_all,
+	.kill_where = f_kill_where,
 	.usage_users = f_usage,
+	.users = f_users,
+	.remove_user = f_remove_user,
+	.set_user_limits = f_set_user_limits,
 	.member_up = f_member_up,
 	.member_probe = f_member_probe,
 	.inbound_port = f_inbound_port,
@@ -254,6 +299,7 @@ static void test_messages(void **state)
 		"Timeout",
 		"An error occurred in the delay test",
 		"too many delay tests at once",
+		"no running user has that name (a new user takes its credential in the config file)",
 	};
 	for (int i = 0; i < API_M_COUNT_; i++)
 		assert_string_equal(api_message((api_msg)i), want[i]);
@@ -631,7 +677,29 @@ static void test_connections(void **state)
 	expect("DELETE", "/connections/x", 404, "{\"message\":\"resource not found\"}");
 	expect("DELETE", "/connections/-1", 404, "{\"message\":\"resource not found\"}");
 	expect("DELETE", "/connections", 204, "");
-	assert_int_equal(F.kill_all_calls, 1);
+	assert_int_equal(F.kill_where_calls, 1);
+	assert_string_equal(F.filter_user, "(any)");
+	assert_int_equal(F.last_filter.rule, -2);
+	assert_int_equal(F.last_filter.epoch_below, 0);
+	/* a predicate: every condition given must hold */
+	expect("DELETE", "/connections?user=al%20ice&inbound=s&outbound=direct&rule=2&epoch_below=5",
+	       204, "");
+	assert_string_equal(F.filter_user, "al ice");
+	assert_string_equal(F.filter_inbound, "s");
+	assert_string_equal(F.filter_outbound, "direct");
+	assert_int_equal(F.last_filter.rule, 1); /* rule 2 as the access log numbers them */
+	assert_int_equal(F.last_filter.epoch_below, 5);
+	expect("DELETE", "/connections?rule=default&user=", 204, "");
+	assert_int_equal(F.last_filter.rule, -1);
+	assert_string_equal(F.filter_user, ""); /* the anonymous ones */
+	const char *bad[] = {"rule=0", "rule=x", "rule=", "rule=-1", "epoch_below=0",
+	                     "epoch_below=q", "user=%zz"};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		char t[64];
+		snprintf(t, sizeof t, "/connections?%s", bad[i]);
+		expect("DELETE", t, 400, "{\"message\":\"query parameter invalid\"}");
+	}
+	assert_int_equal(F.kill_where_calls, 3);
 	expect("GET", "/connections/7", 405, "{\"message\":\"method not allowed\"}");
 	/* the ended ones: the same shape with when and why */
 	F.flows[0].end_ms = 1700000002500ull;
@@ -717,10 +785,60 @@ static void test_streams(void **state)
 static void test_ours(void **state)
 {
 	(void)state;
+	/* configured users first (one row a name, its inbounds inside), then
+	 * names that only have flows (the anonymous "") */
 	expect("GET", "/users", 200,
-	       "{\"users\":[{\"name\":\"\",\"upload\":1,\"download\":2,\"open\":0,\"total\":3},"
-	       "{\"name\":\"alice\",\"upload\":10,\"download\":20,\"open\":1,\"total\":4}]}");
-	api_response r = call("GET", "/udp-lb");
+	       "{\"users\":[{\"name\":\"alice\",\"upload\":10,\"download\":20,\"open\":1,"
+	       "\"total\":4,\"inbounds\":[{\"inbound\":\"s\",\"up_rate\":100,\"down_rate\":0,"
+	       "\"max_sessions\":2,\"sessions\":1,\"removed\":false},{\"inbound\":\"h\","
+	       "\"up_rate\":0,\"down_rate\":0,\"max_sessions\":0,\"sessions\":0,\"removed\":"
+	       "\"close\"}]},{\"name\":\"bob\",\"upload\":0,\"download\":0,\"open\":0,"
+	       "\"total\":0,\"inbounds\":[{\"inbound\":\"s\",\"up_rate\":0,\"down_rate\":0,"
+	       "\"max_sessions\":0,\"sessions\":0,\"removed\":false}]},{\"name\":\"\","
+	       "\"upload\":1,\"download\":2,\"open\":0,\"total\":3,\"inbounds\":[]}]}");
+	expect("GET", "/users/bob", 200,
+	       "{\"name\":\"bob\",\"upload\":0,\"download\":0,\"open\":0,\"total\":0,"
+	       "\"inbounds\":[{\"inbound\":\"s\",\"up_rate\":0,\"down_rate\":0,"
+	       "\"max_sessions\":0,\"sessions\":0,\"removed\":false}]}");
+	expect("GET", "/users/nobody", 404, "{\"message\":\"resource not found\"}");
+	const char *unknown = "{\"message\":\"no running user has that name (a new user takes its "
+	                      "credential in the config file)\"}";
+	/* PUT replaces the limits: a key left out is no limit */
+	api_response r = call_body("PUT", "/users/alice?inbound=s", NULL, false,
+	                           "{\"up_rate\": 5000, \"max_sessions\": 3}");
+	assert_int_equal(r.status, 204);
+	api_response_free(&r);
+	assert_string_equal(F.limited, "s/alice");
+	assert_int_equal(F.limits[0], 5000);
+	assert_int_equal(F.limits[1], 0);
+	assert_int_equal(F.limits[2], 3);
+	r = call_body("PUT", "/users/alice", NULL, false, "{\"down_rate\":7}");
+	assert_int_equal(r.status, 204);
+	api_response_free(&r);
+	assert_string_equal(F.limited, "*/alice");
+	assert_int_equal(F.limits[1], 7);
+	const char *bodies[] = {"{\"up_rate\":-1}", "{\"up_rate\":1.5}", "{\"up_rate\":\"1\"}",
+	                        "{\"max_sessions\":4294967296}", "[1]", "{"};
+	for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+		r = call_body("PUT", "/users/alice", NULL, false, bodies[i]);
+		assert_int_equal(r.status, 400);
+		assert_string_equal(r.body.p, "{\"message\":\"Body invalid\"}");
+		api_response_free(&r);
+	}
+	r = call_body("PUT", "/users/nobody", NULL, false, "{}");
+	assert_int_equal(r.status, 404);
+	assert_string_equal(r.body.p, unknown);
+	api_response_free(&r);
+	expect("DELETE", "/users/alice?inbound=h", 204, "");
+	assert_string_equal(F.removed, "h/alice");
+	expect("DELETE", "/users/b%6Fb", 204, "");
+	assert_string_equal(F.removed, "*/bob");
+	expect("DELETE", "/users/nobody", 404, unknown);
+	expect("DELETE", "/users/alice?inbound=", 400, "{\"message\":\"query parameter invalid\"}");
+	expect("POST", "/users/alice", 405, "{\"message\":\"method not allowed\"}");
+	expect("DELETE", "/users", 405, "{\"message\":\"method not allowed\"}");
+	expect("GET", "/users/a/b", 404, "{\"message\":\"resource not found\"}");
+	r = call("GET", "/udp-lb");
 	assert_int_equal(r.status, 200);
 	char want[2048];
 	int n = snprintf(
