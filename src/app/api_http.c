@@ -26,8 +26,8 @@ static const char *const msgs[API_HTTP_MSG_COUNT_] = {
 	[API_HTTP_NOMEM] = "api: out of memory",
 	[API_HTTP_FULL] = "api: %d connections open, closing the oldest idle one or the new one",
 	[API_HTTP_REQUEST] = "api: %.*s %.*s: %d",
-	[API_HTTP_KEEP_SECRET] = "reload: [api] secret removed while the API listens on %s, which "
-				 "is not loopback; the old secret stays until the next start",
+	[API_HTTP_KEEP_SECRET] = ("reload: [api] secret removed while the API listens on %s, "
+	                          "which is not loopback; the old secret stays until the next start"),
 };
 
 const char *api_http_message(api_http_msg m)
