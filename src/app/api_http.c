@@ -755,7 +755,7 @@ api_http *api_http_start(uv_loop_t *loop, const api_http_conf *conf, api_view *v
 	if (rc == 0)
 		rc = uv_tcp_bind(&a->listener, (const struct sockaddr *)&ss, 0);
 	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&a->listener, API_CONNS_MAX, on_connection);
+		rc = uv_listen((uv_stream_t *)&a->listener, API_BACKLOG, on_connection);
 	if (rc) {
 		snprintf(err, err_size, msgs[API_HTTP_LISTEN], conf->listen, uv_strerror(rc));
 		uv_close((uv_handle_t *)&a->listener, listener_closed);

@@ -18,6 +18,11 @@
  * control thread more than 64 small buffers. */
 #define API_CONNS_MAX 64
 
+/* The listen backlog, far above API_CONNS_MAX: a flood is accepted and
+ * its surplus closed at once, not left in SYN_RECV behind a full accept
+ * queue (metrics_http.h METRICS_BACKLOG). */
+#define API_BACKLOG 1024
+
 /* An HTTP connection with no byte read and no answer being written is
  * closed after this long (a stream is never idle: it writes). */
 #define API_IDLE_MS 30000

@@ -481,7 +481,7 @@ metrics_http *metrics_http_start(uv_loop_t *loop, const char *addr, etm_supervis
 	if (rc == 0)
 		rc = uv_tcp_bind(&m->listener, (const struct sockaddr *)&ss, 0);
 	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&m->listener, METRICS_CONNS_MAX, on_connection);
+		rc = uv_listen((uv_stream_t *)&m->listener, METRICS_BACKLOG, on_connection);
 	if (rc) {
 		snprintf(err, err_size, msgs[M_LISTEN], addr, uv_strerror(rc));
 		uv_close((uv_handle_t *)&m->listener, listener_closed);

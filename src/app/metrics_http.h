@@ -19,6 +19,12 @@
  * ones from costing the control thread more than 64 small buffers. */
 #define METRICS_CONNS_MAX 64
 
+/* The listen backlog: far more than the connections served, so that a
+ * flood is accepted (and the surplus closed) at once, instead of waiting
+ * in SYN_RECV for the kernel to retransmit its SYN-ACK (1 s, 3 s, ...)
+ * once a short accept queue is full. nginx's default is 511. */
+#define METRICS_BACKLOG 1024
+
 /* An idle connection (no byte read, no answer being written) is closed
  * after this long; Prometheus scrapes every 15 s to 1 min by default and
  * reconnects as it needs. */

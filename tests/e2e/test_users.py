@@ -9,6 +9,7 @@ threads on 127.0.0.1. Nothing leaves the loopback interface.
 The rate tests assert lower bounds only: a limit makes a transfer take at
 least (bytes - burst) / rate; a slow machine can only make it longer.
 """
+import re
 import socket
 import threading
 import time
@@ -288,3 +289,55 @@ def test_the_api_sets_a_limit_that_reaches_an_open_flow(api, echo):
     s.close()
     used = a.get("/users/alice")
     assert used["upload"] >= 1_000_000 and used["download"] >= 1_000_000, used
+
+
+def two_inbounds(policy=None):
+    """The same user alice on two SOCKS inbounds, "a" ({port0}) and "b"."""
+    text = config([("alice", "a", [])], policy)
+    return text.replace('[[outbound]]', '[[inbound]]\ntag = "b"\nprotocol = "socks"\n'
+                        'listen = "127.0.0.1"\nport = {b}\n[[inbound.settings.users]]\n'
+                        'username = "alice"\npassword = "a"\n\n[[outbound]]', 1)
+
+
+def test_removing_a_user_on_one_inbound_leaves_its_sessions_elsewhere(app, tmp_path, echo):
+    b_port = free_port()
+    p = Proxy(app, tmp_path, two_inbounds() + API_TABLE, 1,
+              extra={"api": free_port(), "b": b_port}, log_level="debug")
+    try:
+        a = Api(p.start())
+        on_a = socks5_connect(a.socks_port, LOOPBACK, echo.port, "alice", "a")
+        on_b = socks5_connect(b_port, LOOPBACK, echo.port, "alice", "a")
+        assert still_echoes(on_a) and still_echoes(on_b)
+        status, _, _ = a.call("DELETE", "/users/alice?inbound=in")
+        assert status == 204
+        assert ended(on_a)
+        assert still_echoes(on_b)
+        assert not ended(on_b, 0.3)
+        rows = {i["inbound"]: i["removed"] for i in a.get("/users/alice")["inbounds"]}
+        assert rows == {"in": "close", "b": False}, rows
+        with socks5_connect(b_port, LOOPBACK, echo.port, "alice", "a") as again:
+            assert still_echoes(again)
+        on_a.close()
+        on_b.close()
+    finally:
+        stop_cleanly([p], "etemenanki-app")
+
+
+def test_a_reload_that_edits_only_users_publishes_no_plane(api, echo):
+    """Seed 002: the user set never triggers a publish (the plane's epoch
+    stays); a route change does."""
+    a = api(config([("alice", "a", [])]))
+
+    def epoch():
+        text = a.get("/metrics")
+        return int(re.search(r"^etemenanki_config_epoch (\d+)$", text, re.M).group(1))
+
+    first = epoch()
+    outcome, _ = reload(a.proxy, config([("alice", "a", [f"up_rate = {RATE}"]),
+                                         ("bob", "b", [])]) + API_TABLE)
+    assert outcome.startswith("config reload: changed"), outcome
+    assert epoch() == first
+    outcome, _ = reload(a.proxy, config([("alice", "a", []), ("bob", "b", [])]) + API_TABLE +
+                        '\n[[route.rule]]\noutbound = "direct"\nport = [1]\n')
+    assert outcome.startswith("config reload: changed"), outcome
+    assert epoch() == first + 1
