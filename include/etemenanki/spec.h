@@ -401,6 +401,11 @@ typedef struct etm_spec {
 /* Frees everything the spec owns and zeroes it. */
 void etm_spec_free(etm_spec *spec);
 
+/* A deep copy of src into *dst (an edit of the running config, such as a
+ * user the admin API adds, is applied as a new spec). Returns 0, or -1
+ * when memory ran out (*dst is then empty). */
+__attribute__((warn_unused_result)) int etm_spec_copy(etm_spec *dst, const etm_spec *src);
+
 /* Runs the build-time checks of the seeds (duplicate tags, balancer members
  * and strategy, route references, ...) on a lowered spec. Returns 0 when the
  * spec is valid; otherwise -1 with the exact message, NUL-terminated, in

@@ -344,7 +344,6 @@ typedef struct etm_user_info {
 	uint64_t up_rate, down_rate;  /* bytes a second; 0: none */
 	uint64_t max_sessions;        /* 0: none */
 	uint64_t sessions;            /* bound to it now, on every worker */
-	int removed;                  /* 0 live, 1 removed with keep, 2 removed with close */
 } etm_user_info;
 
 typedef struct etm_user_list {
@@ -359,23 +358,33 @@ void etm_user_list_free(etm_user_list *l);
 __attribute__((warn_unused_result)) int etm_supervisor_users(etm_supervisor *s,
                                                              etm_user_list *out);
 
-/* Removes user `name` from inbound `inbound` (NULL: from every inbound),
- * without a reload (seed 002 remove_user), under [policy] user_removal:
- * close ends its open flows at once and its sessions open no new flow;
- * keep lets them run. New connections with its credential are refused at
- * their first flow ("the user was removed before the session opened a
- * flow"). The config file decides again at the next reload. Returns how
- * many inbounds' users were removed (0: none had that name). The thread
- * that started the engine. */
-size_t etm_supervisor_remove_user(etm_supervisor *s, const char *inbound, const char *name);
+/* Edits of the running config's users without touching the file (seed
+ * 002 upsert_user / remove_user): each is applied as a reload of the
+ * running config with that change. Users it keeps (the same credential
+ * on the same inbound) keep their sessions and counts and take their new
+ * limits on their flows' next read or write; a user it removes is
+ * revoked under [policy] user_removal (close: its open flows end at once).
+ * The file decides again at the next reload. The thread that started
+ * the engine. */
 
-/* Sets the limits of user `name` on `inbound` (NULL: every inbound) at
- * once, without a reload (seed 002 upsert_user): flows see them on their
- * next read or write. Returns how many users it set (0: none has that
- * name, or each was removed). The thread that started the engine. */
-size_t etm_supervisor_set_user_limits(etm_supervisor *s, const char *inbound, const char *name,
-                                      uint64_t up_rate, uint64_t down_rate,
-                                      uint64_t max_sessions);
+/* Removes every user called `name` from inbound `inbound` (NULL: from
+ * every inbound). Returns how many were removed (0: none had that name;
+ * nothing changed), or -1 with the reason in err (the config check's,
+ * such as "inbound x: protocol trojan needs settings.users" for its last
+ * user). */
+long etm_supervisor_remove_user(etm_supervisor *s, const char *inbound, const char *name,
+                                char *err, size_t err_size);
+
+/* u->name (required) on inbound `inbound`: where a user of that name
+ * exists (on every inbound when inbound is NULL), its credential keys u
+ * gives (username, password, id; NULL: kept) and its limits (u's, 0 for
+ * none) are set; where none exists and inbound names one, u is added
+ * there (a SOCKS/HTTP user with username u->username, else u->name).
+ * Returns how many users were added or changed (0: no inbound had one
+ * and none was named), or -1 with the reason in err (the config check's
+ * message: a missing credential, a malformed UUID, ...). */
+long etm_supervisor_upsert_user(etm_supervisor *s, const char *inbound, const etm_user_spec *u,
+                                char *err, size_t err_size);
 
 /* Stops accepting, ends every flow, joins the workers and frees everything.
  * Returns within a moment: no flow is waited for. */

@@ -27,8 +27,9 @@ static const char *const msgs[API_M_COUNT_] = {
 	[API_M_TIMEOUT] = "Timeout",
 	[API_M_DELAY_FAILED] = "An error occurred in the delay test",
 	[API_M_BUSY] = "too many delay tests at once",
-	[API_M_USER_UNKNOWN] = ("no running user has that name (a new user takes its credential "
-	                        "in the config file)"),
+	[API_M_USER_UNKNOWN] = ("no running user has that name (to add one, name its inbound: "
+	                        "?inbound=<tag>)"),
+	[API_M_CREDENTIAL] = "username, password and id must be JSON strings without escapes",
 };
 _Static_assert(API_BODY_MAX == 65536, "the 413 message names the bound");
 

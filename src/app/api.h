@@ -94,11 +94,12 @@ typedef struct api_provider {
 	size_t (*kill_where)(void *ctx, const etm_flow_filter *f);
 	/* etm_supervisor_usage(ETM_USAGE_USER) */
 	int (*usage_users)(void *ctx, etm_usage_list *out);
-	/* etm_supervisor_users, _remove_user, _set_user_limits */
+	/* etm_supervisor_users, _remove_user, _upsert_user */
 	int (*users)(void *ctx, etm_user_list *out);
-	size_t (*remove_user)(void *ctx, const char *inbound, const char *name);
-	size_t (*set_user_limits)(void *ctx, const char *inbound, const char *name, uint64_t up_rate,
-	                          uint64_t down_rate, uint64_t max_sessions);
+	long (*remove_user)(void *ctx, const char *inbound, const char *name, char *err,
+	                    size_t err_size);
+	long (*upsert_user)(void *ctx, const char *inbound, const etm_user_spec *u, char *err,
+	                    size_t err_size);
 	/* member j of balancer i: whether it is up; -1 past the end */
 	int (*member_up)(void *ctx, size_t i, size_t j, int *up);
 	/* etm_supervisor_member_probe */
@@ -213,6 +214,7 @@ typedef enum api_msg {
 	API_M_DELAY_FAILED,   /* 503: a delay probe failed */
 	API_M_BUSY,           /* 503: too many delay probes at once */
 	API_M_USER_UNKNOWN,   /* 404: PUT or DELETE /users/<name> of no running user */
+	API_M_CREDENTIAL,     /* 400: a credential in PUT /users/<name> with a JSON escape */
 	API_M_COUNT_,
 } api_msg;
 const char *api_message(api_msg m);

@@ -32,16 +32,18 @@ static int p_users(void *ctx, etm_user_list *out)
 	return etm_supervisor_users(((const api_http_conf *)ctx)->sup, out);
 }
 
-static size_t p_remove_user(void *ctx, const char *inbound, const char *name)
+static long p_remove_user(void *ctx, const char *inbound, const char *name, char *err,
+                          size_t err_size)
 {
-	return etm_supervisor_remove_user(((const api_http_conf *)ctx)->sup, inbound, name);
+	return etm_supervisor_remove_user(((const api_http_conf *)ctx)->sup, inbound, name, err,
+	                                  err_size);
 }
 
-static size_t p_set_user_limits(void *ctx, const char *inbound, const char *name, uint64_t up,
-                                uint64_t down, uint64_t max)
+static long p_upsert_user(void *ctx, const char *inbound, const etm_user_spec *u, char *err,
+                          size_t err_size)
 {
-	return etm_supervisor_set_user_limits(((const api_http_conf *)ctx)->sup, inbound, name, up,
-	                                      down, max);
+	return etm_supervisor_upsert_user(((const api_http_conf *)ctx)->sup, inbound, u, err,
+	                                  err_size);
 }
 
 static int p_usage(void *ctx, etm_usage_list *out)
@@ -139,7 +141,7 @@ void api_engine_provider(const api_http_conf *conf, api_provider *out)
 		.usage_users = p_usage,
 		.users = p_users,
 		.remove_user = p_remove_user,
-		.set_user_limits = p_set_user_limits,
+		.upsert_user = p_upsert_user,
 		.member_up = p_member_up,
 		.member_probe = p_member_probe,
 		.inbound_port = p_inbound_port,

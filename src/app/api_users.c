@@ -13,8 +13,6 @@ typedef struct user_row {
 	const etm_user_info *first;        /* its first inbound in u (NULL: none) */
 } user_row;
 
-static const char *const REMOVED[] = {"false", "\"keep\"", "\"close\""};
-
 static int render_user(const user_row *row, const etm_user_list *u, api_buf *b)
 {
 	bool f = true;
@@ -31,14 +29,12 @@ static int render_user(const user_row *row, const etm_user_list *u, api_buf *b)
 		if (strcmp(x->name, row->name) != 0)
 			continue;
 		bool g = true;
-		int rm = x->removed >= 0 && x->removed <= 2 ? x->removed : 0;
 		rc |= (any ? api_json_puts(b, ",") : 0) | api_json_puts(b, "{") |
 		      api_json_key(b, &g, "inbound") | api_json_str(b, x->inbound) |
 		      api_json_key(b, &g, "up_rate") | api_json_u64(b, x->up_rate) |
 		      api_json_key(b, &g, "down_rate") | api_json_u64(b, x->down_rate) |
 		      api_json_key(b, &g, "max_sessions") | api_json_u64(b, x->max_sessions) |
 		      api_json_key(b, &g, "sessions") | api_json_u64(b, x->sessions) |
-		      api_json_key(b, &g, "removed") | api_json_puts(b, REMOVED[rm]) |
 		      api_json_puts(b, "}");
 		any = true;
 	}
@@ -106,19 +102,58 @@ static int get_users(const api_provider *p, const char *one, api_response *r)
 	return rc;
 }
 
-/* PUT /users/<name>[?inbound=<tag>] {"up_rate":..,"down_rate":..,"max_sessions":..}:
- * the limits, replaced (a key left out is no limit). */
+/* A credential key of the body: absent (*out NULL), a string without
+ * escapes copied into buf, or -1. */
+static int credential(const char *body, size_t n, const char *k, char *buf, size_t size,
+                      const char **out)
+{
+	const char *v;
+	size_t vn;
+	*out = NULL;
+	if (api_json_find_raw(body, n, k, &v, &vn))
+		return -1;
+	if (!v)
+		return 0;
+	if (vn < 2 || v[0] != '"' || memchr(v, '\\', vn) || vn - 2 >= size)
+		return -1;
+	memcpy(buf, v + 1, vn - 2);
+	buf[vn - 2] = '\0';
+	*out = buf;
+	return 0;
+}
+
+/* PUT /users/<name>[?inbound=<tag>] {"password":..,"up_rate":..,...}: the
+ * user's credential keys given and its limits (replaced: a limit left out
+ * is none); a new user when inbound names one that has none of that
+ * name. */
 static int put_user(const api_provider *p, const api_request *rq, const char *name,
                     const char *inbound, api_response *r)
 {
-	uint64_t up = 0, down = 0, max = 0;
 	const char *body = rq->body_len ? rq->body : "{}";
 	size_t n = rq->body_len ? rq->body_len : 2;
-	if (api_json_find_u64(body, n, "up_rate", UINT64_MAX, &up) < 0 ||
-	    api_json_find_u64(body, n, "down_rate", UINT64_MAX, &down) < 0 ||
+	etm_user_spec u = {.name = (char *)name};
+	uint64_t max = 0;
+	if (api_json_find_u64(body, n, "up_rate", UINT64_MAX, &u.up_rate) < 0 ||
+	    api_json_find_u64(body, n, "down_rate", UINT64_MAX, &u.down_rate) < 0 ||
 	    api_json_find_u64(body, n, "max_sessions", UINT32_MAX, &max) < 0)
 		return api_answer_message(r, 400, API_M_BODY_INVALID);
-	if (!p->set_user_limits(p->ctx, inbound, name, up, down, max))
+	u.max_sessions = max;
+	char user[256], pass[1024], id[64];
+	const char *cu, *cp, *ci;
+	if (credential(body, n, "username", user, sizeof user, &cu) ||
+	    credential(body, n, "password", pass, sizeof pass, &cp) ||
+	    credential(body, n, "id", id, sizeof id, &ci))
+		return api_answer_message(r, 400, API_M_CREDENTIAL);
+	u.username = (char *)cu;
+	u.password = (char *)cp;
+	u.id = (char *)ci;
+	char err[512];
+	long k = p->upsert_user(p->ctx, inbound, &u, err, sizeof err);
+	if (k < 0) {
+		r->status = 400;
+		return api_render_message(err, &r->body);
+	}
+	if (k == 0)
 		return api_answer_message(r, 404, API_M_USER_UNKNOWN);
 	r->status = 204;
 	return 0;
@@ -143,7 +178,13 @@ int api_route_users(const api_provider *p, const api_request *rq, const char *pa
 	if (api_method_is(rq, "PUT"))
 		return put_user(p, rq, name, tag, r);
 	if (api_method_is(rq, "DELETE")) {
-		if (!p->remove_user(p->ctx, tag, name))
+		char err[512];
+		long k = p->remove_user(p->ctx, tag, name, err, sizeof err);
+		if (k < 0) {
+			r->status = 400;
+			return api_render_message(err, &r->body);
+		}
+		if (k == 0)
 			return api_answer_message(r, 404, API_M_USER_UNKNOWN);
 		r->status = 204;
 		return 0;

@@ -272,6 +272,181 @@ void etm_spec_free(etm_spec *spec)
 	*spec = (etm_spec){0};
 }
 
+/* ---- copying ---- */
+
+/* Every pointer a spec owns is copied below. So that a field added later
+ * cannot be forgotten (a copy would then share it, and free it twice),
+ * the sizes are pinned on LP64 builds, as plan_equal.c pins them for
+ * the planner: a new field fails the build until it is copied here. */
+#if UINTPTR_MAX == UINT64_MAX
+_Static_assert(sizeof(etm_tls_spec) == 56, "copy the new field in tls_copy");
+_Static_assert(sizeof(etm_stream_spec) == 88, "copy the new field in stream_copy");
+_Static_assert(sizeof(etm_user_spec) == 56, "copy the new field in settings_copy");
+_Static_assert(sizeof(etm_settings_spec) == 136, "copy the new field in settings_copy");
+_Static_assert(sizeof(etm_inbound_spec) == 256, "copy the new field in etm_spec_copy");
+_Static_assert(sizeof(etm_outbound_spec) == 296, "copy the new field in etm_spec_copy");
+_Static_assert(sizeof(etm_balancer_spec) == 80, "copy the new field in etm_spec_copy");
+_Static_assert(sizeof(etm_cluster_spec) == 192, "copy the new field in etm_spec_copy");
+_Static_assert(sizeof(etm_rule_spec) == 176, "copy the new field in rule_copy");
+_Static_assert(sizeof(etm_route_spec) == 40, "copy the new field in etm_spec_copy");
+_Static_assert(sizeof(etm_spec) == 256, "copy the new field in etm_spec_copy");
+#endif
+
+/* Each sets *failed when memory runs out; what was copied stays owned by
+ * the destination, so one etm_spec_free releases a partial copy. */
+static char *copy_str(const char *s, bool *failed)
+{
+	if (!s)
+		return NULL;
+	char *d = strdup(s);
+	if (!d)
+		*failed = true;
+	return d;
+}
+
+static void *dup_array(const void *a, size_t n, size_t size, bool *failed)
+{
+	if (!a || !n)
+		return NULL;
+	void *d = malloc(n * size);
+	if (!d)
+		*failed = true;
+	else
+		memcpy(d, a, n * size);
+	return d;
+}
+
+/* An array whose elements are then deep-copied one by one: NULL (and a
+ * length of 0 for the caller to set) when it cannot be made. */
+static void *array_or_empty(const void *a, size_t *n, size_t size, bool *failed)
+{
+	void *d = dup_array(a, *n, size, failed);
+	if (!d)
+		*n = 0;
+	return d;
+}
+
+static void strlist_copy(etm_strlist *l, bool *failed)
+{
+	char **src = l->items;
+	l->items = array_or_empty(src, &l->len, sizeof *src, failed);
+	for (size_t i = 0; i < l->len; i++)
+		l->items[i] = copy_str(src[i], failed);
+}
+
+static void tls_copy(etm_tls_spec *t, bool *failed)
+{
+	t->server_name = copy_str(t->server_name, failed);
+	strlist_copy(&t->alpn, failed);
+	t->ca = copy_str(t->ca, failed);
+	t->certificate = copy_str(t->certificate, failed);
+	t->key = copy_str(t->key, failed);
+}
+
+static void stream_copy(etm_stream_spec *st, bool *failed)
+{
+	tls_copy(&st->tls, failed);
+	st->ws.path = copy_str(st->ws.path, failed);
+	st->ws.host = copy_str(st->ws.host, failed);
+	st->grpc.service_name = copy_str(st->grpc.service_name, failed);
+}
+
+static void settings_copy(etm_settings_spec *st, bool *failed)
+{
+	st->username = copy_str(st->username, failed);
+	st->password = copy_str(st->password, failed);
+	st->id = copy_str(st->id, failed);
+	st->secret_key = copy_str(st->secret_key, failed);
+	st->peer_public_key = copy_str(st->peer_public_key, failed);
+	st->pre_shared_key = copy_str(st->pre_shared_key, failed);
+	st->endpoint = copy_str(st->endpoint, failed);
+	strlist_copy(&st->address, failed);
+	etm_user_spec *users = st->users;
+	st->users = array_or_empty(users, &st->users_len, sizeof *users, failed);
+	for (size_t i = 0; i < st->users_len; i++) {
+		etm_user_spec *u = &st->users[i];
+		u->name = copy_str(u->name, failed);
+		u->username = copy_str(u->username, failed);
+		u->password = copy_str(u->password, failed);
+		u->id = copy_str(u->id, failed);
+	}
+	st->fallback = copy_str(st->fallback, failed);
+	st->cluster = copy_str(st->cluster, failed);
+}
+
+static void rule_copy(etm_rule_spec *r, bool *failed)
+{
+	r->outbound = copy_str(r->outbound, failed);
+	strlist_copy(&r->domain, failed);
+	strlist_copy(&r->domain_suffix, failed);
+	strlist_copy(&r->domain_keyword, failed);
+	strlist_copy(&r->domain_regex, failed);
+	strlist_copy(&r->geosite, failed);
+	strlist_copy(&r->cidr, failed);
+	strlist_copy(&r->geoip, failed);
+	r->port.items = array_or_empty(r->port.items, &r->port.len, sizeof *r->port.items, failed);
+	strlist_copy(&r->inbound_tag, failed);
+	strlist_copy(&r->source_cidr, failed);
+}
+
+int etm_spec_copy(etm_spec *dst, const etm_spec *src)
+{
+	bool failed = false;
+	*dst = *src; /* the scalars; every pointer is replaced below */
+	dst->inbounds = array_or_empty(src->inbounds, &dst->inbounds_len, sizeof *src->inbounds,
+	                               &failed);
+	for (size_t i = 0; i < dst->inbounds_len; i++) {
+		etm_inbound_spec *in = &dst->inbounds[i];
+		in->tag = copy_str(in->tag, &failed);
+		in->listen = copy_str(in->listen, &failed);
+		settings_copy(&in->settings, &failed);
+		stream_copy(&in->stream, &failed);
+	}
+	dst->outbounds = array_or_empty(src->outbounds, &dst->outbounds_len,
+	                                sizeof *src->outbounds, &failed);
+	for (size_t i = 0; i < dst->outbounds_len; i++) {
+		etm_outbound_spec *o = &dst->outbounds[i];
+		o->tag = copy_str(o->tag, &failed);
+		o->server = copy_str(o->server, &failed);
+		settings_copy(&o->settings, &failed);
+		stream_copy(&o->stream, &failed);
+	}
+	dst->balancers = array_or_empty(src->balancers, &dst->balancers_len,
+	                                sizeof *src->balancers, &failed);
+	for (size_t i = 0; i < dst->balancers_len; i++) {
+		etm_balancer_spec *b = &dst->balancers[i];
+		b->tag = copy_str(b->tag, &failed);
+		strlist_copy(&b->outbounds, &failed);
+		b->strategy = copy_str(b->strategy, &failed);
+	}
+	dst->clusters = array_or_empty(src->clusters, &dst->clusters_len, sizeof *src->clusters,
+	                               &failed);
+	for (size_t i = 0; i < dst->clusters_len; i++) {
+		etm_cluster_spec *c = &dst->clusters[i];
+		c->tag = copy_str(c->tag, &failed);
+		strlist_copy(&c->backends, &failed);
+		c->health.udp_payload = copy_str(c->health.udp_payload, &failed);
+		c->health.udp_payload_hex = copy_str(c->health.udp_payload_hex, &failed);
+	}
+	dst->route.default_tag = copy_str(dst->route.default_tag, &failed);
+	dst->route.geoip = copy_str(dst->route.geoip, &failed);
+	dst->route.geosite = copy_str(dst->route.geosite, &failed);
+	dst->route.rules = array_or_empty(src->route.rules, &dst->route.rules_len,
+	                                  sizeof *src->route.rules, &failed);
+	for (size_t i = 0; i < dst->route.rules_len; i++)
+		rule_copy(&dst->route.rules[i], &failed);
+	strlist_copy(&dst->dns.servers, &failed);
+	dst->log_access = copy_str(dst->log_access, &failed);
+	dst->metrics_listen = copy_str(dst->metrics_listen, &failed);
+	dst->api_listen = copy_str(dst->api_listen, &failed);
+	dst->api_secret = copy_str(dst->api_secret, &failed);
+	if (failed) {
+		etm_spec_free(dst);
+		return -1;
+	}
+	return 0;
+}
+
 const char *etm_spec_default_tag(const etm_spec *spec)
 {
 	if (spec->route.default_tag)

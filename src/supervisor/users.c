@@ -57,7 +57,6 @@ static void list_one(const char *tag, principal *p, void *arg)
 		.down_rate = atomic_load_explicit(&p->down.rate, memory_order_relaxed),
 		.max_sessions = atomic_load_explicit(&p->max_sessions, memory_order_relaxed),
 		.sessions = atomic_load_explicit(&p->sessions, memory_order_relaxed),
-		.removed = (int)principal_state(p),
 	};
 	snprintf(u->inbound, sizeof u->inbound, "%s", tag ? tag : "");
 	snprintf(u->name, sizeof u->name, "%s", p->name ? p->name : "");
@@ -75,54 +74,184 @@ int etm_supervisor_users(etm_supervisor *s, etm_user_list *out)
 	return 0;
 }
 
-typedef struct remove_job {
-	etm_user_removal policy;
-	sup_revoked closing;
-	size_t removed;
-} remove_job;
+/* ---- edits: a copy of the running config, changed and applied ---- */
 
-static void remove_one(const char *tag, principal *p, void *arg)
+enum { M_NO_MEMORY };
+static const char *const msgs[] = {
+	[M_NO_MEMORY] = "out of memory",
+};
+
+/* The name a user of a spec goes by: its name, or its username. */
+static const char *spec_user_name(const etm_user_spec *u)
 {
-	(void)tag;
-	remove_job *j = arg;
-	if (principal_state(p) != PRINCIPAL_LIVE)
-		return;
-	sup_revoke(p, j->policy, &j->closing);
-	j->removed++;
+	return u->name ? u->name : u->username;
 }
 
-size_t etm_supervisor_remove_user(etm_supervisor *s, const char *inbound, const char *name)
+/* Changes a copy of the running spec with edit (which returns how many
+ * users it changed), checks it and applies it as a reload does: the
+ * users it keeps keep their principals and take their new limits, the
+ * ones it drops are revoked under [policy] user_removal. Returns how many
+ * users changed (0: none, nothing applied), or -1 with the reason in
+ * err. */
+static long apply_edit(etm_supervisor *s, size_t (*edit)(etm_spec *sp, void *arg), void *arg,
+                       char *err, size_t err_size)
+{
+	etm_spec copy;
+	if (etm_spec_copy(&copy, &s->spec)) {
+		snprintf(err, err_size, "%s", msgs[M_NO_MEMORY]);
+		return -1;
+	}
+	size_t n = edit(&copy, arg);
+	if (n == 0) {
+		etm_spec_free(&copy);
+		return 0;
+	}
+	if (etm_spec_check(&copy, err, err_size) || etm_spec_check_available(&copy, err, err_size)) {
+		etm_spec_free(&copy);
+		return -1;
+	}
+	if (etm_supervisor_apply(s, &copy, err, err_size)) /* takes copy over */
+		return -1;
+	return (long)n;
+}
+
+static bool inbound_is(const etm_inbound_spec *in, const char *tag)
+{
+	return !tag || (in->tag && strcmp(in->tag, tag) == 0);
+}
+
+typedef struct remove_edit {
+	const char *inbound, *name;
+} remove_edit;
+
+static size_t remove_users(etm_spec *sp, void *arg)
+{
+	const remove_edit *e = arg;
+	size_t n = 0;
+	for (size_t i = 0; i < sp->inbounds_len; i++) {
+		etm_settings_spec *st = &sp->inbounds[i].settings;
+		if (!inbound_is(&sp->inbounds[i], e->inbound))
+			continue;
+		for (size_t j = 0; j < st->users_len;) {
+			etm_user_spec *u = &st->users[j];
+			const char *un = spec_user_name(u);
+			if (!un || strcmp(un, e->name) != 0) {
+				j++;
+				continue;
+			}
+			free(u->name);
+			free(u->username);
+			free(u->password);
+			free(u->id);
+			memmove(u, u + 1, (st->users_len - j - 1) * sizeof *u);
+			st->users_len--;
+			n++;
+		}
+	}
+	return n;
+}
+
+long etm_supervisor_remove_user(etm_supervisor *s, const char *inbound, const char *name,
+                                char *err, size_t err_size)
 {
 	if (!name)
 		return 0;
-	remove_job j = {.policy = s->spec.policy.user_removal};
-	each_user(s, inbound, name, remove_one, &j);
-	sup_end_revoked(s, &j.closing);
-	return j.removed;
+	remove_edit e = {.inbound = inbound, .name = name};
+	return apply_edit(s, remove_users, &e, err, err_size);
 }
 
-typedef struct limit_job {
-	uint64_t up, down, max;
-	size_t n;
-} limit_job;
+typedef struct upsert_edit {
+	const char *inbound;
+	const etm_user_spec *u;
+	bool failed; /* memory */
+} upsert_edit;
 
-static void limit_one(const char *tag, principal *p, void *arg)
+/* Sets *dst to a copy of src when src is given (the credential key the
+ * request carried). */
+static void take(char **dst, const char *src, bool *failed)
 {
-	(void)tag;
-	limit_job *j = arg;
-	if (principal_state(p) != PRINCIPAL_LIVE)
+	if (!src)
 		return;
-	principal_set_limits(p, j->up, j->down, j->max > UINT32_MAX ? UINT32_MAX : (uint32_t)j->max);
-	j->n++;
+	char *d = strdup(src);
+	if (!d) {
+		*failed = true;
+		return;
+	}
+	free(*dst);
+	*dst = d;
 }
 
-size_t etm_supervisor_set_user_limits(etm_supervisor *s, const char *inbound, const char *name,
-                                      uint64_t up_rate, uint64_t down_rate,
-                                      uint64_t max_sessions)
+static void set_user(etm_user_spec *dst, const etm_user_spec *src, bool *failed)
 {
-	if (!name)
+	take(&dst->username, src->username, failed);
+	take(&dst->password, src->password, failed);
+	take(&dst->id, src->id, failed);
+	dst->up_rate = src->up_rate;
+	dst->down_rate = src->down_rate;
+	dst->max_sessions = src->max_sessions;
+}
+
+static size_t upsert_users(etm_spec *sp, void *arg)
+{
+	upsert_edit *e = arg;
+	size_t n = 0;
+	bool found_tag = false;
+	for (size_t i = 0; i < sp->inbounds_len; i++) {
+		etm_inbound_spec *in = &sp->inbounds[i];
+		if (!inbound_is(in, e->inbound))
+			continue;
+		found_tag = true;
+		for (size_t j = 0; j < in->settings.users_len; j++) {
+			const char *un = spec_user_name(&in->settings.users[j]);
+			if (un && strcmp(un, e->u->name) == 0) {
+				set_user(&in->settings.users[j], e->u, &e->failed);
+				n++;
+			}
+		}
+	}
+	if (n || !e->inbound || !found_tag)
+		return e->failed ? 0 : n;
+	/* a new user of that one inbound */
+	for (size_t i = 0; i < sp->inbounds_len; i++) {
+		etm_settings_spec *st = &sp->inbounds[i].settings;
+		if (!inbound_is(&sp->inbounds[i], e->inbound))
+			continue;
+		etm_user_spec *v = realloc(st->users, (st->users_len + 1) * sizeof *v);
+		if (!v) {
+			e->failed = true;
+			return 0;
+		}
+		st->users = v;
+		etm_user_spec *u = &v[st->users_len++];
+		*u = (etm_user_spec){0};
+		bool socks = sp->inbounds[i].protocol == ETM_PROTO_SOCKS ||
+		             sp->inbounds[i].protocol == ETM_PROTO_HTTP ||
+		             sp->inbounds[i].protocol == ETM_PROTO_MIXED;
+		/* SOCKS and HTTP users go by their username; the others by name */
+		if (socks)
+			take(&u->username, e->u->username ? e->u->username : e->u->name, &e->failed);
+		else
+			take(&u->name, e->u->name, &e->failed);
+		set_user(u, &(etm_user_spec){.password = e->u->password, .id = e->u->id,
+		                             .up_rate = e->u->up_rate,
+		                             .down_rate = e->u->down_rate,
+		                             .max_sessions = e->u->max_sessions},
+		         &e->failed);
+		n++;
+	}
+	return e->failed ? 0 : n;
+}
+
+long etm_supervisor_upsert_user(etm_supervisor *s, const char *inbound, const etm_user_spec *u,
+                                char *err, size_t err_size)
+{
+	if (!u->name)
 		return 0;
-	limit_job j = {.up = up_rate, .down = down_rate, .max = max_sessions};
-	each_user(s, inbound, name, limit_one, &j);
-	return j.n;
+	upsert_edit e = {.inbound = inbound, .u = u};
+	long n = apply_edit(s, upsert_users, &e, err, err_size);
+	if (e.failed) {
+		snprintf(err, err_size, "%s", msgs[M_NO_MEMORY]);
+		return -1;
+	}
+	return n;
 }

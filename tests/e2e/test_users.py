@@ -241,9 +241,9 @@ def api(app, tmp_path):
 
 @pytest.mark.parametrize("policy", ["close", "keep"])
 def test_the_api_removes_a_user(api, echo, policy):
-    """DELETE /users/<name>: under close its flows end at once, under keep
-    they run on; either way a new connection with its credential still
-    authenticates (the config is unchanged) and its first flow is refused."""
+    """DELETE /users/<name> applies the running config without that user:
+    under close its flows end at once, under keep they run on; its
+    credential no longer authenticates; the other users' flows go on."""
     a = api(config([("alice", "a", []), ("bob", "b", [])], policy))
     alice = socks5_connect(a.socks_port, LOOPBACK, echo.port, "alice", "a")
     bob = socks5_connect(a.socks_port, LOOPBACK, echo.port, "bob", "b")
@@ -255,18 +255,51 @@ def test_the_api_removes_a_user(api, echo, policy):
     else:
         assert still_echoes(bob)
     assert still_echoes(alice)
-    assert refused(a.socks_port, LOOPBACK, echo.port, "bob", "b") == REP_NOT_ALLOWED
-    assert "the user was removed before the session opened a flow" in a.proxy.log()
-    info = a.get("/users/bob")
-    assert info["inbounds"] == [{"inbound": "in", "up_rate": 0, "down_rate": 0,
-                                 "max_sessions": 0, "sessions": info["inbounds"][0]["sessions"],
-                                 "removed": policy}], info
-    status, _, body = a.call("DELETE", "/users/nobody")
+    s = connect(a.socks_port)
+    try:
+        assert socks5_greet(s, "bob", "b") != 0
+    finally:
+        s.close()
+    info = a.get("/users/bob")  # its counts stay; it is on no inbound now
+    assert info["inbounds"] == [] and info["total"] == 1, info
+    status, _, body = a.call("DELETE", "/users/bob")
     assert status == 404
-    assert body == {"message": "no running user has that name (a new user takes its credential "
-                               "in the config file)"}
+    assert body == {"message": "no running user has that name (to add one, name its inbound: "
+                               "?inbound=<tag>)"}
     alice.close()
     bob.close()
+
+
+def test_the_api_adds_a_user_and_a_reload_of_the_file_drops_it(api, echo):
+    a = api(config([("alice", "a", [])]))
+    alice = socks5_connect(a.socks_port, LOOPBACK, echo.port, "alice", "a")
+    status, _, body = a.call("PUT", "/users/carol?inbound=in",
+                             body={"password": "c", "max_sessions": 2})
+    assert status == 204, body
+    with socks5_connect(a.socks_port, LOOPBACK, echo.port, "carol", "c") as carol:
+        assert still_echoes(carol)
+    row = a.get("/users/carol")["inbounds"]
+    assert row == [{"inbound": "in", "up_rate": 0, "down_rate": 0, "max_sessions": 2,
+                    "sessions": row[0]["sessions"]}], row
+    # alice's open flow went through that apply untouched
+    assert still_echoes(alice)
+    # a credential the config check refuses: its message, nothing applied
+    status, _, body = a.call("PUT", "/users/dave?inbound=in", body={})
+    assert status == 400
+    assert body == {"message": "inbound in: every settings.users entry of protocol socks "
+                               "needs username and password"}, body
+    status, _, body = a.call("PUT", "/users/dave?inbound=nowhere", body={"password": "d"})
+    assert status == 404
+    # the file decides again at the next reload: carol goes (under close)
+    outcome, _ = reload(a.proxy, config([("alice", "a", [])]) + API_TABLE + "\n")
+    assert outcome.startswith("config reload: changed"), outcome
+    s = connect(a.socks_port)
+    try:
+        assert socks5_greet(s, "carol", "c") != 0
+    finally:
+        s.close()
+    assert still_echoes(alice)
+    alice.close()
 
 
 def test_the_api_sets_a_limit_that_reaches_an_open_flow(api, echo):
@@ -313,8 +346,8 @@ def test_removing_a_user_on_one_inbound_leaves_its_sessions_elsewhere(app, tmp_p
         assert ended(on_a)
         assert still_echoes(on_b)
         assert not ended(on_b, 0.3)
-        rows = {i["inbound"]: i["removed"] for i in a.get("/users/alice")["inbounds"]}
-        assert rows == {"in": "close", "b": False}, rows
+        rows = [i["inbound"] for i in a.get("/users/alice")["inbounds"]]
+        assert rows == ["b"], rows
         with socks5_connect(b_port, LOOPBACK, echo.port, "alice", "a") as again:
             assert still_echoes(again)
         on_a.close()

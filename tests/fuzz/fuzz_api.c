@@ -73,19 +73,25 @@ static int f_users(void *ctx, etm_user_list *out)
 	out->n = 1;
 	strcpy(out->v[0].inbound, "s");
 	strcpy(out->v[0].name, "alice");
-	out->v[0].removed = 2;
 	return 0;
 }
 
-static size_t f_remove(void *ctx, const char *in, const char *name)
+static long f_remove(void *ctx, const char *in, const char *name, char *err, size_t n)
 {
-	return (void)ctx, (void)in, strcmp(name, "alice") == 0;
+	(void)ctx, (void)in;
+	strncpy(err, "inbound s: refused", n - 1);
+	err[n - 1] = '\0';
+	return strcmp(name, "alice") == 0 ? 1 : strcmp(name, "x") == 0 ? -1 : 0;
 }
 
-static size_t f_limits(void *ctx, const char *in, const char *name, uint64_t up, uint64_t down,
-                       uint64_t max)
+static long f_upsert(void *ctx, const char *in, const etm_user_spec *u, char *err, size_t n)
 {
-	return (void)ctx, (void)in, (void)up, (void)down, (void)max, strcmp(name, "alice") == 0;
+	(void)ctx;
+	strncpy(err, "inbound s: refused", n - 1);
+	err[n - 1] = '\0';
+	if (u->password && !*u->password)
+		return -1;
+	return in || strcmp(u->name, "alice") == 0;
 }
 
 static int f_member_up(void *ctx, size_t i, size_t j, int *up)
@@ -149,7 +155,7 @@ static const api_provider P = {
 	.usage_users = f_usage,
 	.users = f_users,
 	.remove_user = f_remove,
-	.set_user_limits = f_limits,
+	.upsert_user = f_upsert,
 	.member_up = f_member_up,
 	.member_probe = f_member_probe,
 	.inbound_port = f_port,

@@ -25,8 +25,8 @@ typedef struct fake {
 	etm_flow_filter last_filter; /* strings copied below */
 	char filter_user[32], filter_inbound[32], filter_outbound[32];
 	char removed[64];    /* "inbound/name" of the last remove_user */
-	uint64_t limits[3];  /* the last set_user_limits */
-	char limited[64];    /* "inbound/name" of it */
+	uint64_t limits[3];  /* the last upsert_user's */
+	char upserted[160];  /* "inbound/name/username/password/id" of it ("-": NULL) */
 	int level, reloads;
 	const char *reload_error; /* NULL: the reload succeeds */
 	int member_up[4][4];
@@ -70,7 +70,7 @@ static size_t f_kill_where(void *ctx, const etm_flow_filter *w)
 	return 2;
 }
 
-/* alice on inbounds s and h (removed there with close), bob on s */
+/* alice on inbounds s and h, bob on s */
 static int f_users(void *ctx, etm_user_list *out)
 {
 	(void)ctx;
@@ -79,26 +79,39 @@ static int f_users(void *ctx, etm_user_list *out)
 	out->v[0] = (etm_user_info){.inbound = "s", .name = "alice", .up_rate = 100,
 	                            .max_sessions = 2, .sessions = 1};
 	out->v[1] = (etm_user_info){.inbound = "s", .name = "bob"};
-	out->v[2] = (etm_user_info){.inbound = "h", .name = "alice", .removed = 2};
+	out->v[2] = (etm_user_info){.inbound = "h", .name = "alice"};
 	return 0;
 }
 
-static size_t f_remove_user(void *ctx, const char *inbound, const char *name)
+/* "nobody" is no user; "last" is a trojan inbound's last user (the
+ * config check refuses to remove it); "bad" has a malformed credential */
+static long f_remove_user(void *ctx, const char *inbound, const char *name, char *err,
+                          size_t err_size)
 {
 	fake *f = ctx;
 	snprintf(f->removed, sizeof f->removed, "%s/%s", inbound ? inbound : "*", name);
+	if (strcmp(name, "last") == 0) {
+		snprintf(err, err_size, "inbound t: protocol trojan needs settings.users");
+		return -1;
+	}
 	return strcmp(name, "nobody") != 0;
 }
 
-static size_t f_set_user_limits(void *ctx, const char *inbound, const char *name, uint64_t up,
-                                uint64_t down, uint64_t max)
+static long f_upsert_user(void *ctx, const char *inbound, const etm_user_spec *u, char *err,
+                          size_t err_size)
 {
 	fake *f = ctx;
-	snprintf(f->limited, sizeof f->limited, "%s/%s", inbound ? inbound : "*", name);
-	f->limits[0] = up;
-	f->limits[1] = down;
-	f->limits[2] = max;
-	return strcmp(name, "nobody") != 0;
+	snprintf(f->upserted, sizeof f->upserted, "%s/%s/%s/%s/%s", inbound ? inbound : "*",
+	         u->name, u->username ? u->username : "-", u->password ? u->password : "-",
+	         u->id ? u->id : "-");
+	f->limits[0] = u->up_rate;
+	f->limits[1] = u->down_rate;
+	f->limits[2] = u->max_sessions;
+	if (strcmp(u->name, "bad") == 0) {
+		snprintf(err, err_size, "inbound v: user bad: id is not a UUID");
+		return -1;
+	}
+	return strcmp(u->name, "nobody") != 0 || inbound != NULL;
 }
 
 static int f_usage(void *ctx, etm_usage_list *out)
@@ -199,7 +212,7 @@ static const api_provider P = {
 	.usage_users = f_usage,
 	.users = f_users,
 	.remove_user = f_remove_user,
-	.set_user_limits = f_set_user_limits,
+	.upsert_user = f_upsert_user,
 	.member_up = f_member_up,
 	.member_probe = f_member_probe,
 	.inbound_port = f_inbound_port,
@@ -299,7 +312,8 @@ static void test_messages(void **state)
 		"Timeout",
 		"An error occurred in the delay test",
 		"too many delay tests at once",
-		"no running user has that name (a new user takes its credential in the config file)",
+		"no running user has that name (to add one, name its inbound: ?inbound=<tag>)",
+		"username, password and id must be JSON strings without escapes",
 	};
 	for (int i = 0; i < API_M_COUNT_; i++)
 		assert_string_equal(api_message((api_msg)i), want[i]);
@@ -790,33 +804,40 @@ static void test_ours(void **state)
 	expect("GET", "/users", 200,
 	       "{\"users\":[{\"name\":\"alice\",\"upload\":10,\"download\":20,\"open\":1,"
 	       "\"total\":4,\"inbounds\":[{\"inbound\":\"s\",\"up_rate\":100,\"down_rate\":0,"
-	       "\"max_sessions\":2,\"sessions\":1,\"removed\":false},{\"inbound\":\"h\","
-	       "\"up_rate\":0,\"down_rate\":0,\"max_sessions\":0,\"sessions\":0,\"removed\":"
-	       "\"close\"}]},{\"name\":\"bob\",\"upload\":0,\"download\":0,\"open\":0,"
+	       "\"max_sessions\":2,\"sessions\":1},{\"inbound\":\"h\","
+	       "\"up_rate\":0,\"down_rate\":0,\"max_sessions\":0,\"sessions\":0"
+	       "}]},{\"name\":\"bob\",\"upload\":0,\"download\":0,\"open\":0,"
 	       "\"total\":0,\"inbounds\":[{\"inbound\":\"s\",\"up_rate\":0,\"down_rate\":0,"
-	       "\"max_sessions\":0,\"sessions\":0,\"removed\":false}]},{\"name\":\"\","
+	       "\"max_sessions\":0,\"sessions\":0}]},{\"name\":\"\","
 	       "\"upload\":1,\"download\":2,\"open\":0,\"total\":3,\"inbounds\":[]}]}");
 	expect("GET", "/users/bob", 200,
 	       "{\"name\":\"bob\",\"upload\":0,\"download\":0,\"open\":0,\"total\":0,"
 	       "\"inbounds\":[{\"inbound\":\"s\",\"up_rate\":0,\"down_rate\":0,"
-	       "\"max_sessions\":0,\"sessions\":0,\"removed\":false}]}");
+	       "\"max_sessions\":0,\"sessions\":0}]}");
 	expect("GET", "/users/nobody", 404, "{\"message\":\"resource not found\"}");
-	const char *unknown = "{\"message\":\"no running user has that name (a new user takes its "
-	                      "credential in the config file)\"}";
-	/* PUT replaces the limits: a key left out is no limit */
+	const char *unknown = "{\"message\":\"no running user has that name (to add one, name its "
+	                      "inbound: ?inbound=<tag>)\"}";
+	/* PUT: limits replaced (a key left out is no limit), credential keys
+	 * passed on when given */
 	api_response r = call_body("PUT", "/users/alice?inbound=s", NULL, false,
 	                           "{\"up_rate\": 5000, \"max_sessions\": 3}");
 	assert_int_equal(r.status, 204);
 	api_response_free(&r);
-	assert_string_equal(F.limited, "s/alice");
+	assert_string_equal(F.upserted, "s/alice/-/-/-");
 	assert_int_equal(F.limits[0], 5000);
 	assert_int_equal(F.limits[1], 0);
 	assert_int_equal(F.limits[2], 3);
-	r = call_body("PUT", "/users/alice", NULL, false, "{\"down_rate\":7}");
+	r = call_body("PUT", "/users/alice", NULL, false, "{\"down_rate\":7,\"password\":\"n w\"}");
 	assert_int_equal(r.status, 204);
 	api_response_free(&r);
-	assert_string_equal(F.limited, "*/alice");
+	assert_string_equal(F.upserted, "*/alice/-/n w/-");
 	assert_int_equal(F.limits[1], 7);
+	/* a new user: its inbound named */
+	r = call_body("PUT", "/users/nobody?inbound=v", NULL, false,
+	              "{\"id\":\"6c1b0e6a-6e3d-4c1e-9d8a-1a2b3c4d5e6f\"}");
+	assert_int_equal(r.status, 204);
+	api_response_free(&r);
+	assert_string_equal(F.upserted, "v/nobody/-/-/6c1b0e6a-6e3d-4c1e-9d8a-1a2b3c4d5e6f");
 	const char *bodies[] = {"{\"up_rate\":-1}", "{\"up_rate\":1.5}", "{\"up_rate\":\"1\"}",
 	                        "{\"max_sessions\":4294967296}", "[1]", "{"};
 	for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
@@ -825,15 +846,31 @@ static void test_ours(void **state)
 		assert_string_equal(r.body.p, "{\"message\":\"Body invalid\"}");
 		api_response_free(&r);
 	}
+	const char *creds[] = {"{\"password\":1}", "{\"password\":\"a\\\"b\"}",
+	                       "{\"id\":null}"};
+	for (size_t i = 0; i < sizeof creds / sizeof *creds; i++) {
+		r = call_body("PUT", "/users/alice", NULL, false, creds[i]);
+		assert_int_equal(r.status, 400);
+		assert_string_equal(r.body.p, "{\"message\":\"username, password and id must be JSON "
+		                              "strings without escapes\"}");
+		api_response_free(&r);
+	}
 	r = call_body("PUT", "/users/nobody", NULL, false, "{}");
 	assert_int_equal(r.status, 404);
 	assert_string_equal(r.body.p, unknown);
+	api_response_free(&r);
+	/* the engine's refusal is the answer's message */
+	r = call_body("PUT", "/users/bad?inbound=v", NULL, false, "{\"id\":\"x\"}");
+	assert_int_equal(r.status, 400);
+	assert_string_equal(r.body.p, "{\"message\":\"inbound v: user bad: id is not a UUID\"}");
 	api_response_free(&r);
 	expect("DELETE", "/users/alice?inbound=h", 204, "");
 	assert_string_equal(F.removed, "h/alice");
 	expect("DELETE", "/users/b%6Fb", 204, "");
 	assert_string_equal(F.removed, "*/bob");
 	expect("DELETE", "/users/nobody", 404, unknown);
+	expect("DELETE", "/users/last", 400,
+	       "{\"message\":\"inbound t: protocol trojan needs settings.users\"}");
 	expect("DELETE", "/users/alice?inbound=", 400, "{\"message\":\"query parameter invalid\"}");
 	expect("POST", "/users/alice", 405, "{\"message\":\"method not allowed\"}");
 	expect("DELETE", "/users", 405, "{\"message\":\"method not allowed\"}");
