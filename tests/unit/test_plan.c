@@ -720,6 +720,56 @@ static void files_are_flagged_and_only_a_changed_path_counts(void **state)
 
 /* ---- equality, registry and errors ---- */
 
+/* etm_spec_copy: every part the planner compares is equal in the copy,
+ * which owns all of it (the source freed first; ASan sees any sharing). */
+static void a_copy_equals_its_source_and_shares_nothing(void **state)
+{
+	(void)state;
+	static const char toml[] =
+		"[log]\naccess = \"off\"\n[metrics]\nlisten = \"127.0.0.1:9100\"\n"
+		"[api]\nlisten = \"127.0.0.1:9090\"\nsecret = \"s\"\n"
+		"[dns]\nservers = [\"127.0.0.1:53\"]\n"
+		"[[inbound]]\ntag = \"in\"\nprotocol = \"vless\"\nport = 1\n"
+		"[[inbound.settings.users]]\nname = \"u\"\nid = \"6c1b0e6a-6e3d-4c1e-9d8a-1a2b3c4d5e6f\"\n"
+		"up_rate = 5\n[inbound.stream]\nnetwork = \"ws\"\n[inbound.stream.ws]\npath = \"/w\"\n"
+		"[[inbound]]\ntag = \"lb\"\nprotocol = \"udp_lb\"\nport = 2\n"
+		"[inbound.settings]\ncluster = \"c\"\n"
+		"[[cluster]]\ntag = \"c\"\nbackends = [\"127.0.0.1:9\"]\n"
+		"[cluster.health]\nudp_payload = \"ping\"\n"
+		"[[outbound]]\ntag = \"direct\"\nprotocol = \"freedom\"\n"
+		"[[outbound]]\ntag = \"p\"\nprotocol = \"socks\"\nserver = \"192.0.2.1\"\nport = 1080\n"
+		"settings = { username = \"a\", password = \"b\" }\n"
+		"[outbound.stream]\nsecurity = \"tls\"\n[outbound.stream.tls]\nalpn = [\"h2\"]\n"
+		"[[outbound]]\ntag = \"q\"\nprotocol = \"http\"\nserver = \"192.0.2.2\"\nport = 8080\n"
+		"[[balancer]]\ntag = \"b\"\noutbounds = [\"p\", \"q\"]\n"
+		"[route]\ndefault = \"b\"\n"
+		"[[route.rule]]\noutbound = \"direct\"\ndomain_suffix = [\"lan\"]\ncidr = [\"10.0.0.0/8\"]\n"
+		"port = [443, \"6881-6889\"]\ninbound_tag = [\"in\"]\nsource_cidr = [\"127.0.0.0/8\"]\n";
+	etm_spec *a = malloc(sizeof *a), b;
+	load(toml, a);
+	assert_int_equal(etm_spec_copy(&b, a), 0);
+	etm_spec c;
+	load(toml, &c); /* a twin to compare with once the source is gone */
+	etm_spec_free(a);
+	free(a);
+	assert_int_equal(b.inbounds_len, 2);
+	for (size_t i = 0; i < b.inbounds_len; i++)
+		assert_true(plan_inbound_equal(&b.inbounds[i], &c.inbounds[i]));
+	assert_int_equal(b.outbounds_len, 3);
+	for (size_t i = 0; i < b.outbounds_len; i++)
+		assert_true(plan_outbound_equal(&b.outbounds[i], &c.outbounds[i]));
+	assert_true(plan_balancer_equal(&b.balancers[0], &c.balancers[0]));
+	assert_true(plan_cluster_equal(&b.clusters[0], &c.clusters[0]));
+	assert_true(plan_route_equal(&b, &c));
+	assert_true(plan_dns_equal(&b.dns, &c.dns));
+	assert_true(plan_log_equal(&b, &c));
+	assert_string_equal(b.metrics_listen, "127.0.0.1:9100");
+	assert_string_equal(b.api_secret, "s");
+	assert_int_equal(b.inbounds[0].settings.users[0].up_rate, 5);
+	etm_spec_free(&b);
+	etm_spec_free(&c);
+}
+
 static void every_field_counts_but_an_outbounds_drain_keys(void **state)
 {
 	(void)state;
@@ -806,6 +856,7 @@ int main(void)
 		cmocka_unit_test(the_route_dns_log_and_runtime),
 		cmocka_unit_test(files_are_flagged_and_only_a_changed_path_counts),
 		cmocka_unit_test(every_field_counts_but_an_outbounds_drain_keys),
+		cmocka_unit_test(a_copy_equals_its_source_and_shares_nothing),
 		cmocka_unit_test(a_registry_that_missed_a_commit_is_refused),
 		cmocka_unit_test(a_short_buffer_is_reported),
 		cmocka_unit_test(the_drain_keys_parse_with_unset_defaults),
