@@ -9,6 +9,7 @@
 #include <strings.h>
 #include <sys/types.h>
 
+#include "base/bytes.h"
 #include "base/log.h"
 #include "etemenanki/etemenanki.h"
 
@@ -137,17 +138,6 @@ static const char *type_of(etm_protocol p)
 
 /* ---- the request's target ---- */
 
-static int hex(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Percent-decodes s[0, n) into out (NUL-terminated; '+' is a space in a
  * query, RFC 1866 8.2.1 form encoding). Returns the length, or -1 when it
  * does not fit or an escape is broken. */
@@ -159,7 +149,7 @@ ssize_t api_decode(const char *s, size_t n, bool query, char *out, size_t size)
 		if (c == '%') {
 			if (i + 2 >= n)
 				return -1;
-			int h = hex(s[i + 1]), l = hex(s[i + 2]);
+			int h = bytes_hex_digit(s[i + 1]), l = bytes_hex_digit(s[i + 2]);
 			if (h < 0 || l < 0)
 				return -1;
 			c = (char)(h * 16 + l);

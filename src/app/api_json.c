@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/bytes.h"
 #include "base/json.h"
 #include "base/log.h"
 
@@ -99,17 +100,6 @@ int api_json_time(api_buf *b, uint64_t unix_ms)
 
 /* ---- reading: PATCH and PUT /configs bodies ---- */
 
-static int hex(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 static void ws(const char *s, size_t n, size_t *i)
 {
 	while (*i < n && (s[*i] == ' ' || s[*i] == '\t' || s[*i] == '\n' || s[*i] == '\r'))
@@ -136,7 +126,7 @@ static int skip_string(const char *s, size_t n, size_t *i)
 				return -1;
 			if (s[*i] == 'u') {
 				for (int k = 0; k < 4; k++)
-					if (++*i >= n || hex(s[*i]) < 0)
+					if (++*i >= n || bytes_hex_digit(s[*i]) < 0)
 						return -1;
 			} else if (!strchr("\"\\/bfnrt", s[*i])) {
 				return -1;

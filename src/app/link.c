@@ -7,6 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/bytes.h"
+
 /* Every line a bad link or a failed export gives, after the CLI's prefix.
  * %s is the error's detail. docs/links.md lists them. */
 static const char *const msgs[LINK_E_COUNT_] = {
@@ -63,17 +65,6 @@ static int fails(link_error *e, link_err code, const char *detail)
 
 /* ---- codecs ---- */
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 long link_percent_decode(const char *in, size_t len, char *out, size_t size)
 {
 	size_t n = 0;
@@ -82,7 +73,7 @@ long link_percent_decode(const char *in, size_t len, char *out, size_t size)
 		if (c == '%') {
 			if (i + 2 >= len)
 				return -1;
-			int hi = hexval(in[i + 1]), lo = hexval(in[i + 2]);
+			int hi = bytes_hex_digit(in[i + 1]), lo = bytes_hex_digit(in[i + 2]);
 			if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
 				return -1;
 			c = (char)(hi << 4 | lo);
@@ -370,7 +361,7 @@ static bool is_uuid(const char *s)
 	static const int groups[] = {8, 4, 4, 4, 12};
 	for (size_t g = 0; g < 5; g++) {
 		for (int i = 0; i < groups[g]; i++, s++)
-			if (hexval(*s) < 0)
+			if (bytes_hex_digit(*s) < 0)
 				return false;
 		if (g < 4 && *s++ != '-')
 			return false;
@@ -691,7 +682,7 @@ static bool hex4(jreader *r, unsigned *cp)
 		return false;
 	*cp = 0;
 	for (int i = 0; i < 4; i++) {
-		int v = hexval(r->p[r->pos++]);
+		int v = bytes_hex_digit(r->p[r->pos++]);
 		if (v < 0)
 			return false;
 		*cp = *cp << 4 | (unsigned)v;
