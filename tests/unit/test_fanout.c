@@ -53,6 +53,7 @@ typedef struct stub_env {
 	size_t n_links;
 	bool released;
 	tracker *track; /* when set, every sub-link opens with a record from it */
+	principal *who; /* ... belonging to this user (NULL: anonymous) */
 } stub_env;
 
 static stub_env *current;
@@ -136,7 +137,7 @@ static connect_pending *open_(void *env, const void *target, const addr_dest *to
 	}
 	track_flow *tf = NULL;
 	if (e->track) {
-		track_open o = {.udp = true, .assoc = 9, .outbound = "stub", .dest = to};
+		track_open o = {.udp = true, .assoc = 9, .outbound = "stub", .dest = to, .who = e->who};
 		tf = tracker_open(e->track, &o, NULL);
 	}
 	opened(oud, &make_link(id, to->port, h, rud)->base, tf, NULL);
@@ -437,6 +438,9 @@ static void a_target_whose_datagrams_carry_their_address_keeps_one_sub_link(void
 
 static uint64_t zero_clock(void) { return 0; }
 
+static uint64_t now_ms = 1000;
+static uint64_t test_clock(void) { return now_ms; }
+
 static bool on_port(const track_flow *f, void *arg) { return f->dest.port == *(uint16_t *)arg; }
 
 static const track_flow *open_on_port(tracker *t, uint16_t port)
@@ -492,10 +496,43 @@ static void a_killed_sub_link_leaves_its_association_alone(void **state)
 	tracker_free(e.track);
 }
 
+/* A sub-link of a user with a rate drops what is over it (UDP policing):
+ * a dropped datagram costs nothing, and the bucket refills with time. */
+static void a_users_datagrams_over_its_rate_are_dropped(void **state)
+{
+	(void)state;
+	static stub_env e;
+	dgram_link *l = start(&e);
+	now_ms = 1000;
+	e.track = tracker_new(0, test_clock);
+	e.who = principal_new("alice", 1000, 0, 0); /* 1000 B/s up; burst: one pool buffer */
+	static uint8_t big[10000];
+	addr_dest to = {.kind = ADDR_IPV4, .network = ADDR_UDP, .port = 5, .u.v4 = {192, 0, 2, 1}};
+	assert_int_equal(l->ops->send_to(l, &to, big, sizeof big), 0); /* the burst covers it */
+	assert_int_equal(e.n_sent, 1);
+	assert_int_equal(l->ops->send_to(l, &to, big, sizeof big), -1); /* 6384 left: dropped */
+	assert_int_equal(e.n_sent, 1);
+	assert_int_equal(l->ops->send_to(l, &to, big, 6000), 0); /* the drop took nothing */
+	assert_int_equal(e.n_sent, 2);
+	const track_flow *f = open_on_port(e.track, 5);
+	assert_int_equal(f->bytes[0], 16000); /* only what went */
+	now_ms += 10000; /* ten seconds: full again */
+	assert_int_equal(l->ops->send_to(l, &to, big, sizeof big), 0);
+	assert_int_equal(e.n_sent, 3);
+	/* its own rate only: the other direction is unlimited */
+	reply_on(&e, 0, 5, "answer");
+	assert_int_equal(n_replies, 1);
+	l->ops->close(l);
+	tracker_free(e.track);
+	principal_release(e.who);
+	e.who = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(a_killed_sub_link_leaves_its_association_alone),
+		cmocka_unit_test(a_users_datagrams_over_its_rate_are_dropped),
 		cmocka_unit_test(the_65th_target_evicts_the_least_recent),
 		cmocka_unit_test(a_second_new_target_waits_for_the_open_in_flight),
 		cmocka_unit_test(closing_cancels_the_open_in_flight),
