@@ -13,32 +13,7 @@
 
 /* ---- writing ---- */
 
-int api_json_put(api_buf *b, const char *s, size_t n)
-{
-	if (b->failed)
-		return -1;
-	if (n + 1 > b->cap - b->len || !b->p) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->len + n + 1) {
-			if (cap > SIZE_MAX / 2) {
-				b->failed = 1;
-				return -1;
-			}
-			cap *= 2;
-		}
-		char *p = realloc(b->p, cap);
-		if (!p) {
-			b->failed = 1;
-			return -1;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-	return 0;
-}
+int api_json_put(api_buf *b, const char *s, size_t n) { return metrics_buf_put(b, s, n); }
 
 int api_json_puts(api_buf *b, const char *s) { return api_json_put(b, s, strlen(s)); }
 

@@ -1,5 +1,6 @@
 /* api_view.c - what the admin API shows of a spec (outbounds, balancers, rules in Clash's words, inbounds), copied before the engine takes the spec over. */
 #include "app/api.h"
+#include "app/api_json.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -40,32 +41,10 @@ static int dup(char **out, const char *s)
 	return *out ? 0 : -1;
 }
 
-static int add(api_buf *b, const char *s)
-{
-	size_t n = strlen(s);
-	if (b->failed)
-		return -1;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 64;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (!p) {
-			b->failed = 1;
-			return -1;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n + 1);
-	b->len += n;
-	return 0;
-}
-
 static int add_list(api_buf *b, const etm_strlist *l)
 {
 	for (size_t i = 0; i < l->len; i++)
-		if ((i && add(b, ",")) || add(b, l->items[i]))
+		if ((i && api_json_puts(b, ",")) || api_json_puts(b, l->items[i]))
 			return -1;
 	return 0;
 }
@@ -121,7 +100,7 @@ static int add_kind(api_buf *b, const etm_rule_spec *r, const char *kind)
 		return add_list(b, &r->source_cidr);
 	if (kind == KIND_NETWORK) {
 		bool tcp = r->networks & ETM_RULE_NET_TCP, udp = r->networks & ETM_RULE_NET_UDP;
-		return add(b, tcp && udp ? "tcp,udp" : tcp ? "tcp" : "udp");
+		return api_json_puts(b, tcp && udp ? "tcp,udp" : tcp ? "tcp" : "udp");
 	}
 	for (size_t i = 0; i < r->port.len; i++) {
 		char t[16];
@@ -130,7 +109,7 @@ static int add_kind(api_buf *b, const etm_rule_spec *r, const char *kind)
 			snprintf(t, sizeof t, "%u", p->first);
 		else
 			snprintf(t, sizeof t, "%u-%u", p->first, p->last);
-		if ((i && add(b, ",")) || add(b, t))
+		if ((i && api_json_puts(b, ",")) || api_json_puts(b, t))
 			return -1;
 	}
 	return 0;
@@ -144,15 +123,15 @@ static int rule_init(api_rule *out, const etm_rule_spec *r)
 	const char *kinds[16];
 	size_t n = kinds_of(r, kinds);
 	api_buf b = {0};
-	int rc = add(&b, "");
+	int rc = api_json_puts(&b, "");
 	if (n == 1) {
 		rc |= add_kind(&b, r, kinds[0]);
 	} else {
-		rc |= add(&b, "(");
+		rc |= api_json_puts(&b, "(");
 		for (size_t i = 0; i < n; i++)
-			rc |= (i ? add(&b, ",(") : add(&b, "(")) | add(&b, kinds[i]) |
-			      add(&b, ",") | add_kind(&b, r, kinds[i]) | add(&b, ")");
-		rc |= add(&b, ")");
+			rc |= (i ? api_json_puts(&b, ",(") : api_json_puts(&b, "(")) | api_json_puts(&b, kinds[i]) |
+			      api_json_puts(&b, ",") | add_kind(&b, r, kinds[i]) | api_json_puts(&b, ")");
+		rc |= api_json_puts(&b, ")");
 	}
 	out->payload = b.p;
 	if (rc || b.failed)

@@ -14,7 +14,7 @@ void metrics_buf_free(metrics_buf *b)
 	*b = (metrics_buf){0};
 }
 
-static int put(metrics_buf *b, const char *s, size_t n)
+int metrics_buf_put(metrics_buf *b, const char *s, size_t n)
 {
 	if (b->failed)
 		return -1;
@@ -29,7 +29,7 @@ static int put(metrics_buf *b, const char *s, size_t n)
 	return 0;
 }
 
-static int puts_(metrics_buf *b, const char *s) { return put(b, s, strlen(s)); }
+static int puts_(metrics_buf *b, const char *s) { return metrics_buf_put(b, s, strlen(s)); }
 
 /* Formats are this file's constants; values are numbers. */
 __attribute__((format(printf, 2, 3))) static int putf(metrics_buf *b, const char *fmt, ...)
@@ -43,7 +43,7 @@ __attribute__((format(printf, 2, 3))) static int putf(metrics_buf *b, const char
 		b->failed = 1;
 		return -1;
 	}
-	return put(b, tmp, (size_t)n);
+	return metrics_buf_put(b, tmp, (size_t)n);
 }
 
 int metrics_escape(metrics_buf *b, const char *v)
@@ -52,7 +52,7 @@ int metrics_escape(metrics_buf *b, const char *v)
 	 * backslash, double quote and line feed */
 	for (const char *p = v; *p; p++) {
 		const char *rep = *p == '\\' ? "\\\\" : *p == '"' ? "\\\"" : *p == '\n' ? "\\n" : NULL;
-		if (rep ? puts_(b, rep) : put(b, p, 1))
+		if (rep ? puts_(b, rep) : metrics_buf_put(b, p, 1))
 			return -1;
 	}
 	return 0;

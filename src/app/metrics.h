@@ -65,6 +65,11 @@ typedef struct metrics_buf {
 
 void metrics_buf_free(metrics_buf *b);
 
+/* Appends s[0, n) and keeps the text NUL-terminated. Returns 0, or -1
+ * when memory ran out (b->failed is set, and every later append fails
+ * too). */
+int metrics_buf_put(metrics_buf *b, const char *s, size_t n);
+
 /* Appends the exposition of s to b: a HELP and a TYPE line before the
  * samples of each family, the families always in the same order, label
  * values escaped (metrics_escape). Returns 0, or -1 when memory ran out
