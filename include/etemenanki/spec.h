@@ -333,8 +333,59 @@ typedef struct etm_route_spec {
 	size_t rules_len;
 } etm_route_spec;
 
+/* [[dns.server]] protocol: how the DNS service reaches an upstream. */
+typedef enum etm_dns_protocol {
+	ETM_DNS_UDP,   /* plain DNS over UDP (RFC 1035) */
+	ETM_DNS_TCP,   /* plain DNS over TCP, queries pipelined (RFC 7766) */
+	ETM_DNS_TLS,   /* DNS over TLS (RFC 7858) */
+	ETM_DNS_HTTPS, /* DNS over HTTPS, HTTP/1.1 POST (RFC 8484) */
+} etm_dns_protocol;
+
+/* One upstream of the DNS service. */
+typedef struct etm_dns_server_spec {
+	char *tag;
+	etm_dns_protocol protocol;
+	char *address;       /* "ip", "ip:port", "[v6]:port" */
+	bool through_proxy;  /* its connections are flows routed with inbound tag "dns" */
+	char *server_name;   /* tls/https: SNI and the name checked; NULL = the address */
+	char *ca;            /* tls/https: PEM of trusted CAs; NULL = the system store */
+	bool allow_insecure; /* tls/https: no certificate check */
+	char *path;          /* https: the request path; NULL = "/dns-query" */
+} etm_dns_server_spec;
+
+/* [[dns.rule]]: names it matches are asked of server. */
+typedef struct etm_dns_rule_spec {
+	char *server; /* a [[dns.server]] tag */
+	etm_strlist domain;
+	etm_strlist domain_suffix;
+	etm_strlist domain_keyword;
+	etm_strlist domain_regex;
+	etm_strlist geosite;
+} etm_dns_rule_spec;
+
+/* [[dns.host]]: a name the service answers itself. */
+typedef struct etm_dns_host_spec {
+	char *name;
+	etm_strlist address; /* IPv4 and IPv6 literals */
+} etm_dns_host_spec;
+
+#define ETM_DEFAULT_DNS_CACHE_SIZE 4096 /* answers the DNS service keeps */
+#define ETM_DEFAULT_DNS_TIMEOUT 5       /* seconds an upstream has to answer */
+
 typedef struct etm_dns_spec {
 	etm_strlist servers; /* "ip" or "ip:port"; empty = the system's */
+	/* The DNS service (seed 002 DnsSpec::Split), present when
+	 * server_len > 0: port 53 is intercepted and answered by it. */
+	etm_dns_server_spec *server;
+	size_t server_len;
+	etm_dns_rule_spec *rules;
+	size_t rules_len;
+	etm_dns_host_spec *hosts;
+	size_t hosts_len;
+	char *final;         /* NULL = the first server */
+	uint64_t cache_size; /* 0 = no cache */
+	bool prefetch;
+	uint64_t timeout;    /* seconds */
 } etm_dns_spec;
 
 #define ETM_DEFAULT_HANDSHAKE_TIMEOUT 10 /* seconds for a client to finish its handshake */

@@ -649,12 +649,78 @@ static const schema_field route_fields[] = {
 };
 static const schema_table route_table = TABLE_OF("[route]", "Routing.", route_fields);
 
+static const schema_variant dns_protocols[] = {
+	{"udp", ETM_DNS_UDP}, {"tcp", ETM_DNS_TCP}, {"tls", ETM_DNS_TLS}, {"https", ETM_DNS_HTTPS},
+	{NULL, 0},
+};
+
+static const schema_field dns_server_fields[] = {
+	REQ_STR(etm_dns_server_spec, tag, "tag", "Name that [[dns.rule]] server and final use."),
+	ENUM(etm_dns_server_spec, protocol, "protocol", dns_protocols, ETM_DNS_UDP, "udp",
+	     "udp, tcp, tls (DNS over TLS) or https (DNS over HTTPS, HTTP/1.1 POST)."),
+	REQ_STR(etm_dns_server_spec, address, "address",
+	        "\"ip\", \"ip:port\" or \"[v6]:port\"; port 53 by default, 853 for tls, 443 for "
+	        "https."),
+	BOOL(etm_dns_server_spec, through_proxy, "through_proxy", 0,
+	     "Its connections are flows routed by [route] with inbound tag \"dns\" (tcp, tls and "
+	     "https only); otherwise they are dialled directly."),
+	STR(etm_dns_server_spec, server_name, "server_name", "the address",
+	    "tls and https: the name sent (SNI) and checked in the certificate."),
+	STR(etm_dns_server_spec, ca, "ca", "the system store",
+	    "tls and https: PEM file of the CAs to trust."),
+	BOOL(etm_dns_server_spec, allow_insecure, "allow_insecure", 0,
+	     "tls and https: skip certificate verification."),
+	STR(etm_dns_server_spec, path, "path", "\"/dns-query\"", "https: the request path."),
+};
+static const schema_table dns_server_table = TABLE_OF(
+	"[[dns.server]]",
+	"An upstream of the DNS service. With at least one, the service answers every TCP flow "
+	"and UDP datagram to port 53, and every lookup of the outbounds.",
+	dns_server_fields);
+
+static const schema_field dns_rule_fields[] = {
+	REQ_STR(etm_dns_rule_spec, server, "server", "The [[dns.server]] tag names it matches go to."),
+	LIST(etm_dns_rule_spec, domain, "domain", "Exact names."),
+	LIST(etm_dns_rule_spec, domain_suffix, "domain_suffix",
+	     "The name or any name under it: \"example.com\" matches a.example.com."),
+	LIST(etm_dns_rule_spec, domain_keyword, "domain_keyword", "Substrings of the name."),
+	LIST(etm_dns_rule_spec, domain_regex, "domain_regex", "PCRE2 patterns matched against the name."),
+	LIST(etm_dns_rule_spec, geosite, "geosite",
+	     "Lists of [route] geosite's file: \"cn\", \"google@ads\"."),
+};
+static const schema_table dns_rule_table = TABLE_OF(
+	"[[dns.rule]]", "Picks the upstream of the names it matches; the first match decides.",
+	dns_rule_fields);
+
+static const schema_field dns_host_fields[] = {
+	REQ_STR(etm_dns_host_spec, name, "name", "The name answered."),
+	LIST(etm_dns_host_spec, address, "address", "Its IPv4 and IPv6 addresses."),
+};
+static const schema_table dns_host_table = TABLE_OF(
+	"[[dns.host]]", "A name the DNS service answers itself, without asking an upstream.",
+	dns_host_fields);
+
 static const schema_field dns_fields[] = {
 	LIST(etm_dns_spec, servers, "servers",
 	     "Resolver addresses: \"ip\", \"ip:port\", \"[v6]\" or \"[v6]:port\"; the system's "
-	     "(/etc/resolv.conf) when empty."),
+	     "(/etc/resolv.conf) when empty. Not with [[dns.server]]."),
+	TABLE_ARRAY(etm_dns_spec, server, server_len, "server", dns_server_table,
+	            etm_dns_server_spec, "The DNS service's upstreams."),
+	TABLE_ARRAY(etm_dns_spec, rules, rules_len, "rule", dns_rule_table, etm_dns_rule_spec,
+	            "Rules choosing an upstream by name, checked in order."),
+	TABLE_ARRAY(etm_dns_spec, hosts, hosts_len, "host", dns_host_table, etm_dns_host_spec,
+	            "Names answered from the config."),
+	STR(etm_dns_spec, final, "final", "the first [[dns.server]]",
+	    "The upstream of names no rule matches."),
+	U64(etm_dns_spec, cache_size, "cache_size", ETM_DEFAULT_DNS_CACHE_SIZE, "4096",
+	    "Answers the service keeps, shared by all workers; 0: none."),
+	BOOL(etm_dns_spec, prefetch, "prefetch", 1,
+	     "Ask again for an answer hit at least twice in the last tenth of its TTL, before it "
+	     "expires."),
+	U64(etm_dns_spec, timeout, "timeout", ETM_DEFAULT_DNS_TIMEOUT, "5",
+	    "Seconds an upstream has to answer (1 to 60); the client gets SERVFAIL then."),
 };
-static const schema_table dns_table = TABLE_OF("[dns]", "Name resolution.", dns_fields);
+static const schema_table dns_table = TABLE_OF("[dns]", "Name resolution and the DNS service.", dns_fields);
 
 static const schema_field runtime_fields[] = {
 	{.name = "workers", .kind = SK_U64, .offset = offsetof(etm_runtime_spec, workers), .def = 0,

@@ -20,7 +20,10 @@ _Static_assert(sizeof(etm_balancer_spec) == 80, "compare the new field in plan_b
 _Static_assert(sizeof(etm_cluster_spec) == 192, "compare the new field in plan_cluster_equal");
 _Static_assert(sizeof(etm_rule_spec) == 176, "compare the new field in rule_eq");
 _Static_assert(sizeof(etm_route_spec) == 40, "compare the new field in plan_route_equal");
-_Static_assert(sizeof(etm_dns_spec) == 16, "compare the new field in plan_dns_equal");
+_Static_assert(sizeof(etm_dns_spec) == 96, "compare the new field in plan_dns_equal");
+_Static_assert(sizeof(etm_dns_server_spec) == 64, "compare the new field in dns_server_eq");
+_Static_assert(sizeof(etm_dns_rule_spec) == 88, "compare the new field in dns_rule_eq");
+_Static_assert(sizeof(etm_dns_host_spec) == 24, "compare the new field in plan_dns_equal");
 /* upgrade_drain_after, upgrade_start_timeout and user_removal are left
  * out: nothing running reads them (an upgrade reads the first two, and a
  * commit the last, from the spec apply installs). */
@@ -180,9 +183,42 @@ bool plan_route_equal(const etm_spec *a, const etm_spec *b)
 	return true;
 }
 
+static bool dns_server_eq(const etm_dns_server_spec *a, const etm_dns_server_spec *b)
+{
+	return str_eq(a->tag, b->tag) && a->protocol == b->protocol &&
+	       str_eq(a->address, b->address) && a->through_proxy == b->through_proxy &&
+	       str_eq(a->server_name, b->server_name) && str_eq(a->ca, b->ca) &&
+	       a->allow_insecure == b->allow_insecure && str_eq(a->path, b->path);
+}
+
+static bool dns_rule_eq(const etm_dns_rule_spec *a, const etm_dns_rule_spec *b)
+{
+	return str_eq(a->server, b->server) && strlist_eq(&a->domain, &b->domain) &&
+	       strlist_eq(&a->domain_suffix, &b->domain_suffix) &&
+	       strlist_eq(&a->domain_keyword, &b->domain_keyword) &&
+	       strlist_eq(&a->domain_regex, &b->domain_regex) &&
+	       strlist_eq(&a->geosite, &b->geosite);
+}
+
 bool plan_dns_equal(const etm_dns_spec *a, const etm_dns_spec *b)
 {
-	return strlist_eq(&a->servers, &b->servers); /* in order: the resolver tries them so */
+	/* in order: the resolver tries the servers so, the rules decide so */
+	if (!(strlist_eq(&a->servers, &b->servers) && a->server_len == b->server_len &&
+	      a->rules_len == b->rules_len && a->hosts_len == b->hosts_len &&
+	      str_eq(a->final, b->final) && a->cache_size == b->cache_size &&
+	      a->prefetch == b->prefetch && a->timeout == b->timeout))
+		return false;
+	for (size_t i = 0; i < a->server_len; i++)
+		if (!dns_server_eq(&a->server[i], &b->server[i]))
+			return false;
+	for (size_t i = 0; i < a->rules_len; i++)
+		if (!dns_rule_eq(&a->rules[i], &b->rules[i]))
+			return false;
+	for (size_t i = 0; i < a->hosts_len; i++)
+		if (!str_eq(a->hosts[i].name, b->hosts[i].name) ||
+		    !strlist_eq(&a->hosts[i].address, &b->hosts[i].address))
+			return false;
+	return true;
 }
 
 /* [log] access unset is "off". */

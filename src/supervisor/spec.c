@@ -49,6 +49,21 @@ const char *const spec_msg[SPEC_MSG_COUNT_] = {
 	[SPEC_RULE_BAD_REGEX] = "route rule #%s: bad domain_regex %s",
 	[SPEC_BAD_WS_PATH] = "%s %s: stream.ws.path \"%s\" must start with /",
 	[SPEC_BAD_DNS_SERVER] = "dns server \"%s\" is not an IP address with an optional port",
+	[SPEC_DNS_BOTH] = "dns: servers and [[dns.server]] cannot both be set: with [[dns.server]] "
+	                  "the DNS service answers every lookup",
+	[SPEC_DNS_NEEDS_SERVER] = "dns: %s needs at least one [[dns.server]]",
+	[SPEC_DNS_DUPLICATE_SERVER] = "dns: duplicate server tag: %s",
+	[SPEC_DNS_BAD_ADDRESS] = "dns: server %s: address \"%s\" is not an IP address with an "
+	                         "optional port",
+	[SPEC_DNS_PROXY_UDP] = "dns: server %s: through_proxy needs protocol tcp, tls or https",
+	[SPEC_DNS_BAD_PATH] = "dns: server %s: path \"%s\" must start with /",
+	[SPEC_DNS_UNKNOWN_SERVER] = "dns: %s references unknown server tag: %s",
+	[SPEC_DNS_RULE_NO_MATCHER] = "dns rule #%s (server %s) has no matcher, so it can never "
+	                             "match",
+	[SPEC_DNS_RULE_BAD_REGEX] = "dns rule #%s: bad domain_regex %s",
+	[SPEC_DNS_HOST_EMPTY] = "dns: host %s needs at least one address",
+	[SPEC_DNS_HOST_BAD] = "dns: host %s: \"%s\" is not an IP address",
+	[SPEC_DNS_RANGE] = "dns: %s must be %s",
 	[SPEC_BAD_ACCESS_LOG] = "[log] access \"%s\" is not \"off\", \"stderr\" or a file path",
 	[SPEC_BAD_API_LISTEN] = "[api] listen \"%s\" is not an IP address and port (like "
 	                        "\"127.0.0.1:9090\")",
@@ -225,6 +240,36 @@ static void rule_free(etm_rule_spec *r)
 	strlist_free(&r->source_cidr);
 }
 
+static void dns_free(etm_dns_spec *d)
+{
+	strlist_free(&d->servers);
+	for (size_t i = 0; i < d->server_len; i++) {
+		etm_dns_server_spec *v = &d->server[i];
+		free(v->tag);
+		free(v->address);
+		free(v->server_name);
+		free(v->ca);
+		free(v->path);
+	}
+	free(d->server);
+	for (size_t i = 0; i < d->rules_len; i++) {
+		etm_dns_rule_spec *r = &d->rules[i];
+		free(r->server);
+		strlist_free(&r->domain);
+		strlist_free(&r->domain_suffix);
+		strlist_free(&r->domain_keyword);
+		strlist_free(&r->domain_regex);
+		strlist_free(&r->geosite);
+	}
+	free(d->rules);
+	for (size_t i = 0; i < d->hosts_len; i++) {
+		free(d->hosts[i].name);
+		strlist_free(&d->hosts[i].address);
+	}
+	free(d->hosts);
+	free(d->final);
+}
+
 void etm_spec_free(etm_spec *spec)
 {
 	for (size_t i = 0; i < spec->inbounds_len; i++) {
@@ -264,7 +309,7 @@ void etm_spec_free(etm_spec *spec)
 	for (size_t i = 0; i < spec->route.rules_len; i++)
 		rule_free(&spec->route.rules[i]);
 	free(spec->route.rules);
-	strlist_free(&spec->dns.servers);
+	dns_free(&spec->dns);
 	free(spec->log_access);
 	free(spec->metrics_listen);
 	free(spec->api_listen);
@@ -289,7 +334,11 @@ _Static_assert(sizeof(etm_balancer_spec) == 80, "copy the new field in etm_spec_
 _Static_assert(sizeof(etm_cluster_spec) == 192, "copy the new field in etm_spec_copy");
 _Static_assert(sizeof(etm_rule_spec) == 176, "copy the new field in rule_copy");
 _Static_assert(sizeof(etm_route_spec) == 40, "copy the new field in etm_spec_copy");
-_Static_assert(sizeof(etm_spec) == 256, "copy the new field in etm_spec_copy");
+_Static_assert(sizeof(etm_spec) == 336, "copy the new field in etm_spec_copy");
+_Static_assert(sizeof(etm_dns_spec) == 96, "copy the new field in dns_copy");
+_Static_assert(sizeof(etm_dns_server_spec) == 64, "copy the new field in dns_copy");
+_Static_assert(sizeof(etm_dns_rule_spec) == 88, "copy the new field in dns_copy");
+_Static_assert(sizeof(etm_dns_host_spec) == 24, "copy the new field in dns_copy");
 #endif
 
 /* Each sets *failed when memory runs out; what was copied stays owned by
@@ -389,6 +438,36 @@ static void rule_copy(etm_rule_spec *r, bool *failed)
 	strlist_copy(&r->source_cidr, failed);
 }
 
+static void dns_copy(etm_dns_spec *d, const etm_dns_spec *src, bool *failed)
+{
+	strlist_copy(&d->servers, failed);
+	d->server = array_or_empty(src->server, &d->server_len, sizeof *src->server, failed);
+	for (size_t i = 0; i < d->server_len; i++) {
+		etm_dns_server_spec *v = &d->server[i];
+		v->tag = copy_str(v->tag, failed);
+		v->address = copy_str(v->address, failed);
+		v->server_name = copy_str(v->server_name, failed);
+		v->ca = copy_str(v->ca, failed);
+		v->path = copy_str(v->path, failed);
+	}
+	d->rules = array_or_empty(src->rules, &d->rules_len, sizeof *src->rules, failed);
+	for (size_t i = 0; i < d->rules_len; i++) {
+		etm_dns_rule_spec *r = &d->rules[i];
+		r->server = copy_str(r->server, failed);
+		strlist_copy(&r->domain, failed);
+		strlist_copy(&r->domain_suffix, failed);
+		strlist_copy(&r->domain_keyword, failed);
+		strlist_copy(&r->domain_regex, failed);
+		strlist_copy(&r->geosite, failed);
+	}
+	d->hosts = array_or_empty(src->hosts, &d->hosts_len, sizeof *src->hosts, failed);
+	for (size_t i = 0; i < d->hosts_len; i++) {
+		d->hosts[i].name = copy_str(d->hosts[i].name, failed);
+		strlist_copy(&d->hosts[i].address, failed);
+	}
+	d->final = copy_str(d->final, failed);
+}
+
 int etm_spec_copy(etm_spec *dst, const etm_spec *src)
 {
 	bool failed = false;
@@ -435,7 +514,7 @@ int etm_spec_copy(etm_spec *dst, const etm_spec *src)
 	                                  sizeof *src->route.rules, &failed);
 	for (size_t i = 0; i < dst->route.rules_len; i++)
 		rule_copy(&dst->route.rules[i], &failed);
-	strlist_copy(&dst->dns.servers, &failed);
+	dns_copy(&dst->dns, &src->dns, &failed);
 	dst->log_access = copy_str(dst->log_access, &failed);
 	dst->metrics_listen = copy_str(dst->metrics_listen, &failed);
 	dst->api_listen = copy_str(dst->api_listen, &failed);
@@ -593,6 +672,73 @@ static bool dns_server_valid(const char *s)
 		n = n * 10 + (unsigned long)(*p - '0');
 	}
 	return n >= 1 && n <= 65535;
+}
+
+static bool dns_server_known(const etm_dns_spec *d, const char *tag)
+{
+	for (size_t i = 0; i < d->server_len; i++)
+		if (strcmp(d->server[i].tag, tag) == 0)
+			return true;
+	return false;
+}
+
+/* [dns]'s service keys: the upstreams, their rules, the hosts. */
+static int check_dns(const etm_dns_spec *d, char *msg, size_t size)
+{
+	if (d->server_len == 0) {
+		const char *what = d->rules_len ? "[[dns.rule]]"
+		                   : d->hosts_len ? "[[dns.host]]"
+		                   : d->final     ? "final"
+		                                  : NULL;
+		return what ? spec_format(msg, size, SPEC_DNS_NEEDS_SERVER, what) : 0;
+	}
+	if (d->servers.len)
+		return spec_format(msg, size, SPEC_DNS_BOTH);
+	if (d->timeout < 1 || d->timeout > 60)
+		return spec_format(msg, size, SPEC_DNS_RANGE, "timeout", "1 to 60 seconds");
+	if (d->cache_size > (1u << 20))
+		return spec_format(msg, size, SPEC_DNS_RANGE, "cache_size", "at most 1048576");
+	for (size_t i = 0; i < d->server_len; i++) {
+		const etm_dns_server_spec *v = &d->server[i];
+		for (size_t j = 0; j < i; j++)
+			if (strcmp(d->server[j].tag, v->tag) == 0)
+				return spec_format(msg, size, SPEC_DNS_DUPLICATE_SERVER, v->tag);
+		if (!dns_server_valid(v->address))
+			return spec_format(msg, size, SPEC_DNS_BAD_ADDRESS, v->tag, v->address);
+		if (v->through_proxy && v->protocol == ETM_DNS_UDP)
+			return spec_format(msg, size, SPEC_DNS_PROXY_UDP, v->tag);
+		if (v->path && v->path[0] != '/')
+			return spec_format(msg, size, SPEC_DNS_BAD_PATH, v->tag, v->path);
+	}
+	if (d->final && !dns_server_known(d, d->final))
+		return spec_format(msg, size, SPEC_DNS_UNKNOWN_SERVER, "final", d->final);
+	for (size_t i = 0; i < d->rules_len; i++) {
+		const etm_dns_rule_spec *r = &d->rules[i];
+		char num[24], where[40];
+		snprintf(num, sizeof num, "%zu", i + 1);
+		snprintf(where, sizeof where, "rule #%zu", i + 1);
+		if (!dns_server_known(d, r->server))
+			return spec_format(msg, size, SPEC_DNS_UNKNOWN_SERVER, where, r->server);
+		if (r->domain.len + r->domain_suffix.len + r->domain_keyword.len +
+		        r->domain_regex.len + r->geosite.len ==
+		    0)
+			return spec_format(msg, size, SPEC_DNS_RULE_NO_MATCHER, num, r->server);
+		for (size_t k = 0; k < r->domain_regex.len; k++) {
+			char why[256];
+			if (route_regex_check(r->domain_regex.items[k], why, sizeof why))
+				return spec_format(msg, size, SPEC_DNS_RULE_BAD_REGEX, num, why);
+		}
+	}
+	for (size_t i = 0; i < d->hosts_len; i++) {
+		const etm_dns_host_spec *h = &d->hosts[i];
+		if (h->address.len == 0)
+			return spec_format(msg, size, SPEC_DNS_HOST_EMPTY, h->name);
+		for (size_t k = 0; k < h->address.len; k++)
+			if (!is_ip(h->address.items[k]))
+				return spec_format(msg, size, SPEC_DNS_HOST_BAD, h->name,
+				                   h->address.items[k]);
+	}
+	return 0;
 }
 
 /* The drain keys of outbound tag, or of [policy] when tag is NULL. */
@@ -1012,6 +1158,8 @@ int etm_spec_check(etm_spec *s, char *msg, size_t size)
 	for (size_t i = 0; i < s->dns.servers.len; i++)
 		if (!dns_server_valid(s->dns.servers.items[i]))
 			return spec_format(msg, size, SPEC_BAD_DNS_SERVER, s->dns.servers.items[i]);
+	if (check_dns(&s->dns, msg, size))
+		return -1;
 	for (size_t i = 0; i < s->inbounds_len; i++) {
 		const etm_inbound_spec *in = &s->inbounds[i];
 		for (size_t j = 0; j < i; j++)
