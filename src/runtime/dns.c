@@ -81,6 +81,8 @@ struct lookup {
 	lookup *start_next; /* r->to_start, until the idle starts it */
 	list waiters;       /* dns_query.link */
 	bool joinable;
+	void *bh;           /* the backend's handle, while it looks the name up */
+	list_node running;  /* in r->running, with bh */
 	char name[DNS_NAME_MAX + 1];
 };
 
@@ -114,6 +116,8 @@ struct dns_resolver {
 	int open_handles;   /* closed through on_handle_closed; freed at 0 */
 	int in_callback;    /* depth of user callbacks running (del asserts 0) */
 	bool closing;
+	dns_backend backend; /* start NULL: c-ares */
+	list running;        /* lookup.running: those at the backend */
 };
 
 /* --- lists --- */
@@ -369,13 +373,15 @@ static void finish(lookup *lk, int status, const struct sockaddr_storage *addrs,
 	lookup_free(lk);
 }
 
+static void answered(lookup *lk, int status, const struct sockaddr_storage *addrs, size_t n,
+                     uint32_t ttl);
+
 /* ares_getaddrinfo's callback: once per lookup, from ares_process_fd,
  * ares_getaddrinfo itself (hosts file, bad name) or ares_destroy. */
 static void on_addrinfo(void *arg, int ares_status, int timeouts, struct ares_addrinfo *ai)
 {
 	(void)timeouts;
 	lookup *lk = arg;
-	dns_resolver *r = lk->r;
 	struct sockaddr_storage addrs[DNS_MAX_ADDRS];
 	size_t n = 0;
 	uint32_t ttl = 0;
@@ -386,7 +392,14 @@ static void on_addrinfo(void *arg, int ares_status, int timeouts, struct ares_ad
 	int status = map_status(ares_status);
 	if (status == DNS_OK && n == 0)
 		status = DNS_ENOTFOUND;
+	answered(lk, status, addrs, n, ttl);
+}
 
+/* A lookup's answer, from c-ares or the backend: cached, then heard. */
+static void answered(lookup *lk, int status, const struct sockaddr_storage *addrs, size_t n,
+                     uint32_t ttl)
+{
+	dns_resolver *r = lk->r;
 	if (r->cache && !r->closing) {
 		if (status == DNS_OK)
 			dns_cache_store(r->cache, lk->name, addrs, n, ttl, uv_now(r->loop));
@@ -398,10 +411,35 @@ static void on_addrinfo(void *arg, int ares_status, int timeouts, struct ares_ad
 
 static int channel_open(dns_resolver *r);
 
+static void backend_done(void *token, int status, const struct sockaddr_storage *addrs,
+                         size_t n, uint32_t ttl)
+{
+	lookup *lk = token;
+	list_remove(&lk->r->running, &lk->running);
+	lk->bh = NULL;
+	if (status == DNS_OK && n == 0)
+		status = DNS_ENOTFOUND;
+	answered(lk, status, addrs, n > DNS_MAX_ADDRS ? DNS_MAX_ADDRS : n, ttl);
+}
+
+void dns_resolver_set_backend(dns_resolver *r, const dns_backend *b)
+{
+	r->backend = b ? *b : (dns_backend){0};
+}
+
 static void start(lookup *lk)
 {
 	if (!lk->waiters.head) {
 		lookup_free(lk); /* everyone cancelled before it began */
+		return;
+	}
+	dns_resolver *r = lk->r;
+	if (r->backend.start) {
+		lk->bh = r->backend.start(r->backend.self, lk->name, backend_done, lk);
+		if (!lk->bh)
+			finish(lk, DNS_ENOMEM, NULL, 0);
+		else
+			list_push_back(&r->running, &lk->running);
 		return;
 	}
 	if (!lk->r->channel && channel_open(lk->r) != ARES_SUCCESS) {
@@ -788,6 +826,12 @@ void dns_resolver_del(dns_resolver *r)
 		lookup *next = lk->start_next;
 		lookup_free(lk);
 		lk = next;
+	}
+	while (r->running.head) {
+		lk = LIST_ENTRY(r->running.head, lookup, running);
+		list_remove(&r->running, &lk->running);
+		r->backend.cancel(r->backend.self, lk->bh);
+		lookup_free(lk);
 	}
 	/* Ends the lookups still in c-ares (on_addrinfo with
 	 * ARES_EDESTRUCTION frees each; no waiters are left) and reports its

@@ -89,6 +89,28 @@ __attribute__((warn_unused_result)) dns_resolver *
 dns_resolver_new(uv_loop_t *loop, dns_cache *cache, const char *const *servers, size_t n_servers,
                  uint64_t timeout_ms, char *err, size_t err_size);
 
+/* The end of a backend's lookup: status a dns_status; on DNS_OK n (1..
+ * DNS_MAX_ADDRS) addresses, port 0, valid for ttl seconds. */
+typedef void (*dns_backend_cb)(void *token, int status, const struct sockaddr_storage *addrs,
+                               size_t n, uint32_t ttl);
+
+/* What a resolver asks in place of c-ares (the DNS service, dns_service.h,
+ * when the config has one): the cache, shared lookups, literals, timeouts
+ * and cancelling stay the resolver's. */
+typedef struct dns_backend {
+	/* Starts looking name up; done(token, ...) runs exactly once, later
+	 * (never inside start), unless cancel(self, handle) came first.
+	 * Returns the handle, or NULL when it cannot start (then done never
+	 * runs). */
+	void *(*start)(void *self, const char *name, dns_backend_cb done, void *token);
+	void (*cancel)(void *self, void *handle);
+	void *self;
+} dns_backend;
+
+/* Lookups r starts from now on go to b (copied; what b->self points at
+ * must outlive r or the next call). NULL: c-ares again. */
+void dns_resolver_set_backend(dns_resolver *r, const dns_backend *b);
+
 /* Deletes the resolver: every query not yet answered gets its callback once,
  * right here, with DNS_ECANCELLED, and nothing after. Not from inside a dns
  * callback of this resolver. The handles close asynchronously: run the loop
