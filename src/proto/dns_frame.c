@@ -21,7 +21,7 @@ enum msg {
 };
 
 static const char *const msgs[MSG_COUNT_] = {
-	[MSG_NONE] = "",
+	[MSG_NONE] = "", /* not failed: never shown */
 	[MSG_STATUS] = "dns: https: the server answered %d",
 	[MSG_TYPE] = "dns: https: the answer is not application/dns-message",
 	[MSG_MALFORMED] = "dns: https: malformed response",
@@ -232,6 +232,9 @@ static int take_head(doh_reader *r, const http_head *h, const char **err)
 		/* Only chunked alone can be undone here; with a Content-Length
 		 * too, the two framings disagree on where the next answer starts. */
 		if (m.has_cl || m.te_codings != 1 || !m.te_chunked_last)
+			return fail(r, MSG_MALFORMED, err);
+		/* RFC 9112 6.1: in HTTP/1.0 it is faulty framing */
+		if (h->minor == 0)
 			return fail(r, MSG_MALFORMED, err);
 		http_body_start(&r->framing, HTTP_BODY_CHUNKED, 0);
 	} else if (m.has_cl) {

@@ -117,7 +117,8 @@ void doh_reader_init(doh_reader *r);
  *           Transfer-Encoding: chunked (an answer without a length cannot
  *           be pipelined); Transfer-Encoding other than just chunked, or
  *           together with Content-Length (RFC 9112 6.3 item 3 calls that
- *           an error to handle); an empty body (no DNS message is empty);
+ *           an error to handle) or in an HTTP/1.0 response (RFC 9112
+ *           6.1); an empty body (no DNS message is empty);
  *       "dns: https: response head too large"  over DOH_HEAD_MAX bytes or
  *           HTTP_FIELDS_MAX field lines;
  *       "dns: https: answer too large"  a body over DNS_FRAME_MAX bytes.

@@ -367,6 +367,10 @@ static const response_case CASES[] = {
 	{"a coding we cannot undo",
 	 S(OK_HEAD "Transfer-Encoding: gzip, chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n"), -1, T_MALFORMED,
 	 {NULL}, false},
+	{"chunked in HTTP/1.0",
+	 S("HTTP/1.0 200 OK\r\nContent-Type: application/dns-message\r\n"
+	   "Transfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n"),
+	 -1, T_MALFORMED, {NULL}, false},
 	{"differing lengths", S(OK_HEAD "Content-Length: 1, 2\r\n\r\nab"), -1, T_MALFORMED, {NULL},
 	 false},
 	{"an empty body", S(OK_HEAD "Content-Length: 0\r\n\r\n"), -1, T_MALFORMED, {NULL}, false},
