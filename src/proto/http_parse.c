@@ -409,6 +409,15 @@ ssize_t http_body_step(http_body *b, const uint8_t *in, size_t len)
 	}
 }
 
+bool http_body_in_data(const http_body *b)
+{
+	if (b->done)
+		return false;
+	if (b->mode == HTTP_BODY_CHUNKED)
+		return b->state == CH_DATA;
+	return b->mode == HTTP_BODY_LENGTH;
+}
+
 void http_meta_read(const uint8_t *in, const http_head *h, http_meta *m)
 {
 	*m = (http_meta){.auth = -1};

@@ -122,6 +122,12 @@ void http_body_start(http_body *b, http_body_mode mode, uint64_t length);
 __attribute__((warn_unused_result)) ssize_t http_body_step(http_body *b, const uint8_t *in,
                                                            size_t len);
 
+/* Whether the next bytes http_body_step takes are content (b->left of them
+ * in a row): inside a chunk's data, or anywhere in an unfinished LENGTH
+ * body. A caller that decodes the chunked coding feeds the walker the data
+ * in runs and the framing one byte at a time, copying only the runs. */
+bool http_body_in_data(const http_body *b);
+
 /* Parses a Content-Length value: 1*DIGIT, or a list of identical such
  * values (RFC 9112 6.3 item 5). Returns 0 with *n set, or -1. Values above
  * 2^62 are refused (no real body is that large). */
