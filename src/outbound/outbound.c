@@ -34,11 +34,13 @@ enum {
 	MSG_SS_PSK,
 	MSG_SS_IDENTITY_METHOD,
 	MSG_SS_IDENTITY_MAX,
+	MSG_DNS_GONE,
 	MSG_COUNT_,
 };
 static const char *const msgs[MSG_COUNT_] = {
 	[MSG_UNAVAILABLE] = "outbound %s: protocol %s is not available yet",
 	[MSG_NO_MEMORY] = "out of memory",
+	[MSG_DNS_GONE] = "dns: the service is not running on this worker",
 	[MSG_BAD_UUID] = "outbound %s: settings.id is not a UUID",
 	[MSG_BAD_PASSWORD] = "outbound %s: cannot hash the password",
 	/* seed 000: "http carries no datagrams", and the same with the name */
@@ -308,6 +310,69 @@ static connect_pending *ss_datagram(const outbound *o, worker *w, dns_resolver *
 		l->origin = o->id;
 	done(oud, l, l ? NULL : err);
 	return NULL;
+}
+
+/* ---- the DNS service's target (seed 002 Outbound::Dns) ---- */
+
+/* Its state: how a worker's service is found. */
+typedef struct dns_target {
+	dns_svc *(*svc_of)(worker *w);
+} dns_target;
+
+static connect_pending *dns_stream(const outbound *o, worker *w, dns_resolver *dns,
+                                   const addr_dest *dest, connect_cb cb, void *data)
+{
+	(void)dns;
+	(void)dest;
+	const dns_target *t = o->state;
+	dns_svc *s = t->svc_of(w);
+	endpoint *ep = s ? dns_svc_stream(s) : NULL;
+	if (!ep)
+		cb(&(connect_result){.err = PROTO_DIAL_GENERAL, .msg = msgs[MSG_DNS_GONE]}, data);
+	else
+		cb(&(connect_result){.ok = true, .ep = ep}, data);
+	return NULL;
+}
+
+static connect_pending *dns_datagram(const outbound *o, worker *w, dns_resolver *dns,
+                                     const addr_dest *to, const dgram_handlers *h, void *ud,
+                                     outbound_dgram_cb done, void *oud)
+{
+	(void)dns;
+	(void)to;
+	const dns_target *t = o->state;
+	dns_svc *s = t->svc_of(w);
+	dgram_link *l = s ? dns_svc_link(s, h, ud) : NULL;
+	done(oud, l, l ? NULL : msgs[MSG_DNS_GONE]);
+	return NULL;
+}
+
+/* Not in the table: no spec can name it. */
+static const outbound_proto dns_proto = {
+	.name = "dns", .udp = true, .available = true, .state_size = sizeof(dns_target),
+	.connect_stream = dns_stream, .connect_datagram = dns_datagram,
+};
+
+outbound *outbound_new_dns(dns_svc *(*svc_of)(worker *w), uint64_t version)
+{
+	outbound *o = calloc(1, sizeof *o);
+	dns_target *t = calloc(1, sizeof *t);
+	if (o)
+		o->tag = strdup("");
+	if (!o || !t || !o->tag) {
+		if (o)
+			free(o->tag);
+		free(o);
+		free(t);
+		return NULL;
+	}
+	atomic_init(&o->refs, 1);
+	o->id = outbound_next_id();
+	o->version = version;
+	o->proto = &dns_proto;
+	t->svc_of = svc_of;
+	o->state = t;
+	return o;
 }
 
 /* ---- the table ---- */

@@ -10,6 +10,7 @@
 #include "runtime/connector.h"
 #include "runtime/dial.h"
 #include "runtime/dns.h"
+#include "runtime/dns_service.h"
 #include "transport/tls.h"
 
 typedef struct outbound outbound;
@@ -156,5 +157,11 @@ connect_pending *outbound_connect_datagram(const outbound *o, worker *w, dns_res
  * for (the row's udp_one_dest, or a Mux.Cool UDP sub-flow): the fan-out
  * then keys its sub-links by destination. */
 bool outbound_udp_one_dest(const outbound *o);
+
+/* The DNS service's target (seed 002 Outbound::Dns): tag "", version as
+ * given (the epoch of the plane that first holds it). Its streams and
+ * datagram links are the service's (dns_service.h) on the worker they
+ * open on, found with svc_of; none is dialled. NULL without memory. */
+outbound *outbound_new_dns(dns_svc *(*svc_of)(worker *w), uint64_t version);
 
 #endif

@@ -51,6 +51,8 @@ struct etm_supervisor {
 	uint64_t route_files; /* files_sig of the geodata the published route read */
 	plane *plane;   /* the actor's reference to the published plane */
 	uint64_t epoch; /* the published plane's */
+	dns_svc_conf *dns_conf; /* a reference: the DNS service's; NULL: none */
+	outbound *dns_ob;       /* a reference: its target; NULL: none */
 	plan_versions versions;
 	prober *probes; /* the balancers' health probes */
 };
@@ -92,6 +94,8 @@ typedef struct prepared {
 	sup_inbound *ins; /* next's; rt NULL where the running one carries over; lb
 	                   * set (owned) for a new udp_lb inbound only */
 	plane *plane;     /* NULL when nothing is published */
+	dns_svc_conf *dns_conf; /* next's DNS service (a reference), NULL: none */
+	outbound *dns_ob;       /* its target (a reference) */
 	/* The udp_lb inbounds SWAPPED, each a running group that holds the
 	 * prepared state (udplb_group_prepare) */
 	struct lb_swap *lb_swaps;

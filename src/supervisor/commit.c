@@ -178,6 +178,7 @@ typedef struct old_dns {
 	uv_timer_t timer;
 	list_node node; /* in the worker's old_dns */
 	dns_resolver *r;
+	dns_svc *svc; /* r's backend, or NULL */
 } old_dns;
 
 static void old_dns_closed(uv_handle_t *h) { free(h->data); }
@@ -186,6 +187,7 @@ static void old_dns_end(sup_worker *sw, old_dns *o)
 {
 	list_remove(&sw->old_dns, &o->node);
 	dns_resolver_del(o->r);
+	dns_svc_release(o->svc);
 	uv_close((uv_handle_t *)&o->timer, old_dns_closed);
 }
 
@@ -209,27 +211,42 @@ void sup_worker_quiesce_timers(sup_worker *sw)
 		uv_timer_stop(&LIST_ENTRY(n, old_dns, node)->timer);
 }
 
-/* New flows look names up with the new servers; lookups running on the
- * old resolver finish there, and it goes SUP_DNS_RETIRE_MS later. */
+typedef struct dns_swap {
+	etm_supervisor *s;
+	const etm_dns_spec *dns; /* the new [dns] */
+} dns_swap;
+
+/* New flows look names up with the new servers (or service); lookups
+ * running on the old resolver finish there, and it goes
+ * SUP_DNS_RETIRE_MS later, with its service once that service's last
+ * stream and link closed. */
 static void swap_dns_here(worker *w, void *arg)
 {
-	etm_supervisor *s = arg;
+	dns_swap *ds = arg;
+	etm_supervisor *s = ds->s;
 	sup_worker *sw = worker_slot(w);
-	const etm_strlist *servers = &s->spec.dns.servers;
+	const etm_strlist *servers = &ds->dns->servers;
 	char err[SUP_ERR_MAX];
 	old_dns *o = calloc(1, sizeof *o);
 	dns_resolver *r = o ? dns_resolver_new(worker_loop(w), s->cache,
 	                                       (const char *const *)servers->items, servers->len, 0,
 	                                       err, sizeof err)
 	                    : NULL;
-	if (!r) {
+	dns_svc *svc = r && s->dns_conf ? sup_dns_svc_new(w, s->dns_conf) : NULL;
+	if (!r || (s->dns_conf && !svc)) {
+		dns_resolver_del(r);
 		free(o);
 		if (worker_index(w) == 0)
-			log_error("supervisor", msgs[MSG_DNS_FAILED], o ? err : msgs[MSG_NO_MEMORY]);
+			log_error("supervisor", msgs[MSG_DNS_FAILED],
+			          o && !r ? err : msgs[MSG_NO_MEMORY]);
 		return;
 	}
+	if (svc)
+		dns_resolver_set_backend(r, dns_svc_backend(svc));
 	o->r = sw->route.dns;
+	o->svc = sw->route.svc;
 	sw->route.dns = r;
+	sw->route.svc = svc;
 	uv_timer_init(worker_loop(w), &o->timer);
 	o->timer.data = o;
 	list_push_back(&sw->old_dns, &o->node);
@@ -581,6 +598,23 @@ static void commit_lb(etm_supervisor *s, prepared *pp)
 
 void sup_commit(etm_supervisor *s, prepared *pp)
 {
+	/* the workers' services first: a plane that names the new target
+	 * finds them there */
+	const plan_entry *dns = NULL;
+	for (size_t k = 0; k < pp->p.n_entries && !dns; k++)
+		if (pp->p.entries[k].kind == PLAN_DNS)
+			dns = &pp->p.entries[k];
+	dns_svc_conf_unref(s->dns_conf);
+	outbound_unref(s->dns_ob);
+	s->dns_conf = pp->dns_conf;
+	s->dns_ob = pp->dns_ob;
+	pp->dns_conf = NULL;
+	pp->dns_ob = NULL;
+	if (dns && dns->action != PLAN_REUSED) {
+		dns_swap ds = {.s = s, .dns = &pp->next->dns};
+		for (size_t i = 0; i < workers_count(s->ws); i++)
+			worker_run(workers_at(s->ws, i), swap_dns_here, &ds);
+	}
 	if (pp->p.publish) {
 		s->epoch++;
 		for (size_t i = 0; i < workers_count(s->ws); i++)
@@ -619,13 +653,6 @@ void sup_commit(etm_supervisor *s, prepared *pp)
 	etm_spec_free(&s->spec);
 	s->spec = *pp->next;
 	*pp->next = (etm_spec){0};
-	const plan_entry *dns = NULL;
-	for (size_t k = 0; k < pp->p.n_entries && !dns; k++)
-		if (pp->p.entries[k].kind == PLAN_DNS)
-			dns = &pp->p.entries[k];
-	if (dns && dns->action != PLAN_REUSED)
-		for (size_t i = 0; i < workers_count(s->ws); i++)
-			worker_run(workers_at(s->ws, i), swap_dns_here, s);
 	if (plan_versions_commit(&s->versions, &pp->p))
 		log_error("supervisor", msgs[MSG_LISTEN_FAILED], "*", msgs[MSG_NO_MEMORY]);
 	/* the removed users' flows end once the new configs serve */

@@ -11,6 +11,7 @@
 #include "runtime/conn.h"
 #include "runtime/dial.h"
 #include "supervisor/actor.h"
+#include "supervisor/build_dns.h"
 #include "runtime/mux_conn.h"
 
 enum {
@@ -21,6 +22,7 @@ enum {
 	MSG_DRAINED,
 	MSG_BLACKHOLE,
 	MSG_DIAL_FAILED,
+	MSG_DNS_GONE,
 	MSG_COUNT_
 };
 static const char *const msgs[MSG_COUNT_] = {
@@ -32,6 +34,8 @@ static const char *const msgs[MSG_COUNT_] = {
 	/* the whys of end lines for flows that never reached a relay */
 	[MSG_BLACKHOLE] = "blackhole",
 	[MSG_DIAL_FAILED] = "dial failed",
+	/* seed 002 RoutedDialer, once nothing holds the plane */
+	[MSG_DNS_GONE] = "dns: the supervisor this resolver dials through is gone",
 };
 
 static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, int32_t rule)
@@ -388,6 +392,45 @@ size_t sup_drain(worker *w, uint64_t origin)
 	for (list_node *i = rs->assocs.head; i; i = i->next)
 		n += fanout_drain(LIST_ENTRY(i, assoc_env, node)->link, origin, msgs[MSG_DRAINED]);
 	return n;
+}
+
+/* ---- the DNS service's own connections (seed 002 RoutedDialer) ---- */
+
+dns_svc *sup_dns_svc_of(worker *w)
+{
+	sup_route *rs = worker_slot(w);
+	return rs ? rs->svc : NULL;
+}
+
+/* An upstream connection of the service with through_proxy: a TCP flow
+ * to the server routed by the route table, never intercepted (route_upstream),
+ * with inbound tag "dns" and no user; not tracked, so no one's usage and
+ * no kill reach it, but a close drain of its outbound does (its endpoint
+ * carries the version's origin). */
+static connect_pending *sup_dns_dial(void *self, worker *w, const addr_dest *server,
+                                     connect_cb cb, void *data)
+{
+	(void)self;
+	sup_route *rs = worker_slot(w);
+	if (!rs || !rs->plane) {
+		cb(&(connect_result){.err = PROTO_DIAL_GENERAL, .msg = msgs[MSG_DNS_GONE]}, data);
+		return NULL;
+	}
+	flow f = {.dest = *server, .user = -1};
+	f.dest.network = ADDR_TCP;
+	flow_ctx ctx = {.inbound_tag = DNS_FLOW_TAG};
+	int32_t rule;
+	const target *t = plane_route_upstream(rs->plane, &f, &ctx, &rule);
+	log_decision(&f, &ctx, t, rule);
+	return open_target(t, w, rs->dns, &f.dest, cb, data);
+}
+
+dns_svc *sup_dns_svc_new(worker *w, dns_svc_conf *conf)
+{
+	if (!conf)
+		return NULL;
+	dns_svc_dialer d = {.dial = sup_dns_dial};
+	return dns_svc_new(w, conf, &d);
 }
 
 void sup_connector_init(connector *c, void *self)

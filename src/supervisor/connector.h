@@ -16,6 +16,9 @@
 typedef struct sup_route {
 	plane *plane;      /* a reference: flows read it, a publish swaps it */
 	dns_resolver *dns; /* owned */
+	/* owned: the DNS service on this worker (dns's backend), NULL when the
+	 * config has none */
+	dns_svc *svc;
 	list assocs;       /* the worker's UDP associations (their fan-outs) */
 	tracker *track;    /* owned: the worker's flow table */
 	/* Failed stream opens by proto_dial_error kind, since the start: plain
@@ -33,6 +36,15 @@ void sup_count_dial_error(worker *w, proto_dial_error kind);
  * that routes every datagram on its own. Every worker it runs on must have
  * a slot that starts with a sup_route. self is handed back untouched. */
 void sup_connector_init(connector *c, void *self);
+
+/* The worker's DNS service, NULL when it runs none (outbound_new_dns's
+ * svc_of). */
+dns_svc *sup_dns_svc_of(worker *w);
+
+/* w's DNS service over conf (NULL: none): its through-proxy connections
+ * routed by the worker's plane (seed 002 RoutedDialer). NULL without a
+ * conf or memory. Worker thread only. */
+dns_svc *sup_dns_svc_new(worker *w, dns_svc_conf *conf);
 
 /* A drain on worker w (seed 002): every TCP flow whose upstream was opened
  * on the outbound version origin closes, and every UDP sub-link opened on

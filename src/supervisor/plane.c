@@ -25,12 +25,13 @@ static void free_plane(plane *p)
 		balanced_unref(p->targets[i].bal);
 	}
 	free(p->targets);
+	outbound_unref(p->dns.ob);
 	route_table_free(p->routes);
 	free(p);
 }
 
 plane *plane_new(const etm_spec *spec, uint64_t epoch, outbound *const *obs,
-                 balanced *const *bals, char *err, size_t err_size)
+                 balanced *const *bals, outbound *dns, char *err, size_t err_size)
 {
 	plane *p = calloc(1, sizeof *p);
 	if (!p) {
@@ -39,6 +40,8 @@ plane *plane_new(const etm_spec *spec, uint64_t epoch, outbound *const *obs,
 	}
 	atomic_init(&p->refs, 1);
 	p->epoch = epoch;
+	if (dns)
+		p->dns.ob = outbound_ref(dns);
 	if (build_route_table(spec, &p->routes, err, err_size)) {
 		free(p);
 		return NULL;
@@ -94,6 +97,17 @@ void plane_unref(plane *p)
 }
 
 const target *plane_route(const plane *p, const flow *f, const flow_ctx *ctx, int32_t *rule)
+{
+	if (p->dns.ob && f->dest.port == DNS_PORT) {
+		if (rule)
+			*rule = -1;
+		return &p->dns;
+	}
+	return plane_route_upstream(p, f, ctx, rule);
+}
+
+const target *plane_route_upstream(const plane *p, const flow *f, const flow_ctx *ctx,
+                                   int32_t *rule)
 {
 	const struct sockaddr *source = NULL;
 	if (f->has_source)

@@ -28,6 +28,9 @@ typedef struct plane {
 	 * the prober runs whether or not anything is routed to the balancer). */
 	balanced **unrouted; /* references */
 	size_t n_unrouted, unrouted_cap;
+	/* The DNS service's target (seed 002 Plane.dns): its ob a reference
+	 * to outbound_new_dns's, NULL without a service. */
+	target dns;
 } plane;
 
 /* Builds the plane of a checked spec: the compiled route table and one
@@ -37,16 +40,25 @@ typedef struct plane {
  * NULL with the reason in err ("building route failed: ..."). The new
  * plane holds one reference. */
 plane *plane_new(const etm_spec *spec, uint64_t epoch, outbound *const *obs,
-                 balanced *const *bals, char *err, size_t err_size);
+                 balanced *const *bals, outbound *dns, char *err, size_t err_size);
 
 plane *plane_ref(plane *p);
 /* Drops a reference; the last one frees the plane. Any thread. */
 void plane_unref(plane *p);
 
-/* The target of a flow: the first rule that matches it, else the default
- * route (seed 002 route_target: the flow's own source before the listener's
- * peer; the sniffed name as an extra candidate for domain matchers). Never
- * NULL. rule, when not NULL, gets the rule index or -1. Any thread. */
+/* The target of a flow (seed 002 Plane::route): with a DNS service, the
+ * service's for any flow to port DNS_PORT (TCP or UDP, any address; rule
+ * -1), so a client's retry over TCP after a truncated UDP answer reaches
+ * the same service; else plane_route_upstream's. Never NULL. rule, when
+ * not NULL, gets the rule index or -1. Any thread. */
 const target *plane_route(const plane *p, const flow *f, const flow_ctx *ctx, int32_t *rule);
+
+/* The route table's target (seed 002 Plane::route_upstream), never the
+ * DNS service: the first rule that matches, else the default route (the
+ * flow's own source before the listener's peer; the sniffed name as an
+ * extra candidate for domain matchers). The service's own upstream
+ * connections are routed with it, so they are never intercepted. */
+const target *plane_route_upstream(const plane *p, const flow *f, const flow_ctx *ctx,
+                                   int32_t *rule);
 
 #endif

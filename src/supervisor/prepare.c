@@ -6,6 +6,7 @@
 
 #include "base/hash.h"
 #include "supervisor/actor.h"
+#include "supervisor/build_dns.h"
 #include "supervisor/build_inbound.h"
 #include "supervisor/build_outbound.h"
 #include "supervisor/build_udplb.h"
@@ -105,6 +106,8 @@ void sup_prepared_free(prepared *pp)
 	free(pp->ins);
 	free(pp->ob_files);
 	plane_unref(pp->plane);
+	dns_svc_conf_unref(pp->dns_conf);
+	outbound_unref(pp->dns_ob);
 	plan_free(&pp->p);
 	*pp = (prepared){.next = pp->next};
 }
@@ -268,6 +271,29 @@ static int prepare_lb(const etm_supervisor *s, prepared *pp, char *err, size_t e
 	return 0;
 }
 
+/* The DNS service of pp->next: the running one when [dns] is unchanged,
+ * else a new conf and a new target whose version is the epoch of the
+ * plane that will first hold it (seed 002). */
+static int prepare_dns(const etm_supervisor *s, prepared *pp, char *err, size_t err_size)
+{
+	const plan_entry *e = NULL;
+	for (size_t k = 0; k < pp->p.n_entries && !e; k++)
+		if (pp->p.entries[k].kind == PLAN_DNS)
+			e = &pp->p.entries[k];
+	if (e && e->action == PLAN_REUSED) {
+		pp->dns_conf = s->dns_conf ? dns_svc_conf_ref(s->dns_conf) : NULL;
+		pp->dns_ob = s->dns_ob ? outbound_ref(s->dns_ob) : NULL;
+		return 0;
+	}
+	if (build_dns(pp->next, &pp->dns_conf, err, err_size))
+		return -1;
+	if (pp->dns_conf && !(pp->dns_ob = outbound_new_dns(sup_dns_svc_of, s->epoch + 1))) {
+		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		return -1;
+	}
+	return 0;
+}
+
 /* Plan and prepare (ARCHITECTURE.md section 7): nothing running changes.
  * Returns 0, or -1 with the reason in err. */
 int sup_prepare(etm_supervisor *s, etm_spec *next, bool running, prepared *pp, char *err,
@@ -282,10 +308,13 @@ int sup_prepare(etm_supervisor *s, etm_spec *next, bool running, prepared *pp, c
 	if (prepare_targets(s, pp, err, err_size) || prepare_inbounds(s, pp, running, err, err_size) ||
 	    (running && prepare_lb(s, pp, err, err_size)))
 		return -1;
+	if (prepare_dns(s, pp, err, err_size))
+		return -1;
 	pp->route_files = s->route_files;
 	if (pp->p.publish) {
 		pp->route_files = route_files(next);
-		if (!(pp->plane = plane_new(next, s->epoch + 1, pp->obs, pp->bals, err, err_size)))
+		if (!(pp->plane = plane_new(next, s->epoch + 1, pp->obs, pp->bals, pp->dns_ob, err,
+		                            err_size)))
 			return -1;
 	}
 	return 0;

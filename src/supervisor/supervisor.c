@@ -61,6 +61,14 @@ static void worker_setup(worker *w, void *arg)
 		st->failed = 1;
 		return;
 	}
+	if (s->dns_conf) {
+		if (!(sw->route.svc = sup_dns_svc_new(w, s->dns_conf))) {
+			snprintf(st->err, sizeof st->err, "%s", msgs[MSG_NO_MEMORY]);
+			st->failed = 1;
+			return;
+		}
+		dns_resolver_set_backend(sw->route.dns, dns_svc_backend(sw->route.svc));
+	}
 	for (size_t i = 0; i < s->spec.inbounds_len; i++)
 		if (sup_open_inbound(s, w, sw, &s->spec.inbounds[i], &s->ins[i], i, st->err,
 		                     sizeof st->err)) {
@@ -116,6 +124,7 @@ static void worker_teardown(worker *w, void *arg)
 		return;
 	sup_worker_free_old_dns(sw);
 	dns_resolver_del(sw->route.dns);
+	dns_svc_shutdown(sw->route.svc);
 	plane_unref(sw->route.plane);
 	tracker_free(sw->route.track);
 	free(sw->listeners);
@@ -130,6 +139,8 @@ static void worker_teardown(worker *w, void *arg)
 static void free_supervisor(etm_supervisor *s)
 {
 	plane_unref(s->plane);
+	dns_svc_conf_unref(s->dns_conf);
+	outbound_unref(s->dns_ob);
 	sup_targets_free(s->obs, s->spec.outbounds_len, s->bals, s->spec.balancers_len);
 	free(s->ob_files);
 	for (size_t i = 0; s->ins && i < s->spec.inbounds_len; i++) {
@@ -215,9 +226,11 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 	s->bals = pp.bals;
 	s->ins = pp.ins;
 	s->plane = pp.plane;
+	s->dns_conf = pp.dns_conf;
+	s->dns_ob = pp.dns_ob;
 	s->epoch = 1;
 	int rc = plan_versions_commit(&s->versions, &pp.p);
-	pp = (prepared){.p = pp.p};
+	pp = (prepared){.p = pp.p}; /* what s took */
 	sup_prepared_free(&pp);
 	if (rc) {
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);

@@ -207,7 +207,12 @@ static void report_shape(void **state)
 static void unknown_fields(void **state)
 {
 	(void)state;
-	expect_detail("[dns]\nserver = [\"1.1.1.1\"]\n", "unknown field `server`, expected `servers`");
+	expect_detail("[dns]\nservers = [\"1.1.1.1\"]\nsrvers = []\n",
+	              "unknown field `srvers`, expected one of `servers`, `server`, `rule`, `host`, "
+	              "`final`, `cache_size`, `prefetch`, `timeout`");
+	/* a single server written as the table array's key */
+	expect_detail("[dns]\nserver = [\"1.1.1.1\"]\n",
+	              "invalid type: string \"1.1.1.1\", expected a table");
 	expect_detail("[[outbound]]\ntag = \"o\"\nprotocol = \"vless\"\n[outbound.stream.ws]\nhost = "
 	              "\"h\"\nPath = \"/\"\n",
 	              "unknown field `Path`, expected `path` or `host`");
@@ -615,7 +620,9 @@ static void a_long_line_is_cut_in_the_excerpt(void **state)
 	etm_spec s;
 	char msg[CONFIG_MSG_MAX];
 	assert_int_equal(config_load(toml, strlen(toml), &s, msg, sizeof msg), -1);
-	assert_string_equal(detail(msg), "unknown field `bogus`, expected `servers`");
+	assert_string_equal(detail(msg), "unknown field `bogus`, expected one of `servers`, `server`, "
+	                                 "`rule`, `host`, `final`, `cache_size`, `prefetch`, "
+	                                 "`timeout`");
 
 	/* a bad value on a very long line: the excerpt stays bounded */
 	n = snprintf(toml, sizeof toml, "[dns]\nservers = [");
