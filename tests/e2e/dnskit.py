@@ -16,7 +16,6 @@ import socket
 import ssl
 import struct
 import threading
-import time
 
 from proxykit import (LOOPBACK, Association, recv_exact, socks5_connect)
 
