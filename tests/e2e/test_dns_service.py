@@ -142,7 +142,7 @@ def pki(tmp_path_factory):
     return make_ca_cert(tmp_path_factory.mktemp("dns-pki"), "dns.test")
 
 
-def on_port_53(host, port=53, **kw):
+def on_low_port(host, port=53, **kw):
     """A DnsUpstream on host:port (a privileged one), or the test is
     skipped when this user may not bind it."""
     try:
@@ -168,10 +168,6 @@ def decisions(proxy, network, dest, timeout=2.0):
         if found or time.monotonic() > deadline:
             return found
         time.sleep(0.02)
-
-
-def query_id(q):
-    return struct.unpack(">H", q[:2])[0]
 
 
 def assert_answer(msg, q, rcode=NOERROR, addresses=None):
@@ -303,7 +299,7 @@ def test_a_reachable_server_on_port_53_is_answered_by_the_service_all_the_same(s
                                                                               upstream):
     """Interception is by port, not by address: a real server on
     127.0.0.79:53 gets nothing, the service answers from its upstream."""
-    decoy = on_port_53("127.0.0.79", table={"www.example.test": ["203.0.113.9"]})
+    decoy = on_low_port("127.0.0.79", table={"www.example.test": ["203.0.113.9"]})
     try:
         proxy = start_proxy(config(server("local", upstream.address)))
         q, a = udp_ask(proxy, "www.example.test", target="127.0.0.79")
@@ -374,7 +370,7 @@ def test_the_services_own_connection_to_port_53_is_not_intercepted(start_proxy, 
     """A through-proxy upstream on 127.0.0.78:53 (TCP): its flow goes to
     port 53 but reaches the real server, not the service itself (which
     would loop, or answer from another upstream)."""
-    real = on_port_53("127.0.0.78", table={"loop.corp.test": ["10.78.0.1"]},
+    real = on_low_port("127.0.0.78", table={"loop.corp.test": ["10.78.0.1"]},
                       transports=("tcp",))
     try:
         proxy = start_proxy(config(
@@ -422,7 +418,7 @@ def test_direct_servers_are_dialled_past_the_routes(start_proxy, upstream):
 
 
 def test_without_a_dns_server_port_53_follows_the_routes(start_proxy):
-    real = on_port_53("127.0.0.79", table={"www.example.test": ["10.79.0.1"]})
+    real = on_low_port("127.0.0.79", table={"www.example.test": ["10.79.0.1"]})
     try:
         # freedom: the datagram and the TCP flow reach the real server
         proxy = start_proxy(config())
@@ -515,7 +511,7 @@ def test_an_address_without_a_port_takes_the_protocols_default(start_proxy, pki,
     cert, key = pki
     transports = ("udp", "tcp") if port == 53 else (protocol,)
     ctx = None if port == 53 else tls_server_context(cert, key)
-    up = on_port_53("127.0.0.73", port, table={"www.example.test": ["192.0.2.73"]},
+    up = on_low_port("127.0.0.73", port, table={"www.example.test": ["192.0.2.73"]},
                     transports=transports, tls_context=ctx)
     try:
         keys = {"protocol": protocol}
