@@ -548,7 +548,7 @@ def ask(assoc, host, name, qtype=TYPE_A, edns=None, port=53, timeout=3.0):
 # ---------------------------------------------------------------- self-check
 
 
-def _self_check():
+def self_check():
     import tempfile
     from pathlib import Path
 
@@ -626,4 +626,4 @@ def _self_check():
 
 
 if __name__ == "__main__":
-    _self_check()
+    self_check()

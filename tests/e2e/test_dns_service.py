@@ -24,6 +24,7 @@ import time
 
 import pytest
 
+import dnskit
 from dnskit import (FORMERR, NOERROR, NXDOMAIN, SERVFAIL, TYPE_A, TYPE_AAAA, UDP_PLAIN_MAX,
                     DnsUpstream, ask, big_addresses, build_query, framed, make_ca_cert, parse,
                     random_name, read_framed, tls_server_context, wildcard_address)
@@ -228,6 +229,16 @@ def flood(proxy, names, target=UDP_TARGET, window=32):
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1))
+
+
+# ---------------------------------------------------------------- the kit
+
+
+def test_the_kits_servers_answer_its_own_clients():
+    """dnskit's codec, upstreams (UDP, TCP, truncation, silence, DoT, DoH
+    with pipelining) and clients against each other, no proxy involved: a
+    failure here is the kit's, not the service's."""
+    dnskit.self_check()
 
 
 # ---------------------------------------------------------------- answered in process
