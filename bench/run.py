@@ -24,6 +24,16 @@ own capacity, no longer charged for the tool's CPU; nginx's
 worker_processes auto and etemenanki's workers = 0 both follow the CPU
 affinity, so each then runs one worker).
 
+The DNS group (subjects of kind "dns") measures the DNS service (issue 20)
+with `loadgen dns`: A queries, a window of them in flight, through a SOCKS5
+UDP association to 192.0.2.1:53, which the service answers in process;
+warm (one name, answered by the cache) and cold (a name of its own per
+query, each forwarded to the upstream). The upstream is dnsmasq answering
+every name under bench.test from its own config (--address, no cache, TTL
+300), started once for the group. dnsmasq's cache is the reference for the
+warm rate, asked directly and through etemenanki's SOCKS5 relay (no DNS
+service: the same client path as ours, to a cache that is not ours).
+
 Environment (all optional):
   BENCH_ONLY=key,key   run only these subjects (see SUBJECTS; a group name
                        such as udp-lb selects the whole group; "direct" is
@@ -35,6 +45,8 @@ Environment (all optional):
   BENCH_LB_SHORT=30000 BENCH_LB_FLOWS=64 BENCH_LB_LONG=200000
   BENCH_LB_LONG_FLOWS=4 BENCH_LB_WINDOW=64 BENCH_LB_SRC_IPS=8   UDP LB sizes
   BENCH_LB_RUNS=5      runs per UDP LB scenario and subject (the median counts)
+  BENCH_DNS_COUNT=100000 BENCH_DNS_WINDOW=32   DNS group: queries per run, in flight
+  BENCH_DNS_RUNS=3     runs per DNS subject (the median counts)
   BENCH_LB_SPLIT=0     skip the split placement (it needs two cores)
   BENCH_LB_SYSCALLS=0  skip bench/udplb_syscalls.sh in the UDP LB group
   BENCH_LB_REUSE=0     etemenanki's short-flow cluster without
@@ -85,8 +97,14 @@ SIZES = {
     "lb_src_ips": os.environ.get("BENCH_LB_SRC_IPS", "8"),
     "lb_gro": os.environ.get("BENCH_LB_GRO", "1"),
     "lb_reuse": os.environ.get("BENCH_LB_REUSE", "1"),
+    "dns_count": os.environ.get("BENCH_DNS_COUNT", "100000"),
+    "dns_window": os.environ.get("BENCH_DNS_WINDOW", "32"),
 }
 LB_RUNS = int(os.environ.get("BENCH_LB_RUNS", "5"))  # runs per UDP LB scenario; the median counts
+DNS_RUNS = int(os.environ.get("BENCH_DNS_RUNS", "3"))  # runs per DNS subject; the median counts
+# The DNS group's names: every one under DNS_ZONE is answered by the upstream.
+DNS_ZONE = "bench.test"
+DNS_NAME = "www." + DNS_ZONE
 LB_ECHOES = 3      # UDP echoes the load tool serves: the balancers' backends
 SYSCALLS = ROOT / "bench" / "udplb_syscalls.sh"
 SETTLE = 1.0       # seconds after start before the idle RSS is read
@@ -141,13 +159,17 @@ class Subject:
     """via: socks (the load tool speaks SOCKS5 to @SOCKS@), relay (nginx:
     straight to its relay ports) or direct (no process). group: which
     subjects compare with each other; ours marks etemenanki-app. kind:
-    proxy (the four workloads) or udplb (the UDP LB scenarios, straight to
-    @LB_SHORT@ and @LB_LONG@, or to the first echo when via is direct)."""
+    proxy (the four workloads), udplb (the UDP LB scenarios, straight to
+    @LB_SHORT@ and @LB_LONG@, or to the first echo when via is direct) or
+    dns (`loadgen dns` to dns_target, a placeholder's port on 127.0.0.1 or
+    an address:port, asking one name or, with dns_names "random", a name
+    of its own per query)."""
 
     def __init__(self, key, title, group, procs, via="socks", udp=True, ours=False,
-                 kind="proxy"):
+                 kind="proxy", dns_target=None, dns_names="one"):
         self.key, self.title, self.group, self.procs = key, title, group, procs
         self.via, self.udp, self.ours, self.kind = via, udp, ours, kind
+        self.dns_target, self.dns_names = dns_target, dns_names
 
 
 SUBJECTS = [
@@ -239,6 +261,32 @@ SUBJECTS = [
             [Proc("nginx", ["@EXE@", "-p", "@TMP@/", "-c", "@CFG@", "-e", "stderr"],
                   "nginx/udplb.conf", (), udp_listens=("LB_SHORT", "LB_LONG"))],
             via="lb", kind="udplb"),
+]
+# The DNS group. Its upstream, started once for the group (not a subject):
+# dnsmasq answering every name under DNS_ZONE itself, uncached, TTL 300.
+DNS_UPSTREAM = Proc("dnsmasq", ["@EXE@", "--no-daemon", "--port=@DNS_UPSTREAM@",
+                                "--listen-address=127.0.0.1", "--bind-interfaces", "--no-resolv",
+                                "--no-hosts", f"--address=/{DNS_ZONE}/198.18.0.1",
+                                "--local-ttl=300", "--cache-size=0"], None, ("DNS_UPSTREAM",))
+# dnsmasq as a caching forwarder to that upstream: the reference cache.
+DNSMASQ_CACHE = Proc("dnsmasq", ["@EXE@", "--no-daemon", "--port=@DNS@",
+                                 "--listen-address=127.0.0.1", "--bind-interfaces", "--no-resolv",
+                                 "--no-hosts", "--server=127.0.0.1#@DNS_UPSTREAM@",
+                                 "--cache-size=4096"], None, ("DNS",))
+SUBJECTS += [
+    Subject("dns-upstream", "the upstream alone (dnsmasq --address, direct, new names)", "dns",
+            [], via="direct", kind="dns", dns_target="DNS_UPSTREAM", dns_names="random"),
+    Subject("etm-dns-warm", "etemenanki DNS service, warm (one name, socks UDP)", "dns",
+            [app("etemenanki/dns-service.toml")], ours=True, kind="dns",
+            dns_target="192.0.2.1:53"),
+    Subject("etm-dns-cold", "etemenanki DNS service, cold (new names, socks UDP)", "dns",
+            [app("etemenanki/dns-service.toml")], ours=True, kind="dns",
+            dns_target="192.0.2.1:53", dns_names="random"),
+    Subject("dnsmasq-warm", "dnsmasq cache, warm (one name, direct)", "dns", [DNSMASQ_CACHE],
+            via="direct", kind="dns", dns_target="DNS"),
+    Subject("dnsmasq-warm-socks", "dnsmasq cache, warm, through etemenanki socks→freedom",
+            "dns", [DNSMASQ_CACHE, app("etemenanki/socks-freedom.toml")], kind="dns",
+            dns_target="DNS"),
 ]
 # The UDP LB scenarios: (name, the balancer port, loadgen lb arguments).
 LB_SCENARIOS = [
@@ -737,6 +785,84 @@ def lb_syscalls():
     return out
 
 
+def loadgen_dns(subject, values, run_no, timeout=60):
+    """One `loadgen dns` run of a DNS subject. Random names take a suffix of
+    their own per run, so no run finds a name an earlier one cached."""
+    t = subject.dns_target
+    target = t if ":" in t else f"127.0.0.1:{values[t]}"
+    via = ["--socks", f"127.0.0.1:{values['SOCKS']}"] if subject.via == "socks" else []
+    names = (["--dns-random", "--dns-name", f"r{run_no}.{DNS_ZONE}"]
+             if subject.dns_names == "random" else ["--dns-name", DNS_NAME])
+    argv = [str(LOADGEN), "dns", "--label", subject.key, "--target", target] + via + names + [
+        "--count", SIZES["dns_count"], "--window", SIZES["dns_window"], "--timeout", "20"]
+    return run_loadgen(argv, timeout)
+
+
+def measure_dns(subjects, values_of, tmp):
+    """Starts the group's upstream, then each DNS subject in turn: DNS_RUNS
+    runs of `loadgen dns` (the median by rate counts), the subject's CPU per
+    answered query and its RSS idle and at peak. {key: results}."""
+    out = {}
+    up_values = next(iter(values_of.values()))
+    upstream = None
+    try:
+        try:
+            upstream = start(Subject("dns-upstream-proc", "", "dns", [DNS_UPSTREAM]), up_values,
+                             tmp)
+        except RuntimeError as e:
+            for s in subjects:
+                out[s.key] = {"title": s.title, "kind": "dns", "error": str(e).splitlines()[0]}
+            log(str(e))
+            return out
+        for s in subjects:
+            values = dict(values_of[s.key], DNS_UPSTREAM=up_values["DNS_UPSTREAM"])
+            res = out[s.key] = {"title": s.title, "kind": "dns", "quiet_before": wait_quiet()}
+            run = None
+            try:
+                run = start(s, values, tmp) if s.procs else Running()
+                time.sleep(SETTLE if s.procs else 0)
+                pids = run.pids()
+                res["procs"] = len(pids)
+                res["rss_idle_kib"] = rss_kib(pids) if s.procs else None
+                sampler = Sampler(run)
+                sampler.start()
+                w0, b0, c0 = time.monotonic(), others(), cpu_s(run.pids())
+                runs = []
+                for i in range(DNS_RUNS):
+                    kv = loadgen_dns(s, values, i)
+                    runs.append(kv)
+                    if "pkt_s" not in kv or kv.get("incomplete") or float(kv["loss_pct"]) > 50:
+                        break
+                    time.sleep(PAUSE)
+                cpu = cpu_s(run.pids()) - c0
+                sampler.stop_.set()
+                sampler.join()
+                res["other_cores"] = other_cores(b0, others(), time.monotonic() - w0)
+                res["rss_peak_kib"] = sampler.peak if s.procs else None
+                res["dns_runs"] = runs
+                ok = sorted((kv for kv in runs if "pkt_s" in kv), key=lambda kv: float(kv["pkt_s"]))
+                res["dns"] = ok[len(ok) // 2] if ok else runs[-1]
+                answered = sum(int(kv.get("answered", 0)) for kv in runs if "error" not in kv)
+                if s.procs and answered:
+                    res["cpu_us_per_query"] = cpu / answered * 1e6
+                for p, _, _ in run.procs:
+                    if p.poll() is not None:
+                        res["error"] = f"{p.args[0]} exited during the run (rc={p.returncode})"
+            except RuntimeError as e:
+                res["error"] = str(e).splitlines()[0]
+                log(str(e))
+            finally:
+                if run is not None:
+                    if "error" in res or "error" in (res.get("dns") or {}):
+                        log(f"{s.key}: logs\n{run.log_tail(1500)}")
+                    run.stop()
+            time.sleep(PAUSE)
+    finally:
+        if upstream is not None:
+            upstream.stop()
+    return out
+
+
 # ---------------------------------------------------------------- the report
 
 def num(kv, key, fmt="{:.0f}"):
@@ -894,6 +1020,50 @@ def targets(results):
                     {s.group for s in SUBJECTS if s.ours} - {"baseline"}):
         line(f"{g}: ahead of the peers", None, "no etemenanki counterpart yet")
     return "\n".join(out)
+
+
+def dns_table(results):
+    rows = ["| subject | procs | query/s | loss | p50 / p99 µs | not NOERROR | CPU µs/query "
+            "| RSS idle MiB | RSS peak MiB | other load |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for s in SUBJECTS:
+        r = results.get(s.key)
+        if r is None or s.kind != "dns":
+            continue
+        if "error" in r and "dns" not in r:
+            rows.append(f"| {r['title']} | | {r['error']} | | | | | | | |")
+            continue
+        kv, cpu, other = r.get("dns"), r.get("cpu_us_per_query"), r.get("other_cores")
+        loss = num(kv, "loss_pct", "{:.2f} %")
+        if kv and kv.get("incomplete"):
+            loss += " (timed out)"
+        lat = (f"{num(kv, 'p50_us')} / {num(kv, 'p99_us')}" if kv and "error" not in kv
+               else num(kv, "p50_us"))
+        rows.append(f"| {r['title']} | {r.get('procs') if s.procs else '–'} "
+                    f"| {num(kv, 'pkt_s')} | {loss} | {lat} | {num(kv, 'bad')} "
+                    f"| {'–' if cpu is None else f'{cpu:.1f}'} "
+                    f"| {mib(r.get('rss_idle_kib'))} | {mib(r.get('rss_peak_kib'))} "
+                    f"| {'–' if other is None else f'{other:.2f}'} |")
+    return "\n".join(rows)
+
+
+def dns_rate(res):
+    """query/s, or None when most queries were lost or answered with an error."""
+    loss, bad, n = val(res, "dns", "loss_pct"), val(res, "dns", "bad"), val(res, "dns", "count")
+    if loss is None or loss > 50 or bad is None or not n or bad > n / 2:
+        return None
+    return val(res, "dns", "pkt_s")
+
+
+def dns_vs(results):
+    rows = ["| ratio of query/s | value |", "|---|--:|"]
+    for a, b, what in (("etm-dns-warm", "dnsmasq-warm", "etemenanki warm / dnsmasq warm (direct)"),
+                       ("etm-dns-warm", "dnsmasq-warm-socks",
+                        "etemenanki warm / dnsmasq warm through etemenanki socks"),
+                       ("etm-dns-cold", "dns-upstream", "etemenanki cold / the upstream alone")):
+        value = ratio(dns_rate(results.get(a, {})), dns_rate(results.get(b, {})))
+        rows.append(f"| {what} | {value} |")
+    return "\n".join(rows)
 
 
 LB_TITLES = {"short": "short flows, a new client address each",
@@ -1152,6 +1322,28 @@ Targets of the UDP LB issue:
                          "under strace):\n\n```\n" + syscalls["text"].rstrip() + "\n```")
         elif syscalls:
             parts.append(f"bench/udplb_syscalls.sh: {syscalls.get('error')}")
+    if any(k in results for k in (x.key for x in SUBJECTS if x.kind == "dns")):
+        parts.append(f"""## DNS service
+
+`loadgen dns`: {s['dns_count']} A queries per run, {s['dns_window']} in flight, a query
+lost when unanswered after 200 ms; the median of {DNS_RUNS} runs. Warm rows ask
+{DNS_NAME} every time (the first query fills the cache); cold rows ask
+<8 hex digits>.r<run>.{DNS_ZONE}, a name of its own per query, which only the
+upstream can answer. etemenanki's rows go through a SOCKS5 UDP association
+to 192.0.2.1:53, answered in process by the DNS service
+(`bench/peers/etemenanki/dns-service.toml`, product defaults:
+cache_size 4096). The upstream is dnsmasq answering every name under
+{DNS_ZONE} from its config (`--address`, TTL 300, `--cache-size=0`), started
+once for the group; the dnsmasq rows are dnsmasq as a caching forwarder to
+it (`--cache-size=4096`), asked directly and through etemenanki's
+socks→freedom relay (no DNS service: the same client path as ours, so the
+relay's cost is in both). "not NOERROR" counts answers with another rcode or
+TC (should be 0). CPU µs/query is the subject's user + system time over its
+runs per answered query (the upstream's not included).
+
+{dns_table(results)}
+
+{dns_vs(results)}""")
     parts.append(f"""Route decision micro-benchmark (`build/src/bench_route`, CPU ns per
 decision, the fastest of its rounds):
 
@@ -1207,7 +1399,14 @@ def raw_lines(results, route, split=None):
                                   for n, _, _ in LB_SCENARIOS)
                        + f" other_cores={fmt2(r.get('other_cores'))}"
                        + (f" error={r['error']!r}" if "error" in r else ""))
-        for m in ("thru", "crr", "rr", "udp_runs") + tuple(f"{n}_runs" for n, _, _ in LB_SCENARIOS):
+        if r.get("kind") == "dns":
+            out[-1] = (f"# {s.key}: procs={r.get('procs')} rss_idle_kib={r.get('rss_idle_kib')} "
+                       f"rss_peak_kib={r.get('rss_peak_kib')} "
+                       f"cpu_us_per_query={fmt2(r.get('cpu_us_per_query'))} "
+                       f"other_cores={fmt2(r.get('other_cores'))}"
+                       + (f" error={r['error']!r}" if "error" in r else ""))
+        for m in ("thru", "crr", "rr", "udp_runs", "dns_runs") + tuple(
+                f"{n}_runs" for n, _, _ in LB_SCENARIOS):
             for kv in (r.get(m) or []) if m.endswith("_runs") else [r.get(m)]:
                 if kv:
                     out.append("$ " + kv["cmd"])
@@ -1260,6 +1459,7 @@ def main():
     if not only or any(s.kind == "proxy" for s in subjects):
         subjects = [s for s in SUBJECTS if s in subjects or s.key == "direct"]
     lb_only = bool(only) and all(s.kind == "udplb" for s in subjects)
+    dns_values = {}
     load_start = open("/proc/loadavg").read().split()[:3]
     tmp = tempfile.mkdtemp(prefix="etm-bench-")
     serve = None
@@ -1296,8 +1496,13 @@ def main():
                           RELAY_ECHO=free_port(), RELAY_UDP=free_port(socket.SOCK_DGRAM),
                           LB_SHORT=free_port(socket.SOCK_DGRAM),
                           LB_LONG=free_port(socket.SOCK_DGRAM))
+            values["DNS"] = free_port(socket.SOCK_DGRAM)
+            values["DNS_UPSTREAM"] = free_port(socket.SOCK_DGRAM)
             if s.kind == "udplb":
                 lb_values[s.key] = values
+                continue
+            if s.kind == "dns":
+                dns_values[s.key] = values
                 continue
             results[s.key] = measure(s, values, tmp, serve.pid)
             r = results[s.key]
@@ -1334,6 +1539,17 @@ def main():
                     for s in lb_subjects:
                         log(f"{s.key} split: {lb_summary(split[s.key])}")
                 log(f"udp-lb group, split cores: {time.monotonic() - t0:.0f} s")
+        dns_subjects = [s for s in subjects if s.kind == "dns"]
+        if dns_subjects:
+            t0 = time.monotonic()
+            results.update(measure_dns(dns_subjects, dns_values, tmp))
+            for s in dns_subjects:
+                r = results[s.key]
+                log(f"{s.key}: {num(r.get('dns'), 'pkt_s')} query/s, loss "
+                    f"{num(r.get('dns'), 'loss_pct', '{:.2f}')} %, not NOERROR "
+                    f"{num(r.get('dns'), 'bad')}"
+                    + (f" ERROR {r['error']}" if "error" in r else ""))
+            log(f"dns group: {time.monotonic() - t0:.0f} s")
         if any(s.key == "etm-udplb" for s in subjects) and \
                 os.environ.get("BENCH_LB_SYSCALLS", "1") != "0":
             t0 = time.monotonic()
@@ -1366,7 +1582,7 @@ def main():
         "secs": time.monotonic() - t_start,
         "versions": ", ".join(f"{p} {dpkg_version(p)}" for p in
                               ("v2ray", "trojan", "shadowsocks-libev", "dante-server",
-                               "microsocks", "nginx", "libnginx-mod-stream")),
+                               "microsocks", "nginx", "libnginx-mod-stream", "dnsmasq-base")),
     }
     body = report(results, meta, route, syscalls, split)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -1378,8 +1594,10 @@ def main():
     if not only:
         refresh_doc(body, name)
         log(f"refreshed {DOC.relative_to(ROOT)}")
-    if not lb_only:
+    if any(s.kind == "proxy" for s in subjects):
         print(table(results))
+    if any(s.kind == "dns" for s in subjects):
+        print(dns_table(results))
     if any(s.kind == "udplb" for s in subjects):
         print(lb_table(results))
         if split and "error" not in split:

@@ -25,6 +25,9 @@ packages=(
   python3-websockets
   # more peers for `make bench`
   nginx libnginx-mod-stream shadowsocks-libev dante-server microsocks strace
+  # the DNS bench's upstream and reference cache: the dnsmasq binary alone
+  # (the `dnsmasq` package adds a system service that would hold port 53)
+  dnsmasq-base
 )
 
 missing=()

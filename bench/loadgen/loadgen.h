@@ -9,7 +9,7 @@
 
 /* What one run was asked to do; filled by main.c from the command line. */
 struct lg_opts {
-	const char *mode;          /* thru, crr, rr, udp, lb or serve */
+	const char *mode;          /* thru, crr, rr, udp, dns, lb or serve */
 	const char *label;         /* the subject's name, echoed on the result line */
 	struct sockaddr_in target; /* the sink (thru), the echo (crr, rr), the UDP echo (udp),
 	                            * the UDP load balancer (lb) */
@@ -32,6 +32,8 @@ struct lg_opts {
 	bool gso;                 /* lb: a socket's burst goes as one GSO send (UDP_SEGMENT) */
 	int gap_ms;               /* lb: pause this long after each finished flow */
 	bool new_addrs;           /* lb: one socket, each flow from its own source address */
+	const char *dns_name;     /* dns: the name asked (A), or with dns_random the suffix */
+	bool dns_random;          /* dns: each query a name of its own: <8 hex digits>.dns_name */
 	int udp_echoes;           /* serve: UDP echo sockets (the first on udp_port) */
 	double timeout;           /* any mode: the whole run gives up after this many seconds */
 	uint16_t sink_port, echo_port, udp_port; /* serve: 0 = the kernel picks */
@@ -50,7 +52,7 @@ int lg_fail(const struct lg_opts *o, const char *fmt, ...) __attribute__((format
 int lg_thru_run(const struct lg_opts *o) LG_WARN;
 int lg_crr_run(const struct lg_opts *o) LG_WARN;
 int lg_rr_run(const struct lg_opts *o) LG_WARN;
-int lg_udp_run(const struct lg_opts *o) LG_WARN;
+int lg_udp_run(const struct lg_opts *o) LG_WARN; /* also the dns mode */
 int lg_lb_run(const struct lg_opts *o) LG_WARN;
 /* Runs the sink, the echo and the UDP echo(es) until SIGTERM or SIGINT. */
 int lg_serve_run(const struct lg_opts *o) LG_WARN;

@@ -10,7 +10,7 @@
 
 static const char usage[] =
 	"usage: loadgen MODE [options]\n"
-	"  MODE: thru | crr | rr | udp | lb | serve\n"
+	"  MODE: thru | crr | rr | udp | dns | lb | serve\n"
 	"  --target IP:PORT   the sink (thru), echo (crr, rr), UDP echo (udp) or UDP\n"
 	"                     load balancer (lb: always direct, no SOCKS)\n"
 	"  --socks IP:PORT    go through this SOCKS5 server (UDP ASSOCIATE for udp);\n"
@@ -21,10 +21,13 @@ static const char usage[] =
 	"  --workers N        crr: connections in flight (16)\n"
 	"  --secs S           crr, rr: duration (5)\n"
 	"  --msg N            crr: request and answer bytes (64)\n"
-	"  --count N          udp, lb: datagrams (20000)\n"
+	"  --count N          udp, dns, lb: datagrams (dns: queries) (20000)\n"
 	"  --size N           udp, lb: payload bytes (64)\n"
-	"  --window N         udp, lb: datagrams in flight, over all flows (16)\n"
-	"  --loss-ms MS       udp, lb: unanswered this long = lost (200)\n"
+	"  --window N         udp, dns, lb: datagrams in flight, over all flows (16)\n"
+	"  --loss-ms MS       udp, dns, lb: unanswered this long = lost (200)\n"
+	"  --dns-name NAME    dns: the name every query asks for (A) (bench.test)\n"
+	"  --dns-random       dns: each query asks for a name of its own,\n"
+	"                     <8 hex digits>.NAME (a cache never answers it)\n"
 	"  --flows N          lb: client sockets (flows) at once (16)\n"
 	"  --per-flow N       lb: datagrams per flow, then a new socket; 0 = never (1)\n"
 	"  --reuse            lb: keep a finished flow's socket for the next flow\n"
@@ -135,15 +138,17 @@ int main(int argc, char **argv)
 		{"src-ips", required_argument, 0, 6},  {"udp-echoes", required_argument, 0, 7},
 		{"reuse", no_argument, 0, 8},          {"gro", no_argument, 0, 9},
 		{"gso", no_argument, 0, 10},           {"gap-ms", required_argument, 0, 11},
-		{"new-addrs", no_argument, 0, 12},
+		{"new-addrs", no_argument, 0, 12},    {"dns-name", required_argument, 0, 13},
+		{"dns-random", no_argument, 0, 14},
 		{"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
 	};
 	if (argc < 2)
-		die("no mode", "thru, crr, rr, udp, lb or serve");
+		die("no mode", "thru, crr, rr, udp, dns, lb or serve");
 	opts = (struct lg_opts){.mode = argv[1], .label = "-", .conns = 4, .bytes = 1ull << 30,
 	                        .workers = 16, .secs = 5, .msg = 64, .count = 20000, .size = 64,
 	                        .window = 16, .loss_ms = 200, .timeout = 60,
-	                        .flows = 16, .per_flow = 1, .src_ips = 1, .udp_echoes = 1};
+	                        .flows = 16, .per_flow = 1, .src_ips = 1, .udp_echoes = 1,
+	                        .dns_name = "bench.test"};
 	bool have_target = false;
 	optind = 2;
 	int c;
@@ -172,6 +177,8 @@ int main(int argc, char **argv)
 		case 9: opts.gro = true; break;
 		case 10: opts.gso = true; break;
 		case 12: opts.new_addrs = true; break;
+		case 13: opts.dns_name = optarg; break;
+		case 14: opts.dns_random = true; break;
 		case 11: opts.gap_ms = (int)parse_num(optarg, 0, 10000); break;
 		case 7: opts.udp_echoes = (int)parse_num(optarg, 1, 16); break;
 		case 'h': fputs(usage, stdout); return 0;
@@ -185,7 +192,8 @@ int main(int argc, char **argv)
 		int (*run)(const struct lg_opts *);
 	} modes[] = {
 		{"thru", lg_thru_run}, {"crr", lg_crr_run}, {"rr", lg_rr_run},
-		{"udp", lg_udp_run},   {"lb", lg_lb_run},     {"serve", lg_serve_run},
+		{"udp", lg_udp_run},   {"dns", lg_udp_run},   {"lb", lg_lb_run},
+		{"serve", lg_serve_run},
 	};
 	for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
 		if (strcmp(opts.mode, modes[i].name) != 0)

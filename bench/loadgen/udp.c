@@ -1,8 +1,11 @@
-/* udp.c - the udp mode: K datagrams to the UDP echo, W in flight, directly or through SOCKS5 UDP ASSOCIATE. */
+/* udp.c - the udp and dns modes: K datagrams (dns: DNS queries) to the UDP echo (dns: a DNS
+ * server or port 53 behind a proxy's DNS service), W in flight, directly or through SOCKS5 UDP
+ * ASSOCIATE. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -20,6 +23,15 @@
 /* Every payload starts with this tag and the datagram's sequence number. */
 #define TAG 0x6c67u /* "lg" */
 #define STAMP 8
+/* dns mode: a query (RFC 1035 section 4.1) for A of one name, or of a name of its own per
+ * query (DNS_HEX hex digits of the sequence number, then the suffix). The answer is matched
+ * by its id, the low 16 bits of the sequence number, and with --dns-random by the name the
+ * question repeats (RFC 1035 section 7.3: answers carry the question). */
+#define DNS_HEADER 12
+#define DNS_HEX 8
+#define DNS_RD 0x01     /* high byte of the flags: recursion desired */
+#define DNS_QR 0x80     /* high byte of the flags: a response */
+#define DNS_TC 0x02     /* high byte of the flags: truncated */
 
 enum dstate { UNSENT, IN_FLIGHT, ANSWERED, LOST };
 
@@ -27,11 +39,14 @@ struct udp_run {
 	const struct lg_opts *o;
 	int fd;
 	size_t head;          /* SOCKS5 header bytes in front of each payload, 0 when direct */
+	size_t plen;          /* payload bytes: --size, or the query's length in dns mode */
+	bool dns, dns_random;
 	uint8_t *state;       /* enum dstate per datagram */
 	uint64_t *sent_ns;    /* when each was sent */
 	uint32_t *ring;       /* the window, oldest first */
 	size_t ring_head, ring_len;
 	size_t answered, lost, late, strays;
+	size_t bad;           /* dns: answers with an rcode other than NOERROR, or truncated */
 	struct lg_samples lat;
 };
 
@@ -47,9 +62,17 @@ static int udp_fill(struct udp_run *u, uint32_t *next, uint8_t (*out)[DGRAM_MAX]
 	       u->ring_len + (size_t)k < (size_t)u->o->window) {
 		uint32_t seq = (*next)++;
 		uint8_t *p = out[k] + u->head;
-		for (int i = 0; i < 4; i++)
-			p[4 + i] = (uint8_t)(seq >> (24 - 8 * i));
-		iov[k] = (struct iovec){.iov_base = out[k], .iov_len = u->head + (size_t)u->o->size};
+		if (u->dns) {
+			p[0] = (uint8_t)(seq >> 8);
+			p[1] = (uint8_t)seq;
+			if (u->dns_random)
+				for (int i = 0; i < DNS_HEX; i++)
+					p[DNS_HEADER + 1 + i] = "0123456789abcdef"[seq >> (28 - 4 * i) & 0xF];
+		} else {
+			for (int i = 0; i < 4; i++)
+				p[4 + i] = (uint8_t)(seq >> (24 - 8 * i));
+		}
+		iov[k] = (struct iovec){.iov_base = out[k], .iov_len = u->head + u->plen};
 		m[k] = (struct mmsghdr){.msg_hdr = {.msg_iov = &iov[k], .msg_iovlen = 1}};
 		k++;
 	}
@@ -73,6 +96,32 @@ static int udp_fill(struct udp_run *u, uint32_t *next, uint8_t (*out)[DGRAM_MAX]
 	return 0;
 }
 
+/* The sequence number a DNS answer belongs to, or -1 when it cannot be one of ours. */
+static int64_t dns_seq(const struct udp_run *u, const uint8_t *p, size_t n)
+{
+	if (n < DNS_HEADER || !(p[2] & DNS_QR))
+		return -1;
+	uint32_t id = (uint32_t)p[0] << 8 | p[1];
+	if (u->dns_random) {
+		if (n < DNS_HEADER + 1 + DNS_HEX || p[DNS_HEADER] != DNS_HEX)
+			return -1;
+		uint32_t seq = 0;
+		for (int i = 0; i < DNS_HEX; i++) {
+			uint8_t c = p[DNS_HEADER + 1 + i];
+			int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+			if (v < 0)
+				return -1;
+			seq = seq << 4 | (uint32_t)v;
+		}
+		return (seq & 0xFFFF) == id ? (int64_t)seq : -1;
+	}
+	/* One name for all: the window (at most 65536) holds one sequence number per id. */
+	if (u->ring_len == 0)
+		return -1;
+	uint32_t base = u->ring[u->ring_head];
+	return (int64_t)base + (int64_t)((id - base) & 0xFFFF);
+}
+
 static void udp_answer(struct udp_run *u, const uint8_t *p, size_t n, uint64_t now)
 {
 	if (u->head) {
@@ -84,11 +133,21 @@ static void udp_answer(struct udp_run *u, const uint8_t *p, size_t n, uint64_t n
 		p += h;
 		n -= (size_t)h;
 	}
-	if (n != (size_t)u->o->size || p[0] != (uint8_t)(TAG >> 8) || p[1] != (uint8_t)TAG) {
-		u->strays++;
-		return;
+	uint32_t seq;
+	if (u->dns) {
+		int64_t s = dns_seq(u, p, n);
+		if (s < 0 || s >= u->o->count) {
+			u->strays++;
+			return;
+		}
+		seq = (uint32_t)s;
+	} else {
+		if (n != u->plen || p[0] != (uint8_t)(TAG >> 8) || p[1] != (uint8_t)TAG) {
+			u->strays++;
+			return;
+		}
+		seq = (uint32_t)p[4] << 24 | (uint32_t)p[5] << 16 | (uint32_t)p[6] << 8 | p[7];
 	}
-	uint32_t seq = (uint32_t)p[4] << 24 | (uint32_t)p[5] << 16 | (uint32_t)p[6] << 8 | p[7];
 	if (seq >= (uint32_t)u->o->count || u->state[seq] == UNSENT || u->state[seq] == ANSWERED) {
 		u->strays++; /* duplicated or invented */
 		return;
@@ -99,6 +158,8 @@ static void udp_answer(struct udp_run *u, const uint8_t *p, size_t n, uint64_t n
 	}
 	u->state[seq] = ANSWERED;
 	u->answered++;
+	if (u->dns && ((p[3] & 0x0F) != 0 || (p[2] & DNS_TC)))
+		u->bad++;
 	if (lg_samples_add(&u->lat, now - u->sent_ns[seq]) < 0)
 		u->strays++;
 }
@@ -117,6 +178,38 @@ static void udp_retire(struct udp_run *u, uint64_t now, uint64_t loss_ns)
 		u->ring_head = (u->ring_head + 1) % (size_t)u->o->window;
 		u->ring_len--;
 	}
+}
+
+/* Writes the query for A of name (random: DNS_HEX digits, then name as the suffix) with id 0
+ * into out; its length, or -1 when the name does not fit or has an empty or long label. */
+static int dns_query(uint8_t *out, size_t size, const char *name, bool random)
+{
+	size_t len = strlen(name);
+	if (len > 200 || size < DNS_HEADER + len + DNS_HEX + 7)
+		return -1;
+	static const uint8_t head[DNS_HEADER] = {0, 0, DNS_RD, 0, 0, 1, 0, 0, 0, 0, 0, 0};
+	memcpy(out, head, DNS_HEADER);
+	size_t o = DNS_HEADER;
+	if (random) {
+		out[o++] = DNS_HEX;
+		memset(out + o, '0', DNS_HEX);
+		o += DNS_HEX;
+	}
+	const char *p = name;
+	while (*p) {
+		const char *dot = strchr(p, '.');
+		size_t n = dot ? (size_t)(dot - p) : strlen(p);
+		if (n == 0 || n > 63)
+			return -1;
+		out[o++] = (uint8_t)n;
+		memcpy(out + o, p, n);
+		o += n;
+		p += n + (dot ? 1 : 0);
+	}
+	out[o++] = 0;
+	static const uint8_t tail[4] = {0, 1, 0, 1}; /* QTYPE A, QCLASS IN */
+	memcpy(out + o, tail, 4);
+	return (int)(o + 4);
 }
 
 /* The UDP ASSOCIATE on a blocking control connection; fills *relay. */
@@ -163,7 +256,18 @@ int lg_udp_run(const struct lg_opts *o)
 	struct mmsghdr msgs[BATCH];
 	struct iovec iov[BATCH];
 	static uint8_t in[BATCH][DGRAM_MAX];
-	if (o->size < STAMP || o->size > DGRAM_MAX - 300) {
+	u.dns = strcmp(o->mode, "dns") == 0;
+	u.dns_random = u.dns && o->dns_random;
+	u.plen = (size_t)o->size;
+	uint8_t query[DNS_HEADER + 256 + 4];
+	if (u.dns) {
+		int q = dns_query(query, sizeof query, o->dns_name, u.dns_random);
+		if (q < 0) {
+			err = "--dns-name: a name of at most 200 bytes, labels of 1 to 63";
+			goto out;
+		}
+		u.plen = (size_t)q;
+	} else if (o->size < STAMP || o->size > DGRAM_MAX - 300) {
 		err = "--size must be 8 to 1748 bytes";
 		goto out;
 	}
@@ -196,6 +300,10 @@ int lg_udp_run(const struct lg_opts *o)
 		if (u.head)
 			lg_s5_udp_header(out[i], &o->target);
 		uint8_t *p = out[i] + u.head;
+		if (u.dns) {
+			memcpy(p, query, u.plen);
+			continue;
+		}
 		memset(p, 'u', (size_t)o->size);
 		p[0] = (uint8_t)(TAG >> 8);
 		p[1] = (uint8_t)TAG;
@@ -247,11 +355,15 @@ int lg_udp_run(const struct lg_opts *o)
 	}
 	double secs = (double)(lg_now_ns() - t0) / 1e9;
 	double p50 = lg_samples_pct_us(&u.lat, 50), p99 = lg_samples_pct_us(&u.lat, 99);
-	lg_print(o, "count=%d size=%d window=%d secs=%.3f answered=%zu lost=%zu loss_pct=%.2f "
-	            "pkt_s=%.1f p50_us=%.1f p99_us=%.1f late=%zu strays=%zu cpu_s=%.2f%s",
-	         o->count, o->size, o->window, secs, u.answered, u.lost,
+	char extra[64] = "";
+	if (u.dns && snprintf(extra, sizeof extra, " bad=%zu names=%s", u.bad,
+	                      u.dns_random ? "random" : "one") < 0)
+		extra[0] = '\0';
+	lg_print(o, "count=%d size=%zu window=%d secs=%.3f answered=%zu lost=%zu loss_pct=%.2f "
+	            "pkt_s=%.1f p50_us=%.1f p99_us=%.1f late=%zu strays=%zu cpu_s=%.2f%s%s",
+	         o->count, u.plen, o->window, secs, u.answered, u.lost,
 	         100.0 * (double)u.lost / (double)o->count, (double)u.answered / secs, p50, p99,
-	         u.late, u.strays, lg_cpu_s() - cpu0, incomplete ? " incomplete=timeout" : "");
+	         u.late, u.strays, lg_cpu_s() - cpu0, extra, incomplete ? " incomplete=timeout" : "");
 	status = 0;
 out:
 	if (status != 0)
