@@ -326,12 +326,12 @@ static connect_pending *dns_stream(const outbound *o, worker *w, dns_resolver *d
 	(void)dest;
 	const dns_target *t = o->state;
 	dns_svc *s = t->svc_of(w);
-	endpoint *ep = s ? dns_svc_stream(s) : NULL;
-	if (!ep)
-		cb(&(connect_result){.err = PROTO_DIAL_GENERAL, .msg = msgs[MSG_DNS_GONE]}, data);
-	else
-		cb(&(connect_result){.ok = true, .ep = ep}, data);
-	return NULL;
+	connect_pending *p = s ? dns_svc_connect(s, cb, data) : NULL;
+	if (!p)
+		cb(&(connect_result){.err = PROTO_DIAL_GENERAL,
+		                     .msg = s ? msgs[MSG_NO_MEMORY] : msgs[MSG_DNS_GONE]},
+		   data);
+	return p;
 }
 
 static connect_pending *dns_datagram(const outbound *o, worker *w, dns_resolver *dns,

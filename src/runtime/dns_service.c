@@ -17,6 +17,7 @@
 
 enum {
 	MSG_ZERO_LENGTH,
+	MSG_SHORT,
 	MSG_UPSTREAM_FAILED,
 	MSG_TLS_OVER_PROXY,
 	MSG_BLACKHOLED,
@@ -25,6 +26,7 @@ enum {
 };
 static const char *const msgs[MSG_COUNT_] = {
 	[MSG_ZERO_LENGTH] = "dns: a zero-length message",
+	[MSG_SHORT] = "dns: a message shorter than its header",
 	[MSG_UPSTREAM_FAILED] = "dns server %s: %s",
 	[MSG_TLS_OVER_PROXY] = "dns: tls and https through a proxy outbound are not available yet",
 	[MSG_BLACKHOLED] = "the route blackholes it",
@@ -103,6 +105,7 @@ struct dns_svc {
 	list ready;     /* answers to deliver from the idle */
 	list deadlines; /* R_UPSTREAM, earliest first (one timeout for all) */
 	list kicks;     /* streams with work for the idle */
+	list opens;     /* svc_open.link: streams to hand over from the idle */
 	uv_idle_t idle;
 	uv_timer_t timer;
 	uv_udp_t **udp; /* per upstream, NULL until used */
@@ -118,6 +121,7 @@ static void send_up(dns_svc *s, svc_req *r);
 static void conn_close(upconn *uc, const char *why);
 static void svc_unref(dns_svc *s);
 static int slot_take(dns_svc *s, svc_req *r);
+static void send_stream(dns_svc *s, svc_req *r);
 
 /* ---- requests ---- */
 
@@ -287,6 +291,21 @@ static void answered(dns_svc *s, size_t up, upconn *uc, const uint8_t *m, size_t
 		if (!uc)
 			return; /* UDP: maybe forged; the real answer or the timeout decides */
 		ready_reply(r, DNS_RCODE_SERVFAIL, NULL, 0);
+		return;
+	}
+	if (!uc && info.tc) {
+		/* cut to fit UDP: ask again over TCP (RFC 7766 5), the
+		 * whole answer the client's own limit then cuts or not */
+		req_detach(r);
+		if (slot_take(s, r)) {
+			if (r->cb)
+				ready_reply(r, DNS_RCODE_SERVFAIL, NULL, 0);
+			else
+				req_free(r);
+			return;
+		}
+		r->deadline = uv_now(s->loop) + s->conf->timeout_ms; /* the lists stay in order */
+		send_stream(s, r);
 		return;
 	}
 	if (s->conf->cache)
@@ -634,6 +653,7 @@ static void conn_close(upconn *uc, const char *why)
 			continue;
 		req_detach(r);
 		if (r->retries++ == 0 && !s->dead && slot_take(s, r) == 0) {
+			r->deadline = uv_now(s->loop) + s->conf->timeout_ms;
 			r->state = R_WAITING;
 			list_push_back(&uc->waiting, &r->link);
 		} else if (r->cb) {
@@ -725,6 +745,13 @@ static void send_up(dns_svc *s, svc_req *r)
 		}
 		return;
 	}
+	send_stream(s, r);
+}
+
+/* r (its slot taken) goes over its upstream's stream connection: a TCP
+ * one for a UDP upstream whose answer came truncated. */
+static void send_stream(dns_svc *s, svc_req *r)
+{
 	upconn *uc = conn_of(s, r->up);
 	if (!uc) {
 		if (r->cb)
@@ -874,9 +901,9 @@ static void stream_parse(svc_stream *st)
 			int rc = dns_tcp_feed(&st->rd, hw->d + hw->off, hw->n - hw->off, &used, &msg,
 			                      &len);
 			hw->off += used;
-			if (rc < 0) {
+			if (rc < 0 || (rc == 1 && len < DNS_HEADER_LEN)) {
 				st->failed = true;
-				st->fail_why = msgs[MSG_ZERO_LENGTH];
+				st->fail_why = msgs[rc < 0 ? MSG_ZERO_LENGTH : MSG_SHORT];
 				break;
 			}
 			if (rc == 1) {
@@ -901,14 +928,22 @@ static void stream_parse(svc_stream *st)
 static void stream_service(svc_stream *st)
 {
 	endpoint *ep = st->ch.ep;
+	stream_parse(st);
 	if (st->failed) {
 		if (!st->fail_told) {
 			st->fail_told = true;
+			/* the writes held are done with: nothing more is read */
+			while (st->held.head) {
+				held_write *hw = LIST_ENTRY(st->held.head, held_write, link);
+				list_remove(&st->held, &hw->link);
+				void *req = hw->req;
+				free(hw);
+				endpoint_chan_written(ep, req, -1);
+			}
 			endpoint_chan_fail(ep, st->fail_why);
 		}
 		return;
 	}
-	stream_parse(st);
 	while (st->held.head) { /* parsed whole: the bytes are done with */
 		held_write *hw = LIST_ENTRY(st->held.head, held_write, link);
 		if (hw->off < hw->n)
@@ -1004,16 +1039,46 @@ static const chan_ops stream_ops = {
 	.sockname = stream_noname,
 };
 
-endpoint *dns_svc_stream(dns_svc *s)
+/* A stream on its way to its owner: handed over from the idle, as a
+ * dial's endpoint comes from the loop. */
+typedef struct svc_open {
+	connect_pending base; /* first: the handle */
+	list_node link;       /* in s->opens */
+	dns_svc *s;
+	endpoint *ep;
+	connect_cb cb;
+	void *data;
+} svc_open;
+
+static void open_cancel(connect_pending *p)
 {
-	svc_stream *st = calloc(1, sizeof *st);
-	if (!st)
+	svc_open *o = (svc_open *)p;
+	list_remove(&o->s->opens, &o->link);
+	endpoint_close(o->ep, false);
+	free(o);
+}
+
+connect_pending *dns_svc_connect(dns_svc *s, connect_cb cb, void *data)
+{
+	svc_open *o = calloc(1, sizeof *o);
+	svc_stream *st = o ? calloc(1, sizeof *st) : NULL;
+	if (!st) {
+		free(o);
 		return NULL;
+	}
 	st->ch.ops = &stream_ops;
 	st->s = s;
 	dns_tcp_reader_init(&st->rd);
 	s->refs++;
-	return endpoint_new_chan(s->w, &st->ch, NULL, NULL, NULL);
+	o->ep = endpoint_new_chan(s->w, &st->ch, NULL, NULL, NULL); /* closes st without memory */
+	if (!o->ep) {
+		free(o);
+		return NULL;
+	}
+	*o = (svc_open){.base.cancel = open_cancel, .s = s, .ep = o->ep, .cb = cb, .data = data};
+	list_push_back(&s->opens, &o->link);
+	kick_idle(s);
+	return &o->base;
 }
 
 /* ---- datagram links (seed 002 DnsUdpLink) ---- */
@@ -1199,7 +1264,16 @@ static void on_idle(uv_idle_t *h)
 		st->kicked = false;
 		stream_service(st);
 	}
-	if (!s->ready.head && !s->kicks.head)
+	while (s->opens.head) {
+		svc_open *o = LIST_ENTRY(s->opens.head, svc_open, link);
+		list_remove(&s->opens, &o->link);
+		connect_cb cb = o->cb;
+		void *data = o->data;
+		endpoint *ep = o->ep;
+		free(o);
+		cb(&(connect_result){.ok = true, .ep = ep}, data);
+	}
+	if (!s->ready.head && !s->kicks.head && !s->opens.head)
 		uv_idle_stop(&s->idle);
 	svc_unref(s);
 }

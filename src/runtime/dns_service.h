@@ -110,9 +110,11 @@ void dns_svc_release(dns_svc *s);
 void dns_svc_shutdown(dns_svc *s);
 
 /* A client stream answered by s (seed 002 DnsTcpStream): DNS over TCP,
- * each message after its 2-byte length, answered in process. An endpoint
- * on a channel, ready, with nothing read. NULL without memory. */
-endpoint *dns_svc_stream(dns_svc *s);
+ * each message after its 2-byte length, answered in process. The
+ * callback gets an endpoint on a channel, ready, with nothing read, from
+ * the loop (never inside this call, as a dial's), unless the handle is
+ * cancelled first. NULL without memory (no callback then). */
+connect_pending *dns_svc_connect(dns_svc *s, connect_cb cb, void *data);
 
 /* A datagram link answered by s (seed 002 DnsUdpLink): each datagram
  * sent on it is a query, its answer is received from the address it was
