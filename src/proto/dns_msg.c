@@ -389,6 +389,24 @@ int dns_msg_build_reply(const dns_question *q, const uint8_t *query, uint8_t rco
 	return (int)len;
 }
 
+/* name[0, len) (no trailing dot) is labels of 1 to 63 bytes parse_query
+ * would read back as they are. */
+static bool text_name_ok(const char *name, size_t len)
+{
+	size_t start = 0;
+	for (size_t i = 0; len > 0 && i <= len; i++) {
+		if (i < len && name[i] != '.') {
+			if (!text_byte((uint8_t)name[i]))
+				return false;
+			continue;
+		}
+		if (i == start || i - start > LABEL_MAX)
+			return false;
+		start = i + 1;
+	}
+	return true;
+}
+
 int dns_msg_build_query(const char *name, uint16_t qtype, uint16_t id, uint8_t *out, size_t cap)
 {
 	size_t len = strlen(name);
@@ -397,31 +415,11 @@ int dns_msg_build_query(const char *name, uint16_t qtype, uint16_t id, uint8_t *
 	/* Each dot becomes a length octet, plus one for the first label and
 	 * the root's zero: len + 2 octets, or 1 for the root alone. */
 	size_t wire = len == 0 ? 1 : len + 2;
-	if (wire > NAME_WIRE_MAX)
+	if (wire > NAME_WIRE_MAX || !text_name_ok(name, len))
 		return DNS_MSG_EBADNAME;
 	size_t total = DNS_HEADER_LEN + wire + Q_FIXED;
 	if (total > cap)
 		return DNS_MSG_EBIG;
-
-	uint8_t *p = out + DNS_HEADER_LEN;
-	size_t start = 0;
-	for (size_t i = 0; len > 0 && i <= len; i++) {
-		if (i < len && name[i] != '.') {
-			if (!text_byte((uint8_t)name[i]))
-				return DNS_MSG_EBADNAME;
-			continue;
-		}
-		size_t label = i - start;
-		if (label == 0 || label > LABEL_MAX)
-			return DNS_MSG_EBADNAME;
-		*p++ = (uint8_t)label;
-		memcpy(p, name + start, label);
-		p += label;
-		start = i + 1;
-	}
-	*p++ = 0;
-	bytes_put16(p, qtype);
-	bytes_put16(p + 2, DNS_CLASS_IN);
 
 	bytes_put16(out, id);
 	bytes_put16(out + OFF_FLAGS, FLAG_RD);
@@ -429,6 +427,18 @@ int dns_msg_build_query(const char *name, uint16_t qtype, uint16_t id, uint8_t *
 	bytes_put16(out + OFF_AN, 0);
 	bytes_put16(out + OFF_NS, 0);
 	bytes_put16(out + OFF_AR, 0);
+	uint8_t *p = out + DNS_HEADER_LEN;
+	for (size_t start = 0, i = 0; len > 0 && i <= len; i++) {
+		if (i < len && name[i] != '.')
+			continue;
+		*p++ = (uint8_t)(i - start);
+		memcpy(p, name + start, i - start);
+		p += i - start;
+		start = i + 1;
+	}
+	*p++ = 0;
+	bytes_put16(p, qtype);
+	bytes_put16(p + 2, DNS_CLASS_IN);
 	return (int)total;
 }
 

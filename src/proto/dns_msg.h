@@ -111,9 +111,9 @@ void dns_msg_age(uint8_t *m, size_t n, const dns_answer_info *info, uint32_t ela
 void dns_msg_set_id(uint8_t *m, uint16_t id); /* n >= 2 is the caller's */
 
 /* When n > limit: keeps the header and the question only (m[0, qend)), sets
- * TC, zeroes the AN/NS/AR counts; returns the new length. Otherwise returns
- * n unchanged. A qend outside [DNS_HEADER_LEN, n] keeps the header alone,
- * with QDCOUNT zeroed too. */
+ * TC, zeroes the AN/NS/AR counts; returns the new length. Otherwise (or
+ * for n < DNS_HEADER_LEN) returns n unchanged. A qend outside
+ * [DNS_HEADER_LEN, n] keeps the header alone, with QDCOUNT zeroed too. */
 __attribute__((warn_unused_result)) size_t dns_msg_truncate(uint8_t *m, size_t n, uint16_t qend,
                                                             size_t limit);
 

@@ -142,7 +142,10 @@ void dns_answers_del(dns_answers *c)
 	free(c);
 }
 
-static uint32_t clamp(uint32_t v, uint32_t lo, uint32_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+static uint32_t clamp(uint32_t v, uint32_t lo, uint32_t hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
 
 /* How long an answer lives, seconds (dns_answers.h). */
 static uint32_t life_s(const dns_answer_info *info)

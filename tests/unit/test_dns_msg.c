@@ -143,6 +143,8 @@ static void query_builder_errors(void **state)
 	/* "a.test": 12 + 8 + 4 = 24 bytes */
 	assert_int_equal(dns_msg_build_query("a.test", DNS_TYPE_A, 1, b, 23), DNS_MSG_EBIG);
 	assert_int_equal(dns_msg_build_query("a.test", DNS_TYPE_A, 1, b, 24), 24);
+	/* a bad name is EBADNAME whatever the room */
+	assert_int_equal(dns_msg_build_query("a..test", DNS_TYPE_A, 1, b, 3), DNS_MSG_EBADNAME);
 }
 
 static void query_header_checks(void **state)
