@@ -22,6 +22,7 @@ enum {
 	MSG_TLS_OVER_PROXY,
 	MSG_BLACKHOLED,
 	MSG_NO_MEMORY,
+	MSG_NO_DIALER,
 	MSG_COUNT_
 };
 static const char *const msgs[MSG_COUNT_] = {
@@ -31,6 +32,7 @@ static const char *const msgs[MSG_COUNT_] = {
 	[MSG_TLS_OVER_PROXY] = "dns: tls and https through a proxy outbound are not available yet",
 	[MSG_BLACKHOLED] = "the route blackholes it",
 	[MSG_NO_MEMORY] = "out of memory",
+	[MSG_NO_DIALER] = "dns: this thread routes no flow, so it cannot reach a through_proxy server",
 };
 
 #define SLOT_BITS 10
@@ -610,7 +612,11 @@ static void conn_dial(upconn *uc)
 	bool ran = false;
 	uc->dial_ran = &ran;
 	connect_pending *p;
-	if (u->through_proxy && s->dialer.dial)
+	if (u->through_proxy && !s->dialer.dial) { /* never around the proxy */
+		conn_close(uc, msgs[MSG_NO_DIALER]);
+		return;
+	}
+	if (u->through_proxy)
 		p = s->dialer.dial(s->dialer.self, s->w, &u->server, on_dialed, uc);
 	else
 		p = dial_tcp(s->w, NULL, &u->server, DIAL_FAMILY_AUTO, false, 0, on_dialed, uc);

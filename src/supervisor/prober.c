@@ -34,6 +34,8 @@ struct prober {
 	workers *ws; /* one thread, its own loop */
 	plane *p;
 	dns_resolver *dns;
+	dns_svc_conf *svc_conf; /* a reference, or NULL: no DNS service */
+	dns_svc *svc;           /* the resolver's backend over svc_conf */
 	dns_cache *cache;
 	const char *const *servers;
 	size_t n_servers;
@@ -144,6 +146,17 @@ static void setup(worker *w, void *arg)
 		pr->failed = 1;
 		return;
 	}
+	/* Member names are looked up by the DNS service when there is one
+	 * (its rules, hosts and cache). This thread routes no flow: a name
+	 * whose upstream is through_proxy fails its lookup. */
+	if (pr->svc_conf) {
+		if (!(pr->svc = dns_svc_new(w, pr->svc_conf, NULL))) {
+			snprintf(pr->err, sizeof pr->err, "%s", msgs[MSG_NO_MEMORY]);
+			pr->failed = 1;
+			return;
+		}
+		dns_resolver_set_backend(pr->dns, dns_svc_backend(pr->svc));
+	}
 	uv_timer_init(worker_loop(w), &pr->tick);
 	pr->tick.data = pr;
 	uv_timer_start(&pr->tick, on_tick, PROBER_TICK_MS, PROBER_TICK_MS);
@@ -171,18 +184,21 @@ static void teardown(worker *w, void *arg)
 		dns_resolver_del(pr->dns);
 		pr->dns = NULL;
 	}
+	dns_svc_shutdown(pr->svc);
+	pr->svc = NULL;
 }
 
 static void free_prober(prober *pr)
 {
 	plane_unref(pr->p);
+	dns_svc_conf_unref(pr->svc_conf);
 	free(pr->probes);
 	free(pr->last_all);
 	free(pr);
 }
 
 prober *prober_start(plane *p, dns_cache *cache, const char *const *dns_servers, size_t n_servers,
-                     char *err, size_t err_size)
+                     dns_svc_conf *svc_conf, char *err, size_t err_size)
 {
 	prober *pr = calloc(1, sizeof *pr);
 	if (!pr) {
@@ -190,6 +206,7 @@ prober *prober_start(plane *p, dns_cache *cache, const char *const *dns_servers,
 		return NULL;
 	}
 	pr->p = plane_ref(p);
+	pr->svc_conf = svc_conf ? dns_svc_conf_ref(svc_conf) : NULL;
 	pr->cache = cache;
 	pr->servers = dns_servers;
 	pr->n_servers = n_servers;

@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "runtime/dns_cache.h"
+#include "runtime/dns_service.h"
 #include "supervisor/plane.h"
 
 /* How often the prober looks for early re-probe requests (a member's dial
@@ -29,7 +30,7 @@ typedef struct prober prober;
  * Returns NULL with err when the thread or the resolver cannot start; a
  * plane without balancers gets a prober that does nothing. */
 prober *prober_start(plane *p, dns_cache *cache, const char *const *dns_servers, size_t n_servers,
-                     char *err, size_t err_size);
+                     dns_svc_conf *svc_conf, char *err, size_t err_size);
 
 /* Stops every probe (an in-flight one is cancelled, not waited for), joins
  * the thread and drops the plane reference. NULL is a no-op. */

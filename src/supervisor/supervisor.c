@@ -262,7 +262,7 @@ int etm_supervisor_start(etm_spec *spec, etm_supervisor **out, char *err, size_t
 	}
 	/* probes start with the configuration (seed 003) */
 	s->probes = prober_start(s->plane, s->cache, (const char *const *)s->spec.dns.servers.items,
-	                         s->spec.dns.servers.len, err, err_size);
+	                         s->spec.dns.servers.len, s->dns_conf, err, err_size);
 	if (!s->probes) {
 		stop_workers(s);
 		free_supervisor(s);
@@ -310,7 +310,7 @@ int etm_supervisor_apply(etm_supervisor *s, etm_spec *spec, char *err, size_t er
 		prober_stop(s->probes);
 		s->probes = prober_start(s->plane, s->cache,
 		                         (const char *const *)s->spec.dns.servers.items,
-		                         s->spec.dns.servers.len, err, err_size);
+		                         s->spec.dns.servers.len, s->dns_conf, err, err_size);
 		if (!s->probes)
 			log_error("supervisor", msgs[MSG_PROBES_FAILED], err);
 	}
