@@ -852,6 +852,7 @@ typedef struct svc_stream {
 	list_node kick;
 	bool kicked, reading, shut_asked, shut_told, eof_told, failed, fail_told;
 	const char *fail_why;
+	bool *gone; /* set while a call that may close the stream runs */
 	uint8_t *out;
 	size_t out_len, out_cap;
 	dns_tcp_reader rd;
@@ -930,25 +931,30 @@ static void stream_parse(svc_stream *st)
 	}
 }
 
-/* From the idle: what the endpoint is to hear. */
+/* From the idle: what the endpoint is to hear. The owner may close the
+ * endpoint, and so st, inside any endpoint_chan_* call (its events run
+ * from there): gone says when. */
 static void stream_service(svc_stream *st)
 {
 	endpoint *ep = st->ch.ep;
+	bool gone = false;
+	st->gone = &gone;
 	stream_parse(st);
 	if (st->failed) {
 		if (!st->fail_told) {
 			st->fail_told = true;
-			/* the writes held are done with: nothing more is read */
-			while (st->held.head) {
+			endpoint_chan_fail(ep, st->fail_why);
+			/* the writes held are done with (nothing more is read),
+			 * so a close that flushes does not wait for them */
+			while (!gone && st->held.head) {
 				held_write *hw = LIST_ENTRY(st->held.head, held_write, link);
 				list_remove(&st->held, &hw->link);
 				void *req = hw->req;
 				free(hw);
-				endpoint_chan_written(ep, req, -1);
+				endpoint_chan_written(ep, req, UV_ECANCELED);
 			}
-			endpoint_chan_fail(ep, st->fail_why);
 		}
-		return;
+		goto out;
 	}
 	while (st->held.head) { /* parsed whole: the bytes are done with */
 		held_write *hw = LIST_ENTRY(st->held.head, held_write, link);
@@ -958,20 +964,29 @@ static void stream_service(svc_stream *st)
 		void *req = hw->req;
 		free(hw);
 		endpoint_chan_written(ep, req, 0);
+		if (gone)
+			return;
 	}
 	if (st->reading && st->out_len) {
 		size_t k = endpoint_chan_input(ep, st->out, st->out_len);
+		if (gone)
+			return;
 		memmove(st->out, st->out + k, st->out_len - k);
 		st->out_len -= k;
 	}
 	if (st->shut_asked && !st->shut_told && !st->held.head) {
 		st->shut_told = true;
 		endpoint_chan_shut(ep);
+		if (gone)
+			return;
 	}
 	if (st->shut_told && !st->eof_told && st->n_reqs == 0 && st->out_len == 0) {
 		st->eof_told = true;
 		endpoint_chan_eof(ep);
 	}
+out:
+	if (!gone)
+		st->gone = NULL;
 }
 
 static int stream_write(chan *c, const uint8_t *d, size_t n, void *req)
@@ -1008,6 +1023,8 @@ static void stream_close(chan *c)
 {
 	svc_stream *st = (svc_stream *)c;
 	dns_svc *s = st->s;
+	if (st->gone)
+		*st->gone = true;
 	while (st->reqs.head)
 		req_cancel(LIST_ENTRY(st->reqs.head, svc_req, owner));
 	while (st->held.head) {
@@ -1190,8 +1207,8 @@ static void lookup_answer(void *ud, svc_req *r, uint8_t *msg, size_t len)
 		}
 	}
 	lk->status[aaaa] = st;
-	if (lk->n_reqs > 1)
-		return; /* r is freed after this; the other is still out */
+	if (lk->n_reqs > 0)
+		return; /* the other is still out */
 	int status = lk->n ? DNS_OK
 	             : (lk->status[0] == DNS_ESERVFAIL || lk->status[1] == DNS_ESERVFAIL)
 	                 ? DNS_ESERVFAIL
@@ -1202,9 +1219,6 @@ static void lookup_answer(void *ud, svc_req *r, uint8_t *msg, size_t len)
 	size_t n = lk->n;
 	memcpy(addrs, lk->addrs, n * sizeof *addrs);
 	uint32_t ttl = lk->ttl;
-	/* r (the last) is freed by the service after this returns; lk now */
-	list_remove(&lk->reqs, &r->owner);
-	r->owner_list = NULL;
 	free(lk);
 	done(token, status, addrs, n, ttl);
 }
@@ -1260,6 +1274,13 @@ static void on_idle(uv_idle_t *h)
 	while (s->ready.head && (r = LIST_ENTRY(s->ready.head, svc_req, link))->tick < tick) {
 		list_remove(&s->ready, &r->link);
 		r->state = R_NEW;
+		/* off its client first: the callback may close the client,
+		 * which cancels what it still has */
+		if (r->owner_list) {
+			list_remove(r->owner_list, &r->owner);
+			(*r->owner_count)--;
+			r->owner_list = NULL;
+		}
 		if (r->cb)
 			r->cb(r->ud, r, r->ans ? r->ans + DGRAM_HEADROOM : NULL, r->ans ? r->ans_len : 0);
 		req_free(r);
