@@ -13,13 +13,13 @@
 #include "runtime/chan.h"
 #include "runtime/dial.h"
 #include "runtime/endpoint.h"
+#include "runtime/endpoint_over.h"
 #include "transport/stack.h"
 
 enum {
 	MSG_ZERO_LENGTH,
 	MSG_SHORT,
 	MSG_UPSTREAM_FAILED,
-	MSG_TLS_OVER_PROXY,
 	MSG_BLACKHOLED,
 	MSG_NO_MEMORY,
 	MSG_NO_DIALER,
@@ -29,7 +29,6 @@ static const char *const msgs[MSG_COUNT_] = {
 	[MSG_ZERO_LENGTH] = "dns: a zero-length message",
 	[MSG_SHORT] = "dns: a message shorter than its header",
 	[MSG_UPSTREAM_FAILED] = "dns server %s: %s",
-	[MSG_TLS_OVER_PROXY] = "dns: tls and https through a proxy outbound are not available yet",
 	[MSG_BLACKHOLED] = "the route blackholes it",
 	[MSG_NO_MEMORY] = "out of memory",
 	[MSG_NO_DIALER] = "dns: this thread routes no flow, so it cannot reach a through_proxy server",
@@ -566,6 +565,13 @@ static void on_dialed(const connect_result *res, void *data)
 		return;
 	}
 	uc->ep = res->ep;
+	bool tls = u->proto == DNS_UP_TLS || u->proto == DNS_UP_HTTPS;
+	/* through a proxy outbound the stream has layers of its own already:
+	 * the TLS goes on an endpoint carried by its app bytes */
+	if (tls && !endpoint_plain(uc->ep) && !(uc->ep = endpoint_over(uc->s->w, uc->ep))) {
+		conn_close(uc, msgs[MSG_NO_MEMORY]);
+		return;
+	}
 	endpoint_set_events(uc->ep, &uc_events, uc);
 	uc->tr = u->proto == DNS_UP_HTTPS ? NULL : malloc(sizeof *uc->tr);
 	uc->hr = u->proto == DNS_UP_HTTPS ? malloc(sizeof *uc->hr) : NULL;
@@ -577,11 +583,7 @@ static void on_dialed(const connect_result *res, void *data)
 		dns_tcp_reader_init(uc->tr);
 	else
 		doh_reader_init(uc->hr);
-	if (u->proto == DNS_UP_TLS || u->proto == DNS_UP_HTTPS) {
-		if (!endpoint_plain(uc->ep)) {
-			conn_close(uc, msgs[MSG_TLS_OVER_PROXY]);
-			return;
-		}
+	if (tls) {
 		char err[128];
 		stack *st = stack_new();
 		layer *l = st ? tls_client_new(u->tls, u->server_name, err, sizeof err) : NULL;

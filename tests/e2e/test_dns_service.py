@@ -563,6 +563,35 @@ def test_dot_and_doh_upstreams(start_proxy, pki, protocol):
 
 
 @pytest.mark.parametrize("protocol", ["tls", "https"])
+def test_dot_and_doh_upstreams_through_a_proxy(start_proxy, pki, protocol):
+    """through_proxy with TLS: the service's connection is a flow of inbound
+    "dns" sent to a SOCKS outbound (a second etemenanki-app), and the TLS
+    of DoT or DoH runs inside the proxied stream."""
+    cert, key = pki
+    up = DnsUpstream({"www.example.test": ["192.0.2.21"]}, host="127.0.0.78",
+                     transports=(protocol,), tls_context=tls_server_context(cert, key))
+    try:
+        hop = start_proxy(INBOUND + DIRECT)
+        keys = {"protocol": protocol, "server_name": "dns.test", "ca": str(cert),
+                "through_proxy": True}
+        proxy = start_proxy(config(
+            server("secure", up.address, **keys),
+            outbounds=DIRECT + via_socks(hop.port), routes=[("via", {"inbound_tag": ["dns"]})],
+            cache_size=0))
+        for name in ("www.example.test", "www.example.test"):
+            q, a = udp_ask(proxy, name)
+            assert_answer(a, q, NOERROR, ["192.0.2.21"])
+        q, a = tcp_ask(proxy, "nothere.example.test")
+        assert_answer(a, q, NXDOMAIN, [])
+        assert up.count(transport=protocol) == 3, up.queries
+        dest = f"127.0.0.78:{up.port}"
+        assert set(decisions(proxy, "tcp", dest)) == {("dns", "via", "rule #1")}, proxy.log()
+        assert set(decisions(hop, "tcp", dest)) == {("in", "direct", "default route")}, hop.log()
+    finally:
+        up.close()
+
+
+@pytest.mark.parametrize("protocol", ["tls", "https"])
 def test_a_tls_upstream_with_the_wrong_name_is_refused_unless_insecure(start_proxy, pki,
                                                                        protocol):
     """server_name is checked against the certificate: "other.test" fails
