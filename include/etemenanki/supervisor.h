@@ -225,6 +225,26 @@ typedef struct etm_dns_cache_stats {
 /* Fills *out with relaxed reads, no lock; any thread while the engine runs. */
 void etm_supervisor_dns_cache_stats(const etm_supervisor *s, etm_dns_cache_stats *out);
 
+/* The DNS service ([[dns.server]]; docs/dns.md): its queries summed over
+ * the workers since the start (a reload's new service goes on counting),
+ * and its answer cache (the current one: a [dns] change starts a new,
+ * empty cache). */
+typedef struct etm_dns_service_stats {
+	bool running;      /* the config has a service; the rest is 0 otherwise */
+	uint64_t queries;  /* queries taken: clients' and the outbounds' lookups */
+	uint64_t hosts;    /* answered from [[dns.host]] */
+	uint64_t cached;   /* answered from the cache */
+	uint64_t upstream; /* sent to an upstream */
+	uint64_t servfail; /* answered SERVFAIL */
+	uint64_t formerr;  /* could not be read */
+	uint64_t cache_misses, cache_negative_hits, cache_evictions, cache_prefetches,
+		cache_entries;
+} etm_dns_service_stats;
+
+/* Reads each worker's counts on its own loop. The thread that started the
+ * engine. */
+void etm_supervisor_dns_service_stats(etm_supervisor *s, etm_dns_service_stats *out);
+
 /* ---- the flow tracker (seed 002 "Tracker"; docs/api.md) ----
  *
  * Every TCP flow and every UDP sub-link is registered once its outbound

@@ -263,12 +263,25 @@ static void probe_families(const metrics_snapshot *s, metrics_buf *b)
 		       s->members[i].probes_failed);
 }
 
+/* A family of one sample, its value the uint64_t at offset in a struct. */
+typedef struct stat_family {
+	const char *name, *type, *help;
+	size_t offset;
+} stat_family;
+
+static void unlabelled_families(const void *base, const stat_family *F, size_t n, metrics_buf *b)
+{
+	for (size_t f = 0; f < n; f++) {
+		uint64_t v;
+		memcpy(&v, (const char *)base + F[f].offset, sizeof v);
+		family(b, F[f].name, F[f].type, F[f].help);
+		sample(b, F[f].name, NULL, NULL, NULL, NULL, v);
+	}
+}
+
 static void dns_families(const metrics_snapshot *s, metrics_buf *b)
 {
-	static const struct {
-		const char *name, *type, *help;
-		size_t offset; /* of the uint64_t in etm_dns_cache_stats */
-	} F[] = {
+	static const stat_family F[] = { /* offsets in etm_dns_cache_stats */
 		{"etemenanki_dns_cache_hits_total", "counter",
 		 "DNS lookups answered from the cache with addresses.",
 		 offsetof(etm_dns_cache_stats, hits)},
@@ -284,12 +297,50 @@ static void dns_families(const metrics_snapshot *s, metrics_buf *b)
 		{"etemenanki_dns_cache_entries", "gauge", "Names the DNS cache holds now.",
 		 offsetof(etm_dns_cache_stats, entries)},
 	};
-	for (size_t f = 0; f < sizeof F / sizeof *F; f++) {
-		uint64_t v;
-		memcpy(&v, (const char *)&s->dns + F[f].offset, sizeof v);
-		family(b, F[f].name, F[f].type, F[f].help);
-		sample(b, F[f].name, NULL, NULL, NULL, NULL, v);
-	}
+	unlabelled_families(&s->dns, F, sizeof F / sizeof *F, b);
+}
+
+/* The DNS service's families, when the config has one. */
+static void dns_service_families(const metrics_snapshot *s, metrics_buf *b)
+{
+	if (!s->dns_service.running)
+		return;
+	static const stat_family F[] = { /* offsets in etm_dns_service_stats */
+		{"etemenanki_dns_service_queries_total", "counter",
+		 "Queries the DNS service took: clients' and the outbounds' lookups.",
+		 offsetof(etm_dns_service_stats, queries)},
+		{"etemenanki_dns_service_hosts_answers_total", "counter",
+		 "Queries the DNS service answered from [[dns.host]].",
+		 offsetof(etm_dns_service_stats, hosts)},
+		{"etemenanki_dns_service_cache_answers_total", "counter",
+		 "Queries the DNS service answered from its cache.",
+		 offsetof(etm_dns_service_stats, cached)},
+		{"etemenanki_dns_service_upstream_queries_total", "counter",
+		 "Queries the DNS service sent to an upstream, prefetches and retries included.",
+		 offsetof(etm_dns_service_stats, upstream)},
+		{"etemenanki_dns_service_servfail_total", "counter",
+		 "Queries the DNS service answered SERVFAIL (timeouts, failed upstreams).",
+		 offsetof(etm_dns_service_stats, servfail)},
+		{"etemenanki_dns_service_formerr_total", "counter",
+		 "Queries the DNS service could not read.",
+		 offsetof(etm_dns_service_stats, formerr)},
+		{"etemenanki_dns_service_cache_misses_total", "counter",
+		 "Lookups the DNS service's cache could not answer, since it was built.",
+		 offsetof(etm_dns_service_stats, cache_misses)},
+		{"etemenanki_dns_service_cache_negative_hits_total", "counter",
+		 "Cache answers that were NXDOMAIN or empty, since it was built.",
+		 offsetof(etm_dns_service_stats, cache_negative_hits)},
+		{"etemenanki_dns_service_cache_evictions_total", "counter",
+		 "Answers dropped from the DNS service's cache to make room, since it was built.",
+		 offsetof(etm_dns_service_stats, cache_evictions)},
+		{"etemenanki_dns_service_cache_prefetches_total", "counter",
+		 "Popular answers asked again before they expired, since the cache was built.",
+		 offsetof(etm_dns_service_stats, cache_prefetches)},
+		{"etemenanki_dns_service_cache_entries", "gauge",
+		 "Answers the DNS service's cache holds now.",
+		 offsetof(etm_dns_service_stats, cache_entries)},
+	};
+	unlabelled_families(&s->dns_service, F, sizeof F / sizeof *F, b);
 }
 
 int metrics_write(const metrics_snapshot *s, metrics_buf *b)
@@ -336,6 +387,7 @@ int metrics_write(const metrics_snapshot *s, metrics_buf *b)
 	for (size_t k = 0; k < ETM_DIAL_ERROR_KINDS; k++)
 		sample(b, n, "reason", etm_dial_error_name(k), NULL, NULL, s->dial_errors[k]);
 	dns_families(s, b);
+	dns_service_families(s, b);
 	for (size_t k = 0; k < METRICS_USAGE_KINDS; k++)
 		usage_families(&USAGE[k], &s->usage[k], b);
 	udp_families(s, b);

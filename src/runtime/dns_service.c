@@ -112,7 +112,8 @@ struct dns_svc {
 	uv_udp_t **udp; /* per upstream, NULL until used */
 	upconn **conns; /* per upstream, NULL until used */
 	int open_handles;
-	dns_svc_stats stats;
+	dns_svc_stats own;
+	dns_svc_stats *stats; /* the worker's, or own */
 	uint8_t rbuf[DNS_FRAME_MAX];
 };
 
@@ -196,7 +197,7 @@ static void ready_reply(svc_req *r, uint8_t rcode, const struct sockaddr_storage
 	int len = dns_msg_build_reply(&r->q, r->query, rcode, addrs, n, DNS_SVC_HOST_TTL, buf,
 	                              sizeof buf);
 	if (rcode == DNS_RCODE_SERVFAIL)
-		r->s->stats.servfail++;
+		r->s->stats->servfail++;
 	ready(r, buf, len > 0 ? (size_t)len : 0);
 }
 
@@ -204,7 +205,7 @@ static void ready_reply(svc_req *r, uint8_t rcode, const struct sockaddr_storage
  * (RFC 1035 4.1.1), or nothing when not even that came. */
 static void ready_formerr(svc_req *r)
 {
-	r->s->stats.formerr++;
+	r->s->stats->formerr++;
 	if (r->qlen < DNS_HEADER_LEN) {
 		ready(r, NULL, 0);
 		return;
@@ -240,7 +241,7 @@ static svc_req *ask(dns_svc *s, const uint8_t *m, size_t n, bool udp, req_cb cb,
 	r->udp = udp;
 	r->qlen = n;
 	memcpy(r->query, m, n);
-	s->stats.queries++;
+	s->stats->queries++;
 	if (dns_msg_parse_query(r->query, n, &r->q) != DNS_MSG_OK) {
 		ready_formerr(r);
 		return r;
@@ -251,7 +252,7 @@ static svc_req *ask(dns_svc *s, const uint8_t *m, size_t n, bool udp, req_cb cb,
 	}
 	const dns_host *h = r->q.qclass == DNS_CLASS_IN ? host_of(s->conf, r->q.name) : NULL;
 	if (h) {
-		s->stats.hosts++;
+		s->stats->hosts++;
 		ready_reply(r, DNS_RCODE_NOERROR, h->addrs, h->n);
 		return r;
 	}
@@ -269,6 +270,7 @@ static svc_req *ask(dns_svc *s, const uint8_t *m, size_t n, bool udp, req_cb cb,
 					send_up(s, p);
 				}
 			}
+			s->stats->cached++;
 			ready(r, buf, len);
 			return r;
 		}
@@ -731,7 +733,7 @@ static void send_up(dns_svc *s, svc_req *r)
 			req_free(r);
 		return;
 	}
-	s->stats.upstream++;
+	s->stats->upstream++;
 	r->deadline = uv_now(s->loop) + s->conf->timeout_ms;
 	const dns_upstream_conf *u = &s->conf->ups[r->up];
 	if (u->proto == DNS_UP_UDP) {
@@ -1350,7 +1352,8 @@ void dns_svc_conf_unref(dns_svc_conf *c)
 	free(c);
 }
 
-dns_svc *dns_svc_new(worker *w, dns_svc_conf *conf, const dns_svc_dialer *dialer)
+dns_svc *dns_svc_new(worker *w, dns_svc_conf *conf, const dns_svc_dialer *dialer,
+                     dns_svc_stats *stats)
 {
 	dns_svc *s = calloc(1, sizeof *s);
 	if (!s)
@@ -1370,6 +1373,7 @@ dns_svc *dns_svc_new(worker *w, dns_svc_conf *conf, const dns_svc_dialer *dialer
 		s->dialer = *dialer;
 	s->backend = (dns_backend){.start = lookup_start, .cancel = lookup_cancel, .self = s};
 	s->refs = 1;
+	s->stats = stats ? stats : &s->own;
 	if (getrandom(&s->rng, sizeof s->rng, GRND_NONBLOCK) != sizeof s->rng)
 		s->rng = (uint32_t)(uintptr_t)s;
 	s->rng |= 1;
@@ -1425,4 +1429,3 @@ void dns_svc_shutdown(dns_svc *s)
 	svc_unref(s);
 }
 
-void dns_svc_stats_get(const dns_svc *s, dns_svc_stats *out) { *out = s->stats; }

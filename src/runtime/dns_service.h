@@ -95,10 +95,15 @@ typedef struct dns_svc_dialer {
 
 typedef struct dns_svc dns_svc;
 
+typedef struct dns_svc_stats dns_svc_stats;
+
 /* The service on w's loop, over conf (a reference is taken). dialer is
- * copied. NULL when memory runs out. Worker thread only, as every call
- * below. */
-dns_svc *dns_svc_new(worker *w, dns_svc_conf *conf, const dns_svc_dialer *dialer);
+ * copied (NULL: no through_proxy server can be reached). The service adds
+ * its counts to *stats (borrowed for its life, so counts outlive a
+ * reload's new service; NULL: its own). NULL when memory runs out. Worker
+ * thread only, as every call below. */
+dns_svc *dns_svc_new(worker *w, dns_svc_conf *conf, const dns_svc_dialer *dialer,
+                     dns_svc_stats *stats);
 
 /* The worker lets go of s: streams and links opened on it keep it until
  * they close (their queries are still answered); then it is freed. */
@@ -126,14 +131,15 @@ dgram_link *dns_svc_link(dns_svc *s, const dgram_handlers *h, void *ud);
  * hosts, cache and upstreams. */
 const dns_backend *dns_svc_backend(dns_svc *s);
 
-/* What the service has done since it started on this worker. */
-typedef struct dns_svc_stats {
-	uint64_t queries;   /* queries taken from clients */
-	uint64_t hosts;     /* answered from [[dns.host]] */
-	uint64_t upstream;  /* sent to an upstream */
-	uint64_t servfail;  /* answered SERVFAIL (timeouts, broken upstreams, the bound) */
-	uint64_t formerr;   /* queries that could not be read */
-} dns_svc_stats;
-void dns_svc_stats_get(const dns_svc *s, dns_svc_stats *out);
+/* What services on one worker did: plain counts, the worker's thread
+ * writes and reads them. */
+struct dns_svc_stats {
+	uint64_t queries;  /* queries taken: clients' and the outbounds' lookups */
+	uint64_t hosts;    /* answered from [[dns.host]] */
+	uint64_t cached;   /* answered from the cache */
+	uint64_t upstream; /* sent to an upstream (a prefetch and a retry over TCP too) */
+	uint64_t servfail; /* answered SERVFAIL (timeouts, broken upstreams, the bound) */
+	uint64_t formerr;  /* queries that could not be read */
+};
 
 #endif

@@ -430,7 +430,7 @@ dns_svc *sup_dns_svc_new(worker *w, dns_svc_conf *conf)
 	if (!conf)
 		return NULL;
 	dns_svc_dialer d = {.dial = sup_dns_dial};
-	return dns_svc_new(w, conf, &d);
+	return dns_svc_new(w, conf, &d, &((sup_route *)worker_slot(w))->dns_counts);
 }
 
 void sup_connector_init(connector *c, void *self)

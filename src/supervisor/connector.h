@@ -19,6 +19,8 @@ typedef struct sup_route {
 	/* owned: the DNS service on this worker (dns's backend), NULL when the
 	 * config has none */
 	dns_svc *svc;
+	/* what this worker's services did, across reloads (metrics) */
+	dns_svc_stats dns_counts;
 	list assocs;       /* the worker's UDP associations (their fan-outs) */
 	tracker *track;    /* owned: the worker's flow table */
 	/* Failed stream opens by proto_dial_error kind, since the start: plain

@@ -46,6 +46,36 @@ void etm_supervisor_dial_errors(etm_supervisor *s, uint64_t out[ETM_DIAL_ERROR_K
 
 _Static_assert(sizeof(etm_dns_cache_stats) == sizeof(dns_cache_stats), "a count added to one only");
 
+static void add_dns_counts(worker *w, void *arg)
+{
+	etm_dns_service_stats *out = arg;
+	const dns_svc_stats *c = &((sup_route *)worker_slot(w))->dns_counts;
+	out->queries += c->queries;
+	out->hosts += c->hosts;
+	out->cached += c->cached;
+	out->upstream += c->upstream;
+	out->servfail += c->servfail;
+	out->formerr += c->formerr;
+}
+
+void etm_supervisor_dns_service_stats(etm_supervisor *s, etm_dns_service_stats *out)
+{
+	*out = (etm_dns_service_stats){.running = s->dns_conf != NULL};
+	if (!out->running)
+		return;
+	for (size_t i = 0; i < workers_count(s->ws); i++)
+		worker_run(workers_at(s->ws, i), add_dns_counts, out);
+	if (s->dns_conf->cache) {
+		dns_answers_stats st;
+		dns_answers_stats_get(s->dns_conf->cache, &st);
+		out->cache_misses = st.misses;
+		out->cache_negative_hits = st.negative_hits;
+		out->cache_evictions = st.evictions;
+		out->cache_prefetches = st.prefetches;
+		out->cache_entries = st.entries;
+	}
+}
+
 void etm_supervisor_dns_cache_stats(const etm_supervisor *s, etm_dns_cache_stats *out)
 {
 	dns_cache_stats st;

@@ -150,7 +150,7 @@ static void setup(worker *w, void *arg)
 	 * (its rules, hosts and cache). This thread routes no flow: a name
 	 * whose upstream is through_proxy fails its lookup. */
 	if (pr->svc_conf) {
-		if (!(pr->svc = dns_svc_new(w, pr->svc_conf, NULL))) {
+		if (!(pr->svc = dns_svc_new(w, pr->svc_conf, NULL, NULL))) {
 			snprintf(pr->err, sizeof pr->err, "%s", msgs[MSG_NO_MEMORY]);
 			pr->failed = 1;
 			return;

@@ -2,26 +2,31 @@
 name a client hands the proxy (SOCKS5 CONNECT with a domain) is looked up
 through the service, so its hosts entries, rules and upstreams decide where
 freedom dials; a name it cannot find fails the connect as any unknown host.
+And the service's metrics, read with python3-prometheus-client's parser.
 
 The binary runs on 127.0.0.1; the echo target and the upstream are on
 loopback.
 """
-import pytest
+import re
 
-from dnskit import TYPE_A, TYPE_AAAA, DnsUpstream
-from proxykit import (Proxy, connect, socks5_connect, socks5_greet, socks5_request,
-                      stop_cleanly)
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from dnskit import FORMERR, TYPE_A, TYPE_AAAA, DnsUpstream, build_query, parse
+from proxykit import (Association, Proxy, connect, socks5_connect, socks5_greet,
+                      socks5_request, stop_cleanly)
 
 BASE = ('[[inbound]]\ntag = "in"\nprotocol = "socks"\nlisten = "127.0.0.1"\nport = {port0}\n\n'
         '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n')
+METRICS = '[metrics]\nlisten = "127.0.0.1:0"\n\n'
 
 
 @pytest.fixture
 def start_proxy(app, tmp_path):
     started = []
 
-    def _start(text):
-        p = Proxy(app, tmp_path, text, 1, log_level="debug")
+    def _start(text, n_ports=1):
+        p = Proxy(app, tmp_path, text, n_ports, log_level="debug")
         started.append(p)
         return p.start()
 
@@ -73,3 +78,53 @@ def test_a_name_the_service_cannot_find_fails_the_connect(start_proxy, upstream)
         rep, _ = socks5_request(s, "nothere.test", 80)
     assert rep == 0x04  # host unreachable: dns: no such host
     assert ("nothere.test", TYPE_A, "udp") in upstream.queries
+
+
+def scrape(proxy):
+    """GET /metrics on the port the proxy's log names, as families."""
+    m = re.search(r"metrics: serving http://127\.0\.0\.1:(\d+)/metrics", proxy.log())
+    assert m, proxy.log()
+    with connect(int(m.group(1))) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return {f.name: f for f in text_string_to_metric_families(body.decode())}
+
+
+def value(families, name):
+    f = families[name]
+    assert len(f.samples) == 1, f
+    return f.samples[0].value
+
+
+def test_the_services_metrics_count_each_way_a_query_was_answered(start_proxy, upstream):
+    proxy = start_proxy(service(upstream, '[[dns.host]]\nname = "echo.test"\n'
+                                          'address = ["127.0.0.1"]\n\n')
+                        .replace("cache_size = 0", "cache_size = 64")
+                        + METRICS)
+    with Association(proxy.port) as assoc:
+        for name in ("echo.test", "up.test", "up.test"):
+            assoc.send("192.0.2.1", 53, build_query(name))
+            parse(assoc.recv(3.0)[1])
+        assoc.send("192.0.2.1", 53, b"\x12\x34" + b"\x00" * 10)  # no question: FORMERR
+        assert parse(assoc.recv(3.0)[1]).rcode == FORMERR
+    fam = scrape(proxy)
+    assert value(fam, "etemenanki_dns_service_queries") == 4
+    assert value(fam, "etemenanki_dns_service_hosts_answers") == 1
+    assert value(fam, "etemenanki_dns_service_cache_answers") == 1
+    assert value(fam, "etemenanki_dns_service_upstream_queries") == 1
+    assert value(fam, "etemenanki_dns_service_formerr") == 1
+    assert value(fam, "etemenanki_dns_service_servfail") == 0
+    assert value(fam, "etemenanki_dns_service_cache_entries") == 1
+    assert value(fam, "etemenanki_dns_service_cache_misses") == 1
+    assert len(upstream.queries) == 1
+
+
+def test_without_a_service_its_metrics_are_absent(start_proxy):
+    proxy = start_proxy(BASE + METRICS)
+    fam = scrape(proxy)
+    assert not [n for n in fam if n.startswith("etemenanki_dns_service_")]
+    assert "etemenanki_dns_cache_hits" in fam
