@@ -2,12 +2,14 @@
 name a client hands the proxy (SOCKS5 CONNECT with a domain) is looked up
 through the service, so its hosts entries, rules and upstreams decide where
 freedom dials; a name it cannot find fails the connect as any unknown host.
-And the service's metrics, read with python3-prometheus-client's parser.
+And the service's metrics (read with python3-prometheus-client's parser) and its
+prefetch of popular answers.
 
 The binary runs on 127.0.0.1; the echo target and the upstream are on
 loopback.
 """
 import re
+import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -128,3 +130,36 @@ def test_without_a_service_its_metrics_are_absent(start_proxy):
     fam = scrape(proxy)
     assert not [n for n in fam if n.startswith("etemenanki_dns_service_")]
     assert "etemenanki_dns_cache_hits" in fam
+
+
+def test_a_popular_answer_is_prefetched_before_it_expires(start_proxy):
+    """TTL 10: hit twice, then asked in the last tenth of its life (second
+    9.4), the answer comes from the cache (its TTL aged to 1) and is asked
+    of the upstream again in the background; after the first answer's
+    expiry the refreshed one still answers, without another query."""
+    up = DnsUpstream({"hot.test": ["192.0.2.30"]}, ttl=10)
+    try:
+        proxy = start_proxy(service(up).replace("cache_size = 0", "cache_size = 64"))
+        with Association(proxy.port) as assoc:
+            def ask():
+                assoc.send("192.0.2.1", 53, build_query("hot.test"))
+                a = parse(assoc.recv(3.0)[1])
+                assert a.addresses() == ["192.0.2.30"], a
+                return a.answers[0].ttl
+            start = time.monotonic()
+            for _ in range(3):
+                ask()
+            assert len(up.queries) == 1
+            time.sleep(max(0.0, start + 9.4 - time.monotonic()))
+            ttl = ask()
+            assert time.monotonic() - start < 10.0, "too late to tell a prefetch from a miss"
+            assert ttl <= 1, ttl  # from the cache
+            deadline = time.monotonic() + 2.0
+            while len(up.queries) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert len(up.queries) == 2, up.queries
+            time.sleep(max(0.0, start + 10.5 - time.monotonic()))
+            assert ask() >= 8  # the refreshed answer, stored about a second ago
+            assert len(up.queries) == 2, up.queries
+    finally:
+        up.close()
