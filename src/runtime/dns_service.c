@@ -23,6 +23,7 @@ enum {
 	MSG_BLACKHOLED,
 	MSG_NO_MEMORY,
 	MSG_NO_DIALER,
+	MSG_DRAINED,
 	MSG_COUNT_
 };
 static const char *const msgs[MSG_COUNT_] = {
@@ -31,6 +32,7 @@ static const char *const msgs[MSG_COUNT_] = {
 	[MSG_UPSTREAM_FAILED] = "dns server %s: %s",
 	[MSG_BLACKHOLED] = "the route blackholes it",
 	[MSG_NO_MEMORY] = "out of memory",
+	[MSG_DRAINED] = "the outbound this connection was opened on was drained",
 	[MSG_NO_DIALER] = "dns: this thread routes no flow, so it cannot reach a through_proxy server",
 };
 
@@ -81,6 +83,7 @@ struct upconn {
 	connect_pending *dialing;
 	bool *dial_ran;
 	endpoint *ep;
+	uint64_t origin; /* the outbound version its stream came through */
 	list waiting; /* svc_req.link, to send once ready */
 	uint8_t *out;
 	size_t out_len, out_cap;
@@ -567,6 +570,7 @@ static void on_dialed(const connect_result *res, void *data)
 		return;
 	}
 	uc->ep = res->ep;
+	uc->origin = endpoint_origin(res->ep);
 	bool tls = u->proto == DNS_UP_TLS || u->proto == DNS_UP_HTTPS;
 	/* through a proxy outbound the stream has layers of its own already:
 	 * the TLS goes on an endpoint carried by its app bytes */
@@ -686,6 +690,19 @@ static void conn_close(upconn *uc, const char *why)
 	}
 	if (uc->waiting.head)
 		conn_dial(uc);
+}
+
+size_t dns_svc_drain(dns_svc *s, uint64_t origin)
+{
+	size_t n = 0;
+	for (size_t i = 0; origin && i < s->conf->n_ups; i++) {
+		upconn *uc = s->conns[i];
+		if (uc && uc->ep && uc->origin == origin) {
+			conn_close(uc, msgs[MSG_DRAINED]);
+			n++;
+		}
+	}
+	return n;
 }
 
 static upconn *conn_of(dns_svc *s, size_t up)

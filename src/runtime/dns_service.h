@@ -126,6 +126,12 @@ connect_pending *dns_svc_connect(dns_svc *s, connect_cb cb, void *data);
  * sent to. NULL without memory. */
 dgram_link *dns_svc_link(dns_svc *s, const dgram_handlers *h, void *ud);
 
+/* A close drain of the outbound version origin (outbound.h's id): every
+ * upstream connection s opened through it ends; what was sent on one is
+ * sent again on a new connection, routed by the plane of that moment.
+ * Returns how many ended. */
+size_t dns_svc_drain(dns_svc *s, uint64_t origin);
+
 /* The lookups of the outbounds on w (dns.h's dns_resolver) go through s
  * when it is set as their backend: A and AAAA through the same rules,
  * hosts, cache and upstreams. */

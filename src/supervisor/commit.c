@@ -137,10 +137,12 @@ typedef struct grace {
 	uint64_t after_ms;
 } grace;
 
+static size_t drain_worker(worker *w, uint64_t origin);
+
 static void drain_here(worker *w, void *arg)
 {
 	uint64_t origin = (uint64_t)(uintptr_t)arg;
-	(void)sup_drain(w, origin);
+	(void)drain_worker(w, origin);
 }
 
 static void grace_closed(uv_handle_t *h) { free(h->data); }
@@ -174,6 +176,7 @@ static void grace_start(worker *w, void *arg)
 
 /* ---- a [dns] change: new resolvers, the old ones retired ---- */
 
+
 typedef struct old_dns {
 	uv_timer_t timer;
 	list_node node; /* in the worker's old_dns */
@@ -182,6 +185,21 @@ typedef struct old_dns {
 } old_dns;
 
 static void old_dns_closed(uv_handle_t *h) { free(h->data); }
+
+/* The flows of origin on w, and the upstream connections of the DNS
+ * services a [dns] change retired (they still answer the client streams
+ * opened on them). */
+static size_t drain_worker(worker *w, uint64_t origin)
+{
+	sup_worker *sw = worker_slot(w);
+	size_t n = sup_drain(w, origin);
+	for (list_node *i = sw->old_dns.head; i; i = i->next) {
+		dns_svc *svc = LIST_ENTRY(i, old_dns, node)->svc;
+		if (svc)
+			n += dns_svc_drain(svc, origin);
+	}
+	return n;
+}
 
 static void old_dns_end(sup_worker *sw, old_dns *o)
 {
@@ -351,7 +369,7 @@ typedef struct drain_job {
 static void drain_count_here(worker *w, void *arg)
 {
 	drain_job *d = arg;
-	d->n += sup_drain(w, d->origin);
+	d->n += drain_worker(w, d->origin);
 }
 
 /* The DRAIN step of outbound version old, last in a commit. */

@@ -391,6 +391,8 @@ size_t sup_drain(worker *w, uint64_t origin)
 	size_t n = conn_drain(w, origin) + mux_drain(w, origin, msgs[MSG_DRAINED]);
 	for (list_node *i = rs->assocs.head; i; i = i->next)
 		n += fanout_drain(LIST_ENTRY(i, assoc_env, node)->link, origin, msgs[MSG_DRAINED]);
+	if (rs->svc) /* its through_proxy connections are guarded like any flow */
+		n += dns_svc_drain(rs->svc, origin);
 	return n;
 }
 

@@ -122,3 +122,43 @@ def test_a_reload_that_leaves_dns_alone_keeps_the_target(start_proxy, upstreams)
     assert outcome.startswith("config reload: changed "), outcome
     assert udp_ask(proxy, "www.example.test").addresses() == ["192.0.2.10"]
     assert targets(proxy, "udp", f"{UDP_TARGET}:53") == [("", 1), ("", 1)]
+
+
+def test_a_close_drain_ends_the_services_connection_through_the_old_outbound(start_proxy):
+    """through_proxy: the service's TCP connection to its upstream is a flow
+    of the "via" outbound; a reload that replaces "via" (another hop) with
+    drain = "close" ends that connection, and the next query opens a new
+    one through the new version, to the new hop."""
+    up = DnsUpstream({"www.example.test": ["192.0.2.40"]}, host="127.0.0.79",
+                     transports=("tcp",))
+    hop_base = ('[[inbound]]\ntag = "in"\nprotocol = "socks"\nlisten = "127.0.0.1"\n'
+                'port = {port0}\n\n[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n')
+    try:
+        hops = [start_proxy(hop_base), start_proxy(hop_base)]
+
+        def cfg(hop):
+            return (BASE + f'[[outbound]]\ntag = "via"\nprotocol = "socks"\n'
+                    f'server = "127.0.0.1"\nport = {hop.port}\ndrain = "close"\n\n'
+                    '[[route.rule]]\ninbound_tag = ["dns"]\noutbound = "via"\n\n'
+                    '[dns]\ncache_size = 0\n\n'
+                    f'[[dns.server]]\ntag = "up"\nprotocol = "tcp"\naddress = "{up.address}"\n'
+                    'through_proxy = true\n\n')
+        proxy = start_proxy(cfg(hops[0]))
+        assert udp_ask(proxy, "www.example.test").addresses() == ["192.0.2.40"]
+        assert up.connections == 1
+        outcome, applied = reload(proxy, cfg(hops[1]))
+        assert outcome.startswith("config reload: changed "), outcome
+        deadline = time.monotonic() + 3.0  # the old connection ends
+        while "the outbound this connection was opened on was drained" not in proxy.log() \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "the outbound this connection was opened on was drained" in proxy.log(), \
+            proxy.log()
+        assert udp_ask(proxy, "www.example.test").addresses() == ["192.0.2.40"]
+        assert up.connections == 2
+        dest = f"{up.address}"
+        assert [t for t, _ in targets(proxy, "tcp", dest)] == ["via", "via"]
+        assert [v for _, v in targets(proxy, "tcp", dest)] == [1, 2]
+        assert targets(hops[1], "tcp", dest) == [("direct", 1)]
+    finally:
+        up.close()
