@@ -58,7 +58,6 @@ struct svc_req {
 	req_cb cb; /* NULL: a prefetch, whose answer only fills the cache */
 	void *ud;
 	bool udp;
-	bool skip_cache;
 	uint8_t retries;
 	size_t up;       /* the upstream asked */
 	upconn *uc;      /* the stream it was sent on, R_UPSTREAM */
@@ -165,6 +164,27 @@ static void req_detach(svc_req *r)
 	r->uc = NULL;
 }
 
+/* Into the deadline list, kept earliest first: a query that waited for a
+ * connection or came back for TCP goes in before later ones (a walk from
+ * the tail, where it almost always belongs). */
+static void deadline_insert(dns_svc *s, svc_req *r)
+{
+	list_node *at = s->deadlines.tail;
+	while (at && LIST_ENTRY(at, svc_req, link)->deadline > r->deadline)
+		at = at->prev;
+	if (!at) {
+		list_push_front(&s->deadlines, &r->link);
+		return;
+	}
+	r->link.prev = at;
+	r->link.next = at->next;
+	if (at->next)
+		at->next->prev = &r->link;
+	else
+		s->deadlines.tail = &r->link;
+	at->next = &r->link;
+}
+
 static void req_cancel(svc_req *r)
 {
 	req_detach(r);
@@ -204,9 +224,10 @@ static void ready_reply(svc_req *r, uint8_t rcode, const struct sockaddr_storage
 	ready(r, buf, len > 0 ? (size_t)len : 0);
 }
 
-/* FORMERR for a query whose question could not be read: its header only
- * (RFC 1035 4.1.1), or nothing when not even that came. */
-static void ready_formerr(svc_req *r)
+/* FORMERR for a query whose question could not be read, NOTIMP for an
+ * opcode other than QUERY: its header only (RFC 1035 4.1.1), or nothing
+ * when not even that came. */
+static void ready_formerr(svc_req *r, uint8_t rcode)
 {
 	r->s->stats->formerr++;
 	if (r->qlen < DNS_HEADER_LEN) {
@@ -217,7 +238,7 @@ static void ready_formerr(svc_req *r)
 	h[0] = r->query[0];
 	h[1] = r->query[1];
 	h[2] = (uint8_t)(0x80 | (r->query[2] & 0x79)); /* QR, the opcode and RD kept */
-	h[3] = DNS_RCODE_FORMERR;
+	h[3] = rcode;
 	r->q.id = (uint16_t)(h[0] << 8 | h[1]);
 	r->udp = false; /* nothing to cut */
 	ready(r, h, sizeof h);
@@ -245,8 +266,13 @@ static svc_req *ask(dns_svc *s, const uint8_t *m, size_t n, bool udp, req_cb cb,
 	r->qlen = n;
 	memcpy(r->query, m, n);
 	s->stats->queries++;
-	if (dns_msg_parse_query(r->query, n, &r->q) != DNS_MSG_OK) {
-		ready_formerr(r);
+	int rc = dns_msg_parse_query(r->query, n, &r->q);
+	if (rc == DNS_MSG_ENOTQUERY && (r->query[2] & 0x80)) {
+		ready(r, NULL, 0); /* a response: never answered, so two services cannot loop */
+		return r;
+	}
+	if (rc != DNS_MSG_OK) {
+		ready_formerr(r, rc == DNS_MSG_ENOTQUERY ? DNS_RCODE_NOTIMP : DNS_RCODE_FORMERR);
 		return r;
 	}
 	if (s->dead) {
@@ -268,7 +294,7 @@ static svc_req *ask(dns_svc *s, const uint8_t *m, size_t n, bool udp, req_cb cb,
 			if (c == DNS_ANSWERS_HIT_PREFETCH && s->conf->prefetch) {
 				svc_req *p = calloc(1, sizeof *p + n);
 				if (p) {
-					*p = (svc_req){.s = s, .skip_cache = true, .qlen = n, .q = r->q};
+					*p = (svc_req){.s = s, .qlen = n, .q = r->q};
 					memcpy(p->query, m, n);
 					send_up(s, p);
 				}
@@ -417,7 +443,9 @@ static void conn_flush(upconn *uc)
 static int conn_put(upconn *uc, svc_req *r)
 {
 	const dns_upstream_conf *u = &uc->s->conf->ups[uc->up];
-	size_t need = r->qlen + (u->proto == DNS_UP_HTTPS ? 1024 : 2);
+	size_t need = r->qlen + 2;
+	if (u->proto == DNS_UP_HTTPS) /* the request head around it */
+		need += 256 + strlen(u->host) + strlen(u->path);
 	if (uc->out_cap - uc->out_len < need) {
 		size_t cap = uc->out_cap ? uc->out_cap : 4096;
 		while (cap - uc->out_len < need)
@@ -467,7 +495,7 @@ static void conn_ready(upconn *uc)
 		svc_req *r = LIST_ENTRY(uc->waiting.head, svc_req, link);
 		list_remove(&uc->waiting, &r->link);
 		r->state = R_UPSTREAM;
-		list_push_back(&uc->s->deadlines, &r->link);
+		deadline_insert(uc->s, r);
 		conn_send(uc, r);
 	}
 	conn_flush(uc);
@@ -755,7 +783,7 @@ static void send_up(dns_svc *s, svc_req *r)
 	const dns_upstream_conf *u = &s->conf->ups[r->up];
 	if (u->proto == DNS_UP_UDP) {
 		r->state = R_UPSTREAM;
-		list_push_back(&s->deadlines, &r->link);
+		deadline_insert(s, r);
 		rearm(s);
 		uv_udp_t *h = udp_of(s, r->up);
 		uint8_t saved[2] = {r->query[0], r->query[1]};
@@ -790,7 +818,7 @@ static void send_stream(dns_svc *s, svc_req *r)
 	/* the slot is held from here; the deadline runs while it waits too */
 	if (uc->st == UC_READY && !uc->no_more) {
 		r->state = R_UPSTREAM;
-		list_push_back(&s->deadlines, &r->link);
+		deadline_insert(s, r);
 		rearm(s);
 		conn_send(uc, r);
 		conn_flush(uc);
