@@ -202,7 +202,10 @@ def tcp_ask(proxy, name, qtype=TYPE_A, target=TCP_TARGET, timeout=3.0):
     with socks_open(proxy.port, target, 53) as s:
         s.settimeout(timeout)
         s.sendall(framed(q))
-        return q, parse(read_framed(s))
+        try:
+            return q, parse(read_framed(s))
+        except (socket.timeout, EOFError) as e:
+            raise AssertionError(f"no TCP answer for {name} ({e}); log:\n{proxy.log()}")
 
 
 def flood(proxy, names, target=UDP_TARGET, window=32):
