@@ -266,6 +266,45 @@ static void no_server_no_service(void **state)
 	etm_spec_free(&s);
 }
 
+/* config_load's refusal of toml, word for word. */
+static void expect_refused(const char *toml, const char *want)
+{
+	etm_spec s;
+	char msg[CONFIG_MSG_MAX];
+	assert_int_equal(config_load(toml, strlen(toml), &s, msg, sizeof msg), -1);
+	assert_string_equal(msg, want);
+}
+
+#define ONE "[[dns.server]]\ntag = \"a\"\naddress = \"127.0.0.1\"\n"
+
+static void every_dns_check_has_its_text(void **state)
+{
+	(void)state;
+	expect_refused(BASE "[dns]\nservers = [\"1.1.1.1\"]\n" ONE,
+	               "dns: servers and [[dns.server]] cannot both be set: with [[dns.server]] "
+	               "the DNS service answers every lookup");
+	expect_refused(BASE "[[dns.rule]]\nserver = \"a\"\ndomain = [\"x\"]\n",
+	               "dns: [[dns.rule]] needs at least one [[dns.server]]");
+	expect_refused(BASE "[[dns.host]]\nname = \"x\"\naddress = [\"192.0.2.1\"]\n",
+	               "dns: [[dns.host]] needs at least one [[dns.server]]");
+	expect_refused(BASE "[dns]\nfinal = \"a\"\n", "dns: final needs at least one [[dns.server]]");
+	expect_refused(BASE ONE ONE, "dns: duplicate server tag: a");
+	expect_refused(BASE "[[dns.server]]\ntag = \"h\"\nprotocol = \"https\"\naddress = "
+	                    "\"127.0.0.1\"\npath = \"dns-query\"\n",
+	               "dns: server h: path \"dns-query\" must start with /");
+	expect_refused(BASE ONE "[[dns.rule]]\nserver = \"a\"\n",
+	               "dns rule #1 (server a) has no matcher, so it can never match");
+	expect_refused(BASE ONE "[[dns.rule]]\nserver = \"a\"\ndomain_regex = [\"(\"]\n",
+	               "dns rule #1: bad domain_regex (: missing closing parenthesis at offset 1");
+	expect_refused(BASE ONE "[[dns.host]]\nname = \"x\"\n", "dns: host x needs at least one address");
+	expect_refused(BASE ONE "[[dns.host]]\nname = \"x\"\naddress = [\"router\"]\n",
+	               "dns: host x: \"router\" is not an IP address");
+	expect_refused(BASE ONE "[dns]\ntimeout = 0\n", "dns: timeout must be 1 to 60 seconds");
+	expect_refused(BASE ONE "[dns]\ntimeout = 61\n", "dns: timeout must be 1 to 60 seconds");
+	expect_refused(BASE ONE "[dns]\ncache_size = 1048577\n",
+	               "dns: cache_size must be at most 1048576");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -275,6 +314,7 @@ int main(void)
 		cmocka_unit_test(final_defaults_to_the_first_server_and_hosts_are_kept_lower_case),
 		cmocka_unit_test(a_ca_file_that_cannot_be_read_names_the_server),
 		cmocka_unit_test(no_server_no_service),
+		cmocka_unit_test(every_dns_check_has_its_text),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
