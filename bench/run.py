@@ -279,6 +279,9 @@ SUBJECTS += [
     Subject("etm-dns-warm", "etemenanki DNS service, warm (one name, socks UDP)", "dns",
             [app("etemenanki/dns-service.toml")], ours=True, kind="dns",
             dns_target="192.0.2.1:53"),
+    Subject("etm-dns-warm-1w", "etemenanki DNS service, warm, one worker", "dns",
+            [app("etemenanki/dns-service-1w.toml")], ours=True, kind="dns",
+            dns_target="192.0.2.1:53"),
     Subject("etm-dns-cold", "etemenanki DNS service, cold (new names, socks UDP)", "dns",
             [app("etemenanki/dns-service.toml")], ours=True, kind="dns",
             dns_target="192.0.2.1:53", dns_names="random"),
@@ -1058,6 +1061,8 @@ def dns_rate(res):
 def dns_vs(results):
     rows = ["| ratio of query/s | value |", "|---|--:|"]
     for a, b, what in (("etm-dns-warm", "dnsmasq-warm", "etemenanki warm / dnsmasq warm (direct)"),
+                       ("etm-dns-warm-1w", "dnsmasq-warm",
+                        "etemenanki warm, one worker / dnsmasq warm (direct)"),
                        ("etm-dns-warm", "dnsmasq-warm-socks",
                         "etemenanki warm / dnsmasq warm through etemenanki socks"),
                        ("etm-dns-cold", "dns-upstream", "etemenanki cold / the upstream alone")):

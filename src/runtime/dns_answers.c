@@ -1,4 +1,4 @@
-/* dns_answers.c - the DNS service's answer cache: a chained hash table and an LRU list under one mutex, as dns_cache.c. */
+/* dns_answers.c - the DNS service's answer cache: whole responses on a ttl_table (base/ttl_table.h) under one mutex, as dns_cache.c. */
 #include "runtime/dns_answers.h"
 
 #include <pthread.h>
@@ -9,20 +9,11 @@
 
 #include "base/bytes.h"
 #include "base/hash.h"
-#include "base/list.h"
-
-/* When the cache is full, this many entries from the least recently used end
- * are checked for an expired one before the oldest live entry is dropped
- * (as dns_cache.c: expired entries cluster there, and the work a store does
- * under the lock stays constant). */
-#define EVICT_SCAN 16
+#include "base/ttl_table.h"
 
 typedef struct entry {
-	struct entry *chain; /* next in the bucket */
-	list_node lru;       /* in the cache's list, newest first */
+	ttl_node node;       /* first: the table's bookkeeping */
 	uint64_t stored_ms;  /* TTLs are aged from here */
-	uint64_t expires_ms; /* dead at and after this instant */
-	uint32_t hash;
 	uint32_t hits;       /* lookups answered since stored (saturating) */
 	bool negative;
 	bool prefetched;     /* a caller was given HIT_PREFETCH since stored */
@@ -36,12 +27,8 @@ typedef struct entry {
 } entry;
 
 struct dns_answers {
-	pthread_mutex_t lock; /* guards everything below */
-	size_t capacity;
-	size_t count;
-	size_t mask; /* buckets - 1; buckets is a power of two >= capacity */
-	entry **buckets;
-	list lru; /* every entry, the newest (last stored or hit) first */
+	pthread_mutex_t lock; /* guards t */
+	ttl_table t;
 	/* dns_answers_stats's, outside the lock for its readers: written with
 	 * relaxed atomics (entries under the lock, as a copy of count) */
 	_Atomic uint64_t hits, negative_hits, misses, evictions, prefetches, entries;
@@ -75,33 +62,16 @@ static uint32_t key_hash(const dns_question *q, size_t len)
 
 static entry *find(dns_answers *c, const dns_question *q, size_t len, uint32_t hash)
 {
-	for (entry *e = c->buckets[hash & c->mask]; e; e = e->chain)
-		if (e->hash == hash && e->qtype == q->qtype && e->qclass == q->qclass &&
+	for (ttl_node *n = ttl_table_chain(&c->t, hash); n; n = n->chain) {
+		entry *e = (entry *)n;
+		if (n->hash == hash && e->qtype == q->qtype && e->qclass == q->qclass &&
 		    bytes_ascii_ieq(e->name, e->name_len, q->name, len))
 			return e;
+	}
 	return NULL;
 }
 
-/* Takes e out of the table and the list; the caller frees it (outside the
- * lock when it can). */
-static void detach(dns_answers *c, entry *e)
-{
-	entry **link = &c->buckets[e->hash & c->mask];
-	while (*link != e)
-		link = &(*link)->chain;
-	*link = e->chain;
-	list_remove(&c->lru, &e->lru);
-	c->count--;
-}
-
-static entry *pick_victim(dns_answers *c, uint64_t now_ms)
-{
-	list_node *n = c->lru.tail;
-	for (int i = 0; n && i < EVICT_SCAN; i++, n = n->prev)
-		if (now_ms >= LIST_ENTRY(n, entry, lru)->expires_ms)
-			return LIST_ENTRY(n, entry, lru);
-	return LIST_ENTRY(c->lru.tail, entry, lru);
-}
+static void free_entry(ttl_node *n) { free(n); }
 
 dns_answers *dns_answers_new(size_t capacity)
 {
@@ -110,35 +80,20 @@ dns_answers *dns_answers_new(size_t capacity)
 	dns_answers *c = calloc(1, sizeof *c);
 	if (!c)
 		return NULL;
-	size_t buckets = 1;
-	while (buckets < capacity)
-		buckets <<= 1;
-	c->buckets = calloc(buckets, sizeof *c->buckets);
-	if (!c->buckets)
-		goto fail;
-	if (pthread_mutex_init(&c->lock, NULL) != 0)
-		goto fail;
-	c->capacity = capacity;
-	c->mask = buckets - 1;
+	if (ttl_table_init(&c->t, capacity) || pthread_mutex_init(&c->lock, NULL) != 0) {
+		ttl_table_free(&c->t, free_entry);
+		free(c);
+		return NULL;
+	}
 	return c;
-fail:
-	free(c->buckets);
-	free(c);
-	return NULL;
 }
 
 void dns_answers_del(dns_answers *c)
 {
 	if (!c)
 		return;
-	list_node *n = c->lru.head;
-	while (n) {
-		list_node *older = n->next;
-		free(LIST_ENTRY(n, entry, lru));
-		n = older;
-	}
+	ttl_table_free(&c->t, free_entry);
 	pthread_mutex_destroy(&c->lock);
-	free(c->buckets);
 	free(c);
 }
 
@@ -179,9 +134,8 @@ void dns_answers_store(dns_answers *c, const dns_question *q, const uint8_t *res
 		return;
 	uint32_t life = life_s(info);
 	*e = (entry){
+		.node = {.expires_ms = now_ms + (uint64_t)life * 1000, .hash = key_hash(q, len)},
 		.stored_ms = now_ms,
-		.expires_ms = now_ms + (uint64_t)life * 1000,
-		.hash = key_hash(q, len),
 		.negative = info->negative,
 		.qtype = q->qtype,
 		.qclass = q->qclass,
@@ -201,20 +155,13 @@ void dns_answers_store(dns_answers *c, const dns_question *q, const uint8_t *res
 
 	entry *old, *victim = NULL;
 	pthread_mutex_lock(&c->lock);
-	old = find(c, q, len, e->hash);
+	old = find(c, q, len, e->node.hash);
 	if (old)
-		detach(c, old);
-	if (c->count >= c->capacity) {
-		victim = pick_victim(c, now_ms);
-		detach(c, victim);
+		ttl_table_detach(&c->t, &old->node);
+	if ((victim = (entry *)ttl_table_make_room(&c->t, now_ms)))
 		bump(&c->evictions);
-	}
-	entry **bucket = &c->buckets[e->hash & c->mask];
-	e->chain = *bucket;
-	*bucket = e;
-	list_push_front(&c->lru, &e->lru);
-	c->count++;
-	atomic_store_explicit(&c->entries, c->count, memory_order_relaxed);
+	ttl_table_insert(&c->t, &e->node);
+	atomic_store_explicit(&c->entries, c->t.count, memory_order_relaxed);
 	pthread_mutex_unlock(&c->lock);
 
 	free(old);
@@ -242,7 +189,7 @@ static void age(uint8_t *m, const entry *e, uint64_t now_ms)
 /* In the last DNS_ANSWERS_PREFETCH_PCT % of its life at now_ms (alive). */
 static bool late(const entry *e, uint64_t now_ms)
 {
-	uint64_t life = e->expires_ms - e->stored_ms, left = e->expires_ms - now_ms;
+	uint64_t life = e->node.expires_ms - e->stored_ms, left = e->node.expires_ms - now_ms;
 	return left * 100 <= life * DNS_ANSWERS_PREFETCH_PCT;
 }
 
@@ -261,12 +208,11 @@ dns_answers_result dns_answers_lookup(dns_answers *c, const dns_question *q, uin
 
 	pthread_mutex_lock(&c->lock);
 	entry *e = find(c, q, (size_t)key_len, hash);
-	if (e && now_ms >= e->expires_ms) {
-		detach(c, e);
+	if (e && now_ms >= e->node.expires_ms) {
+		ttl_table_detach(&c->t, &e->node);
 		dead = e;
 	} else if (e && e->len <= cap) {
-		list_remove(&c->lru, &e->lru); /* a hit makes it the newest */
-		list_push_front(&c->lru, &e->lru);
+		ttl_table_touch(&c->t, &e->node); /* a hit makes it the newest */
 		memcpy(out, e->resp, e->len);
 		age(out, e, now_ms < e->stored_ms ? e->stored_ms : now_ms);
 		dns_msg_set_id(out, q->id);
@@ -284,7 +230,7 @@ dns_answers_result dns_answers_lookup(dns_answers *c, const dns_question *q, uin
 	bump(res == DNS_ANSWERS_MISS ? &c->misses : &c->hits);
 	if (res == DNS_ANSWERS_HIT_PREFETCH)
 		bump(&c->prefetches);
-	atomic_store_explicit(&c->entries, c->count, memory_order_relaxed);
+	atomic_store_explicit(&c->entries, c->t.count, memory_order_relaxed);
 	pthread_mutex_unlock(&c->lock);
 
 	free(dead);

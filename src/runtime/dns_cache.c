@@ -1,4 +1,4 @@
-/* dns_cache.c - the DNS answer cache: a chained hash table and an LRU list under one mutex. */
+/* dns_cache.c - the DNS answer cache: names to addresses on a ttl_table (base/ttl_table.h) under one mutex. */
 #include "runtime/dns_cache.h"
 
 #include <netinet/in.h>
@@ -10,13 +10,7 @@
 
 #include "base/bytes.h"
 #include "base/hash.h"
-#include "base/list.h"
-
-/* When the cache is full, this many entries from the least recently used end
- * are checked for an expired one before the oldest live entry is dropped.
- * Expired entries cluster there (nobody has asked for them lately), and the
- * bound keeps the work a store does under the lock constant. */
-#define EVICT_SCAN 16
+#include "base/ttl_table.h"
 
 /* An address without the sockaddr padding: 17 bytes instead of 128. */
 typedef struct caddr {
@@ -25,10 +19,7 @@ typedef struct caddr {
 } caddr;
 
 typedef struct entry {
-	struct entry *chain;         /* next in the bucket */
-	list_node lru;               /* in the cache's list, newest first */
-	uint64_t expires_ms;         /* dead at and after this instant */
-	uint32_t hash;
+	ttl_node node;    /* first: the table's bookkeeping */
 	uint8_t n;        /* addresses; 0 = a negative answer */
 	uint8_t name_len; /* <= DNS_NAME_MAX */
 	char *name;       /* in the same allocation, after addrs */
@@ -36,12 +27,8 @@ typedef struct entry {
 } entry;
 
 struct dns_cache {
-	pthread_mutex_t lock; /* guards everything below */
-	size_t capacity;
-	size_t count;
-	size_t mask; /* buckets - 1; buckets is a power of two >= capacity */
-	entry **buckets;
-	list lru; /* every entry, the newest (last stored or hit) first */
+	pthread_mutex_t lock; /* guards t */
+	ttl_table t;
 	/* dns_cache_stats's, outside the lock for its readers: written with
 	 * relaxed atomics (entries under the lock, as a copy of count) */
 	_Atomic uint64_t hits, negative, misses, evictions, entries;
@@ -70,36 +57,15 @@ static uint32_t name_hash(const char *name, size_t len)
 /* ASCII only, whatever the locale (RFC 4343: DNS names compare that way). */
 static bool same_name(const entry *e, uint32_t hash, const char *name, size_t len)
 {
-	return e->hash == hash && bytes_ascii_ieq(e->name, e->name_len, name, len);
+	return e->node.hash == hash && bytes_ascii_ieq(e->name, e->name_len, name, len);
 }
 
 static entry *find(dns_cache *c, const char *name, size_t len, uint32_t hash)
 {
-	for (entry *e = c->buckets[hash & c->mask]; e; e = e->chain)
-		if (same_name(e, hash, name, len))
-			return e;
+	for (ttl_node *n = ttl_table_chain(&c->t, hash); n; n = n->chain)
+		if (same_name((entry *)n, hash, name, len))
+			return (entry *)n;
 	return NULL;
-}
-
-/* Takes e out of the table and the list; the caller frees it (outside the
- * lock when it can). */
-static void detach(dns_cache *c, entry *e)
-{
-	entry **link = &c->buckets[e->hash & c->mask];
-	while (*link != e)
-		link = &(*link)->chain;
-	*link = e->chain;
-	list_remove(&c->lru, &e->lru);
-	c->count--;
-}
-
-static entry *pick_victim(dns_cache *c, uint64_t now_ms)
-{
-	list_node *n = c->lru.tail;
-	for (int i = 0; n && i < EVICT_SCAN; i++, n = n->prev)
-		if (now_ms >= LIST_ENTRY(n, entry, lru)->expires_ms)
-			return LIST_ENTRY(n, entry, lru);
-	return LIST_ENTRY(c->lru.tail, entry, lru);
 }
 
 static void to_sockaddr(const caddr *a, struct sockaddr_storage *ss)
@@ -133,6 +99,8 @@ static bool from_sockaddr(const struct sockaddr_storage *ss, caddr *a)
 	return false;
 }
 
+static void free_entry(ttl_node *n) { free(n); }
+
 dns_cache *dns_cache_new(size_t capacity)
 {
 	if (capacity == 0 || capacity > DNS_CACHE_CAPACITY_LIMIT)
@@ -140,35 +108,20 @@ dns_cache *dns_cache_new(size_t capacity)
 	dns_cache *c = calloc(1, sizeof *c);
 	if (!c)
 		return NULL;
-	size_t buckets = 1;
-	while (buckets < capacity)
-		buckets <<= 1;
-	c->buckets = calloc(buckets, sizeof *c->buckets);
-	if (!c->buckets)
-		goto fail;
-	if (pthread_mutex_init(&c->lock, NULL) != 0)
-		goto fail;
-	c->capacity = capacity;
-	c->mask = buckets - 1;
+	if (ttl_table_init(&c->t, capacity) || pthread_mutex_init(&c->lock, NULL) != 0) {
+		ttl_table_free(&c->t, free_entry);
+		free(c);
+		return NULL;
+	}
 	return c;
-fail:
-	free(c->buckets);
-	free(c);
-	return NULL;
 }
 
 void dns_cache_del(dns_cache *c)
 {
 	if (!c)
 		return;
-	list_node *n = c->lru.head;
-	while (n) {
-		list_node *older = n->next;
-		free(LIST_ENTRY(n, entry, lru));
-		n = older;
-	}
+	ttl_table_free(&c->t, free_entry);
 	pthread_mutex_destroy(&c->lock);
-	free(c->buckets);
 	free(c);
 }
 
@@ -187,12 +140,11 @@ dns_cache_result dns_cache_lookup(dns_cache *c, const char *name, uint64_t now_m
 
 	pthread_mutex_lock(&c->lock);
 	entry *e = find(c, name, len, hash);
-	if (e && now_ms >= e->expires_ms) {
-		detach(c, e);
+	if (e && now_ms >= e->node.expires_ms) {
+		ttl_table_detach(&c->t, &e->node);
 		dead = e;
 	} else if (e) {
-		list_remove(&c->lru, &e->lru); /* a hit makes it the newest */
-		list_push_front(&c->lru, &e->lru);
+		ttl_table_touch(&c->t, &e->node); /* a hit makes it the newest */
 		if (e->n == 0) {
 			res = DNS_CACHE_NEGATIVE;
 		} else {
@@ -204,7 +156,7 @@ dns_cache_result dns_cache_lookup(dns_cache *c, const char *name, uint64_t now_m
 		}
 	}
 	bump(res == DNS_CACHE_HIT ? &c->hits : res == DNS_CACHE_NEGATIVE ? &c->negative : &c->misses);
-	atomic_store_explicit(&c->entries, c->count, memory_order_relaxed);
+	atomic_store_explicit(&c->entries, c->t.count, memory_order_relaxed);
 	pthread_mutex_unlock(&c->lock);
 
 	free(dead);
@@ -236,8 +188,7 @@ void dns_cache_store(dns_cache *c, const char *name, const struct sockaddr_stora
 	if (!e)
 		return;
 	*e = (entry){
-		.expires_ms = now_ms + (uint64_t)ttl_s * 1000,
-		.hash = name_hash(name, len),
+		.node = {.expires_ms = now_ms + (uint64_t)ttl_s * 1000, .hash = name_hash(name, len)},
 		.n = (uint8_t)k,
 		.name_len = (uint8_t)len,
 	};
@@ -248,20 +199,13 @@ void dns_cache_store(dns_cache *c, const char *name, const struct sockaddr_stora
 
 	entry *old, *victim = NULL;
 	pthread_mutex_lock(&c->lock);
-	old = find(c, name, len, e->hash);
+	old = find(c, name, len, e->node.hash);
 	if (old)
-		detach(c, old);
-	if (c->count >= c->capacity) {
-		victim = pick_victim(c, now_ms);
-		detach(c, victim);
+		ttl_table_detach(&c->t, &old->node);
+	if ((victim = (entry *)ttl_table_make_room(&c->t, now_ms)))
 		bump(&c->evictions);
-	}
-	entry **bucket = &c->buckets[e->hash & c->mask];
-	e->chain = *bucket;
-	*bucket = e;
-	list_push_front(&c->lru, &e->lru);
-	c->count++;
-	atomic_store_explicit(&c->entries, c->count, memory_order_relaxed);
+	ttl_table_insert(&c->t, &e->node);
+	atomic_store_explicit(&c->entries, c->t.count, memory_order_relaxed);
 	pthread_mutex_unlock(&c->lock);
 
 	free(old);
@@ -271,7 +215,7 @@ void dns_cache_store(dns_cache *c, const char *name, const struct sockaddr_stora
 size_t dns_cache_count(dns_cache *c)
 {
 	pthread_mutex_lock(&c->lock);
-	size_t n = c->count;
+	size_t n = c->t.count;
 	pthread_mutex_unlock(&c->lock);
 	return n;
 }
