@@ -191,6 +191,18 @@ static void req_cancel(svc_req *r)
 	req_free(r);
 }
 
+static void ready_reply(svc_req *r, uint8_t rcode, const struct sockaddr_storage *addrs,
+                        size_t n);
+
+/* r cannot be answered: its client gets SERVFAIL; a prefetch just ends. */
+static void fail_req(svc_req *r)
+{
+	if (r->cb)
+		ready_reply(r, DNS_RCODE_SERVFAIL, NULL, 0);
+	else
+		req_cancel(r);
+}
+
 /* r's answer is msg[0, n) (copied, id set to the client's, cut to the
  * client's UDP size): delivered from the idle. */
 static void ready(svc_req *r, const uint8_t *msg, size_t n)
@@ -322,7 +334,7 @@ static void answered(dns_svc *s, size_t up, upconn *uc, const uint8_t *m, size_t
 	if (dns_msg_scan_answer(m, n, &r->q, &info) != DNS_MSG_OK) {
 		if (!uc)
 			return; /* UDP: maybe forged; the real answer or the timeout decides */
-		ready_reply(r, DNS_RCODE_SERVFAIL, NULL, 0);
+		fail_req(r);
 		return;
 	}
 	if (!uc && info.tc) {
@@ -330,10 +342,7 @@ static void answered(dns_svc *s, size_t up, upconn *uc, const uint8_t *m, size_t
 		 * whole answer the client's own limit then cuts or not */
 		req_detach(r);
 		if (slot_take(s, r)) {
-			if (r->cb)
-				ready_reply(r, DNS_RCODE_SERVFAIL, NULL, 0);
-			else
-				req_free(r);
+			fail_req(r);
 			return;
 		}
 		r->deadline = uv_now(s->loop) + s->conf->timeout_ms; /* the lists stay in order */
@@ -480,7 +489,7 @@ static int conn_put(upconn *uc, svc_req *r)
 static void conn_send(upconn *uc, svc_req *r)
 {
 	if (conn_put(uc, r)) {
-		ready_reply(r, DNS_RCODE_SERVFAIL, NULL, 0);
+		fail_req(r);
 		return;
 	}
 	r->uc = uc;
@@ -698,10 +707,8 @@ static void conn_close(upconn *uc, const char *why)
 			r->deadline = uv_now(s->loop) + s->conf->timeout_ms;
 			r->state = R_WAITING;
 			list_push_back(&uc->waiting, &r->link);
-		} else if (r->cb) {
-			ready_reply(r, DNS_RCODE_SERVFAIL, NULL, 0);
 		} else {
-			req_free(r);
+			fail_req(r);
 		}
 	}
 	uc->inflight = 0;
@@ -709,10 +716,7 @@ static void conn_close(upconn *uc, const char *why)
 		while (uc->waiting.head) {
 			svc_req *r = LIST_ENTRY(uc->waiting.head, svc_req, link);
 			req_detach(r);
-			if (r->cb)
-				ready_reply(r, DNS_RCODE_SERVFAIL, NULL, 0);
-			else
-				req_free(r);
+			fail_req(r);
 		}
 		return;
 	}
@@ -772,10 +776,7 @@ static void send_up(dns_svc *s, svc_req *r)
 {
 	r->up = s->conf->pick(s->conf->rules, r->q.name);
 	if (slot_take(s, r)) {
-		if (r->cb)
-			ready_reply(r, DNS_RCODE_SERVFAIL, NULL, 0);
-		else
-			req_free(r);
+		fail_req(r);
 		return;
 	}
 	s->stats->upstream++;
@@ -793,10 +794,7 @@ static void send_up(dns_svc *s, svc_req *r)
 		r->query[0] = saved[0];
 		r->query[1] = saved[1];
 		if (rc < 0) {
-			if (r->cb)
-				ready_reply(r, DNS_RCODE_SERVFAIL, NULL, 0);
-			else
-				req_cancel(r);
+			fail_req(r);
 		}
 		return;
 	}
@@ -809,10 +807,7 @@ static void send_stream(dns_svc *s, svc_req *r)
 {
 	upconn *uc = conn_of(s, r->up);
 	if (!uc) {
-		if (r->cb)
-			ready_reply(r, DNS_RCODE_SERVFAIL, NULL, 0);
-		else
-			req_cancel(r);
+		fail_req(r);
 		return;
 	}
 	/* the slot is held from here; the deadline runs while it waits too */
@@ -833,32 +828,25 @@ static void send_stream(dns_svc *s, svc_req *r)
 
 /* ---- time ---- */
 
+/* The queries of l (earliest first) whose deadline passed get SERVFAIL. */
+static void expire(list *l, uint64_t now)
+{
+	while (l->head) {
+		svc_req *r = LIST_ENTRY(l->head, svc_req, link);
+		if (r->deadline > now)
+			break;
+		fail_req(r);
+	}
+}
+
 static void on_timer(uv_timer_t *t)
 {
 	dns_svc *s = t->data;
 	uint64_t now = uv_now(s->loop);
-	while (s->deadlines.head) {
-		svc_req *r = LIST_ENTRY(s->deadlines.head, svc_req, link);
-		if (r->deadline > now)
-			break;
-		if (r->cb)
-			ready_reply(r, DNS_RCODE_SERVFAIL, NULL, 0);
-		else
-			req_cancel(r);
-	}
-	/* queries waiting for a connection time out too */
-	for (size_t i = 0; i < s->conf->n_ups; i++) {
-		upconn *uc = s->conns[i];
-		while (uc && uc->waiting.head) {
-			svc_req *r = LIST_ENTRY(uc->waiting.head, svc_req, link);
-			if (r->deadline > now)
-				break;
-			if (r->cb)
-				ready_reply(r, DNS_RCODE_SERVFAIL, NULL, 0);
-			else
-				req_cancel(r);
-		}
-	}
+	expire(&s->deadlines, now);
+	for (size_t i = 0; i < s->conf->n_ups; i++) /* waiting for a connection, too */
+		if (s->conns[i])
+			expire(&s->conns[i]->waiting, now);
 	rearm(s);
 }
 
