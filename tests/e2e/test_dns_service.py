@@ -431,6 +431,7 @@ def test_direct_servers_are_dialled_past_the_routes(start_proxy, upstream):
         assert_answer(a, q, SERVFAIL)
         assert tcp_up.count("p.corp.test") == 0
         assert set(decisions(proxy, "tcp", tcp_up.address)) == {("dns", "block", "default route")}
+        assert "DEBUG dns: dns server tcp-proxied: the route blackholes it" in proxy.log()
     finally:
         tcp_up.close()
 
@@ -615,6 +616,7 @@ def test_a_tls_upstream_with_the_wrong_name_is_refused_unless_insecure(start_pro
         q, a = udp_ask(proxy, "www.example.test", timeout=5)
         assert_answer(a, q, SERVFAIL, [])
         assert up.count() == 0
+        assert "DEBUG dns: dns server secure: tls: " in proxy.log(), proxy.log()
         proxy = start_proxy(config(server("secure", up.address, allow_insecure=True, **keys)))
         q, a = udp_ask(proxy, "www.example.test", timeout=5)
         assert_answer(a, q, NOERROR, ["192.0.2.21"])
@@ -718,6 +720,8 @@ def test_a_bad_tcp_length_closes_the_stream(start_proxy, upstream, length):
     with socks_open(proxy.port, TCP_TARGET, 53) as s:
         s.sendall(struct.pack(">H", length) + b"x" * length)
         assert closed_without_bytes(s, 3.0) == "eof"
+    why = "dns: a zero-length message" if length == 0 else "dns: a message shorter than its header"
+    assert re.search(r"DEBUG conn: relay from \S+ ended: " + why, proxy.log()), proxy.log()
     q, a = tcp_ask(proxy, "www.example.test")
     assert_answer(a, q, NOERROR, ["192.0.2.10"])
 
