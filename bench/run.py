@@ -1337,7 +1337,8 @@ lost when unanswered after 200 ms; the median of {DNS_RUNS} runs. Warm rows ask
 upstream can answer. etemenanki's rows go through a SOCKS5 UDP association
 to 192.0.2.1:53, answered in process by the DNS service
 (`bench/peers/etemenanki/dns-service.toml`, product defaults:
-cache_size 4096). The upstream is dnsmasq answering every name under
+cache_size 4096; the one-worker row `dns-service-1w.toml`, `[runtime]
+workers = 1`). The upstream is dnsmasq answering every name under
 {DNS_ZONE} from its config (`--address`, TTL 300, `--cache-size=0`), started
 once for the group; the dnsmasq rows are dnsmasq as a caching forwarder to
 it (`--cache-size=4096`), asked directly and through etemenanki's
