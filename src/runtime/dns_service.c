@@ -598,8 +598,10 @@ static const endpoint_events uc_events = {
 static void on_dialed(const connect_result *res, void *data)
 {
 	upconn *uc = data;
-	if (uc->dial_ran)
+	if (uc->dial_ran) {
 		*uc->dial_ran = true;
+		uc->dial_ran = NULL;
+	}
 	uc->dialing = NULL;
 	const dns_upstream_conf *u = &uc->s->conf->ups[uc->up];
 	if (!res->ok || !res->ep) {
@@ -653,14 +655,14 @@ static void conn_dial(upconn *uc)
 {
 	dns_svc *s = uc->s;
 	const dns_upstream_conf *u = &s->conf->ups[uc->up];
-	uc->st = UC_DIALING;
-	bool ran = false;
-	uc->dial_ran = &ran;
-	connect_pending *p;
 	if (u->through_proxy && !s->dialer.dial) { /* never around the proxy */
 		conn_close(uc, msgs[MSG_NO_DIALER]);
 		return;
 	}
+	uc->st = UC_DIALING;
+	bool ran = false;
+	uc->dial_ran = &ran;
+	connect_pending *p;
 	if (u->through_proxy)
 		p = s->dialer.dial(s->dialer.self, s->w, &u->server, on_dialed, uc);
 	else
