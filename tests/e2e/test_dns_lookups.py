@@ -14,7 +14,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dnskit import FORMERR, TYPE_A, TYPE_AAAA, DnsUpstream, build_query, parse
+from dnskit import FORMERR, NOTIMP, TYPE_A, TYPE_AAAA, DnsUpstream, build_query, parse
 from proxykit import (Association, Proxy, connect, socks5_connect, socks5_greet,
                       socks5_request, stop_cleanly)
 
@@ -163,3 +163,20 @@ def test_a_popular_answer_is_prefetched_before_it_expires(start_proxy):
             assert len(up.queries) == 2, up.queries
     finally:
         up.close()
+
+
+def test_another_opcode_gets_notimp_and_a_response_gets_nothing(start_proxy, upstream):
+    proxy = start_proxy(service(upstream))
+    with Association(proxy.port) as assoc:
+        status = bytearray(build_query("up.test"))
+        status[2] = (status[2] & 0x87) | (2 << 3)  # opcode 2, STATUS
+        assoc.send("192.0.2.1", 53, bytes(status))
+        a = parse(assoc.recv(3.0)[1])
+        assert (a.id, a.rcode, a.qr) == (parse(bytes(status)).id, NOTIMP, True), a
+        response = bytearray(build_query("up.test"))
+        response[2] |= 0x80  # QR: an answer sent as if it were a query
+        assoc.send("192.0.2.1", 53, bytes(response))
+        assert assoc.silent(1.0), "a response was answered"
+        assoc.send("192.0.2.1", 53, build_query("up.test"))
+        assert parse(assoc.recv(3.0)[1]).addresses() == ["127.0.0.1"]
+    assert upstream.queries == [("up.test", TYPE_A, "udp")]
