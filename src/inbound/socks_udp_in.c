@@ -19,13 +19,19 @@ static const char *const msgs[] = {
 /* Room for the reason a datagram link could not open. */
 #define LINK_WHY_MAX 200
 
+/* Datagrams one wake-up may take from the client with recvmmsg(2) (libuv's
+ * UV_UDP_RECVMMSG: a chunk of 64 KiB each). The kernel writes only what
+ * arrives, so small datagrams keep a page a chunk resident. */
+#define RELAY_MMSG 8
+#define RELAY_CHUNK (64 * 1024)
+
 struct socks_udp_in {
 	in_conn *ic;
 	uv_udp_t relay;
 	dgram_link *link;
 	struct sockaddr_storage client; /* the client's endpoint, once its first datagram came */
 	bool client_known;
-	uint8_t *buf; /* DGRAM_HEADROOM + DGRAM_MAX for datagrams from the client */
+	uint8_t *buf; /* RELAY_MMSG chunks for datagrams from the client */
 };
 
 static void on_relay_closed(uv_handle_t *h)
@@ -65,7 +71,7 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	(void)suggested;
 	socks_udp_in *u = h->data;
 	buf->base = (char *)u->buf;
-	buf->len = DGRAM_HEADROOM + DGRAM_MAX;
+	buf->len = RELAY_MMSG * RELAY_CHUNK;
 }
 
 static void on_client_datagram(uv_udp_t *h, ssize_t n, const uv_buf_t *buf,
@@ -114,7 +120,7 @@ socks_udp_in *socks_udp_in_start(in_conn *ic, const proto_event *ev, addr_dest *
 	in_conn_set_flow(ic, &to, ev->user);
 
 	socks_udp_in *u = calloc(1, sizeof *u);
-	uint8_t *buf = malloc(DGRAM_HEADROOM + DGRAM_MAX);
+	uint8_t *buf = malloc(RELAY_MMSG * RELAY_CHUNK);
 	if (!u || !buf) {
 		free(u);
 		free(buf);
@@ -123,7 +129,9 @@ socks_udp_in *socks_udp_in_start(in_conn *ic, const proto_event *ev, addr_dest *
 	}
 	u->ic = ic;
 	u->buf = buf;
-	uv_udp_init(worker_loop(conn_worker(ic->c)), &u->relay);
+	/* one recvmmsg(2) takes up to RELAY_MMSG datagrams; each comes to
+	 * on_client_datagram on its own (UV_UDP_MMSG_CHUNK) */
+	uv_udp_init_ex(worker_loop(conn_worker(ic->c)), &u->relay, AF_UNSPEC | UV_UDP_RECVMMSG);
 	u->relay.data = u;
 
 	/* The relay binds the address the client reached, port 0: the control

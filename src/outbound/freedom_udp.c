@@ -9,6 +9,12 @@
 
 #include "base/log.h"
 
+/* Datagrams one wake-up may take with recvmmsg(2) (libuv's UV_UDP_RECVMMSG
+ * splits the buffer into 64 KiB chunks). The kernel writes only what
+ * arrives: small datagrams keep about a page a chunk resident. */
+#define FREEDOM_UDP_MMSG 8
+#define FREEDOM_UDP_CHUNK (64 * 1024)
+
 enum { MSG_NO_SOCKET, MSG_NO_FAMILY, MSG_UNRESOLVABLE, MSG_NO_ADDRESS, MSG_COUNT_ };
 static const char *const msgs[MSG_COUNT_] = {
 	[MSG_NO_SOCKET] = "udp: no usable local socket in any requested family",
@@ -39,7 +45,12 @@ typedef struct freedom_udp {
 	bool has[2];
 	int open_handles;
 	bool closing;
-	uint8_t *buf; /* DGRAM_HEADROOM + DGRAM_MAX, shared by both sockets */
+	/* DGRAM_HEADROOM + FREEDOM_UDP_MMSG chunks of 64 KiB, shared by both
+	 * sockets: one recvmmsg(2) fills a datagram a chunk. A receiver may
+	 * write DGRAM_HEADROOM bytes before its datagram: for a chunk after
+	 * the first that is the end of the previous chunk, whose datagram
+	 * (libuv hands the chunks over in order) was delivered already. */
+	uint8_t *buf;
 	name_entry names[FREEDOM_UDP_MAX_NAMES];
 	size_t next_name; /* round-robin slot to reuse when full */
 } freedom_udp;
@@ -202,7 +213,7 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	(void)suggested;
 	freedom_udp *f = h->data;
 	buf->base = (char *)f->buf + DGRAM_HEADROOM;
-	buf->len = DGRAM_MAX;
+	buf->len = FREEDOM_UDP_MMSG * FREEDOM_UDP_CHUNK;
 }
 
 static void recv_cb(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,
@@ -223,7 +234,7 @@ dgram_link *freedom_udp_open(worker *w, dns_resolver *dns, dial_family af,
                              const dgram_handlers *h, void *ud, char *err, size_t err_size)
 {
 	freedom_udp *f = calloc(1, sizeof *f);
-	uint8_t *buf = malloc(DGRAM_HEADROOM + DGRAM_MAX);
+	uint8_t *buf = malloc(DGRAM_HEADROOM + FREEDOM_UDP_MMSG * FREEDOM_UDP_CHUNK);
 	if (!f || !buf) {
 		free(f);
 		free(buf);
@@ -241,7 +252,7 @@ dgram_link *freedom_udp_open(worker *w, dns_resolver *dns, dial_family af,
 			uv_ip4_addr("0.0.0.0", 0, (struct sockaddr_in *)&any);
 		else
 			uv_ip6_addr("::", 0, (struct sockaddr_in6 *)&any);
-		uv_udp_init(worker_loop(w), &f->sock[i]);
+		uv_udp_init_ex(worker_loop(w), &f->sock[i], AF_UNSPEC | UV_UDP_RECVMMSG);
 		f->sock[i].data = f;
 		f->open_handles++;
 		if (uv_udp_bind(&f->sock[i], (struct sockaddr *)&any, i ? UV_UDP_IPV6ONLY : 0) ||
