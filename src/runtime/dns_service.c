@@ -24,6 +24,9 @@ enum {
 	MSG_NO_MEMORY,
 	MSG_NO_DIALER,
 	MSG_DRAINED,
+	MSG_CLOSED,
+	MSG_SILENT,
+	MSG_UNREAD,
 	MSG_COUNT_
 };
 static const char *const msgs[MSG_COUNT_] = {
@@ -33,11 +36,17 @@ static const char *const msgs[MSG_COUNT_] = {
 	[MSG_BLACKHOLED] = "the route blackholes it",
 	[MSG_NO_MEMORY] = "out of memory",
 	[MSG_DRAINED] = "the outbound this connection was opened on was drained",
+	[MSG_CLOSED] = "the server closed the connection",
+	[MSG_UNREAD] = "dns: the client leaves its answers unread",
+	[MSG_SILENT] = "no answer within the timeout: the connection is replaced",
 	[MSG_NO_DIALER] = "dns: this thread routes no flow, so it cannot reach a through_proxy server",
 };
 
-#define SLOT_BITS 10
-_Static_assert((1u << SLOT_BITS) == DNS_SVC_MAX_INFLIGHT, "a slot per query in flight");
+/* The queries at the upstreams by the id they went with: open addressing,
+ * at most half full. The ids are random (RFC 5452 4.3), drawn from
+ * getrandom(2) a buffer at a time. */
+#define ID_SLOTS (2 * DNS_SVC_MAX_INFLIGHT)
+#define RANDOM_BUF 256
 
 typedef struct svc_req svc_req;
 /* The answer to a query: msg has DGRAM_HEADROOM writable bytes before it;
@@ -101,9 +110,10 @@ struct dns_svc {
 	dns_backend backend;
 	size_t refs;
 	bool dead;
-	svc_req *slots[DNS_SVC_MAX_INFLIGHT];
-	uint16_t next_slot;
-	uint32_t rng;
+	svc_req *ids[ID_SLOTS]; /* by up_id, linear probing */
+	size_t n_ids;
+	uint8_t random[RANDOM_BUF];
+	size_t random_left;
 	uint64_t tick; /* idle rounds run */
 	list ready;     /* answers to deliver from the idle */
 	list deadlines; /* R_UPSTREAM, earliest first (one timeout for all) */
@@ -122,9 +132,11 @@ struct dns_svc {
 static void kick_idle(dns_svc *s);
 static void rearm(dns_svc *s);
 static void send_up(dns_svc *s, svc_req *r);
-static void conn_close(upconn *uc, const char *why);
+static void conn_end(upconn *uc, const char *why, bool failed_open);
 static void svc_unref(dns_svc *s);
-static int slot_take(dns_svc *s, svc_req *r);
+static int id_take(dns_svc *s, svc_req *r);
+static svc_req *id_find(const dns_svc *s, uint16_t id);
+static void id_drop(dns_svc *s, svc_req *r);
 static void send_stream(dns_svc *s, svc_req *r);
 
 /* ---- requests ---- */
@@ -149,11 +161,11 @@ static void req_detach(svc_req *r)
 		break;
 	case R_WAITING:
 		list_remove(&s->conns[r->up]->waiting, &r->link);
-		s->slots[r->up_id & (DNS_SVC_MAX_INFLIGHT - 1)] = NULL;
+		id_drop(s, r);
 		break;
 	case R_UPSTREAM:
 		list_remove(&s->deadlines, &r->link);
-		s->slots[r->up_id & (DNS_SVC_MAX_INFLIGHT - 1)] = NULL;
+		id_drop(s, r);
 		if (r->uc && r->uc->inflight)
 			r->uc->inflight--;
 		break;
@@ -327,13 +339,15 @@ static void answered(dns_svc *s, size_t up, upconn *uc, const uint8_t *m, size_t
 	if (n < DNS_HEADER_LEN)
 		return;
 	uint16_t id = (uint16_t)(m[0] << 8 | m[1]);
-	svc_req *r = s->slots[id & (DNS_SVC_MAX_INFLIGHT - 1)];
-	if (!r || r->up_id != id || r->up != up || (uc && r->uc != uc))
-		return; /* late, or not ours: a UDP answer its query outlived */
+	svc_req *r = id_find(s, id);
+	/* only the transport it went on answers it: a late UDP answer cannot
+	 * take a query that moved to TCP */
+	if (!r || r->state != R_UPSTREAM || r->up != up || r->uc != uc)
+		return;
 	dns_answer_info info;
-	if (dns_msg_scan_answer(m, n, &r->q, &info) != DNS_MSG_OK) {
-		if (!uc)
-			return; /* UDP: maybe forged; the real answer or the timeout decides */
+	if (dns_msg_scan_answer(m, n, &r->q, &info) != DNS_MSG_OK)
+		return; /* not an answer to it (or forged): the real one or the timeout decides */
+	if (!uc && info.tc && s->dead) {
 		fail_req(r);
 		return;
 	}
@@ -341,11 +355,12 @@ static void answered(dns_svc *s, size_t up, upconn *uc, const uint8_t *m, size_t
 		/* cut to fit UDP: ask again over TCP (RFC 7766 5), the
 		 * whole answer the client's own limit then cuts or not */
 		req_detach(r);
-		if (slot_take(s, r)) {
+		if (id_take(s, r)) {
 			fail_req(r);
 			return;
 		}
 		r->deadline = uv_now(s->loop) + s->conf->timeout_ms; /* the lists stay in order */
+		s->stats->upstream++;
 		send_stream(s, r);
 		return;
 	}
@@ -438,7 +453,7 @@ static void conn_flush(upconn *uc)
 	while (uc->out_len && uc->ep) {
 		ssize_t k = endpoint_send(uc->ep, uc->out, uc->out_len);
 		if (k < 0) {
-			conn_close(uc, endpoint_error(uc->ep));
+			conn_end(uc, endpoint_error(uc->ep), uc->st != UC_READY);
 			return;
 		}
 		if (k == 0)
@@ -497,6 +512,8 @@ static void conn_send(upconn *uc, svc_req *r)
 	uv_timer_stop(&uc->idle);
 }
 
+static void on_idle_conn(uv_timer_t *t);
+
 static void conn_ready(upconn *uc)
 {
 	uc->st = UC_READY;
@@ -508,13 +525,15 @@ static void conn_ready(upconn *uc)
 		conn_send(uc, r);
 	}
 	conn_flush(uc);
+	if (uc->ep && uc->inflight == 0) /* all it waited for expired meanwhile */
+		uv_timer_start(&uc->idle, on_idle_conn, DNS_SVC_IDLE_MS, 0);
 }
 
 static void on_idle_conn(uv_timer_t *t)
 {
 	upconn *uc = t->data;
 	if (uc->inflight == 0 && !uc->waiting.head)
-		conn_close(uc, NULL);
+		conn_end(uc, NULL, false);
 }
 
 static void conn_read(upconn *uc)
@@ -545,21 +564,26 @@ static void conn_read(upconn *uc)
 			}
 		}
 		if (endpoint_app_done(uc->ep, off)) {
-			conn_close(uc, endpoint_error(uc->ep));
+			conn_end(uc, endpoint_error(uc->ep), false);
 			return;
 		}
 		if (rc < 0) {
-			conn_close(uc, err ? err : msgs[MSG_ZERO_LENGTH]);
+			conn_end(uc, err ? err : msgs[MSG_ZERO_LENGTH], false);
 			return;
 		}
 	}
 	if (endpoint_at_eof(uc->ep)) {
+		/* before the handshake ended nothing can come of reconnecting
+		 * at once: what waits is answered SERVFAIL */
+		bool open = uc->st == UC_READY;
 		const char *why = uc->hr ? doh_reader_eof(uc->hr, uc->inflight > 0) : NULL;
-		conn_close(uc, why);
+		if (!why && (!open || uc->inflight))
+			why = msgs[MSG_CLOSED];
+		conn_end(uc, why, !open);
 		return;
 	}
 	if (uc->no_more && uc->inflight == 0) {
-		conn_close(uc, NULL); /* the server closes it: the waiting go on a new one */
+		conn_end(uc, NULL, false); /* the server closes it: the waiting go on a new one */
 		return;
 	}
 	if (uc->inflight == 0 && uc->st == UC_READY)
@@ -586,7 +610,8 @@ static void uc_on_writable(void *ud)
 
 static void uc_on_error(void *ud, const char *why)
 {
-	conn_close(ud, why);
+	upconn *uc = ud;
+	conn_end(uc, why, uc->st != UC_READY);
 }
 
 static const endpoint_events uc_events = {
@@ -605,7 +630,7 @@ static void on_dialed(const connect_result *res, void *data)
 	uc->dialing = NULL;
 	const dns_upstream_conf *u = &uc->s->conf->ups[uc->up];
 	if (!res->ok || !res->ep) {
-		conn_close(uc, res->ok ? msgs[MSG_BLACKHOLED] : res->msg);
+		conn_end(uc, res->ok ? msgs[MSG_BLACKHOLED] : res->msg, true);
 		return;
 	}
 	uc->ep = res->ep;
@@ -614,14 +639,14 @@ static void on_dialed(const connect_result *res, void *data)
 	/* through a proxy outbound the stream has layers of its own already:
 	 * the TLS goes on an endpoint carried by its app bytes */
 	if (tls && !endpoint_plain(uc->ep) && !(uc->ep = endpoint_over(uc->s->w, uc->ep))) {
-		conn_close(uc, msgs[MSG_NO_MEMORY]);
+		conn_end(uc, msgs[MSG_NO_MEMORY], true);
 		return;
 	}
 	endpoint_set_events(uc->ep, &uc_events, uc);
 	uc->tr = u->proto == DNS_UP_HTTPS ? NULL : malloc(sizeof *uc->tr);
 	uc->hr = u->proto == DNS_UP_HTTPS ? malloc(sizeof *uc->hr) : NULL;
 	if (!uc->tr && !uc->hr) {
-		conn_close(uc, msgs[MSG_NO_MEMORY]);
+		conn_end(uc, msgs[MSG_NO_MEMORY], true);
 		return;
 	}
 	if (uc->tr)
@@ -634,11 +659,11 @@ static void on_dialed(const connect_result *res, void *data)
 		layer *l = st ? tls_client_new(u->tls, u->server_name, err, sizeof err) : NULL;
 		if (!l || stack_push(st, l)) {
 			stack_free(st);
-			conn_close(uc, l ? msgs[MSG_NO_MEMORY] : err);
+			conn_end(uc, l ? msgs[MSG_NO_MEMORY] : err, true);
 			return;
 		}
 		if (endpoint_start(uc->ep, st)) {
-			conn_close(uc, endpoint_error(uc->ep));
+			conn_end(uc, endpoint_error(uc->ep), true);
 			return;
 		}
 		uc->st = UC_HANDSHAKE;
@@ -656,7 +681,7 @@ static void conn_dial(upconn *uc)
 	dns_svc *s = uc->s;
 	const dns_upstream_conf *u = &s->conf->ups[uc->up];
 	if (u->through_proxy && !s->dialer.dial) { /* never around the proxy */
-		conn_close(uc, msgs[MSG_NO_DIALER]);
+		conn_end(uc, msgs[MSG_NO_DIALER], true);
 		return;
 	}
 	uc->st = UC_DIALING;
@@ -672,13 +697,15 @@ static void conn_dial(upconn *uc)
 	uc->dial_ran = NULL;
 	uc->dialing = p;
 	if (!p)
-		conn_close(uc, msgs[MSG_NO_MEMORY]);
+		conn_end(uc, msgs[MSG_NO_MEMORY], true);
 }
 
-/* Ends uc's connection (why NULL: quietly, as an idle close): what was
- * sent on it and not answered is sent again once on a new connection,
- * else answered SERVFAIL; what waits is sent on the new one. */
-static void conn_close(upconn *uc, const char *why)
+/* Ends uc's connection (why NULL: quietly, as an idle close). What was
+ * sent on it and not answered is sent once more on a new connection, else
+ * answered SERVFAIL. What waits for it goes on a new connection, unless
+ * the connection failed to open (failed_open: the dial, the route or the
+ * TLS handshake), when no answer is coming: it is answered SERVFAIL. */
+static void conn_end(upconn *uc, const char *why, bool failed_open)
 {
 	dns_svc *s = uc->s;
 	if (why)
@@ -699,13 +726,16 @@ static void conn_close(upconn *uc, const char *why)
 	uc->no_more = false;
 	uc->st = UC_IDLE;
 	uv_timer_stop(&uc->idle);
-	bool failed_dial = !uc->inflight && uc->waiting.head && why;
-	for (size_t i = 0; i < DNS_SVC_MAX_INFLIGHT; i++) {
-		svc_req *r = s->slots[i];
-		if (!r || r->uc != uc)
-			continue;
+	/* taken out first: detaching and refiling move the table's entries */
+	svc_req *sent[DNS_SVC_MAX_INFLIGHT];
+	size_t n = 0;
+	for (size_t i = 0; i < ID_SLOTS; i++)
+		if (s->ids[i] && s->ids[i]->state == R_UPSTREAM && s->ids[i]->uc == uc)
+			sent[n++] = s->ids[i];
+	for (size_t k = 0; k < n; k++) {
+		svc_req *r = sent[k];
 		req_detach(r);
-		if (r->retries++ == 0 && !s->dead && slot_take(s, r) == 0) {
+		if (r->retries++ == 0 && !s->dead && id_take(s, r) == 0) {
 			r->deadline = uv_now(s->loop) + s->conf->timeout_ms;
 			r->state = R_WAITING;
 			list_push_back(&uc->waiting, &r->link);
@@ -714,7 +744,7 @@ static void conn_close(upconn *uc, const char *why)
 		}
 	}
 	uc->inflight = 0;
-	if (failed_dial || s->dead) { /* the dial failed: no answer is coming */
+	if (failed_open || s->dead) {
 		while (uc->waiting.head) {
 			svc_req *r = LIST_ENTRY(uc->waiting.head, svc_req, link);
 			req_detach(r);
@@ -732,7 +762,7 @@ size_t dns_svc_drain(dns_svc *s, uint64_t origin)
 	for (size_t i = 0; origin && i < s->conf->n_ups; i++) {
 		upconn *uc = s->conns[i];
 		if (uc && uc->ep && uc->origin == origin) {
-			conn_close(uc, msgs[MSG_DRAINED]);
+			conn_end(uc, msgs[MSG_DRAINED], false);
 			n++;
 		}
 	}
@@ -757,27 +787,74 @@ static upconn *conn_of(dns_svc *s, size_t up)
 
 /* ---- sending up ---- */
 
-static int slot_take(dns_svc *s, svc_req *r)
+static uint16_t random16(dns_svc *s)
 {
-	for (size_t k = 0; k < DNS_SVC_MAX_INFLIGHT; k++) {
-		uint16_t i = (uint16_t)((s->next_slot + k) & (DNS_SVC_MAX_INFLIGHT - 1));
-		if (s->slots[i])
-			continue;
-		s->next_slot = (uint16_t)(i + 1);
-		s->rng ^= s->rng << 13;
-		s->rng ^= s->rng >> 17;
-		s->rng ^= s->rng << 5;
-		r->up_id = (uint16_t)((s->rng & 0xFC00u) | i);
-		s->slots[i] = r;
-		return 0;
+	if (s->random_left < 2) {
+		ssize_t k = getrandom(s->random, sizeof s->random, GRND_NONBLOCK);
+		s->random_left = k > 0 ? (size_t)k : 0;
+		if (s->random_left < 2) { /* no entropy yet: vary what is left */
+			for (size_t i = 0; i < sizeof s->random; i++)
+				s->random[i] = (uint8_t)(s->random[i] * 131 + i + uv_hrtime());
+			s->random_left = sizeof s->random;
+		}
 	}
-	return -1;
+	s->random_left -= 2;
+	return (uint16_t)(s->random[s->random_left] << 8 | s->random[s->random_left + 1]);
+}
+
+static svc_req *id_find(const dns_svc *s, uint16_t id)
+{
+	for (size_t i = id % ID_SLOTS;; i = (i + 1) % ID_SLOTS) {
+		svc_req *r = s->ids[i];
+		if (!r || r->up_id == id)
+			return r;
+	}
+}
+
+/* Gives r a random id no query out has and files it under it; -1 when
+ * DNS_SVC_MAX_INFLIGHT are out. */
+static int id_take(dns_svc *s, svc_req *r)
+{
+	if (s->n_ids >= DNS_SVC_MAX_INFLIGHT)
+		return -1;
+	uint16_t id;
+	do
+		id = random16(s);
+	while (id_find(s, id));
+	size_t i = id % ID_SLOTS;
+	while (s->ids[i])
+		i = (i + 1) % ID_SLOTS;
+	r->up_id = id;
+	s->ids[i] = r;
+	s->n_ids++;
+	return 0;
+}
+
+/* Takes r out of the table, moving back the entries after it that its slot
+ * held up (deletion from linear probing without tombstones). */
+static void id_drop(dns_svc *s, svc_req *r)
+{
+	size_t i = r->up_id % ID_SLOTS;
+	while (s->ids[i] != r)
+		i = (i + 1) % ID_SLOTS;
+	s->ids[i] = NULL;
+	s->n_ids--;
+	for (size_t j = (i + 1) % ID_SLOTS; s->ids[j]; j = (j + 1) % ID_SLOTS) {
+		size_t home = s->ids[j]->up_id % ID_SLOTS;
+		/* j's entry may move to the hole unless its home lies in (i, j] */
+		bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+		if (!stays) {
+			s->ids[i] = s->ids[j];
+			s->ids[j] = NULL;
+			i = j;
+		}
+	}
 }
 
 static void send_up(dns_svc *s, svc_req *r)
 {
 	r->up = s->conf->pick(s->conf->rules, r->q.name);
-	if (slot_take(s, r)) {
+	if (id_take(s, r)) {
 		fail_req(r);
 		return;
 	}
@@ -830,14 +907,20 @@ static void send_stream(dns_svc *s, svc_req *r)
 
 /* ---- time ---- */
 
-/* The queries of l (earliest first) whose deadline passed get SERVFAIL. */
+/* The queries of l (earliest first) whose deadline passed get SERVFAIL. A
+ * stream connection that left one unanswered is replaced: an upstream
+ * that stopped answering (lost NAT state, a hung middlebox) would
+ * otherwise take every later query into the same silence. */
 static void expire(list *l, uint64_t now)
 {
 	while (l->head) {
 		svc_req *r = LIST_ENTRY(l->head, svc_req, link);
 		if (r->deadline > now)
 			break;
+		upconn *uc = r->state == R_UPSTREAM ? r->uc : NULL;
 		fail_req(r);
+		if (uc && uc->ep)
+			conn_end(uc, msgs[MSG_SILENT], false);
 	}
 }
 
@@ -910,7 +993,15 @@ static void stream_answer(void *ud, svc_req *r, uint8_t *msg, size_t len)
 {
 	(void)r;
 	svc_stream *st = ud;
-	if (len == 0) {
+	if (len == 0 || st->failed) {
+		stream_kick(st);
+		return;
+	}
+	if (st->out_len + len + 2 > DNS_SVC_STREAM_OUT_MAX) {
+		/* Holding its writes back would stall a close that flushes
+		 * them, and buffering on grows without end: the stream ends. */
+		st->failed = true;
+		st->fail_why = msgs[MSG_UNREAD];
 		stream_kick(st);
 		return;
 	}
@@ -1078,10 +1169,16 @@ static void stream_close(chan *c)
 	svc_unref(s);
 }
 
+/* Bytes written to the stream and not yet read as queries. */
 static size_t stream_queued(const chan *c)
 {
-	(void)c;
-	return 0;
+	const svc_stream *st = (const svc_stream *)c;
+	size_t n = 0;
+	for (const list_node *i = st->held.head; i; i = i->next) {
+		const held_write *hw = LIST_ENTRY(i, held_write, link);
+		n += hw->n - hw->off;
+	}
+	return n;
 }
 
 static int stream_noname(const chan *c, struct sockaddr_storage *ss)
@@ -1409,15 +1506,29 @@ dns_svc *dns_svc_new(worker *w, dns_svc_conf *conf, const dns_svc_dialer *dialer
 	s->backend = (dns_backend){.start = lookup_start, .cancel = lookup_cancel, .self = s};
 	s->refs = 1;
 	s->stats = stats ? stats : &s->own;
-	if (getrandom(&s->rng, sizeof s->rng, GRND_NONBLOCK) != sizeof s->rng)
-		s->rng = (uint32_t)(uintptr_t)s;
-	s->rng |= 1;
 	uv_idle_init(s->loop, &s->idle);
 	uv_timer_init(s->loop, &s->timer);
 	s->idle.data = s;
 	s->timer.data = s;
 	s->open_handles = 2;
 	return s;
+}
+
+/* Ends every query out: cancelled (dropped), or answered SERVFAIL. Taken
+ * out of the table first, as ending one moves the others. */
+static void fail_all(dns_svc *s, bool cancel)
+{
+	svc_req *out[DNS_SVC_MAX_INFLIGHT];
+	size_t n = 0;
+	for (size_t i = 0; i < ID_SLOTS; i++)
+		if (s->ids[i])
+			out[n++] = s->ids[i];
+	for (size_t k = 0; k < n; k++) {
+		if (cancel)
+			req_cancel(out[k]);
+		else
+			fail_req(out[k]);
+	}
 }
 
 /* The last reference: everything still running ends, the handles close,
@@ -1427,15 +1538,13 @@ static void svc_unref(dns_svc *s)
 	if (--s->refs)
 		return;
 	s->dead = true;
-	for (size_t i = 0; i < DNS_SVC_MAX_INFLIGHT; i++)
-		if (s->slots[i])
-			req_cancel(s->slots[i]); /* prefetches: no client holds them */
+	fail_all(s, true); /* prefetches: no client holds them */
 	for (size_t i = 0; i < s->conf->n_ups; i++) {
 		upconn *uc = s->conns[i];
 		if (uc) {
 			while (uc->waiting.head)
 				req_cancel(LIST_ENTRY(uc->waiting.head, svc_req, link));
-			conn_close(uc, NULL);
+			conn_end(uc, NULL, false);
 			uv_close((uv_handle_t *)&uc->idle, on_uc_closed);
 		}
 		if (s->udp[i])
@@ -1443,6 +1552,8 @@ static void svc_unref(dns_svc *s)
 	}
 	while (s->ready.head)
 		req_cancel(LIST_ENTRY(s->ready.head, svc_req, link));
+	if (s->dialer.release) /* its dials were cancelled with the connections */
+		s->dialer.release(s->dialer.self);
 	uv_close((uv_handle_t *)&s->idle, on_handle_closed);
 	uv_close((uv_handle_t *)&s->timer, on_handle_closed);
 }
@@ -1458,9 +1569,10 @@ void dns_svc_shutdown(dns_svc *s)
 	if (!s)
 		return;
 	s->dead = true;
+	fail_all(s, false); /* the UDP ones: the streams' go with their connections */
 	for (size_t i = 0; i < s->conf->n_ups; i++)
 		if (s->conns[i])
-			conn_close(s->conns[i], NULL);
+			conn_end(s->conns[i], NULL, false);
 	svc_unref(s);
 }
 

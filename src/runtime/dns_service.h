@@ -25,6 +25,11 @@
  * stream stops taking bytes (TCP backpressure), a link drops the rest. */
 #define DNS_SVC_CLIENT_MAX 64
 
+/* Answer bytes a client stream may hold that its owner has not read yet:
+ * a client that sends queries and reads no answers has its stream ended
+ * past this (dns: the client leaves its answers unread). */
+#define DNS_SVC_STREAM_OUT_MAX (256 * 1024)
+
 /* How long an upstream stream connection may stay without a query before
  * the service closes it (RFC 7766 6.2.3 asks clients to close idle ones). */
 #define DNS_SVC_IDLE_MS 30000
@@ -90,6 +95,8 @@ void dns_svc_conf_unref(dns_svc_conf *c);
 typedef struct dns_svc_dialer {
 	connect_pending *(*dial)(void *self, worker *w, const addr_dest *server, connect_cb cb,
 	                         void *data);
+	/* The service is done with self (it is being freed); may be NULL. */
+	void (*release)(void *self);
 	void *self;
 } dns_svc_dialer;
 

@@ -9,11 +9,12 @@
 
 #include "route/route.h"
 
-enum { MSG_NO_MEMORY, MSG_SERVER, MSG_RULES, MSG_COUNT_ };
+enum { MSG_NO_MEMORY, MSG_SERVER, MSG_RULES, MSG_ADDRESS, MSG_COUNT_ };
 static const char *const msgs[MSG_COUNT_] = {
 	[MSG_NO_MEMORY] = "dns: out of memory",
 	[MSG_SERVER] = "dns: server %s: %s",
 	[MSG_RULES] = "dns: %s",
+	[MSG_ADDRESS] = "dns: server %s: address \"%s\" is not an IP address with an optional port",
 };
 
 /* The rules: a route table whose slots are server tags, and the upstream
@@ -96,9 +97,13 @@ static int build_upstream(const etm_dns_server_spec *v, dns_upstream_conf *u, ch
 {
 	u->proto = protos[v->protocol];
 	u->through_proxy = v->through_proxy;
-	if (!(u->tag = strdup(v->tag)) ||
-	    parse_address(v->address, default_ports[v->protocol], &u->server)) {
+	if (!(u->tag = strdup(v->tag))) {
 		snprintf(err, err_size, "%s", msgs[MSG_NO_MEMORY]);
+		return -1;
+	}
+	if (parse_address(v->address, default_ports[v->protocol], &u->server)) {
+		/* etm_spec_check refuses it first; a spec built past it lands here */
+		snprintf(err, err_size, msgs[MSG_ADDRESS], v->tag, v->address);
 		return -1;
 	}
 	if (u->proto != DNS_UP_TLS && u->proto != DNS_UP_HTTPS)
@@ -125,7 +130,7 @@ static int build_upstream(const etm_dns_server_spec *v, dns_upstream_conf *u, ch
 		if (v->server_name)
 			u->host = strdup(v->server_name);
 		else if (u->server.kind == ADDR_IPV6 && (u->host = malloc(strlen(ip) + 3)))
-			sprintf(u->host, "[%s]", ip);
+			snprintf(u->host, strlen(ip) + 3, "[%s]", ip);
 		else
 			u->host = strdup(ip);
 		u->path = strdup(v->path ? v->path : "/dns-query");

@@ -252,11 +252,11 @@ static void swap_dns_here(worker *w, void *arg)
 	                    : NULL;
 	dns_svc *svc = r && s->dns_conf ? sup_dns_svc_new(w, s->dns_conf) : NULL;
 	if (!r || (s->dns_conf && !svc)) {
+		const char *why = o && !r ? err : msgs[MSG_NO_MEMORY];
 		dns_resolver_del(r);
 		free(o);
 		if (worker_index(w) == 0)
-			log_error("supervisor", msgs[MSG_DNS_FAILED],
-			          o && !r ? err : msgs[MSG_NO_MEMORY]);
+			log_error("supervisor", msgs[MSG_DNS_FAILED], why);
 		return;
 	}
 	if (svc)

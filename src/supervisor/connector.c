@@ -412,7 +412,7 @@ dns_svc *sup_dns_svc_of(worker *w)
 static connect_pending *sup_dns_dial(void *self, worker *w, const addr_dest *server,
                                      connect_cb cb, void *data)
 {
-	(void)self;
+	dns_resolver *plain = self;
 	sup_route *rs = worker_slot(w);
 	if (!rs || !rs->plane) {
 		cb(&(connect_result){.err = PROTO_DIAL_GENERAL, .msg = msgs[MSG_DNS_GONE]}, data);
@@ -424,15 +424,27 @@ static connect_pending *sup_dns_dial(void *self, worker *w, const addr_dest *ser
 	int32_t rule;
 	const target *t = plane_route_upstream(rs->plane, &f, &ctx, &rule);
 	log_decision(&f, &ctx, t, rule);
-	return open_target(t, w, rs->dns, &f.dest, cb, data);
+	/* the outbound's own names (a proxy server's) with the plain resolver:
+	 * asking the service would wait on this very connection */
+	return open_target(t, w, plain, &f.dest, cb, data);
 }
+
+static void plain_release(void *self) { dns_resolver_del(self); }
 
 dns_svc *sup_dns_svc_new(worker *w, dns_svc_conf *conf)
 {
 	if (!conf)
 		return NULL;
-	dns_svc_dialer d = {.dial = sup_dns_dial};
-	return dns_svc_new(w, conf, &d, &((sup_route *)worker_slot(w))->dns_counts);
+	/* no cache: what it finds must not answer the service's own lookups */
+	char err[64];
+	dns_resolver *plain = dns_resolver_new(worker_loop(w), NULL, NULL, 0, 0, err, sizeof err);
+	if (!plain)
+		return NULL;
+	dns_svc_dialer d = {.dial = sup_dns_dial, .release = plain_release, .self = plain};
+	dns_svc *s = dns_svc_new(w, conf, &d, &((sup_route *)worker_slot(w))->dns_counts);
+	if (!s)
+		dns_resolver_del(plain);
+	return s;
 }
 
 void sup_connector_init(connector *c, void *self)

@@ -152,6 +152,8 @@ static void setup(worker *w, void *arg)
 	if (pr->svc_conf) {
 		if (!(pr->svc = dns_svc_new(w, pr->svc_conf, NULL, NULL))) {
 			snprintf(pr->err, sizeof pr->err, "%s", msgs[MSG_NO_MEMORY]);
+			dns_resolver_del(pr->dns); /* teardown then closes no timer: none began */
+			pr->dns = NULL;
 			pr->failed = 1;
 			return;
 		}

@@ -721,7 +721,11 @@ def test_a_bad_tcp_length_closes_the_stream(start_proxy, upstream, length):
         s.sendall(struct.pack(">H", length) + b"x" * length)
         assert closed_without_bytes(s, 3.0) == "eof"
     why = "dns: a zero-length message" if length == 0 else "dns: a message shorter than its header"
-    assert re.search(r"DEBUG conn: relay from \S+ ended: " + why, proxy.log()), proxy.log()
+    line = r"DEBUG conn: relay from \S+ ended: " + why
+    deadline = time.monotonic() + 3.0  # the line comes after the client saw the end
+    while not re.search(line, proxy.log()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert re.search(line, proxy.log()), proxy.log()
     q, a = tcp_ask(proxy, "www.example.test")
     assert_answer(a, q, NOERROR, ["192.0.2.10"])
 
