@@ -56,6 +56,7 @@ typedef void (*req_cb)(void *ud, svc_req *r, uint8_t *msg, size_t len);
 typedef enum req_state { R_NEW, R_READY, R_WAITING, R_UPSTREAM } req_state;
 
 typedef struct upconn upconn;
+typedef struct usock usock;
 
 struct svc_req {
 	dns_svc *s;
@@ -70,6 +71,7 @@ struct svc_req {
 	uint8_t retries;
 	size_t up;       /* the upstream asked */
 	upconn *uc;      /* the stream it was sent on, R_UPSTREAM */
+	usock *us;       /* the UDP socket it was sent from, R_UPSTREAM */
 	uint16_t up_id;  /* the id it went with */
 	uint64_t deadline;
 	uint64_t tick;   /* R_READY: the idle round it was queued in */
@@ -121,7 +123,7 @@ struct dns_svc {
 	list opens;     /* svc_open.link: streams to hand over from the idle */
 	uv_idle_t idle;
 	uv_timer_t timer;
-	uv_udp_t **udp; /* per upstream, NULL until used */
+	usock **udp; /* per upstream: the socket queries go from now; NULL until used */
 	upconn **conns; /* per upstream, NULL until used */
 	int open_handles;
 	dns_svc_stats own;
@@ -138,6 +140,7 @@ static int id_take(dns_svc *s, svc_req *r);
 static svc_req *id_find(const dns_svc *s, uint16_t id);
 static void id_drop(dns_svc *s, svc_req *r);
 static void send_stream(dns_svc *s, svc_req *r);
+static void usock_done(usock *us);
 
 /* ---- requests ---- */
 
@@ -168,12 +171,15 @@ static void req_detach(svc_req *r)
 		id_drop(s, r);
 		if (r->uc && r->uc->inflight)
 			r->uc->inflight--;
+		if (r->us)
+			usock_done(r->us);
 		break;
 	case R_NEW:
 		break;
 	}
 	r->state = R_NEW;
 	r->uc = NULL;
+	r->us = NULL;
 }
 
 /* Into the deadline list, kept earliest first: a query that waited for a
@@ -334,7 +340,7 @@ static svc_req *ask(dns_svc *s, const uint8_t *m, size_t n, bool udp, req_cb cb,
 
 /* ---- upstream answers ---- */
 
-static void answered(dns_svc *s, size_t up, upconn *uc, const uint8_t *m, size_t n)
+static void answered(dns_svc *s, size_t up, upconn *uc, usock *us, const uint8_t *m, size_t n)
 {
 	if (n < DNS_HEADER_LEN)
 		return;
@@ -342,7 +348,7 @@ static void answered(dns_svc *s, size_t up, upconn *uc, const uint8_t *m, size_t
 	svc_req *r = id_find(s, id);
 	/* only the transport it went on answers it: a late UDP answer cannot
 	 * take a query that moved to TCP */
-	if (!r || r->state != R_UPSTREAM || r->up != up || r->uc != uc)
+	if (!r || r->state != R_UPSTREAM || r->up != up || r->uc != uc || r->us != us)
 		return;
 	dns_answer_info info;
 	if (dns_msg_scan_answer(m, n, &r->q, &info) != DNS_MSG_OK)
@@ -385,13 +391,7 @@ static void handle_gone(dns_svc *s)
 	}
 }
 
-static void on_handle_closed(uv_handle_t *h)
-{
-	dns_svc *s = h->data;
-	if (h->type == UV_UDP)
-		free(h);
-	handle_gone(s);
-}
+static void on_handle_closed(uv_handle_t *h) { handle_gone(h->data); }
 
 static void on_uc_closed(uv_handle_t *h)
 {
@@ -402,10 +402,39 @@ static void on_uc_closed(uv_handle_t *h)
 	handle_gone(s);
 }
 
+/* A UDP socket of one upstream. Each sends DNS_SVC_UDP_ROTATE queries at
+ * most, then the next query opens another: the source port changes as
+ * often as that (RFC 5452 4.5), and a retired socket closes once the
+ * answers it waits for came or timed out. */
+struct usock {
+	uv_udp_t h; /* first */
+	dns_svc *s;
+	size_t up;
+	size_t inflight;
+	uint32_t sent;
+	bool retired;
+};
+
+static void on_usock_closed(uv_handle_t *h)
+{
+	usock *us = (usock *)h;
+	dns_svc *s = us->s;
+	free(us);
+	handle_gone(s);
+}
+
+static void usock_close(usock *us) { uv_close((uv_handle_t *)&us->h, on_usock_closed); }
+
+static void usock_done(usock *us)
+{
+	if (--us->inflight == 0 && us->retired)
+		usock_close(us);
+}
+
 static void udp_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
 	(void)suggested;
-	dns_svc *s = h->data;
+	dns_svc *s = ((usock *)h)->s;
 	*buf = uv_buf_init((char *)s->rbuf, sizeof s->rbuf);
 }
 
@@ -414,34 +443,41 @@ static void udp_recv(uv_udp_t *u, ssize_t nread, const uv_buf_t *buf, const stru
 {
 	(void)from;
 	(void)flags;
-	dns_svc *s = u->data;
-	if (nread <= 0)
-		return;
-	for (size_t i = 0; i < s->conf->n_ups; i++)
-		if (s->udp[i] == u)
-			answered(s, i, NULL, (const uint8_t *)buf->base, (size_t)nread);
+	usock *us = (usock *)u;
+	if (nread > 0)
+		answered(us->s, us->up, NULL, us, (const uint8_t *)buf->base, (size_t)nread);
 }
 
-static uv_udp_t *udp_of(dns_svc *s, size_t up)
+/* The socket up's next query goes from: the current one, or a new one
+ * (on a new port) once it sent its share. NULL when none can be made. */
+static usock *udp_of(dns_svc *s, size_t up)
 {
-	if (s->udp[up])
-		return s->udp[up];
-	uv_udp_t *u = malloc(sizeof *u);
-	if (!u || uv_udp_init(s->loop, u)) {
-		free(u);
+	usock *cur = s->udp[up];
+	if (cur && cur->sent < DNS_SVC_UDP_ROTATE)
+		return cur;
+	if (cur) {
+		cur->retired = true;
+		s->udp[up] = NULL;
+		if (cur->inflight == 0)
+			usock_close(cur);
+	}
+	usock *us = calloc(1, sizeof *us);
+	if (!us || uv_udp_init(s->loop, &us->h)) {
+		free(us);
 		return NULL;
 	}
-	u->data = s;
+	us->s = s;
+	us->up = up;
 	s->open_handles++;
 	struct sockaddr_storage ss;
 	addr_dest_to_sockaddr(&s->conf->ups[up].server, &ss);
-	if (uv_udp_connect(u, (const struct sockaddr *)&ss) ||
-	    uv_udp_recv_start(u, udp_alloc, udp_recv)) {
-		uv_close((uv_handle_t *)u, on_handle_closed);
+	if (uv_udp_connect(&us->h, (const struct sockaddr *)&ss) ||
+	    uv_udp_recv_start(&us->h, udp_alloc, udp_recv)) {
+		usock_close(us);
 		return NULL;
 	}
-	s->udp[up] = u;
-	return u;
+	s->udp[up] = us;
+	return us;
 }
 
 /* ---- upstreams over streams ---- */
@@ -558,7 +594,7 @@ static void conn_read(upconn *uc)
 			if (rc == 1) {
 				if (uc->hr && doh_reader_closing(uc->hr))
 					uc->no_more = true;
-				answered(s, uc->up, uc, msg, len);
+				answered(s, uc->up, uc, NULL, msg, len);
 			} else if (used == 0) {
 				break;
 			}
@@ -865,16 +901,20 @@ static void send_up(dns_svc *s, svc_req *r)
 		r->state = R_UPSTREAM;
 		deadline_insert(s, r);
 		rearm(s);
-		uv_udp_t *h = udp_of(s, r->up);
+		usock *us = udp_of(s, r->up);
 		uint8_t saved[2] = {r->query[0], r->query[1]};
 		dns_msg_set_id(r->query, r->up_id);
 		uv_buf_t b = uv_buf_init((char *)r->query, (unsigned)r->qlen);
-		int rc = h ? uv_udp_try_send(h, &b, 1, NULL) : -1;
+		int rc = us ? uv_udp_try_send(&us->h, &b, 1, NULL) : -1;
 		r->query[0] = saved[0];
 		r->query[1] = saved[1];
 		if (rc < 0) {
 			fail_req(r);
+			return;
 		}
+		r->us = us;
+		us->inflight++;
+		us->sent++;
 		return;
 	}
 	send_stream(s, r);
@@ -1547,8 +1587,8 @@ static void svc_unref(dns_svc *s)
 			conn_end(uc, NULL, false);
 			uv_close((uv_handle_t *)&uc->idle, on_uc_closed);
 		}
-		if (s->udp[i])
-			uv_close((uv_handle_t *)s->udp[i], on_handle_closed);
+		if (s->udp[i]) /* its queries ended above */
+			usock_close(s->udp[i]);
 	}
 	while (s->ready.head)
 		req_cancel(LIST_ENTRY(s->ready.head, svc_req, link));

@@ -34,6 +34,11 @@
  * the service closes it (RFC 7766 6.2.3 asks clients to close idle ones). */
 #define DNS_SVC_IDLE_MS 30000
 
+/* Queries one UDP socket sends to its upstream before the next goes from
+ * a new socket, on a new port (RFC 5452: with the random id, what an
+ * off-path forger has to guess). */
+#define DNS_SVC_UDP_ROTATE 64
+
 /* The TTL of the answers [[dns.host]] entries give. */
 #define DNS_SVC_HOST_TTL 60
 

@@ -251,6 +251,7 @@ class DnsUpstream:
         self.silent = False
         self.queries, self.http_requests = [], []
         self.connections = 0
+        self.udp_sources = []  # (host, port) each UDP query came from, in order
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._socks = []
@@ -344,6 +345,8 @@ class DnsUpstream:
                 continue
             except OSError:
                 return
+            with self.lock:
+                self.udp_sources.append(src)
             out = self.answer(data, "udp")
             if out is not None:
                 try:

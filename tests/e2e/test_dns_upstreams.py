@@ -173,3 +173,24 @@ def test_a_proxy_outbound_named_by_host_name_is_looked_up_past_the_service(start
         assert up.connections == 1
     finally:
         up.close()
+
+
+def test_udp_queries_leave_from_changing_ports(start_proxy):
+    """RFC 5452: besides a random id, the source port changes: a socket
+    sends 64 queries at most (DNS_SVC_UDP_ROTATE), then a new one takes
+    over. 150 queries for names of their own come from at least 3 ports,
+    none used for more than 64."""
+    up = DnsUpstream(wildcard=True)
+    try:
+        proxy = start_proxy(service(("up", up.address, "")))
+        with Association(proxy.port) as assoc:
+            for i in range(150):
+                assoc.send("192.0.2.1", 53, build_query(f"n{i}.rand.test"))
+                assert parse(assoc.recv(5.0)[1]).rcode == NOERROR
+        ports = {}
+        for _, port in up.udp_sources:
+            ports[port] = ports.get(port, 0) + 1
+        assert len(up.udp_sources) == 150
+        assert len(ports) >= 3 and max(ports.values()) <= 64, ports
+    finally:
+        up.close()
