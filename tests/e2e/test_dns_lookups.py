@@ -180,3 +180,26 @@ def test_another_opcode_gets_notimp_and_a_response_gets_nothing(start_proxy, ups
         assoc.send("192.0.2.1", 53, build_query("up.test"))
         assert parse(assoc.recv(3.0)[1]).addresses() == ["127.0.0.1"]
     assert upstream.queries == [("up.test", TYPE_A, "udp")]
+
+
+def test_balancer_probes_look_member_names_up_through_the_service(start_proxy, upstream, echo):
+    """A balancer member's server is a name only a [[dns.host]] entry knows:
+    its probe finds it through the service and succeeds; a name the
+    upstream does not know fails the probe with "dns: no such host"."""
+    def config(name):
+        return (service(upstream, '[[dns.host]]\nname = "member.test"\n'
+                                   'address = ["127.0.0.1"]\n\n')
+                + f'[[outbound]]\ntag = "m"\nprotocol = "socks"\nserver = "{name}"\n'
+                f"port = {echo.port}\n\n"
+                '[[balancer]]\ntag = "b"\noutbounds = ["m"]\nprobe_interval = 1\n\n')
+    known = start_proxy(config("member.test"))
+    unknown = start_proxy(config("nothere.test"))
+    deadline = time.monotonic() + 5.0
+    failed = "DEBUG balancer: balancer b: probe of m: dns: no such host"
+    while failed not in unknown.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert failed in unknown.log(), unknown.log()
+    assert ("nothere.test", TYPE_A, "udp") in upstream.queries
+    time.sleep(1.5)  # a probe or two of the known name
+    assert "probe of m" not in known.log(), known.log()
+    assert echo.connections >= 1  # the probes connected
