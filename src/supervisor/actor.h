@@ -96,6 +96,7 @@ typedef struct prepared {
 	plane *plane;     /* NULL when nothing is published */
 	dns_svc_conf *dns_conf; /* next's DNS service (a reference), NULL: none */
 	outbound *dns_ob;       /* its target (a reference) */
+	bool dns_changed;       /* [dns] differs from the running one: new resolvers */
 	/* The udp_lb inbounds SWAPPED, each a running group that holds the
 	 * prepared state (udplb_group_prepare) */
 	struct lb_swap *lb_swaps;

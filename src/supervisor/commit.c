@@ -176,7 +176,6 @@ static void grace_start(worker *w, void *arg)
 
 /* ---- a [dns] change: new resolvers, the old ones retired ---- */
 
-
 typedef struct old_dns {
 	uv_timer_t timer;
 	list_node node; /* in the worker's old_dns */
@@ -250,7 +249,7 @@ static void swap_dns_here(worker *w, void *arg)
 	                                       (const char *const *)servers->items, servers->len, 0,
 	                                       err, sizeof err)
 	                    : NULL;
-	dns_svc *svc = r && s->dns_conf ? sup_dns_svc_new(w, s->dns_conf) : NULL;
+	dns_svc *svc = r && s->dns_conf ? sup_dns_svc_new(w, s->dns_conf, r) : NULL;
 	if (!r || (s->dns_conf && !svc)) {
 		const char *why = o && !r ? err : msgs[MSG_NO_MEMORY];
 		dns_resolver_del(r);
@@ -259,8 +258,6 @@ static void swap_dns_here(worker *w, void *arg)
 			log_error("supervisor", msgs[MSG_DNS_FAILED], why);
 		return;
 	}
-	if (svc)
-		dns_resolver_set_backend(r, dns_svc_backend(svc));
 	o->r = sw->route.dns;
 	o->svc = sw->route.svc;
 	sw->route.dns = r;
@@ -618,17 +615,13 @@ void sup_commit(etm_supervisor *s, prepared *pp)
 {
 	/* the workers' services first: a plane that names the new target
 	 * finds them there */
-	const plan_entry *dns = NULL;
-	for (size_t k = 0; k < pp->p.n_entries && !dns; k++)
-		if (pp->p.entries[k].kind == PLAN_DNS)
-			dns = &pp->p.entries[k];
 	dns_svc_conf_unref(s->dns_conf);
 	outbound_unref(s->dns_ob);
 	s->dns_conf = pp->dns_conf;
 	s->dns_ob = pp->dns_ob;
 	pp->dns_conf = NULL;
 	pp->dns_ob = NULL;
-	if (dns && dns->action != PLAN_REUSED) {
+	if (pp->dns_changed) {
 		dns_swap ds = {.s = s, .dns = &pp->next->dns};
 		for (size_t i = 0; i < workers_count(s->ws); i++)
 			worker_run(workers_at(s->ws, i), swap_dns_here, &ds);

@@ -431,7 +431,7 @@ static connect_pending *sup_dns_dial(void *self, worker *w, const addr_dest *ser
 
 static void plain_release(void *self) { dns_resolver_del(self); }
 
-dns_svc *sup_dns_svc_new(worker *w, dns_svc_conf *conf)
+dns_svc *sup_dns_svc_new(worker *w, dns_svc_conf *conf, dns_resolver *r)
 {
 	if (!conf)
 		return NULL;
@@ -442,8 +442,11 @@ dns_svc *sup_dns_svc_new(worker *w, dns_svc_conf *conf)
 		return NULL;
 	dns_svc_dialer d = {.dial = sup_dns_dial, .release = plain_release, .self = plain};
 	dns_svc *s = dns_svc_new(w, conf, &d, &((sup_route *)worker_slot(w))->dns_counts);
-	if (!s)
+	if (!s) {
 		dns_resolver_del(plain);
+		return NULL;
+	}
+	dns_resolver_set_backend(r, dns_svc_backend(s));
 	return s;
 }
 

@@ -43,13 +43,14 @@ void sup_connector_init(connector *c, void *self);
  * svc_of). */
 dns_svc *sup_dns_svc_of(worker *w);
 
-/* w's DNS service over conf (NULL: none): its through-proxy connections
+/* w's DNS service over conf (NULL: none), made r's backend, so the
+ * outbounds' lookups through r go to it: its through-proxy connections
  * routed by the worker's plane (seed 002 RoutedDialer), the names their
  * outbounds look up (a proxy's server) asked of a plain resolver of its
  * own (the system's servers, no cache) and not of the service, which
  * would wait on the very connection being opened. NULL without a conf or
- * memory. Worker thread only. */
-dns_svc *sup_dns_svc_new(worker *w, dns_svc_conf *conf);
+ * memory (r unchanged). Worker thread only. */
+dns_svc *sup_dns_svc_new(worker *w, dns_svc_conf *conf, dns_resolver *r);
 
 /* A drain on worker w (seed 002): every TCP flow whose upstream was opened
  * on the outbound version origin closes, and every UDP sub-link opened on

@@ -276,11 +276,9 @@ static int prepare_lb(const etm_supervisor *s, prepared *pp, char *err, size_t e
  * plane that will first hold it (seed 002). */
 static int prepare_dns(const etm_supervisor *s, prepared *pp, char *err, size_t err_size)
 {
-	const plan_entry *e = NULL;
-	for (size_t k = 0; k < pp->p.n_entries && !e; k++)
-		if (pp->p.entries[k].kind == PLAN_DNS)
-			e = &pp->p.entries[k];
-	if (e && e->action == PLAN_REUSED) {
+	const plan_entry *e = entry_of(&pp->p, PLAN_DNS, 0);
+	pp->dns_changed = !e || e->action != PLAN_REUSED;
+	if (!pp->dns_changed) {
 		pp->dns_conf = s->dns_conf ? dns_svc_conf_ref(s->dns_conf) : NULL;
 		pp->dns_ob = s->dns_ob ? outbound_ref(s->dns_ob) : NULL;
 		return 0;

@@ -61,13 +61,10 @@ static void worker_setup(worker *w, void *arg)
 		st->failed = 1;
 		return;
 	}
-	if (s->dns_conf) {
-		if (!(sw->route.svc = sup_dns_svc_new(w, s->dns_conf))) {
-			snprintf(st->err, sizeof st->err, "%s", msgs[MSG_NO_MEMORY]);
-			st->failed = 1;
-			return;
-		}
-		dns_resolver_set_backend(sw->route.dns, dns_svc_backend(sw->route.svc));
+	if (s->dns_conf && !(sw->route.svc = sup_dns_svc_new(w, s->dns_conf, sw->route.dns))) {
+		snprintf(st->err, sizeof st->err, "%s", msgs[MSG_NO_MEMORY]);
+		st->failed = 1;
+		return;
 	}
 	for (size_t i = 0; i < s->spec.inbounds_len; i++)
 		if (sup_open_inbound(s, w, sw, &s->spec.inbounds[i], &s->ins[i], i, st->err,
