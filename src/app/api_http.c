@@ -7,8 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <openssl/evp.h>
-#include <openssl/sha.h>
+#include "crypto/ossl.h"
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>

@@ -13,7 +13,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <ares.h>
 #include <nghttp2/nghttp2.h>
-#include <openssl/crypto.h>
+#include "crypto/ossl.h"
 #include <pcre2.h>
 #include <wslay/wslayver.h>
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/crypto.h>
+#include "crypto/ossl.h"
 
 /* OpenSSL 3 turns a legacy constant such as EVP_aes_128_gcm() into a
  * provider fetch (a name lookup under the method store's lock) on every

@@ -2,7 +2,7 @@
 #ifndef ETM_CRYPTO_FETCHED_H
 #define ETM_CRYPTO_FETCHED_H
 
-#include <openssl/evp.h>
+#include "crypto/ossl.h"
 
 typedef enum {
 	FETCHED_AES_128_GCM,

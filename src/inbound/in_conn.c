@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include <openssl/rand.h>
+#include "crypto/ossl.h"
 
 #include "base/log.h"
 #include "proto/sniff.h"

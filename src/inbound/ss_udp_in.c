@@ -10,8 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-#include <openssl/rand.h>
+#include "crypto/ossl.h"
 
 #include "base/hash.h"
 #include "base/list.h"

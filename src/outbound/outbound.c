@@ -8,8 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <openssl/crypto.h>
-#include <openssl/rand.h>
+#include "crypto/ossl.h"
 
 #include "outbound/freedom_udp.h"
 #include "outbound/proxy.h"

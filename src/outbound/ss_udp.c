@@ -6,8 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <openssl/crypto.h>
-#include <openssl/rand.h>
+#include "crypto/ossl.h"
 
 #include "base/log.h"
 #include "outbound/freedom_udp.h"

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include <openssl/evp.h>
+#include "crypto/ossl.h"
 
 #include "base/addr.h"
 #include "base/layer.h"

@@ -1,8 +1,7 @@
 /* shadowsocks2022.c - Shadowsocks 2022's TCP headers (SIP022 3.1.3): the request's fixed and variable headers, the response's fixed header, sealed and opened with their checks; SIP022-2's identity headers. */
 #include <string.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
+#include "crypto/ossl.h"
 
 #include "base/bytes.h"
 #include "crypto/blake3.h"

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include <openssl/crypto.h>
+#include "crypto/ossl.h"
 
 #include "base/bytes.h"
 #include "crypto/blake3.h"

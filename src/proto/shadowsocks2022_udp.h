@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include <openssl/evp.h>
+#include "crypto/ossl.h"
 
 #include "proto/shadowsocks.h"
 #include "proto/shadowsocks_server.h"

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/crypto.h>
+#include "crypto/ossl.h"
 
 #include "proto/shadowsocks_server.h"
 

@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
+#include "crypto/ossl.h"
 
 /* Wire values: trojan-gfw docs/protocol.md; the address is RFC 1928's. */
 enum {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/crypto.h>
+#include "crypto/ossl.h"
 
 #include "base/bytes.h"
 #include "base/hash.h"

@@ -4,7 +4,7 @@
 #include <assert.h>
 #include <string.h>
 
-#include <openssl/crypto.h>
+#include "crypto/ossl.h"
 
 #include "crypto/fetched.h"
 

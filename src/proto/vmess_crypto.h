@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <openssl/evp.h>
+#include "crypto/ossl.h"
 
 /* Facts from v2ray-core 4.34 (proxy/vmess/aead, proxy/vmess/encoding,
  * common/protocol/id.go) and v2fly's docs/developer/protocols/vmess.md.

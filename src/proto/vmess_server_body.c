@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/crypto.h>
+#include "crypto/ossl.h"
 
 #include "proto/vless.h"
 #include "proto/vmess_server.h"

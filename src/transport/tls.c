@@ -10,10 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/err.h>
-#include <openssl/pem.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
+#include "crypto/ossl.h"
 
 /* Undecrypted input the layer holds: the largest record, 2^14 bytes of
  * plaintext plus the 2048 bytes of expansion TLS 1.2 allows (RFC 5246

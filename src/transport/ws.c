@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/evp.h>
+#include "crypto/ossl.h"
 #include <wslay/wslay.h>
 
 #include "proto/http_parse.h"

@@ -1,0 +1,72 @@
+/* test_ossl.c - OpenSSL opened at run time: the table fills from the real library, a missing library is refused with its text, and the process's table is filled on the first call through it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "crypto/ossl.h"
+
+static void a_missing_library_is_refused_with_its_name(void **state)
+{
+	(void)state;
+	etm_ossl_table t;
+	char err[512];
+	assert_int_equal(etm_ossl_open("libetm-no-such-ssl.so.9", &t, err, sizeof err), -1);
+	const char *want = "cannot load libetm-no-such-ssl.so.9: ";
+	assert_memory_equal(err, want, strlen(want));
+	/* the loader's reason follows (dlerror's words) */
+	assert_non_null(strstr(err, "libetm-no-such-ssl.so.9: cannot open shared object file"));
+}
+
+static void a_library_without_a_name_is_refused_with_the_name(void **state)
+{
+	(void)state;
+	/* libc opens, but has none of OpenSSL's functions */
+	etm_ossl_table t;
+	char err[512];
+	assert_int_equal(etm_ossl_open("libc.so.6", &t, err, sizeof err), -1);
+	const char *want = "libc.so.6 has no BIO_ctrl: ";
+	assert_memory_equal(err, want, strlen(want));
+}
+
+static void the_real_library_fills_every_entry(void **state)
+{
+	(void)state;
+	etm_ossl_table t;
+	memset(&t, 0, sizeof t);
+	char err[512] = "";
+	assert_int_equal(etm_ossl_open(ETM_LIBSSL_SONAME, &t, err, sizeof err), 0);
+	void *const *p = (void *const *)&t;
+	for (size_t i = 0; i < sizeof t / sizeof(void *); i++)
+		assert_non_null(p[i]);
+}
+
+static void the_first_call_fills_the_process_table(void **state)
+{
+	(void)state;
+	assert_false(etm_ossl_loaded());
+	uint8_t d[SHA_DIGEST_LENGTH];
+	/* SHA-1("abc"), FIPS 180-2 appendix A */
+	static const uint8_t want[SHA_DIGEST_LENGTH] = {0xa9, 0x99, 0x3e, 0x36, 0x47, 0x06, 0x81,
+	                                                0x6a, 0xba, 0x3e, 0x25, 0x71, 0x78, 0x50,
+	                                                0xc2, 0x6c, 0x9c, 0xd0, 0xd8, 0x9d};
+	SHA1((const uint8_t *)"abc", 3, d);
+	assert_true(etm_ossl_loaded());
+	assert_memory_equal(d, want, sizeof want);
+	/* through the process's table: OpenSSL 3, as built against */
+	assert_non_null(strstr(OpenSSL_version(OPENSSL_VERSION), "OpenSSL 3."));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(a_missing_library_is_refused_with_its_name),
+		cmocka_unit_test(a_library_without_a_name_is_refused_with_the_name),
+		cmocka_unit_test(the_real_library_fills_every_entry),
+		cmocka_unit_test(the_first_call_fills_the_process_table),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
