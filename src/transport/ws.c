@@ -581,7 +581,8 @@ static ssize_t ws_from_above(layer *l, const uint8_t *in, size_t len, layer_buf 
 	if (w->peer_closed)
 		return (ssize_t)len; /* see ws.h: nobody reads them any more */
 	size_t used = 0;
-	while (used < len && w->ctl_n == 0) {
+	/* Behind the handshake's last bytes and queued control frames only. */
+	while (used < len && w->out_off == w->out_len && w->ctl_n == 0) {
 		size_t room = layer_buf_room(down);
 		size_t n = len - used < WS_MSG_OUT_MAX ? len - used : WS_MSG_OUT_MAX;
 		if (ws_frame_head_len(n, w->client) + n > room) {
