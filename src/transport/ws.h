@@ -23,22 +23,24 @@
  * keep what a layer did not take).
  *
  * Data. Every from_above piece goes out as one binary message (at most
- * WS_MSG_OUT_MAX bytes each, and no more than down has room for: a frame
- * is written whole, masked as it is copied); the payload of every text or binary frame
- * received goes up as bytes, message boundaries dropped: the layer carries
- * a byte stream, as Xray's and v2ray's WebSocket transports do. A ping is
- * answered with a pong. Client frames are masked with keys drawn from
- * ChaCha20 keyed by the config's seed, so they are unpredictable to anyone
- * without it (RFC 6455 section 5.3) while the layer reads no random source.
+ * WS_MSG_OUT_MAX bytes each, and no more than down has room for: a frame is
+ * written whole, masked as it is copied); the payload of every text or
+ * binary frame received goes up as bytes, unmasked as it is copied, message
+ * boundaries dropped: the layer carries a byte stream, as Xray's and
+ * v2ray's WebSocket transports do. A ping is answered with a pong. Client
+ * frames are masked with keys drawn from ChaCha20 keyed by the config's
+ * seed, so they are unpredictable to anyone without it (RFC 6455 section
+ * 5.3) while the layer reads no random source.
  *
  * End of stream. shutdown() sends a close frame (1000). A close frame from
- * the peer ends the stream: the layer answers it at once (echoing its code), from_below delivers
- * everything before it and drops whatever follows, ready() stays true, and
- * from_above consumes and drops app bytes from then on (a WebSocket has no
- * half-close: the peer reads nothing after its close). It is not an error;
- * the shell learns EOF from the socket, or from ws_peer_closed() (a server
- * should then close the TCP connection, RFC 6455 section 7.1.1). A close
- * in the middle of a fragmented message is LAYER_ERR_CLOSED.
+ * the peer ends the stream: the layer answers it at once (echoing its
+ * code), from_below delivers everything before it and drops whatever
+ * follows, ready() stays true, and from_above consumes and drops app bytes
+ * from then on (a WebSocket has no half-close: the peer reads nothing after
+ * its close). It is not an error; the shell learns EOF from the socket, or
+ * from ws_peer_closed() (a server should then close the TCP connection, RFC
+ * 6455 section 7.1.1). A close in the middle of a fragmented message is
+ * LAYER_ERR_CLOSED.
  *
  * Errors. Where the protocol has an answer (an HTTP error status, a close
  * frame 1002 or 1009) it is handed to down first and the error comes from
