@@ -1,4 +1,4 @@
-/* ws.c - the WebSocket layer: the upgrade handshake by hand, frames by wslay reading and writing the stack's buffers. */
+/* ws.c - the WebSocket layer: the upgrade handshake by hand, frames by ws_frame straight between the stack's buffers. */
 #include "transport/ws.h"
 
 #include <stdarg.h>
@@ -7,15 +7,14 @@
 #include <string.h>
 
 #include "crypto/ossl.h"
-#include <wslay/wslay.h>
 
 #include "proto/http_parse.h"
 #include "transport/ws_frame.h"
 
-/* The most bytes handed to wslay per read callback. wslay delivers a
- * frame's payload only out of what it read, and is read from only while
- * pend is empty, so pend never holds more than this. */
-#define WS_READ_MAX 4096
+#define WS_FIN 0x80
+
+/* Control frames queued at once: the pongs' bound and one close. */
+#define WS_CTL_SLOTS (WS_CONTROL_QUEUE_MAX + 1)
 
 /* The handshake bytes the layer writes: a request line with a path of
  * WS_PATH_MAX, a Host of WS_HOST_MAX and fixed fields (about 150 bytes),
@@ -46,7 +45,6 @@ enum {
 	M_NOMEM,
 	M_BAD_PATH,
 	M_BAD_HOST,
-	M_OVERFLOW,
 	M_NOT_READING,
 	M_EARLY_PINGS,
 	M_CLOSED_EARLY,
@@ -69,7 +67,6 @@ static const char *const msgs[] = {
 	[M_NOMEM] = "ws: out of memory",
 	[M_BAD_PATH] = "ws: bad path \"%s\"",
 	[M_BAD_HOST] = "ws: bad host \"%s\"",
-	[M_OVERFLOW] = "ws: read buffer overflow",
 	[M_NOT_READING] = "ws: the peer sends pings and does not read the answers",
 	[M_EARLY_PINGS] = "ws: more than %d pings before any data",
 	[M_CLOSED_EARLY] = "ws: peer closed before any data",
@@ -87,24 +84,22 @@ static const char RESP_ERROR[] = "HTTP/1.1 %s\r\n"
                                  "Connection: close\r\n"
                                  "\r\n";
 
+/* A control frame waiting for room below. */
+typedef struct ws_ctl {
+	uint8_t len;
+	uint8_t b[WS_FRAME_HEAD_MAX - 8 + WS_CONTROL_MAX]; /* 2 + key + payload */
+} ws_ctl;
+
 typedef struct ws_layer {
 	layer base;
 	bool client;
-	bool open;        /* upgrade done: frames flow (ready) */
-	bool peer_closed; /* a close frame arrived */
-	bool shut;        /* shutdown() queued our close frame */
-	bool in_msg;      /* a data message has begun and not ended */
-	bool data_frame;  /* the frame being received carries app bytes */
-	bool frame_fin;   /* ... and ends its message */
-	bool data_seen;   /* a data frame has begun since the upgrade */
+	bool open;         /* upgrade done: frames flow (ready) */
+	bool peer_closed;  /* a close frame arrived */
+	bool shut;         /* shutdown() queued our close frame */
+	bool close_queued; /* our close frame (shut, a reply, a refusal) is queued */
+	bool data_seen;    /* a data frame has begun since the upgrade */
 	unsigned early_pings; /* pings before data_seen */
-	int fail;         /* LAYER_ERR_* found, returned once its answer is out */
-	wslay_event_context_ptr ws;
-
-	/* Set for the length of one call, for wslay's callbacks. */
-	const uint8_t *in;
-	size_t in_len, in_off;
-	layer_buf *up, *down;
+	int fail;          /* LAYER_ERR_* found, returned once its answer is out */
 
 	size_t scan;       /* http_parse's resume point in the head */
 	char *path;        /* owned: the client's request target, the server's path */
@@ -112,14 +107,16 @@ typedef struct ws_layer {
 	size_t out_len, out_off;
 	uint8_t out[WS_HS_MAX]; /* handshake bytes still to write */
 
-	size_t pend_len, pend_off;
-	uint8_t pend[WS_READ_MAX]; /* payload up had no room for */
+	/* Frames in. The layer carries bytes, text frames as binary ones
+	 * (ws.h), as Xray and v2ray do: no UTF-8 check, no 1007. */
+	ws_frame_dec dec;
+	uint8_t cin[WS_CONTROL_MAX]; /* the control frame being read */
 
-	/* Where the bytes handed to wslay are in their frame. The layer
-	 * carries bytes, text frames as binary ones (ws.h), as Xray and v2ray
-	 * do; wslay checks a text message for UTF-8 and closes with 1007, so
-	 * it is handed every text frame's header with the binary opcode. */
-	ws_frame_walk walk;
+	/* Control frames out, a ring: ctl_n from ctl_head, ctl_off bytes of
+	 * the first written. Data frames never wait here: one is written
+	 * only whole and only into room below. */
+	size_t ctl_head, ctl_n, ctl_off;
+	ws_ctl ctl[WS_CTL_SLOTS];
 
 	EVP_CIPHER_CTX *mask; /* client: ChaCha20 keyed by the seed */
 	size_t ks_off;
@@ -181,112 +178,6 @@ int ws_accept_key(const char *key, size_t key_len, char out[29])
 
 /* ---- moving bytes ---- */
 
-/* Handshake bytes, then queued frames, into down as far as they fit. */
-static int flush(ws_layer *w, layer_buf *down)
-{
-	w->down = down;
-	w->out_off += layer_buf_put(down, w->out + w->out_off, w->out_len - w->out_off);
-	if (w->out_off < w->out_len || !w->open)
-		return 0;
-	/* With our callbacks wslay_event_send fails only for want of memory:
-	 * its own, or EVP's when a mask is drawn. */
-	if (wslay_event_send(w->ws) != 0)
-		return set_err(w, LAYER_ERR_NOMEM, M_NOMEM);
-	return 0;
-}
-
-/* Payload wslay decoded: into up, and what does not fit into pend. */
-static void deliver(ws_layer *w, const uint8_t *p, size_t n)
-{
-	if (w->pend_len == w->pend_off) {
-		w->pend_len = w->pend_off = 0;
-		size_t k = layer_buf_room(w->up);
-		if (k > n)
-			k = n;
-		if (k > 0) {
-			memcpy(w->up->data + w->up->len, p, k);
-			w->up->len += k;
-			p += k;
-			n -= k;
-		}
-	}
-	if (n == 0)
-		return;
-	if (w->pend_off > 0) {
-		memmove(w->pend, w->pend + w->pend_off, w->pend_len - w->pend_off);
-		w->pend_len -= w->pend_off;
-		w->pend_off = 0;
-	}
-	if (n > sizeof w->pend - w->pend_len) {
-		/* Cannot happen while wslay reads at most WS_READ_MAX at a time
-		 * and only when pend is empty; fail rather than trust it. */
-		set_err(w, LAYER_ERR_STATE, M_OVERFLOW);
-		return;
-	}
-	memcpy(w->pend + w->pend_len, p, n);
-	w->pend_len += n;
-}
-
-static void deliver_pend(ws_layer *w)
-{
-	w->pend_off += layer_buf_put(w->up, w->pend + w->pend_off, w->pend_len - w->pend_off);
-	if (w->pend_off == w->pend_len)
-		w->pend_len = w->pend_off = 0;
-}
-
-/* ---- wslay callbacks ---- */
-
-/* RFC 6455 section 7.4.1: 1009, a message too big to process. */
-static void refuse_too_large(ws_layer *w, wslay_event_context_ptr ctx)
-{
-	if (w->fail)
-		return;
-	set_err(w, LAYER_ERR_PROTO, M_TOO_LARGE);
-	w->data_frame = false;
-	int r = wslay_event_queue_close(ctx, WSLAY_CODE_MESSAGE_TOO_BIG, NULL, 0);
-	(void)r; /* NO_MORE_MSG: a close is queued already, which will do */
-	wslay_event_shutdown_read(ctx);
-}
-
-static ssize_t recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags,
-                       void *user)
-{
-	(void)flags;
-	ws_layer *w = user;
-	size_t n = w->in_len - w->in_off;
-	if (n == 0 || w->pend_len > w->pend_off || w->fail) {
-		wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
-		return -1;
-	}
-	if (n > len)
-		n = len;
-	if (n > WS_READ_MAX)
-		n = WS_READ_MAX;
-	memcpy(buf, w->in + w->in_off, n);
-	w->in_off += n;
-	ws_frame_walk_bytes(&w->walk, buf, n, WS_FRAME_MAX);
-	if (w->walk.too_big)
-		refuse_too_large(w, ctx);
-	return (ssize_t)n;
-}
-
-static ssize_t send_cb(wslay_event_context_ptr ctx, const uint8_t *data, size_t len, int flags,
-                       void *user)
-{
-	(void)flags;
-	ws_layer *w = user;
-	size_t n = layer_buf_room(w->down);
-	if (n == 0) {
-		wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
-		return -1;
-	}
-	if (n > len)
-		n = len;
-	memcpy(w->down->data + w->down->len, data, n);
-	w->down->len += n;
-	return (ssize_t)n;
-}
-
 static int keystream(ws_layer *w, uint8_t *out, size_t n)
 {
 	static const uint8_t zero[sizeof w->ks];
@@ -309,87 +200,173 @@ static int keystream(ws_layer *w, uint8_t *out, size_t n)
 	return 0;
 }
 
-static int genmask_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, void *user)
+/* Writes a frame's header into out, a client's with a fresh mask key in
+ * key (RFC 6455 section 5.3: unpredictable, one per frame). Returns the
+ * header's length, or -1 when the key could not be drawn. */
+static ssize_t head(ws_layer *w, uint8_t *out, uint8_t op, size_t n, uint8_t key[4])
 {
-	(void)ctx;
-	return keystream(user, buf, len);
+	if (w->client && keystream(w, key, 4) < 0)
+		return -1;
+	return (ssize_t)ws_frame_head(out, WS_FIN | op, n, w->client ? key : NULL);
 }
 
-static void frame_start_cb(wslay_event_context_ptr ctx,
-                           const struct wslay_event_on_frame_recv_start_arg *arg, void *user)
+/* Queues a control frame (a pong, a close) behind the ones queued. */
+static int queue_control(ws_layer *w, uint8_t op, const uint8_t *p, size_t n)
 {
-	ws_layer *w = user;
-	w->data_frame = arg->opcode == WSLAY_TEXT_FRAME || arg->opcode == WSLAY_BINARY_FRAME ||
-	                arg->opcode == WSLAY_CONTINUATION_FRAME;
-	if (arg->opcode == WSLAY_PING && !w->fail) {
-		/* wslay answers every ping with a pong in its own queue, which
-		 * only a reading peer empties: bounded here, as data is by the
-		 * shell's write slots. */
+	if (w->ctl_n == WS_CTL_SLOTS)
+		return 0; /* cannot happen: pongs stop at WS_CONTROL_QUEUE_MAX, one close */
+	ws_ctl *c = &w->ctl[(w->ctl_head + w->ctl_n) % WS_CTL_SLOTS];
+	uint8_t key[4];
+	ssize_t h = head(w, c->b, op, n, key);
+	if (h < 0)
+		return set_err(w, LAYER_ERR_NOMEM, M_NOMEM);
+	if (w->client)
+		ws_frame_mask(c->b + h, p, n, key, 0);
+	else if (n)
+		memcpy(c->b + h, p, n);
+	c->len = (uint8_t)((size_t)h + n);
+	w->ctl_n++;
+	return 0;
+}
+
+/* Our one close frame: code, or no body for 0. */
+static int queue_close(ws_layer *w, unsigned code)
+{
+	if (w->close_queued)
+		return 0;
+	w->close_queued = true;
+	uint8_t b[2] = {(uint8_t)(code >> 8), (uint8_t)code};
+	return queue_control(w, WS_OP_CLOSE, b, code ? 2 : 0);
+}
+
+/* Handshake bytes, then queued control frames, into down as far as they
+ * fit. */
+static int flush(ws_layer *w, layer_buf *down)
+{
+	w->out_off += layer_buf_put(down, w->out + w->out_off, w->out_len - w->out_off);
+	if (w->out_off < w->out_len || !w->open)
+		return 0;
+	while (w->ctl_n > 0) {
+		ws_ctl *c = &w->ctl[w->ctl_head];
+		w->ctl_off += layer_buf_put(down, c->b + w->ctl_off, c->len - w->ctl_off);
+		if (w->ctl_off < c->len)
+			break;
+		w->ctl_off = 0;
+		w->ctl_head = (w->ctl_head + 1) % WS_CTL_SLOTS;
+		w->ctl_n--;
+	}
+	return 0;
+}
+
+/* ---- frames in ---- */
+
+/* RFC 6455 section 7.4.1: 1009, a message too big to process; 1002, a
+ * protocol error. Reading stops at either. */
+static void fail_frames(ws_layer *w, ssize_t why)
+{
+	bool big = why == WS_FRAME_TOO_BIG;
+	set_err(w, LAYER_ERR_PROTO, big ? M_TOO_LARGE : M_BAD_FRAME);
+	if (queue_close(w, big ? 1009 : 1002) < 0)
+		return; /* the NOMEM replaced the error */
+}
+
+/* Section 7.4: the codes a close frame may carry. */
+static bool close_code_ok(unsigned c)
+{
+	return (c >= 1000 && c <= 1011 && (c < 1004 || c > 1006)) || (c >= 3000 && c <= 4999);
+}
+
+/* A frame's header is read. */
+static void frame_start(ws_layer *w)
+{
+	const ws_frame_dec *d = &w->dec;
+	if (d->op == WS_OP_PING) {
+		/* Every ping is answered with a pong in ctl, which only a reading
+		 * peer empties: bounded here, as data is by the shell's write
+		 * slots. */
 		if (!w->data_seen && ++w->early_pings > WS_EARLY_PINGS_MAX)
 			set_err(w, LAYER_ERR_PROTO, M_EARLY_PINGS, WS_EARLY_PINGS_MAX);
-		else if (wslay_event_get_queued_msg_count(ctx) >= WS_CONTROL_QUEUE_MAX)
+		else if (w->ctl_n >= WS_CONTROL_QUEUE_MAX)
 			set_err(w, LAYER_ERR_PROTO, M_NOT_READING);
-		if (w->fail) {
-			wslay_event_shutdown_read(ctx);
-			return;
-		}
+	} else if (d->op <= WS_OP_BINARY) {
+		w->data_seen = true;
 	}
-	if (!w->data_frame)
-		return;
-	w->data_seen = true;
-	if (arg->payload_length > WS_FRAME_MAX || w->fail) {
-		refuse_too_large(w, ctx);
-		w->data_frame = false;
+}
+
+/* A frame's payload has all passed: control frames act now. */
+static void frame_end(ws_layer *w)
+{
+	const ws_frame_dec *d = &w->dec;
+	size_t n = (size_t)d->len;
+	if (d->op == WS_OP_PING && !w->close_queued) {
+		(void)queue_control(w, WS_OP_PONG, w->cin, n);
 		return;
 	}
-	w->in_msg = true;
-	w->frame_fin = arg->fin;
-}
-
-static void frame_chunk_cb(wslay_event_context_ptr ctx,
-                           const struct wslay_event_on_frame_recv_chunk_arg *arg, void *user)
-{
-	(void)ctx;
-	ws_layer *w = user;
-	if (w->data_frame && !w->fail)
-		deliver(w, arg->data, arg->data_length);
-}
-
-static void frame_end_cb(wslay_event_context_ptr ctx, void *user)
-{
-	(void)ctx;
-	ws_layer *w = user;
-	if (w->data_frame && w->frame_fin)
-		w->in_msg = false;
-}
-
-static void msg_cb(wslay_event_context_ptr ctx, const struct wslay_event_on_msg_recv_arg *arg,
-                   void *user)
-{
-	(void)ctx;
-	ws_layer *w = user;
-	if (arg->opcode != WSLAY_CONNECTION_CLOSE)
-		return; /* pings are answered by wslay; data came by chunks */
+	if (d->op != WS_OP_CLOSE)
+		return; /* pongs are dropped; data went up as it came */
+	unsigned code = n >= 2 ? (unsigned)w->cin[0] << 8 | w->cin[1] : 0;
+	if (n == 1 || (n >= 2 && !close_code_ok(code))) {
+		fail_frames(w, WS_FRAME_BAD);
+		return;
+	}
 	w->peer_closed = true;
-	if (w->in_msg && !w->fail)
+	/* Section 5.5.1: the reply echoes the code. */
+	if (queue_close(w, code) < 0)
+		return;
+	if (d->in_msg)
 		set_err(w, LAYER_ERR_CLOSED, M_CLOSED_MID);
 	/* A server whose client closes before sending anything has nothing to
 	 * wait for (RFC 6455 section 7.1.1: the server closes the TCP
-	 * connection): the error ends it once wslay's close reply is out,
+	 * connection): the error ends it once the close reply is out,
 	 * instead of at the handshake timeout. */
-	else if (!w->client && !w->data_seen && !w->fail)
+	else if (!w->client && !w->data_seen)
 		set_err(w, LAYER_ERR_CLOSED, M_CLOSED_EARLY);
 }
 
-static const struct wslay_event_callbacks callbacks = {
-	.recv_callback = recv_cb,
-	.send_callback = send_cb,
-	.genmask_callback = genmask_cb,
-	.on_frame_recv_start_callback = frame_start_cb,
-	.on_frame_recv_chunk_callback = frame_chunk_cb,
-	.on_frame_recv_end_callback = frame_end_cb,
-	.on_msg_recv_callback = msg_cb,
-};
+/* Frames from in[0, len): data payloads unmasked straight into up as far
+ * as it has room, control payloads into cin. Returns the bytes taken; the
+ * rest is offered again (layer.h). Stops at a failure or the peer's
+ * close. */
+static size_t read_frames(ws_layer *w, const uint8_t *in, size_t len, layer_buf *up)
+{
+	ws_frame_dec *d = &w->dec;
+	size_t off = 0;
+	while (!w->fail && !w->peer_closed) {
+		if (!d->in_payload) {
+			if (off == len)
+				break;
+			ssize_t r = ws_frame_dec_head(d, in + off, len - off);
+			if (r < 0) {
+				fail_frames(w, r);
+				break;
+			}
+			off += (size_t)r;
+			if (!d->in_payload)
+				break;
+			frame_start(w);
+			if (w->fail)
+				break;
+		}
+		if (d->op <= WS_OP_BINARY) {
+			size_t k = len - off, room = layer_buf_room(up);
+			if (k > room)
+				k = room;
+			if (k > 0) {
+				k = ws_frame_dec_payload(d, up->data + up->len, in + off, k);
+				up->len += k;
+				off += k;
+			}
+		} else {
+			uint8_t *to = w->cin + d->done; /* len <= WS_CONTROL_MAX: checked */
+			off += ws_frame_dec_payload(d, to, in + off, len - off);
+		}
+		if (!ws_frame_dec_done(d))
+			break;
+		frame_end(w);
+		ws_frame_dec_next(d);
+	}
+	return off;
+}
 
 /* ---- the upgrade ---- */
 
@@ -565,7 +542,6 @@ static ssize_t ws_from_below(layer *l, const uint8_t *in, size_t len, layer_buf 
                              layer_buf *down)
 {
 	ws_layer *w = (ws_layer *)l;
-	w->up = up;
 	if (w->fail)
 		return failing(w, down, 0);
 	size_t used = 0;
@@ -576,23 +552,10 @@ static ssize_t ws_from_below(layer *l, const uint8_t *in, size_t len, layer_buf 
 		used = (size_t)r;
 	}
 	if (w->open) {
-		if (w->pend_len > w->pend_off)
-			deliver_pend(w);
-		w->in = in + used;
-		w->in_len = len - used;
-		w->in_off = 0;
-		if (w->pend_len == w->pend_off && wslay_event_get_read_enabled(w->ws)) {
-			int r = wslay_event_recv(w->ws);
-			bool refused = !wslay_event_get_read_enabled(w->ws) && !w->peer_closed;
-			if (r == WSLAY_ERR_NOMEM)
-				set_err(w, LAYER_ERR_NOMEM, M_NOMEM);
-			else if (refused && !w->fail)
-				set_err(w, LAYER_ERR_PROTO, M_BAD_FRAME); /* wslay queued 1002 */
-		}
-		/* Nothing may follow a close frame: drop it. */
-		used += w->peer_closed ? w->in_len : w->in_off;
-		w->in = NULL;
-		w->in_len = w->in_off = 0;
+		if (!w->peer_closed)
+			used += read_frames(w, in + used, len - used, up);
+		if (w->peer_closed) /* nothing may follow a close frame: drop it */
+			used = len;
 	}
 	if (w->fail)
 		return failing(w, down, used);
@@ -600,6 +563,9 @@ static ssize_t ws_from_below(layer *l, const uint8_t *in, size_t len, layer_buf 
 	return rc < 0 ? rc : (ssize_t)used;
 }
 
+/* Writes app bytes as binary frames of at most WS_MSG_OUT_MAX, each
+ * whole into down's room (so control frames can always go between two),
+ * masked on the way in by a client. Nothing is copied twice. */
 static ssize_t ws_from_above(layer *l, const uint8_t *in, size_t len, layer_buf *down)
 {
 	ws_layer *w = (ws_layer *)l;
@@ -615,21 +581,28 @@ static ssize_t ws_from_above(layer *l, const uint8_t *in, size_t len, layer_buf 
 	if (w->peer_closed)
 		return (ssize_t)len; /* see ws.h: nobody reads them any more */
 	size_t used = 0;
-	while (used < len && wslay_event_get_queued_msg_count(w->ws) == 0 &&
-	       layer_buf_room(down) > 0) {
-		struct wslay_event_msg m = {
-			.opcode = WSLAY_BINARY_FRAME,
-			.msg = in + used,
-			.msg_length = len - used < WS_MSG_OUT_MAX ? len - used : WS_MSG_OUT_MAX,
-		};
-		int r = wslay_event_queue_msg(w->ws, &m);
-		if (r == WSLAY_ERR_NO_MORE_MSG) /* a close is queued: as peer_closed */
-			return (ssize_t)len;
-		if (r != 0)
+	/* Behind the handshake's last bytes and queued control frames only. */
+	while (used < len && w->out_off == w->out_len && w->ctl_n == 0) {
+		size_t room = layer_buf_room(down);
+		size_t n = len - used < WS_MSG_OUT_MAX ? len - used : WS_MSG_OUT_MAX;
+		if (ws_frame_head_len(n, w->client) + n > room) {
+			/* A shorter frame fills the room: the header for room
+			 * bytes is at least as long as the one for fewer. */
+			size_t h = ws_frame_head_len(room, w->client);
+			if (room <= h)
+				break;
+			n = room - h;
+		}
+		uint8_t key[4], *o = down->data + down->len;
+		ssize_t h = head(w, o, WS_OP_BINARY, n, key);
+		if (h < 0)
 			return set_err(w, LAYER_ERR_NOMEM, M_NOMEM);
-		used += m.msg_length;
-		if ((rc = flush(w, down)) < 0)
-			return rc;
+		if (w->client)
+			ws_frame_mask(o + h, in + used, n, key, 0);
+		else
+			memcpy(o + h, in + used, n);
+		down->len += (size_t)h + n;
+		used += n;
 	}
 	return (ssize_t)used;
 }
@@ -650,11 +623,8 @@ static int ws_shutdown(layer *l, layer_buf *down)
 	if (!w->open || w->shut)
 		return 0;
 	w->shut = true;
-	if (!w->peer_closed) {
-		int r = wslay_event_queue_close(w->ws, WSLAY_CODE_NORMAL_CLOSURE, NULL, 0);
-		if (r == WSLAY_ERR_NOMEM)
-			return set_err(w, LAYER_ERR_NOMEM, M_NOMEM);
-	}
+	if (!w->peer_closed && queue_close(w, 1000) < 0) /* section 7.4.1: normal closure */
+		return w->fail;
 	return flush(w, down);
 }
 
@@ -667,7 +637,6 @@ static const char *ws_error(const layer *l)
 static void ws_free(layer *l)
 {
 	ws_layer *w = (ws_layer *)l;
-	wslay_event_context_free(w->ws);
 	EVP_CIPHER_CTX_free(w->mask);
 	free(w->path);
 	free(w);
@@ -715,18 +684,14 @@ static ws_layer *layer_new(bool client, const char *path)
 	w->base.ops = client ? &client_ops : &server_ops;
 	w->client = client;
 	w->ks_off = sizeof w->ks;
-	int r = client ? wslay_event_context_client_init(&w->ws, &callbacks, w)
-	               : wslay_event_context_server_init(&w->ws, &callbacks, w);
-	if (r != 0 || !(w->path = strdup(path))) {
+	/* Section 5.1: a server reads masked frames only, a client unmasked
+	 * ones. */
+	w->dec.masked = !client;
+	w->dec.max = WS_FRAME_MAX;
+	if (!(w->path = strdup(path))) {
 		ws_free(&w->base);
 		return NULL;
 	}
-	/* Payload streams through the chunk callback; wslay buffers only
-	 * control frames (at most 125 bytes, RFC 6455 section 5.5). */
-	wslay_event_config_set_no_buffering(w->ws, 1);
-	/* wslay's own bound (2^31 - 1) would refuse a huge frame before
-	 * frame_start_cb can name the reason; ours is lower. */
-	wslay_event_config_set_max_recv_msg_length(w->ws, UINT64_MAX);
 	return w;
 }
 

@@ -1,4 +1,4 @@
-/* ws.h - the WebSocket layer (RFC 6455): the HTTP/1.1 upgrade, then binary messages over wslay, client and server. */
+/* ws.h - the WebSocket layer (RFC 6455): the HTTP/1.1 upgrade, then binary messages framed by ws_frame, client and server. */
 #ifndef ETM_TRANSPORT_WS_H
 #define ETM_TRANSPORT_WS_H
 
@@ -23,21 +23,24 @@
  * keep what a layer did not take).
  *
  * Data. Every from_above piece goes out as one binary message (at most
- * WS_MSG_OUT_MAX bytes each); the payload of every text or binary frame
- * received goes up as bytes, message boundaries dropped: the layer carries
- * a byte stream, as Xray's and v2ray's WebSocket transports do. A ping is
- * answered with a pong. Client frames are masked with keys drawn from
- * ChaCha20 keyed by the config's seed, so they are unpredictable to anyone
- * without it (RFC 6455 section 5.3) while the layer reads no random source.
+ * WS_MSG_OUT_MAX bytes each, and no more than down has room for: a frame is
+ * written whole, masked as it is copied); the payload of every text or
+ * binary frame received goes up as bytes, unmasked as it is copied, message
+ * boundaries dropped: the layer carries a byte stream, as Xray's and
+ * v2ray's WebSocket transports do. A ping is answered with a pong. Client
+ * frames are masked with keys drawn from ChaCha20 keyed by the config's
+ * seed, so they are unpredictable to anyone without it (RFC 6455 section
+ * 5.3) while the layer reads no random source.
  *
  * End of stream. shutdown() sends a close frame (1000). A close frame from
- * the peer ends the stream: wslay answers it at once, from_below delivers
- * everything before it and drops whatever follows, ready() stays true, and
- * from_above consumes and drops app bytes from then on (a WebSocket has no
- * half-close: the peer reads nothing after its close). It is not an error;
- * the shell learns EOF from the socket, or from ws_peer_closed() (a server
- * should then close the TCP connection, RFC 6455 section 7.1.1). A close
- * in the middle of a fragmented message is LAYER_ERR_CLOSED.
+ * the peer ends the stream: the layer answers it at once (echoing its
+ * code), from_below delivers everything before it and drops whatever
+ * follows, ready() stays true, and from_above consumes and drops app bytes
+ * from then on (a WebSocket has no half-close: the peer reads nothing after
+ * its close). It is not an error; the shell learns EOF from the socket, or
+ * from ws_peer_closed() (a server should then close the TCP connection, RFC
+ * 6455 section 7.1.1). A close in the middle of a fragmented message is
+ * LAYER_ERR_CLOSED.
  *
  * Errors. Where the protocol has an answer (an HTTP error status, a close
  * frame 1002 or 1009) it is handed to down first and the error comes from
@@ -52,7 +55,7 @@
  *                           "ws: unsupported Sec-WebSocket-Version"
  *                           "ws: upgrade request head too large"
  *   both    LAYER_ERR_PROTO "ws: frame too large" (over WS_FRAME_MAX)
- *                           "ws: bad frame" (wslay refused it)
+ *                           "ws: bad frame" (RFC 6455 section 5 broken; 1002)
  *                           "ws: the peer sends pings and does not read the answers"
  *                           "ws: more than 4 pings before any data"
  *           LAYER_ERR_CLOSED "ws: peer closed in the middle of a message"
@@ -69,11 +72,11 @@
  * 2^63 bytes. Payloads stream through: nothing of this size is buffered. */
 #define WS_FRAME_MAX (1024 * 1024)
 
-/* Control replies (pongs, a close) wslay may hold for a peer that does not
- * read them: a peer that keeps pinging past this is closed, "ws: the peer
- * sends pings and does not read the answers". Data never waits here (the
- * layer queues a message only when none is queued), so the bound is the
- * pongs': 16 of at most 127 bytes each. */
+/* Control replies (pongs, a close) the layer may hold for a peer that does
+ * not read them: a peer that keeps pinging past this is closed, "ws: the peer
+ * sends pings and does not read the answers". Data never waits here (a
+ * data frame is written only whole, into room below), so the bound is the
+ * pongs': 16 of at most 131 bytes each. */
 #define WS_CONTROL_QUEUE_MAX 16
 
 /* Pings a peer may send before its first data frame (a proxy client sends

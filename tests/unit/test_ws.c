@@ -1,4 +1,4 @@
-/* test_ws.c - WebSocket stacks (alone and over TLS) wired in memory: upgrade, data, ping, close, refusals, bad frames. */
+/* test_ws.c - WebSocket stacks (alone and over TLS) wired in memory: upgrade, data, ping, close, refusals, bad frames; the frame codec's masking, lengths and checks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +17,7 @@
 #include "transport/stack.h"
 #include "transport/tls.h"
 #include "transport/ws.h"
+#include "transport/ws_frame.h"
 
 #define PATH "/vless"
 #define HOST "example.test"
@@ -800,6 +801,383 @@ static void config_errors(void **state)
 	assert_false(ws_peer_closed(&other));
 }
 
+/* ---- the frame codec (ws_frame.h) ---- */
+
+/* Section 5.3, a byte at a time: the reference the word loop must match. */
+static void mask_bytes(uint8_t *dst, const uint8_t *src, size_t n, const uint8_t key[4],
+                       uint64_t off)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = src[i] ^ key[(off + i) % 4];
+}
+
+/* Every start offset mod 8, every alignment of src and dst, lengths
+ * around the word and the 32-byte step, in place and not. */
+static void mask_every_offset(void **state)
+{
+	(void)state;
+	static const uint8_t key[4] = {0x37, 0xfa, 0x21, 0x3d};
+	uint8_t src[600], want[600], got[600], inplace[600];
+	for (size_t i = 0; i < sizeof src; i++)
+		src[i] = (uint8_t)(i * 131 + 7);
+	static const size_t lens[] = {0, 1, 3, 4, 7, 8, 9, 15, 16, 31, 32, 33, 63, 64, 65, 500};
+	for (uint64_t off = 0; off < 19; off++)
+		for (size_t a = 0; a < 8; a++)
+			for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+				size_t n = lens[li];
+				mask_bytes(want, src + a, n, key, off);
+				memset(got, 0, sizeof got);
+				ws_frame_mask(got + (7 - a), src + a, n, key, off);
+				assert_memory_equal(got + (7 - a), want, n);
+				memcpy(inplace + a, src + a, n);
+				ws_frame_mask(inplace + a, inplace + a, n, key, off);
+				assert_memory_equal(inplace + a, want, n);
+			}
+}
+
+/* A payload masked in pieces of any size is the payload masked at once:
+ * the key turns with the offset across the pieces' boundaries. */
+static void mask_in_pieces(void **state)
+{
+	(void)state;
+	static const uint8_t key[4] = {1, 0x80, 0xff, 0x5a};
+	size_t n = 5000;
+	uint8_t *src = pattern(n, 9), *want = malloc(n), *got = malloc(n);
+	mask_bytes(want, src, n, key, 0);
+	for (size_t piece = 1; piece < 40; piece++) {
+		memset(got, 0, n);
+		for (size_t off = 0; off < n;) {
+			size_t k = piece + off % 13;
+			if (k > n - off)
+				k = n - off;
+			ws_frame_mask(got + off, src + off, k, key, off);
+			off += k;
+		}
+		assert_memory_equal(got, want, n);
+	}
+	free(src);
+	free(want);
+	free(got);
+}
+
+/* Decodes one frame from p[0, n) fed chunk bytes at a time, payload into
+ * out; returns the header's error, or the bytes the frame took. */
+static ssize_t decode(ws_frame_dec *d, const uint8_t *p, size_t n, size_t chunk, uint8_t *out)
+{
+	size_t off = 0;
+	while (!ws_frame_dec_done(d)) {
+		size_t k = n - off < chunk ? n - off : chunk;
+		if (k == 0)
+			return 0;
+		if (!d->in_payload) {
+			ssize_t r = ws_frame_dec_head(d, p + off, k);
+			if (r < 0)
+				return r;
+			off += (size_t)r;
+		} else {
+			off += ws_frame_dec_payload(d, out + d->done, p + off, k);
+		}
+	}
+	return (ssize_t)off;
+}
+
+/* RFC 6455 section 5.7's examples, byte for byte. */
+static void rfc_examples(void **state)
+{
+	(void)state;
+	static const uint8_t masked_hello[] = {0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d,
+	                                       0x7f, 0x9f, 0x4d, 0x51, 0x58};
+	static const uint8_t hello[] = {0x81, 0x05, 0x48, 0x65, 0x6c, 0x6c, 0x6f};
+	static const uint8_t key[4] = {0x37, 0xfa, 0x21, 0x3d};
+	uint8_t out[16];
+	for (size_t chunk = 1; chunk <= sizeof masked_hello; chunk++) {
+		ws_frame_dec d = {.masked = true, .max = WS_FRAME_MAX};
+		memset(out, 0, sizeof out);
+		assert_int_equal(decode(&d, masked_hello, sizeof masked_hello, chunk, out),
+		                 sizeof masked_hello);
+		assert_int_equal(d.op, WS_OP_TEXT);
+		assert_true(d.fin);
+		assert_memory_equal(out, "Hello", 5);
+		ws_frame_dec c = {.masked = false, .max = WS_FRAME_MAX};
+		assert_int_equal(decode(&c, hello, sizeof hello, chunk, out), sizeof hello);
+		assert_memory_equal(out, "Hello", 5);
+	}
+	/* and written back */
+	size_t h = ws_frame_head(out, 0x81, 5, key);
+	assert_int_equal(h, 6);
+	ws_frame_mask(out + h, (const uint8_t *)"Hello", 5, key, 0);
+	assert_memory_equal(out, masked_hello, sizeof masked_hello);
+	assert_int_equal(ws_frame_head(out, 0x81, 5, NULL), 2);
+	assert_memory_equal(out, hello, 2);
+	/* "256 bytes binary message": 0x82 0x7E 0x0100; "64KiB": 0x82 0x7F
+	 * 0x0000000000010000 */
+	assert_int_equal(ws_frame_head(out, 0x82, 256, NULL), 4);
+	assert_memory_equal(out, "\x82\x7e\x01\x00", 4);
+	assert_int_equal(ws_frame_head(out, 0x82, 65536, NULL), 10);
+	assert_memory_equal(out, "\x82\x7f\x00\x00\x00\x00\x00\x01\x00\x00", 10);
+}
+
+/* The three length forms at their edges, masked and not, written and read
+ * back whole and a byte at a time. */
+static void length_boundaries(void **state)
+{
+	(void)state;
+	static const struct {
+		uint64_t n;
+		size_t head;
+	} cases[] = {{0, 2}, {125, 2}, {126, 4}, {65535, 4}, {65536, 10}, {70001, 10}};
+	static const uint8_t key[4] = {9, 8, 7, 6};
+	uint8_t *payload = pattern(70001, 3);
+	uint8_t *wire = malloc(70001 + WS_FRAME_HEAD_MAX), *out = malloc(70001);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		for (int m = 0; m < 2; m++) {
+			size_t n = (size_t)cases[i].n;
+			size_t h = ws_frame_head(wire, 0x82, n, m ? key : NULL);
+			assert_int_equal(h, cases[i].head + (m ? 4 : 0));
+			assert_int_equal(ws_frame_head_len(n, m), h);
+			if (m)
+				ws_frame_mask(wire + h, payload, n, key, 0);
+			else
+				memcpy(wire + h, payload, n);
+			static const size_t chunks[] = {1, 7, SIZE_MAX};
+			for (size_t c = 0; c < 3; c++) {
+				ws_frame_dec d = {.masked = m, .max = WS_FRAME_MAX};
+				memset(out, 0, n);
+				assert_int_equal(decode(&d, wire, h + n, chunks[c], out), h + n);
+				assert_int_equal(d.len, n);
+				assert_memory_equal(out, payload, n);
+			}
+		}
+	free(payload);
+	free(wire);
+	free(out);
+}
+
+/* Header checks: masking by side, RSV, reserved opcodes, control frames,
+ * fragments, and the size bound (section 5). */
+static void decoder_refusals(void **state)
+{
+	(void)state;
+	static const struct {
+		bool masked; /* the decoder's side: a server's */
+		uint8_t bytes[14];
+		size_t len;
+		ssize_t want;
+	} cases[] = {
+		{true, {0x82, 0x01}, 2, WS_FRAME_BAD},                /* server: unmasked */
+		{false, {0x82, 0x81}, 2, WS_FRAME_BAD},               /* client: masked */
+		{true, {0x92, 0x80}, 2, WS_FRAME_BAD},                /* RSV3 */
+		{true, {0x87, 0x80}, 2, WS_FRAME_BAD},                /* reserved data opcode */
+		{true, {0x8b, 0x80}, 2, WS_FRAME_BAD},                /* reserved control opcode */
+		{true, {0x09, 0x80}, 2, WS_FRAME_BAD},                /* fragmented ping */
+		{true, {0x89, 0xfe, 0x00, 0x7e}, 4, WS_FRAME_BAD},    /* 126-byte ping */
+		{true, {0x80, 0x80}, 2, WS_FRAME_BAD},                /* continuation of nothing */
+		{true, {0x82, 0xe5}, 2, WS_FRAME_TOO_BIG},            /* 101 > max 100 */
+		{true, {0x82, 0xfe, 0x00, 0x65}, 4, WS_FRAME_TOO_BIG},
+		{true, {0x82, 0xff, 0x80, 0, 0, 0, 0, 0, 0, 0}, 10, WS_FRAME_TOO_BIG}, /* 2^63 */
+		{true, {0x82, 0xe4, 1, 2, 3, 4}, 6, 6},               /* 100 is fine */
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		ws_frame_dec d = {.masked = cases[i].masked, .max = 100};
+		ssize_t r = 0;
+		size_t took = 0;
+		/* a byte at a time: the verdict comes with the last header byte */
+		for (size_t k = 0; k < cases[i].len && r >= 0; k++) {
+			r = ws_frame_dec_head(&d, cases[i].bytes + k, 1);
+			took += r > 0 ? (size_t)r : 0;
+		}
+		if (cases[i].want < 0)
+			assert_int_equal(r, cases[i].want);
+		else
+			assert_int_equal(took, (size_t)cases[i].want);
+	}
+}
+
+/* A fragmented message with a ping between its frames, and a new message
+ * inside it refused. */
+static void decoder_fragments(void **state)
+{
+	(void)state;
+	ws_frame_dec d = {.masked = false, .max = WS_FRAME_MAX};
+	uint8_t out[8];
+	static const uint8_t frag1[] = {0x01, 0x03, 'H', 'e', 'l'};
+	static const uint8_t ping[] = {0x89, 0x01, 'p'};
+	static const uint8_t frag2[] = {0x80, 0x02, 'l', 'o'};
+	assert_int_equal(decode(&d, frag1, sizeof frag1, 1, out), sizeof frag1);
+	assert_true(d.in_msg);
+	ws_frame_dec_next(&d);
+	assert_int_equal(decode(&d, ping, sizeof ping, 1, out), sizeof ping);
+	assert_int_equal(d.op, WS_OP_PING);
+	assert_true(d.in_msg);
+	ws_frame_dec_next(&d);
+	assert_int_equal(decode(&d, frag2, sizeof frag2, 1, out), sizeof frag2);
+	assert_false(d.in_msg);
+	ws_frame_dec_next(&d);
+	assert_int_equal(decode(&d, frag1, sizeof frag1, SIZE_MAX, out), sizeof frag1);
+	ws_frame_dec_next(&d);
+	static const uint8_t binary[] = {0x82, 0x00};
+	assert_int_equal(ws_frame_dec_head(&d, binary, sizeof binary), WS_FRAME_BAD);
+}
+
+/* Frames of every length form through the server layer: the payload comes
+ * out whole however the bytes are cut, across frame boundaries. */
+static void layer_length_boundaries(void **state)
+{
+	(void)state;
+	static const size_t lens[] = {0, 1, 125, 126, 127, 65535, 65536, 100000};
+	size_t total = 0, cap = 0;
+	for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+		total += lens[i], cap += lens[i] + WS_FRAME_HEAD_MAX;
+	uint8_t *payload = pattern(total, 11), *wire = malloc(cap);
+	static const size_t chunks[] = {1, 5, 4096, SIZE_MAX};
+	for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+		size_t n = 0, off = 0;
+		uint8_t key[4] = {0xde, 0xad, 0xbe, 0xef};
+		for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+			key[0]++;
+			n += ws_frame_head(wire + n, 0x82, lens[i], key);
+			ws_frame_mask(wire + n, payload + off, lens[i], key, 0);
+			n += lens[i], off += lens[i];
+		}
+		end cl, s;
+		upgraded(&cl, &s);
+		size_t sent = 0;
+		int err = 0;
+		while (sent < n) {
+			size_t k = n - sent < chunks[c] ? n - sent : chunks[c];
+			ssize_t r = stack_from_wire(s.s, wire + sent, k);
+			assert_true(r >= 0);
+			sent += (size_t)r;
+			app(&s, SIZE_MAX, &err);
+			assert_int_equal(err, 0);
+		}
+		app(&s, SIZE_MAX, &err);
+		assert_int_equal(s.rx_len, total);
+		assert_memory_equal(s.rx, payload, total);
+		close_pair(&cl, &s);
+	}
+	free(payload);
+	free(wire);
+}
+
+/* A client's big write: whole frames of at most WS_MSG_OUT_MAX, each with a
+ * key of its own, that unmask to the bytes written. */
+static void client_frames_and_keys(void **state)
+{
+	(void)state;
+	end c, s;
+	upgraded(&c, &s);
+	size_t len = 3 * WS_MSG_OUT_MAX + 100;
+	uint8_t *data = pattern(len, 4), *got = malloc(len);
+	size_t in = 0, out = 0, frames = 0;
+	uint8_t keys[16][4];
+	ws_frame_dec d = {.masked = true, .max = WS_FRAME_MAX};
+	while (out < len) {
+		if (in < len) {
+			ssize_t r = stack_from_app(c.s, data + in, len - in);
+			assert_true(r >= 0);
+			in += (size_t)r;
+		}
+		const uint8_t *w;
+		size_t n = stack_wire_out(c.s, &w), off = 0;
+		assert_true(n > 0);
+		while (off < n) {
+			if (!d.in_payload) {
+				ssize_t r = ws_frame_dec_head(&d, w + off, n - off);
+				assert_true(r > 0);
+				off += (size_t)r;
+				if (d.in_payload) {
+					assert_int_equal(d.op, WS_OP_BINARY);
+					assert_true(d.fin);
+					assert_true(d.len <= WS_MSG_OUT_MAX);
+					assert_true(frames < 16);
+					memcpy(keys[frames++], d.key, 4);
+				}
+				continue;
+			}
+			size_t k = ws_frame_dec_payload(&d, got + out, w + off, n - off);
+			off += k, out += k;
+			if (ws_frame_dec_done(&d))
+				ws_frame_dec_next(&d);
+		}
+		assert_int_equal(stack_wire_done(c.s, n), 0);
+	}
+	assert_memory_equal(got, data, len);
+	assert_true(frames >= 4);
+	for (size_t i = 1; i < frames; i++)
+		assert_memory_not_equal(keys[i], keys[i - 1], 4);
+	free(data);
+	free(got);
+	close_pair(&c, &s);
+}
+
+/* A client refuses a masked frame from the server (section 5.1). */
+static void client_refuses_masked(void **state)
+{
+	(void)state;
+	end c, s;
+	upgraded(&c, &s);
+	uint8_t buf[32];
+	size_t n = frame(buf, 0x82, "x", 1, true);
+	ssize_t r = stack_from_wire(c.s, buf, n);
+	if (r >= 0)
+		r = stack_from_wire(c.s, (const uint8_t *)"", 0);
+	assert_int_equal(r, LAYER_ERR_PROTO);
+	assert_string_equal(stack_error(c.s), "ws: bad frame");
+	const uint8_t *d;
+	n = stack_wire_out(c.s, &d);
+	assert_int_equal(n, 2 + 4 + 2);
+	assert_int_equal(d[0], 0x88);
+	assert_int_equal(d[1], 0x82);
+	assert_int_equal(d[6] ^ d[2], 0x03); /* 1002 */
+	assert_int_equal(d[7] ^ d[3], 0xea);
+	close_pair(&c, &s);
+}
+
+/* The close reply echoes the peer's code, or has no body when the peer's
+ * had none; a close with a 1-byte body or a code of the reserved kind is
+ * a bad frame (section 7.4). */
+static void close_codes(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *body;
+		size_t len;
+		const char *reply;
+		size_t reply_len;
+		int err;
+	} cases[] = {
+		{"", 0, "\x88\x00", 2, 0},
+		{"\x03\xe9", 2, "\x88\x02\x03\xe9", 4, 0},       /* 1001 */
+		{"\x0f\xa0" "bye", 5, "\x88\x02\x0f\xa0", 4, 0}, /* 4000 and a reason */
+		{"\x03", 1, "\x88\x02\x03\xea", 4, LAYER_ERR_PROTO},
+		{"\x03\xed", 2, "\x88\x02\x03\xea", 4, LAYER_ERR_PROTO}, /* 1005 */
+		{"\x00\x00", 2, "\x88\x02\x03\xea", 4, LAYER_ERR_PROTO},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		end c, s;
+		upgraded(&c, &s);
+		uint8_t buf[64];
+		size_t n = frame(buf, 0x82, "d", 1, true); /* data first: no early close */
+		n += frame(buf + n, 0x88, cases[i].body, cases[i].len, true);
+		ssize_t r = stack_from_wire(s.s, buf, n);
+		if (r >= 0 && cases[i].err)
+			r = stack_from_wire(s.s, (const uint8_t *)"", 0);
+		if (cases[i].err) {
+			assert_int_equal(r, cases[i].err);
+			assert_string_equal(stack_error(s.s), "ws: bad frame");
+			assert_false(ws_peer_closed(s.l));
+		} else {
+			assert_int_equal(r, (ssize_t)n);
+			assert_true(ws_peer_closed(s.l));
+		}
+		const uint8_t *d;
+		assert_int_equal(stack_wire_out(s.s, &d), cases[i].reply_len);
+		assert_memory_equal(d, cases[i].reply, cases[i].reply_len);
+		close_pair(&c, &s);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -827,6 +1205,16 @@ int main(void)
 		cmocka_unit_test(bad_frames),
 		cmocka_unit_test(backpressure),
 		cmocka_unit_test(config_errors),
+		cmocka_unit_test(mask_every_offset),
+		cmocka_unit_test(mask_in_pieces),
+		cmocka_unit_test(rfc_examples),
+		cmocka_unit_test(length_boundaries),
+		cmocka_unit_test(decoder_refusals),
+		cmocka_unit_test(decoder_fragments),
+		cmocka_unit_test(layer_length_boundaries),
+		cmocka_unit_test(client_frames_and_keys),
+		cmocka_unit_test(client_refuses_masked),
+		cmocka_unit_test(close_codes),
 	};
 	return cmocka_run_group_tests(tests, make_files, remove_files);
 }
