@@ -44,11 +44,13 @@ void udp_batch_flush(udp_batch *b)
 				done += (size_t)r;
 			else if (r < 0 && errno == EINTR)
 				continue;
+			else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS))
+				break;
 			else
-				break; /* full (EAGAIN) or msgs[done] failed */
+				done++; /* msgs[done] was refused (as uv_udp_try_send would be): dropped */
 		}
-	/* The rest one by one the way they went before the batch: each that
-	 * fails again is dropped, and one the socket takes after all goes. */
+	/* What the socket would not take now goes one by one, the way it went
+	 * before the batch: each still refused is dropped, each taken goes. */
 	for (; done < n; done++)
 		(void)send_now(b->sock, b->iov[done].iov_base, b->iov[done].iov_len,
 		               (const struct sockaddr *)&b->to[done]);
