@@ -6,6 +6,7 @@
 
 #include "base/log.h"
 #include "proto/socks.h"
+#include "runtime/udp_batch.h"
 
 enum { MSG_BIND, MSG_LINK, MSG_NOT_CLIENT, MSG_MALFORMED, MSG_NO_MEMORY };
 static const char *const msgs[] = {
@@ -28,6 +29,8 @@ static const char *const msgs[] = {
 struct socks_udp_in {
 	in_conn *ic;
 	uv_udp_t relay;
+	udp_batch to_client; /* the answers of one loop iteration, sent together */
+	int open_handles;    /* relay and to_client's: u is freed when both closed */
 	dgram_link *link;
 	struct sockaddr_storage client; /* the client's endpoint, once its first datagram came */
 	bool client_known;
@@ -37,6 +40,8 @@ struct socks_udp_in {
 static void on_relay_closed(uv_handle_t *h)
 {
 	socks_udp_in *u = h->data;
+	if (--u->open_handles)
+		return;
 	free(u->buf);
 	free(u);
 }
@@ -46,6 +51,7 @@ void socks_udp_in_stop(socks_udp_in *u)
 	if (u->link)
 		u->link->ops->close(u->link);
 	u->link = NULL;
+	udp_batch_close(&u->to_client, on_relay_closed); /* what waits goes first */
 	uv_close((uv_handle_t *)&u->relay, on_relay_closed);
 }
 
@@ -61,8 +67,8 @@ static void on_link_recv(const addr_dest *from, uint8_t *data, size_t len, void 
 		return;
 	uint8_t *start = data - h;
 	memcpy(start, hdr, (size_t)h);
-	uv_buf_t b = uv_buf_init((char *)start, (unsigned)(len + (size_t)h));
-	(void)uv_udp_try_send(&u->relay, &b, 1, (const struct sockaddr *)&u->client);
+	(void)udp_batch_send(&u->to_client, start, len + (size_t)h,
+	                     (const struct sockaddr *)&u->client);
 	conn_touch(u->ic->c);
 }
 
@@ -133,6 +139,8 @@ socks_udp_in *socks_udp_in_start(in_conn *ic, const proto_event *ev, addr_dest *
 	 * on_client_datagram on its own (UV_UDP_MMSG_CHUNK) */
 	uv_udp_init_ex(worker_loop(conn_worker(ic->c)), &u->relay, AF_UNSPEC | UV_UDP_RECVMMSG);
 	u->relay.data = u;
+	udp_batch_init(&u->to_client, &u->relay);
+	u->open_handles = 2;
 
 	/* The relay binds the address the client reached, port 0: the control
 	 * connection's family (an IPv4 client gets an IPv4 relay). */

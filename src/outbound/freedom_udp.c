@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "base/log.h"
+#include "runtime/udp_batch.h"
 
 /* Datagrams one wake-up may take with recvmmsg(2) (libuv's UV_UDP_RECVMMSG
  * splits the buffer into 64 KiB chunks). The kernel writes only what
@@ -43,7 +44,8 @@ typedef struct freedom_udp {
 	void *ud;
 	uv_udp_t sock[2]; /* [0] v4, [1] v6 */
 	bool has[2];
-	int open_handles;
+	udp_batch out[2]; /* datagrams of one loop iteration for sock[i], when has[i] */
+	int open_handles; /* sockets and batches not yet closed */
 	bool closing;
 	/* DGRAM_HEADROOM + FREEDOM_UDP_MMSG chunks of 64 KiB, shared by both
 	 * sockets: one recvmmsg(2) fills a datagram a chunk. A receiver may
@@ -71,9 +73,7 @@ static int send_addr(freedom_udp *f, const struct sockaddr_storage *ss, const ui
 		}
 		return -1;
 	}
-	uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
-	int rc = uv_udp_try_send(&f->sock[i], &b, 1, (const struct sockaddr *)ss);
-	return rc == (int)len ? 0 : -1;
+	return udp_batch_send(&f->out[i], data, len, (const struct sockaddr *)ss);
 }
 
 static void set_port(struct sockaddr_storage *ss, uint16_t port)
@@ -200,8 +200,10 @@ static void fu_close(dgram_link *l)
 	for (size_t i = 0; i < FREEDOM_UDP_MAX_NAMES; i++)
 		forget(&f->names[i]);
 	for (int i = 0; i < 2; i++)
-		if (f->has[i])
+		if (f->has[i]) {
+			udp_batch_close(&f->out[i], on_closed); /* what waits goes first */
 			uv_close((uv_handle_t *)&f->sock[i], on_closed);
+		}
 	if (f->open_handles == 0) {
 		free(f->buf);
 		free(f);
@@ -261,6 +263,8 @@ dgram_link *freedom_udp_open(worker *w, dns_resolver *dns, dial_family af,
 			continue;
 		}
 		f->has[i] = true;
+		udp_batch_init(&f->out[i], &f->sock[i]);
+		f->open_handles++;
 	}
 	if (!f->has[0] && !f->has[1]) {
 		snprintf(err, err_size, "%s", msgs[MSG_NO_SOCKET]);

@@ -586,6 +586,31 @@ def test_socks5_udp_associate_large_datagram(start_proxy, udp_echo):
         assert pkt == udp_packet(LOOPBACK, udp_echo.port, data)
 
 
+def test_socks5_udp_associate_burst_in_order(start_proxy, udp_echo):
+    # 64 datagrams sent at once: the relay and freedom's socket each send
+    # what one loop iteration gathered together (sendmmsg), more than one
+    # batch holds; every one is answered, in order, byte for byte
+    proxy = start_proxy(config(inbound("in", "socks"), DIRECT))
+    ctl, relay = udp_associate(proxy.port)
+    with ctl, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+        a.bind((LOOPBACK, 0))
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        a.settimeout(5)
+        for round_ in range(3):
+            sent = [bytes([round_, i]) + os.urandom(16 + (i * 37) % 1200) for i in range(64)]
+            for data in sent:
+                a.sendto(udp_packet(LOOPBACK, udp_echo.port, data), relay)
+            got = []
+            while len(got) < len(sent):
+                try:
+                    pkt, _ = a.recvfrom(65535)
+                except socket.timeout:
+                    break
+                got.append(pkt)
+            assert [parse_udp_header(p)[1][:2] for p in got] == [d[:2] for d in sent]
+            assert got == [udp_packet(LOOPBACK, udp_echo.port, d) for d in sent]
+
+
 # ---------------------------------------------------------------- 5. accounts
 
 USERS = [("alice", "wonderland"), ("bob", "the builder"), ("carol", "p:ss:word")]
