@@ -56,6 +56,10 @@ void udp_batch_flush(udp_batch *b)
 		               (const struct sockaddr *)&b->to[done]);
 	b->n = 0;
 	b->used = 0;
+	/* The buffer is held only while datagrams wait: an association that
+	 * sends now and then keeps no 64 KiB per socket between its bursts. */
+	free(b->bytes);
+	b->bytes = NULL;
 	(void)uv_idle_stop(&b->kick);
 }
 
@@ -88,7 +92,5 @@ int udp_batch_send(udp_batch *b, const uint8_t *data, size_t len, const struct s
 void udp_batch_close(udp_batch *b, uv_close_cb cb)
 {
 	udp_batch_flush(b);
-	free(b->bytes);
-	b->bytes = NULL;
 	uv_close((uv_handle_t *)&b->kick, cb);
 }

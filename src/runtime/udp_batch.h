@@ -29,7 +29,7 @@
 typedef struct udp_batch {
 	uv_udp_t *sock;   /* borrowed: the owner closes it after udp_batch_close */
 	uv_idle_t kick;   /* runs while datagrams wait */
-	uint8_t *bytes;   /* UDP_BATCH_BYTES, owned; allocated at the first datagram */
+	uint8_t *bytes;   /* UDP_BATCH_BYTES, owned while datagrams wait (freed by a flush) */
 	size_t used;      /* bytes of `bytes` the waiting datagrams take */
 	size_t n;         /* datagrams waiting */
 	struct mmsghdr msgs[UDP_BATCH_MAX];
