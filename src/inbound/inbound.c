@@ -403,7 +403,8 @@ void inbound_accept(listener *l, int fd, void *data)
 		}
 
 	}
-	if (!conn_accept(w, fd, &driver, ic, &in->limits, cst)) {
+	if (!conn_accept(w, fd, listener_peer(l), listener_nodelay(l), &driver, ic, &in->limits,
+	                 cst)) {
 		inbound_rt_release(in);
 		free(ic);
 	}

@@ -2,6 +2,7 @@
 #ifndef ETM_RUNTIME_LISTENER_H
 #define ETM_RUNTIME_LISTENER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -59,6 +60,14 @@ __attribute__((warn_unused_result)) int listener_take_udp(const struct sockaddr_
 /* A connection was accepted: fd (non-blocking, close-on-exec) is the
  * callee's, to serve (conn_accept) or close. */
 typedef void (*listener_fn)(listener *l, int fd, void *data);
+
+/* Inside fn: the address of the client being handed over (accept4
+ * filled it in). */
+const struct sockaddr_storage *listener_peer(const listener *l);
+
+/* Whether the accepted sockets have TCP_NODELAY already (set on the
+ * listening socket, which Linux copies to each accepted one). */
+bool listener_nodelay(const listener *l);
 
 /* Binds ip:port on w's loop (worker thread only) and starts listening. fn
  * and data are borrowed until listener_close. Returns the listener, or NULL
