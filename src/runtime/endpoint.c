@@ -417,6 +417,24 @@ int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)
 		e->count[0] += n;
 		return flush(e);
 	}
+	/* A handshake's answer (a SOCKS reply, a 200 to CONNECT) usually goes
+	 * at once: no copy, no request, and no POLLOUT watch set and cleared,
+	 * each an epoll_ctl in libuv. Nothing is queued then (libuv's try
+	 * write refuses while its queue has writes), and no completion
+	 * follows: the owner sees an endpoint that is idle already. A write
+	 * queued here is all the owner waits on (endpoint_queued). */
+	if (!e->ch && n) {
+		uv_buf_t ub = uv_buf_init((char *)d, (unsigned)n);
+		int k = uv_try_write((uv_stream_t *)e->tcp, &ub, 1);
+		/* an error: the write below meets it and reports it as before */
+		if (k > 0) {
+			e->count[0] += (uint64_t)k;
+			d += k;
+			n -= (size_t)k;
+			if (n == 0)
+				return 0;
+		}
+	}
 	big_write *b = malloc(sizeof *b + n);
 	if (!b)
 		return fail(e, msgs[M_NOMEM]);
