@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 enum { M_NOMEM, M_NO_ROOM, M_STATE };
 
@@ -229,6 +230,16 @@ static void maybe_fin(endpoint *e)
 	if (e->ch) { /* the carrier ends the direction after the writes queued */
 		if (e->ch->ops->shutdown(e->ch))
 			e->shut_done = true;
+		return;
+	}
+	/* Nothing left in libuv's queue (the usual case: the relay's writes
+	 * go out at once): the FIN goes now, without libuv's shutdown, whose
+	 * POLLOUT watch costs an epoll_ctl and a callback on the next turn. */
+	uv_os_fd_t fd;
+	if (e->tcp->write_queue_size == 0 && !e->tcp->connect_req &&
+	    uv_fileno((uv_handle_t *)e->tcp, &fd) == 0) {
+		(void)shutdown(fd, SHUT_WR); /* a peer that went away has nothing left to tell */
+		e->shut_done = true;
 		return;
 	}
 	/* libuv runs the shutdown after the writes already queued */
