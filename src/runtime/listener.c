@@ -388,6 +388,12 @@ static void on_closed(uv_handle_t *h)
 	free(l);
 }
 
+void listener_defer_accept(listener *l, int secs)
+{
+	for (; l; l = l->next)
+		(void)setsockopt(l->fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &secs, sizeof secs);
+}
+
 void listener_set_data(listener *l, void *data)
 {
 	for (; l; l = l->next)
