@@ -360,6 +360,12 @@ static void serve_gun(worker *w, int fd, const inbound_rt *in, stack *cst)
 	(void)gun_serve(w, below, &cfg); /* -1: released already */
 }
 
+bool inbound_client_speaks_first(const inbound_rt *in)
+{
+	return in->protocol == INBOUND_PROTO_SOCKS || in->protocol == INBOUND_PROTO_HTTP ||
+	       in->protocol == INBOUND_PROTO_MIXED;
+}
+
 void inbound_accept(listener *l, int fd, void *data)
 {
 	const inbound_rt *in = data;
@@ -403,7 +409,8 @@ void inbound_accept(listener *l, int fd, void *data)
 		}
 
 	}
-	if (!conn_accept(w, fd, &driver, ic, &in->limits, cst)) {
+	if (!conn_accept(w, fd, listener_peer(l), listener_nodelay(l), &driver, ic, &in->limits,
+	                 cst)) {
 		inbound_rt_release(in);
 		free(ic);
 	}

@@ -100,6 +100,10 @@ void inbound_rt_free(inbound_rt *in);
 void inbound_rt_hold(const inbound_rt *in);
 void inbound_rt_release(const inbound_rt *in);
 
+/* The client speaks first and at once (SOCKS, HTTP, mixed): its listener
+ * can wait for the first bytes before the accept (listener_defer_accept). */
+bool inbound_client_speaks_first(const inbound_rt *in);
+
 /* A listener_fn: accepts the waiting connection and drives its handshake
  * with the inbound's protocol. data is the inbound_rt. */
 void inbound_accept(listener *l, int fd, void *data);

@@ -65,7 +65,14 @@ struct conn {
 
 worker *conn_worker(const conn *c) { return c->w; }
 const struct sockaddr_storage *conn_peer(const conn *c) { return &c->peer; }
-const struct sockaddr_storage *conn_local(const conn *c) { return &c->local; }
+/* Asked of the socket the first time (few flows need it: a SOCKS UDP
+ * association binds its relay there). */
+const struct sockaddr_storage *conn_local(conn *c)
+{
+	if (c->local.ss_family == AF_UNSPEC && c->client)
+		(void)endpoint_sockname(c->client, &c->local);
+	return &c->local;
+}
 
 static void peer_text(const conn *c, char *out, size_t size)
 {
@@ -329,13 +336,15 @@ static const endpoint_events client_events = {
 static void opened(conn *c);
 static conn *started(conn *c, stack *cst);
 
-conn *conn_accept(worker *w, int fd, const conn_driver *driver, void *drv,
-                  const conn_limits *limits, stack *cst)
+conn *conn_accept(worker *w, int fd, const struct sockaddr_storage *from, bool nodelay,
+                  const conn_driver *driver, void *drv, const conn_limits *limits, stack *cst)
 {
 	/* the source's count first, before anything is allocated for it */
 	struct sockaddr_storage peer = {0};
 	socklen_t plen = sizeof peer;
-	bool counted = getpeername(fd, (struct sockaddr *)&peer, &plen) == 0 && worker_guard(w);
+	bool known = from ? (peer = *from, true)
+	                  : getpeername(fd, (struct sockaddr *)&peer, &plen) == 0;
+	bool counted = known && worker_guard(w);
 	if (counted && !guard_source_take(worker_guard(w), (struct sockaddr *)&peer)) {
 		close(fd);
 		stack_free(cst);
@@ -356,8 +365,6 @@ conn *conn_accept(worker *w, int fd, const conn_driver *driver, void *drv,
 	}
 	*c = (conn){.w = w, .driver = driver, .drv = drv, .limits = *limits, .hs = hs,
 	            .peer = peer, .source_counted = counted};
-	socklen_t llen = sizeof c->local;
-	getsockname(fd, (struct sockaddr *)&c->local, &llen);
 	opened(c);
 
 	uv_tcp_init(worker_loop(w), tcp);
@@ -371,7 +378,8 @@ conn *conn_accept(worker *w, int fd, const conn_driver *driver, void *drv,
 		conn_close(c);
 		return c;
 	}
-	uv_tcp_nodelay(tcp, 1);
+	if (!nodelay)
+		uv_tcp_nodelay(tcp, 1);
 	return started(c, cst);
 }
 

@@ -56,6 +56,9 @@ typedef struct conn_limits {
 } conn_limits;
 
 /* Serves fd, a connection a listener accepted, and starts its handshake.
+ * peer is the client's address as the accept gave it (NULL: asked of the
+ * socket); nodelay says the socket has TCP_NODELAY already (inherited from
+ * the listening socket), else it is set here.
  * The worker's guard counts it against its source first: over the limit,
  * fd is closed and NULL returned. cst is the client side's layer stack (an
  * inbound's TLS or WebSocket; NULL for plain TCP), which the connection
@@ -64,8 +67,8 @@ typedef struct conn_limits {
  * and on_close runs exactly once (also when opening the socket failed). Returns NULL when the
  * source is over its limit or memory runs out; drv stays the caller's then
  * (cst is freed, fd closed). */
-conn *conn_accept(worker *w, int fd, const conn_driver *driver, void *drv,
-                  const conn_limits *limits, stack *cst);
+conn *conn_accept(worker *w, int fd, const struct sockaddr_storage *peer, bool nodelay,
+                  const conn_driver *driver, void *drv, const conn_limits *limits, stack *cst);
 
 /* Serves client, an endpoint on a channel of a carrier (an HTTP/2 stream
  * of a gRPC connection), as conn_accept serves a socket: the carrier
@@ -79,7 +82,7 @@ worker *conn_worker(const conn *c);
 
 /* The client's address and the local address it connected to. */
 const struct sockaddr_storage *conn_peer(const conn *c);
-const struct sockaddr_storage *conn_local(const conn *c);
+const struct sockaddr_storage *conn_local(conn *c);
 
 /* Queues bytes for the client (a handshake reply); copied. Returns 0 or -1. */
 __attribute__((warn_unused_result)) int conn_write(conn *c, const uint8_t *data, size_t len);

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 enum { M_NOMEM, M_NO_ROOM, M_STATE };
 
@@ -45,6 +46,7 @@ struct endpoint {
 
 	bool want;      /* the owner wants app bytes */
 	bool reading;   /* uv_read_start is in effect */
+	bool held;      /* bytes, the end or a failure came while the owner paused: told at the resume */
 	bool eof;       /* the peer's FIN was read */
 	bool failed;
 	bool closing;   /* endpoint_close ran: no more events */
@@ -231,6 +233,16 @@ static void maybe_fin(endpoint *e)
 			e->shut_done = true;
 		return;
 	}
+	/* Nothing left in libuv's queue (the usual case: the relay's writes
+	 * go out at once): the FIN goes now, without libuv's shutdown, whose
+	 * POLLOUT watch costs an epoll_ctl and a callback on the next turn. */
+	uv_os_fd_t fd;
+	if (e->tcp->write_queue_size == 0 && !e->tcp->connect_req &&
+	    uv_fileno((uv_handle_t *)e->tcp, &fd) == 0) {
+		(void)shutdown(fd, SHUT_WR); /* a peer that went away has nothing left to tell */
+		e->shut_done = true;
+		return;
+	}
 	/* libuv runs the shutdown after the writes already queued */
 	if (uv_shutdown(&e->shut, (uv_stream_t *)e->tcp, on_shutdown))
 		e->shut_done = true;
@@ -247,10 +259,26 @@ static void alloc_buf(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	buf->len = b ? POOL_BUF_SIZE : 0; /* 0 makes libuv report UV_ENOBUFS */
 }
 
+/* A plain socket's reads stay registered while its owner pauses them
+ * (a SOCKS request waiting for its upstream, a relay direction whose other
+ * side is full) until something actually comes: libuv 1.44 takes the
+ * descriptor's watch away on uv_read_stop and puts it back on
+ * uv_read_start, two or three epoll_ctl calls for a pause that usually
+ * sees nothing. What comes meanwhile is held (one read buffer at most, as
+ * before) and the reads stop then. */
+static bool paused_plain(const endpoint *e) { return !e->want && e->tcp && !e->st; }
+
+static bool soft_pause(const endpoint *e)
+{
+	return paused_plain(e) && !e->eof && !e->failed && !e->closing && e->rlen == 0;
+}
+
 /* Reads run while the owner wants bytes and the last read's are all taken. */
 static void update_reading(endpoint *e)
 {
 	bool want = e->want && !e->eof && !e->failed && !e->closing && e->rlen == 0;
+	if (!want && e->reading && soft_pause(e))
+		return;
 	if (want && !e->reading) {
 		if (e->ch) {
 			e->reading = true;
@@ -319,6 +347,10 @@ static void at_eof(endpoint *e)
 {
 	e->eof = true;
 	update_reading(e);
+	if (paused_plain(e)) {
+		e->held = true; /* a paused owner hears of it when it resumes */
+		return;
+	}
 	if (!e->closing)
 		e->ev->on_readable(e->ud);
 }
@@ -332,10 +364,14 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 		pool_put(bufs(e), (uint8_t *)buf->base);
 		if (n == 0)
 			return;
-		if (n != UV_EOF)
-			fail_report(e, uv_strerror((int)n));
-		else
+		if (n == UV_EOF) {
 			at_eof(e);
+		} else if (paused_plain(e)) { /* a paused owner hears of it when it resumes */
+			fail(e, uv_strerror((int)n));
+			e->held = true;
+		} else {
+			fail_report(e, uv_strerror((int)n));
+		}
 		return;
 	}
 	got(e, (uint8_t *)buf->base, (size_t)n);
@@ -349,6 +385,11 @@ static void got(endpoint *e, uint8_t *buf, size_t n)
 	e->rlen = n;
 	if (e->st && feed(e)) {
 		report_error(e);
+		return;
+	}
+	if (paused_plain(e)) { /* read during a soft pause: held until the resume */
+		e->held = true;
+		update_reading(e);
 		return;
 	}
 	/* The owner takes the bytes first (a relay hands the buffer on at
@@ -416,6 +457,24 @@ int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)
 			return fail(e, msgs[M_NO_ROOM]);
 		e->count[0] += n;
 		return flush(e);
+	}
+	/* A handshake's answer (a SOCKS reply, a 200 to CONNECT) usually goes
+	 * at once: no copy, no request, and no POLLOUT watch set and cleared,
+	 * each an epoll_ctl in libuv. Nothing is queued then (libuv's try
+	 * write refuses while its queue has writes), and no completion
+	 * follows: the owner sees an endpoint that is idle already. A write
+	 * queued here is all the owner waits on (endpoint_queued). */
+	if (!e->ch && n) {
+		uv_buf_t ub = uv_buf_init((char *)d, (unsigned)n);
+		int k = uv_try_write((uv_stream_t *)e->tcp, &ub, 1);
+		/* an error: the write below meets it and reports it as before */
+		if (k > 0) {
+			e->count[0] += (uint64_t)k;
+			d += k;
+			n -= (size_t)k;
+			if (n == 0)
+				return 0;
+		}
 	}
 	big_write *b = malloc(sizeof *b + n);
 	if (!b)
@@ -500,10 +559,32 @@ void endpoint_set_events(endpoint *e, const endpoint_events *ev, void *ud)
 	e->ud = ud;
 }
 
+/* What came during a soft pause, told on the loop's next turn: never
+ * inside the owner's own call (endpoint_events). */
+static void on_held(uv_timer_t *t)
+{
+	endpoint *e = t->data;
+	if (e->closing || !e->held || !e->want)
+		return;
+	e->held = false;
+	if (e->failed)
+		report_error(e);
+	else
+		e->ev->on_readable(e->ud);
+}
+
 void endpoint_want_read(endpoint *e, bool on)
 {
 	e->want = on;
 	update_reading(e);
+	if (!on || !e->held)
+		return;
+	/* bytes the owner took already on its own need no word */
+	if (e->rlen == 0 && !e->eof && !e->failed)
+		e->held = false;
+	/* a plain endpoint's timer has no other use before its close */
+	else if (!e->closing && !e->st)
+		uv_timer_start(&e->timer, on_held, 0, 0);
 }
 
 size_t endpoint_app_in(endpoint *e, const uint8_t **d)

@@ -121,8 +121,9 @@ size_t endpoint_send_room(const endpoint *e);
 __attribute__((warn_unused_result)) ssize_t endpoint_send(endpoint *e, const uint8_t *d,
                                                           size_t n);
 
-/* Sends all of d[0, n) or fails: a plain endpoint copies it into a write
- * of its own beyond ENDPOINT_MAX_PENDING (the owner bounds these, as a
+/* Sends all of d[0, n) or fails: a plain endpoint writes what the socket
+ * takes at once (no on_writable follows for that part) and copies the rest
+ * into a write of its own beyond ENDPOINT_MAX_PENDING (the owner bounds these, as a
  * handshake reply or an HTTP response does, with endpoint_queued); a
  * stacked one needs the layers to take it whole. Returns 0, or -1 (the
  * layers failed or could not take it: endpoint_error says why). */

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,8 @@ struct listener {
 	int fd;
 	int open_handles; /* the timer, and the poll when poll_open */
 	bool poll_open;
+	bool nodelay; /* accepted sockets inherit TCP_NODELAY from this one */
+	struct sockaddr_storage peer; /* the connection being handed to fn */
 	listener_fn fn;
 	void *data;
 	uint16_t port;
@@ -188,7 +191,10 @@ static void on_readable(uv_poll_t *p, int status, int events)
 	if (status < 0)
 		return;
 	for (int i = 0; i < LISTENER_ACCEPT_BATCH; i++) {
-		int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		/* the peer's address comes with the accept: no getpeername */
+		socklen_t plen = sizeof l->peer;
+		int fd = accept4(l->fd, (struct sockaddr *)&l->peer, &plen,
+		                 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd >= 0) {
 			l->fn(l, fd, l->data);
 			continue;
@@ -250,6 +256,10 @@ static listener *listener_new(worker *w, int fd, const char *ip, uint16_t port, 
 	}
 	l->w = w;
 	l->fd = fd;
+	/* Linux copies TCP_NODELAY to the sockets accepted from this one:
+	 * set once here, not once a connection */
+	int one = 1;
+	l->nodelay = setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0;
 	l->fn = fn;
 	l->data = data;
 	l->port = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
@@ -363,6 +373,10 @@ int listener_check_free_udp(const char *ip, uint16_t port, char *err, size_t err
 
 uint16_t listener_port(const listener *l) { return l->port; }
 
+const struct sockaddr_storage *listener_peer(const listener *l) { return &l->peer; }
+
+bool listener_nodelay(const listener *l) { return l->nodelay; }
+
 worker *listener_worker(const listener *l) { return l->w; }
 
 static void on_closed(uv_handle_t *h)
@@ -372,6 +386,12 @@ static void on_closed(uv_handle_t *h)
 		return;
 	close(l->fd);
 	free(l);
+}
+
+void listener_defer_accept(listener *l, int secs)
+{
+	for (; l; l = l->next)
+		(void)setsockopt(l->fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &secs, sizeof secs);
 }
 
 void listener_set_data(listener *l, void *data)

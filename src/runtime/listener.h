@@ -2,6 +2,7 @@
 #ifndef ETM_RUNTIME_LISTENER_H
 #define ETM_RUNTIME_LISTENER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -11,6 +12,11 @@
 
 /* Pending connections the kernel queues per listener. */
 #define LISTENER_BACKLOG 1024
+
+/* TCP_DEFER_ACCEPT on the listeners of protocols whose client speaks
+ * first (listener_defer_accept): seconds the kernel holds a connection
+ * that has sent nothing before handing it over anyway. */
+#define LISTENER_DEFER_ACCEPT_S 1
 
 /* Connections accepted per wake-up at most, so one busy listener leaves the
  * loop to the connections it has already. */
@@ -59,6 +65,21 @@ __attribute__((warn_unused_result)) int listener_take_udp(const struct sockaddr_
 /* A connection was accepted: fd (non-blocking, close-on-exec) is the
  * callee's, to serve (conn_accept) or close. */
 typedef void (*listener_fn)(listener *l, int fd, void *data);
+
+/* Inside fn: the address of the client being handed over (accept4
+ * filled it in). */
+const struct sockaddr_storage *listener_peer(const listener *l);
+
+/* Whether the accepted sockets have TCP_NODELAY already (set on the
+ * listening socket, which Linux copies to each accepted one). */
+bool listener_nodelay(const listener *l);
+
+/* The kernel wakes l (and its surplus sockets) for a connection only once
+ * the client's first bytes are in, or after secs (TCP_DEFER_ACCEPT): for
+ * protocols whose client speaks first, the accept and the first read come
+ * in one wake-up, and a connection that never speaks costs nothing until
+ * then. Best effort: a socket that refuses it accepts as before. */
+void listener_defer_accept(listener *l, int secs);
 
 /* Binds ip:port on w's loop (worker thread only) and starts listening. fn
  * and data are borrowed until listener_close. Returns the listener, or NULL

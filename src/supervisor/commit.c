@@ -76,6 +76,8 @@ int sup_open_inbound(etm_supervisor *s, worker *w, sup_worker *sw, const etm_inb
 	sw->listeners[i] = listener_open(w, ip, port, inbound_accept, si->rt, err, err_size);
 	if (!sw->listeners[i])
 		return -1;
+	if (si->rt && inbound_client_speaks_first(si->rt))
+		listener_defer_accept(sw->listeners[i], LISTENER_DEFER_ACCEPT_S);
 	si->port = listener_port(sw->listeners[i]);
 	if (sup_follow_udp(w, sw, in, si, i, err, err_size))
 		return -1;
