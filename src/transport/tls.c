@@ -27,14 +27,6 @@
 _Static_assert(STACK_QUEUE_CAP >= TLS_RECORD_MAX + TLS_RECORD_SLACK,
                "a stack queue must hold a full record, or a record would wait for room forever");
 
-/* When OpenSSL keeps its record buffers (about 34 KiB a connection)
- * between records: see want_buffers. ETM_TLS_RELEASE picks the policy for
- * a measurement: 0 always keep, 1 always release, 2 keep while records are
- * full (a bulk flow), release after a short one. */
-#ifndef ETM_TLS_RELEASE
-#define ETM_TLS_RELEASE 2
-#endif
-
 /* Room for an error text: a path (PATH_MAX would be silly in a log line;
  * longer ones are cut) and OpenSSL's reason. */
 #define TLS_ERR_MAX 320
@@ -114,7 +106,6 @@ typedef struct tls_layer {
 	bool done;         /* handshake complete: ready */
 	bool peer_closed;  /* close_notify received */
 	bool shut;         /* our close_notify written */
-	bool keep;         /* SSL_MODE_RELEASE_BUFFERS is off (want_buffers) */
 	int fail;          /* LAYER_ERR_* found, returned once the alert is out */
 	char err[TLS_ERR_MAX];
 } tls_layer;
@@ -537,27 +528,6 @@ static void drain(tls_layer *t, layer_buf *down)
 	}
 }
 
-/* SSL_MODE_RELEASE_BUFFERS makes OpenSSL free its record buffers (some 34
- * KiB a connection) whenever they empty, and allocate them again for the
- * next record. An idle connection then holds none, while a bulk flow would
- * pay that for every record. So a call that moves a full record keeps the
- * buffers and one that moves less lets them go: a flow that pauses or ends
- * mostly does so on a short record (bench/results/2026-12-02-tls.md). */
-static void want_buffers(tls_layer *t, bool full)
-{
-#if ETM_TLS_RELEASE == 2
-	if (full == t->keep)
-		return;
-	if (full)
-		SSL_clear_mode(t->ssl, SSL_MODE_RELEASE_BUFFERS);
-	else
-		SSL_set_mode(t->ssl, SSL_MODE_RELEASE_BUFFERS);
-	t->keep = full;
-#else
-	(void)t, (void)full;
-#endif
-}
-
 /* Sorts out a failed SSL_do_handshake: 0 when it only wants more bytes,
  * else the error (recorded in t). */
 static int handshake_error(tls_layer *t, int ret)
@@ -602,8 +572,6 @@ static int advance(tls_layer *t, layer_buf *up)
 			return handshake_error(t, r);
 		t->done = true;
 	}
-	if (!t->peer_closed && layer_buf_room(up) > 0)
-		want_buffers(t, t->in_len - t->in_off >= TLS_RECORD_MAX);
 	while (!t->peer_closed && layer_buf_room(up) > 0) {
 		/* Nothing to read saves a trip through the record layer. */
 		if (t->in_off == t->in_len && !SSL_has_pending(t->ssl))
@@ -680,7 +648,6 @@ static ssize_t tls_from_above(layer *l, const uint8_t *in, size_t len, layer_buf
 			chunk = TLS_RECORD_MAX;
 		if (layer_buf_room(down) < chunk + TLS_RECORD_SLACK)
 			break;
-		want_buffers(t, chunk == TLS_RECORD_MAX);
 		clear_errors();
 		if (SSL_write_ex(t->ssl, in + used, chunk, &w) != 1) {
 			detach(t);
@@ -791,9 +758,13 @@ static tls_layer *layer_new(SSL_CTX *ctx, const layer_ops *ops)
 	BIO_set_data(t->bio, t);
 	BIO_set_init(t->bio, 1);
 	SSL_set_bio(t->ssl, t->bio, t->bio); /* one reference, taken by ssl */
-#if ETM_TLS_RELEASE
-	SSL_set_mode(t->ssl, SSL_MODE_RELEASE_BUFFERS); /* until records run full */
-#endif
+	/* OpenSSL frees its record buffers (some 34 KiB) whenever they empty
+	 * and allocates them again for the next record: an idle connection
+	 * holds none, and a bulk flow pays a malloc and a free per 16 KiB
+	 * record, which measured as nothing beside the cipher (keeping them
+	 * while records run full and letting them go after a short one was no
+	 * faster; bench/results/2026-12-02-tls.md). */
+	SSL_set_mode(t->ssl, SSL_MODE_RELEASE_BUFFERS);
 	return t;
 }
 
