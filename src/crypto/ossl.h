@@ -38,13 +38,24 @@
 #include <stddef.h>
 
 #define ETM_OSSL_FUNCS(X) \
+	X(BIO_clear_flags) \
 	X(BIO_ctrl) \
 	X(BIO_ctrl_pending) \
 	X(BIO_free) \
+	X(BIO_get_data) \
+	X(BIO_get_new_index) \
+	X(BIO_meth_free) \
+	X(BIO_meth_new) \
+	X(BIO_meth_set_ctrl) \
+	X(BIO_meth_set_read_ex) \
+	X(BIO_meth_set_write_ex) \
 	X(BIO_new) \
 	X(BIO_new_file) \
 	X(BIO_read) \
 	X(BIO_s_mem) \
+	X(BIO_set_data) \
+	X(BIO_set_flags) \
+	X(BIO_set_init) \
 	X(BIO_write) \
 	X(CRYPTO_memcmp) \
 	X(ERR_clear_error) \
@@ -170,13 +181,24 @@ static inline const etm_ossl_table *etm_ossl(void)
 }
 
 #ifndef ETM_OSSL_NO_MACROS
+#define BIO_clear_flags (etm_ossl()->BIO_clear_flags)
 #define BIO_ctrl (etm_ossl()->BIO_ctrl)
 #define BIO_ctrl_pending (etm_ossl()->BIO_ctrl_pending)
 #define BIO_free (etm_ossl()->BIO_free)
+#define BIO_get_data (etm_ossl()->BIO_get_data)
+#define BIO_get_new_index (etm_ossl()->BIO_get_new_index)
+#define BIO_meth_free (etm_ossl()->BIO_meth_free)
+#define BIO_meth_new (etm_ossl()->BIO_meth_new)
+#define BIO_meth_set_ctrl (etm_ossl()->BIO_meth_set_ctrl)
+#define BIO_meth_set_read_ex (etm_ossl()->BIO_meth_set_read_ex)
+#define BIO_meth_set_write_ex (etm_ossl()->BIO_meth_set_write_ex)
 #define BIO_new (etm_ossl()->BIO_new)
 #define BIO_new_file (etm_ossl()->BIO_new_file)
 #define BIO_read (etm_ossl()->BIO_read)
 #define BIO_s_mem (etm_ossl()->BIO_s_mem)
+#define BIO_set_data (etm_ossl()->BIO_set_data)
+#define BIO_set_flags (etm_ossl()->BIO_set_flags)
+#define BIO_set_init (etm_ossl()->BIO_set_init)
 #define BIO_write (etm_ossl()->BIO_write)
 #define CRYPTO_memcmp (etm_ossl()->CRYPTO_memcmp)
 #define ERR_clear_error (etm_ossl()->ERR_clear_error)

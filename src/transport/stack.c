@@ -202,19 +202,54 @@ int stack_start(stack *s)
 	return pump(s);
 }
 
+/* Bytes for an empty queue go to the layer that reads that queue straight
+ * from the caller's buffer (the TLS layer hands them to OpenSSL from
+ * there: socket, then OpenSSL's record buffer, no queue in between); only
+ * what that layer leaves is copied into the queue. A call through the
+ * queue would see the same bytes, so the layers cannot tell. Returns the
+ * bytes the layer took, or an error (its output dropped, as move does). */
+static ssize_t offer(stack *s, queue *q, const uint8_t *in, size_t len)
+{
+	if (q == &s->up[0]) {
+		layer *l = s->layers[0];
+		layer_buf up = tail(&s->up[1]), down = tail(&s->down[0]);
+		ssize_t r = l->ops->from_below(l, in, len, &up, &down);
+		if (r < 0)
+			return fail(s, (int)r, l);
+		s->up[1].len += up.len;
+		s->down[0].len += down.len;
+		return r;
+	}
+	layer *l = s->layers[s->n - 1];
+	layer_buf down = tail(&s->down[s->n - 1]);
+	ssize_t r = l->ops->from_above(l, in, len, &down);
+	if (r < 0)
+		return fail(s, (int)r, l);
+	s->down[s->n - 1].len += down.len;
+	return r;
+}
+
 static ssize_t feed(stack *s, queue *q, const uint8_t *in, size_t len)
 {
 	if (s->err)
 		return s->err;
-	if (!ensure(q))
-		return fail(s, LAYER_ERR_NOMEM, NULL);
+	for (size_t i = 0; i <= s->n; i++)
+		if (!ensure(&s->up[i]) || !ensure(&s->down[i]))
+			return fail(s, LAYER_ERR_NOMEM, NULL);
+	size_t took = 0;
+	if (s->n && q->len == 0 && len > 0) {
+		ssize_t r = offer(s, q, in, len);
+		if (r < 0)
+			return r;
+		took = (size_t)r > len ? len : (size_t)r;
+	}
 	size_t n = STACK_QUEUE_CAP - q->len;
-	if (n > len)
-		n = len;
-	memcpy(q->data + q->len, in, n);
+	if (n > len - took)
+		n = len - took;
+	memcpy(q->data + q->len, in + took, n);
 	q->len += n;
 	int rc = s->n ? pump(s) : 0;
-	return rc < 0 ? rc : (ssize_t)n;
+	return rc < 0 ? rc : (ssize_t)(took + n);
 }
 
 /* An empty stack passes bytes straight across: wire in is app in, app out

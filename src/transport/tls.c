@@ -1,5 +1,6 @@
-/* tls.c - the TLS layer: an SSL object between two memory BIOs, driven by the stack's buffers. */
+/* tls.c - the TLS layer: an SSL object whose BIO reads and writes the stack's buffers in place. */
 #include "transport/tls.h"
+#include "transport/stack.h"
 
 #include <arpa/inet.h>
 #include <limits.h>
@@ -12,17 +13,19 @@
 
 #include "crypto/ossl.h"
 
-/* Undecrypted input the layer holds: the largest record, 2^14 bytes of
- * plaintext plus the 2048 bytes of expansion TLS 1.2 allows (RFC 5246
- * section 6.2.3; TLS 1.3 allows 256, RFC 8446 section 5.2) and the 5-byte
- * header. OpenSSL can always finish the record in hand, and a full queue
- * above stops intake from the wire instead of growing the BIO. */
-#define TLS_IN_MAX (16384 + 2048 + 5)
-
-/* Plaintext per SSL_write: one full record (RFC 8446 section 5.1). A new
- * record is made only once the last one has left the write BIO, so that
- * BIO never holds more than one record and the handshake's flight. */
+/* Plaintext per SSL_write: one full record (RFC 8446 section 5.1). The
+ * app side's queue (STACK_QUEUE_CAP) holds one, so a bulk flow is cut into
+ * full records, one SSL_write each. */
 #define TLS_RECORD_MAX 16384
+
+/* What a record adds to its plaintext on the wire: TLS 1.3 allows 256
+ * (RFC 8446 section 5.2); the TLS 1.2 suites OpenSSL offers by default add
+ * less (AES-GCM 29, CBC with SHA-384 at most 85). A record is written only
+ * when down has room for it whole, so its ciphertext goes straight into
+ * down and never through the spill buffer. */
+#define TLS_RECORD_SLACK 256
+_Static_assert(STACK_QUEUE_CAP >= TLS_RECORD_MAX + TLS_RECORD_SLACK,
+               "a stack queue must hold a full record, or a record would wait for room forever");
 
 /* Room for an error text: a path (PATH_MAX would be silly in a log line;
  * longer ones are cut) and OpenSSL's reason. */
@@ -86,8 +89,18 @@ struct tls_server_ctx {
 
 typedef struct tls_layer {
 	layer base;
-	SSL *ssl;          /* owns both BIOs */
-	BIO *rbio, *wbio;  /* wire bytes in, wire bytes out */
+	SSL *ssl;          /* owns bio */
+	BIO *bio;          /* ours (tls_bio): both ways, see "the BIO" below */
+	/* The call under way, for the BIO: its wire input in[0, in_len), of
+	 * which in_off went to OpenSSL, and its down. All unset between calls. */
+	const uint8_t *in;
+	size_t in_len, in_off;
+	layer_buf *down;
+	/* Ciphertext OpenSSL wrote that down had no room for: it goes first
+	 * into the next call's down. spill[spill_off, spill_len) is left. */
+	uint8_t *spill;
+	size_t spill_len, spill_off, spill_cap;
+	bool bio_nomem;    /* the BIO could not grow spill: the failure is ours */
 	tls_client_ctx *cctx; /* a reference (client), or NULL */
 	tls_server_ctx *sctx; /* a reference (server), or NULL */
 	bool done;         /* handshake complete: ready */
@@ -362,6 +375,135 @@ void tls_server_ctx_unref(tls_server_ctx *c)
 	free(c);
 }
 
+/* ---- the BIO ----
+ *
+ * The SSL object reads and writes through a BIO of ours, not a pair of
+ * memory BIOs: those cost a copy each way (the stack's queue into the read
+ * BIO, the write BIO into down) and a buffer each per connection.
+ *
+ * Reads. from_below points the layer at its input for the call; the BIO
+ * hands OpenSSL bytes straight from it and, once they run out, says
+ * "retry" (SSL_ERROR_WANT_READ, as an empty memory BIO did). What OpenSSL
+ * took is consumed: it sits in OpenSSL's record buffer, one record at
+ * most, as OpenSSL reads only what the record in hand needs. The rest is
+ * reported as not consumed and the stack keeps it for the next call; the
+ * layer holds no wire input of its own. OpenSSL is asked to read only
+ * while up has room, so a full queue above stops intake from the wire.
+ *
+ * Writes. The BIO always accepts a whole write. OpenSSL has encrypted a
+ * record by the time it writes it: a BIO that took only part would leave a
+ * half-sent record that only a repeat of the very same call (SSL_write with
+ * the same buffer, SSL_do_handshake, SSL_shutdown) may finish, and an
+ * alert written on a failure is never retried at all. Accepting keeps
+ * every SSL call complete: what fits goes straight into the call's down,
+ * the rest into spill, which the next call puts into down first (nothing
+ * goes into down while spill holds bytes, so the order is kept). spill is
+ * rare and small: from_above writes a record only when spill is empty and
+ * down has room for the whole record, so spill carries only what a
+ * handshake flight, a session ticket or an alert did not fit. */
+
+static BIO_METHOD *bio_method; /* made once, kept for the process */
+static pthread_once_t bio_once = PTHREAD_ONCE_INIT;
+
+static int bio_read(BIO *b, char *buf, size_t len, size_t *got)
+{
+	tls_layer *t = BIO_get_data(b);
+	BIO_clear_retry_flags(b);
+	size_t n = t ? t->in_len - t->in_off : 0;
+	*got = 0;
+	if (n == 0) {
+		BIO_set_retry_read(b); /* no bytes yet, not end of file */
+		return 0;
+	}
+	if (n > len)
+		n = len;
+	memcpy(buf, t->in + t->in_off, n);
+	t->in_off += n;
+	*got = n;
+	return 1;
+}
+
+static bool spill_add(tls_layer *t, const uint8_t *d, size_t n)
+{
+	if (t->spill_len + n > t->spill_cap) {
+		size_t cap = t->spill_cap ? t->spill_cap : 4096;
+		while (cap < t->spill_len + n)
+			cap *= 2;
+		uint8_t *p = realloc(t->spill, cap);
+		if (!p)
+			return false;
+		t->spill = p;
+		t->spill_cap = cap;
+	}
+	memcpy(t->spill + t->spill_len, d, n);
+	t->spill_len += n;
+	return true;
+}
+
+static int bio_write(BIO *b, const char *data, size_t len, size_t *put)
+{
+	tls_layer *t = BIO_get_data(b);
+	const uint8_t *d = (const uint8_t *)data;
+	BIO_clear_retry_flags(b);
+	*put = 0;
+	if (!t)
+		return 0;
+	size_t n = t->spill_len == 0 && t->down ? layer_buf_put(t->down, d, len) : 0;
+	if (n < len && !spill_add(t, d + n, len - n)) {
+		t->bio_nomem = true; /* the connection fails: a torn record may be out */
+		return 0;
+	}
+	*put = len;
+	return 1;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	(void)num, (void)ptr;
+	const tls_layer *t = BIO_get_data(b);
+	switch (cmd) {
+	case BIO_CTRL_FLUSH:
+		return 1; /* every write is taken whole: nothing waits */
+	case BIO_CTRL_PENDING:
+		return t ? (long)(t->in_len - t->in_off) : 0;
+	case BIO_CTRL_WPENDING:
+		return t ? (long)(t->spill_len - t->spill_off) : 0;
+	default:
+		return 0; /* no kTLS, no push/pop, no dup */
+	}
+}
+
+static void bio_method_init(void)
+{
+	int type = BIO_get_new_index();
+	BIO_METHOD *m = type == -1 ? NULL : BIO_meth_new(type | BIO_TYPE_SOURCE_SINK, "etm-tls");
+	if (m && (!BIO_meth_set_read_ex(m, bio_read) || !BIO_meth_set_write_ex(m, bio_write) ||
+	          !BIO_meth_set_ctrl(m, bio_ctrl))) {
+		BIO_meth_free(m);
+		m = NULL;
+	}
+	bio_method = m;
+}
+
+/* The call's buffers, for the BIO, until detach. */
+static void attach(tls_layer *t, const uint8_t *in, size_t len, layer_buf *down)
+{
+	t->in = in;
+	t->in_len = len;
+	t->in_off = 0;
+	t->down = down;
+}
+
+/* Returns how many input bytes OpenSSL took during the call. */
+static size_t detach(tls_layer *t)
+{
+	size_t n = t->in_off;
+	t->in = NULL;
+	t->in_len = t->in_off = 0;
+	t->down = NULL;
+	return n;
+}
+
 /* ---- the layer ---- */
 
 static int set_err(tls_layer *t, int code, int id, const char *arg)
@@ -372,15 +514,18 @@ static int set_err(tls_layer *t, int code, int id, const char *arg)
 	return code;
 }
 
-/* Ciphertext OpenSSL wrote, moved into down as far as it fits. */
+/* Ciphertext down had no room for before, moved into down as far as it
+ * fits; spill's memory goes once it is empty (it is rarely needed). */
 static void drain(tls_layer *t, layer_buf *down)
 {
-	size_t room = layer_buf_room(down);
-	if (room == 0 || BIO_ctrl_pending(t->wbio) == 0)
+	if (t->spill_len == 0)
 		return;
-	int n = BIO_read(t->wbio, down->data + down->len, room > INT_MAX ? INT_MAX : (int)room);
-	if (n > 0)
-		down->len += (size_t)n;
+	layer_buf_put_pending(down, t->spill, &t->spill_len, &t->spill_off);
+	if (t->spill_len == 0) {
+		free(t->spill);
+		t->spill = NULL;
+		t->spill_cap = 0;
+	}
 }
 
 /* Sorts out a failed SSL_do_handshake: 0 when it only wants more bytes,
@@ -388,6 +533,8 @@ static void drain(tls_layer *t, layer_buf *down)
 static int handshake_error(tls_layer *t, int ret)
 {
 	char why[128];
+	if (t->bio_nomem)
+		return set_err(t, LAYER_ERR_NOMEM, M_NOMEM, NULL);
 	switch (SSL_get_error(t->ssl, ret)) {
 	case SSL_ERROR_WANT_READ:
 	case SSL_ERROR_WANT_WRITE:
@@ -405,10 +552,19 @@ static int handshake_error(tls_layer *t, int ret)
 	return set_err(t, LAYER_ERR_PROTO, M_HANDSHAKE, reason(why, sizeof why));
 }
 
-/* Runs the handshake, then decrypts into up while it has room. */
-static int advance(tls_layer *t, layer_buf *up)
+/* A failure after the handshake: the BIO's own, or OpenSSL's. */
+static int conn_error(tls_layer *t)
 {
 	char why[128];
+	if (t->bio_nomem)
+		return set_err(t, LAYER_ERR_NOMEM, M_NOMEM, NULL);
+	return set_err(t, LAYER_ERR_PROTO, M_CONN, reason(why, sizeof why));
+}
+
+/* Runs the handshake, then decrypts into up while it has room. The layer
+ * is attached to the call's buffers. */
+static int advance(tls_layer *t, layer_buf *up)
+{
 	clear_errors();
 	if (!t->done) {
 		int r = SSL_do_handshake(t->ssl);
@@ -418,7 +574,7 @@ static int advance(tls_layer *t, layer_buf *up)
 	}
 	while (!t->peer_closed && layer_buf_room(up) > 0) {
 		/* Nothing to read saves a trip through the record layer. */
-		if (BIO_ctrl_pending(t->rbio) == 0 && !SSL_has_pending(t->ssl))
+		if (t->in_off == t->in_len && !SSL_has_pending(t->ssl))
 			return 0;
 		size_t got = 0;
 		clear_errors();
@@ -430,12 +586,12 @@ static int advance(tls_layer *t, layer_buf *up)
 		switch (SSL_get_error(t->ssl, r)) {
 		case SSL_ERROR_WANT_READ:
 		case SSL_ERROR_WANT_WRITE:
-			return 0;
+			return t->bio_nomem ? conn_error(t) : 0;
 		case SSL_ERROR_ZERO_RETURN:
 			t->peer_closed = true;
 			return 0;
 		default:
-			return set_err(t, LAYER_ERR_PROTO, M_CONN, reason(why, sizeof why));
+			return conn_error(t);
 		}
 	}
 	return 0;
@@ -443,11 +599,11 @@ static int advance(tls_layer *t, layer_buf *up)
 
 /* A failure is returned only once the alert OpenSSL wrote for it has been
  * handed to down: the stack drops a failing call's output, so the peer
- * would otherwise never learn why. While some is still moving (or this
- * call consumed input), the call succeeds and a later one fails. */
-static ssize_t failing(tls_layer *t, layer_buf *down, size_t consumed)
+ * would otherwise never learn why. While some is still moving (this call
+ * put bytes into down since it began at before, or consumed input), the
+ * call succeeds and a later one fails. */
+static ssize_t failing(tls_layer *t, layer_buf *down, size_t consumed, size_t before)
 {
-	size_t before = down->len;
 	drain(t, down);
 	if (consumed > 0 || down->len > before)
 		return (ssize_t)consumed;
@@ -458,45 +614,48 @@ static ssize_t tls_from_below(layer *l, const uint8_t *in, size_t len, layer_buf
                               layer_buf *down)
 {
 	tls_layer *t = (tls_layer *)l;
+	size_t before = down->len;
 	if (t->fail)
-		return failing(t, down, 0);
-	size_t n = len;
-	if (!t->peer_closed) {
-		/* After close_notify every byte is dropped: nothing may follow it. */
-		size_t held = BIO_ctrl_pending(t->rbio);
-		size_t room = held < TLS_IN_MAX ? TLS_IN_MAX - held : 0;
-		if (n > room)
-			n = room;
-		if (n > 0 && BIO_write(t->rbio, in, (int)n) != (int)n)
-			return set_err(t, LAYER_ERR_NOMEM, M_NOMEM, NULL);
-	}
-	int rc = advance(t, up);
-	if (rc < 0)
-		return failing(t, down, n);
+		return failing(t, down, 0, before);
 	drain(t, down);
+	/* After close_notify every byte is dropped: nothing may follow it. */
+	if (t->peer_closed)
+		return (ssize_t)len;
+	attach(t, in, len, down);
+	int rc = advance(t, up);
+	size_t n = detach(t);
+	if (rc < 0)
+		return failing(t, down, n, before);
 	return (ssize_t)n;
 }
 
 static ssize_t tls_from_above(layer *l, const uint8_t *in, size_t len, layer_buf *down)
 {
 	tls_layer *t = (tls_layer *)l;
-	char why[128];
 	drain(t, down);
 	if (t->fail || !t->done) /* a failure is from_below's to return */
 		return 0;
 	if (t->shut)
 		return len ? set_err(t, LAYER_ERR_STATE, M_SEND_SHUT, NULL) : 0;
 	size_t used = 0;
-	while (used < len && BIO_ctrl_pending(t->wbio) == 0 && layer_buf_room(down) > 0) {
+	attach(t, NULL, 0, down);
+	/* One SSL_write per record, each written whole into down: a record
+	 * waits until down has room for it (the shell empties down into the
+	 * socket), rather than being cut short or spilled. */
+	while (used < len && t->spill_len == 0) {
 		size_t chunk = len - used, w = 0;
 		if (chunk > TLS_RECORD_MAX)
 			chunk = TLS_RECORD_MAX;
+		if (layer_buf_room(down) < chunk + TLS_RECORD_SLACK)
+			break;
 		clear_errors();
-		if (SSL_write_ex(t->ssl, in + used, chunk, &w) != 1)
-			return set_err(t, LAYER_ERR_PROTO, M_CONN, reason(why, sizeof why));
+		if (SSL_write_ex(t->ssl, in + used, chunk, &w) != 1) {
+			detach(t);
+			return conn_error(t);
+		}
 		used += w;
-		drain(t, down);
 	}
+	detach(t);
 	return (ssize_t)used;
 }
 
@@ -504,8 +663,9 @@ static int tls_start(layer *l, layer_buf *down)
 {
 	tls_layer *t = (tls_layer *)l;
 	layer_buf none = {0};
+	attach(t, NULL, 0, down);
 	int rc = advance(t, &none);
-	drain(t, down);
+	detach(t);
 	return rc;
 }
 
@@ -516,20 +676,21 @@ static bool tls_ready(const layer *l) { return ((const tls_layer *)l)->done; }
 static int tls_shutdown(layer *l, layer_buf *down)
 {
 	tls_layer *t = (tls_layer *)l;
-	char why[128];
 	if (t->fail)
 		return t->fail;
 	if (!t->done || t->shut)
 		return 0;
+	drain(t, down);
 	ERR_clear_error();
+	attach(t, NULL, 0, down);
 	int r = SSL_shutdown(t->ssl);
+	detach(t);
 	if (r < 0) {
 		int e = SSL_get_error(t->ssl, r);
-		if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
-			return set_err(t, LAYER_ERR_PROTO, M_CONN, reason(why, sizeof why));
+		if (t->bio_nomem || (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE))
+			return conn_error(t);
 	}
 	t->shut = true;
-	drain(t, down);
 	return 0;
 }
 
@@ -545,6 +706,7 @@ static void tls_free(layer *l)
 	SSL_free(t->ssl);
 	tls_client_ctx_unref(t->cctx);
 	tls_server_ctx_unref(t->sctx);
+	free(t->spill);
 	free(t);
 }
 
@@ -575,27 +737,34 @@ static const tls_layer *as_tls(const layer *l)
 	return l && (l->ops == &client_ops || l->ops == &server_ops) ? (const tls_layer *)l : NULL;
 }
 
-/* An SSL object between two fresh memory BIOs; NULL on no memory. */
+/* An SSL object over a BIO of ours; NULL on no memory. */
 static tls_layer *layer_new(SSL_CTX *ctx, const layer_ops *ops)
 {
+	pthread_once(&bio_once, bio_method_init);
+	if (!bio_method)
+		return NULL;
 	tls_layer *t = calloc(1, sizeof *t);
 	if (!t)
 		return NULL;
 	t->base.ops = ops;
 	t->ssl = SSL_new(ctx);
-	t->rbio = BIO_new(BIO_s_mem());
-	t->wbio = BIO_new(BIO_s_mem());
-	if (!t->ssl || !t->rbio || !t->wbio) {
-		BIO_free(t->rbio);
-		BIO_free(t->wbio);
+	t->bio = BIO_new(bio_method);
+	if (!t->ssl || !t->bio) {
+		BIO_free(t->bio);
 		SSL_free(t->ssl);
 		free(t);
 		return NULL;
 	}
-	/* An empty BIO means "no bytes yet", not end of file. */
-	BIO_set_mem_eof_return(t->rbio, -1);
-	BIO_set_mem_eof_return(t->wbio, -1);
-	SSL_set_bio(t->ssl, t->rbio, t->wbio);
+	BIO_set_data(t->bio, t);
+	BIO_set_init(t->bio, 1);
+	SSL_set_bio(t->ssl, t->bio, t->bio); /* one reference, taken by ssl */
+	/* OpenSSL frees its record buffers (some 34 KiB) whenever they empty
+	 * and allocates them again for the next record: an idle connection
+	 * holds none, and a bulk flow pays a malloc and a free per 16 KiB
+	 * record, which measured as nothing beside the cipher (keeping them
+	 * while records run full and letting them go after a short one was no
+	 * faster; bench/results/2026-12-02-tls.md). */
+	SSL_set_mode(t->ssl, SSL_MODE_RELEASE_BUFFERS);
 	return t;
 }
 

@@ -1,4 +1,4 @@
-/* tls.h - the TLS layer: OpenSSL 3 over memory BIOs, one sans-io implementation for client and server. */
+/* tls.h - the TLS layer: OpenSSL 3 over a BIO that works on the stack's buffers, one sans-io implementation for client and server. */
 #ifndef ETM_TRANSPORT_TLS_H
 #define ETM_TRANSPORT_TLS_H
 

@@ -500,6 +500,214 @@ static void client_ctx_errors(void **state)
 	tls_client_ctx_unref(cc);
 }
 
+/* ---- two layers driven by hand, without stacks: each test decides how
+ * many wire bytes a call sees and how much room its down has ---- */
+
+#define RAW_CAP (1 << 20)
+
+typedef struct raw {
+	layer *l;
+	uint8_t *out; /* wire bytes it wrote, not yet given to the peer */
+	size_t out_len;
+	uint8_t *app; /* plaintext it received */
+	size_t app_len;
+} raw;
+
+/* Gives from's wire bytes to to, step bytes a call, each call's down
+ * holding at most room; then drains what to still holds (calls with no
+ * input) under the same room. Every byte offered is consumed: the layer
+ * takes what OpenSSL reads and OpenSSL reads what the record needs. */
+/* What r holds for the wire and had no room for, room bytes a call. */
+static void raw_drain(raw *r, size_t room)
+{
+	layer_buf down;
+	do {
+		size_t cap = RAW_CAP - r->out_len < room ? RAW_CAP - r->out_len : room;
+		layer_buf up = {.data = r->app + r->app_len, .cap = RAW_CAP - r->app_len};
+		down = (layer_buf){.data = r->out + r->out_len, .cap = cap};
+		assert_int_equal(r->l->ops->from_below(r->l, NULL, 0, &up, &down), 0);
+		r->out_len += down.len;
+	} while (down.len > 0);
+}
+
+static void raw_move(raw *from, raw *to, size_t step, size_t room)
+{
+	for (size_t off = 0;;) {
+		size_t n = from->out_len - off < step ? from->out_len - off : step;
+		size_t cap = RAW_CAP - to->out_len < room ? RAW_CAP - to->out_len : room;
+		layer_buf up = {.data = to->app + to->app_len, .cap = RAW_CAP - to->app_len};
+		layer_buf down = {.data = to->out + to->out_len, .cap = cap};
+		ssize_t k = to->l->ops->from_below(to->l, from->out + off, n, &up, &down);
+		assert_int_equal(k, (ssize_t)n);
+		to->app_len += up.len;
+		to->out_len += down.len;
+		off += n;
+		if (n == 0 && down.len == 0)
+			break;
+	}
+	from->out_len = 0;
+}
+
+/* Hands what up to len bytes of in become on the wire to from's out,
+ * asserting from takes all of them; each call's down holds at most room. */
+static void raw_send(raw *from, const uint8_t *in, size_t len, size_t room)
+{
+	for (size_t off = 0; off < len;) {
+		size_t cap = RAW_CAP - from->out_len < room ? RAW_CAP - from->out_len : room;
+		layer_buf down = {.data = from->out + from->out_len, .cap = cap};
+		ssize_t k = from->l->ops->from_above(from->l, in + off, len - off, &down);
+		assert_true(k > 0);
+		from->out_len += down.len;
+		off += (size_t)k;
+	}
+}
+
+static void raw_open(raw *c, raw *s, tls_version v, size_t room)
+{
+	char err[256] = "";
+	tls_client_config cfg = client_cfg();
+	cfg.min_version = cfg.max_version = v;
+	tls_client_ctx *cc = tls_client_ctx_new(&cfg, err, sizeof err);
+	tls_server_ctx *sc = server_ctx();
+	assert_non_null(cc);
+	memset(c, 0, sizeof *c);
+	memset(s, 0, sizeof *s);
+	c->l = tls_client_new(cc, NULL, err, sizeof err);
+	s->l = tls_server_new(sc, err, sizeof err);
+	tls_client_ctx_unref(cc);
+	tls_server_ctx_unref(sc);
+	assert_non_null(c->l);
+	assert_non_null(s->l);
+	c->out = malloc(RAW_CAP), c->app = malloc(RAW_CAP);
+	s->out = malloc(RAW_CAP), s->app = malloc(RAW_CAP);
+	layer_buf down = {.data = c->out, .cap = room};
+	assert_int_equal(c->l->ops->start(c->l, &down), 0);
+	c->out_len = down.len;
+	for (int i = 0; i < 64 && (c->out_len || s->out_len || !c->l->ops->ready(c->l) ||
+	                           !s->l->ops->ready(s->l)); i++) {
+		raw_move(c, s, SIZE_MAX, room);
+		raw_move(s, c, SIZE_MAX, room);
+	}
+	assert_true(c->l->ops->ready(c->l) && s->l->ops->ready(s->l));
+	assert_int_equal(c->out_len + s->out_len + c->app_len + s->app_len, 0);
+}
+
+static void raw_close(raw *c, raw *s)
+{
+	raw *both[] = {c, s};
+	for (int i = 0; i < 2; i++) {
+		both[i]->l->ops->free(both[i]->l);
+		free(both[i]->out);
+		free(both[i]->app);
+	}
+}
+
+/* One full record from each side reaches the other a byte per call: each
+ * call consumes its byte (OpenSSL holds the partial record, the layer no
+ * copy of it), no plaintext comes out before the last one, and then all of
+ * it, byte for byte. */
+static void record_byte_by_byte(void **state)
+{
+	(void)state;
+	raw c, s;
+	raw_open(&c, &s, TLS_VERSION_13, SIZE_MAX);
+	raw *pair[][2] = {{&c, &s}, {&s, &c}};
+	for (int i = 0; i < 2; i++) {
+		raw *from = pair[i][0], *to = pair[i][1];
+		uint8_t *msg = pattern(16384, 7 + (uint32_t)i);
+		raw_send(from, msg, 16384, SIZE_MAX);
+		assert_true(from->out_len > 16384 && from->out_len <= 16384 + 256); /* one record */
+		size_t wire_len = from->out_len;
+		for (size_t off = 0; off < wire_len; off++) {
+			uint8_t *d = from->out;
+			layer_buf up = {.data = to->app + to->app_len, .cap = RAW_CAP - to->app_len};
+			layer_buf down = {.data = to->out + to->out_len, .cap = RAW_CAP - to->out_len};
+			assert_int_equal(to->l->ops->from_below(to->l, d + off, 1, &up, &down), 1);
+			assert_int_equal(up.len, off + 1 < wire_len ? 0 : 16384);
+			to->app_len += up.len;
+			to->out_len += down.len;
+		}
+		from->out_len = 0;
+		assert_int_equal(to->app_len, 16384);
+		assert_memory_equal(to->app, msg, 16384);
+		to->app_len = 0;
+		free(msg);
+	}
+	raw_close(&c, &s);
+}
+
+/* A write larger than down: a record goes out only when down has room for
+ * all of it, so a down with room for one takes one record and then
+ * nothing (the rest waits, nothing is cut or held), and the next call with
+ * room goes on. Both ways, TLS 1.2 and 1.3, byte for byte. */
+static void large_write_resumes(void **state)
+{
+	(void)state;
+	tls_version versions[] = {TLS_VERSION_13, TLS_VERSION_12};
+	for (int v = 0; v < 2; v++) {
+		raw c, s;
+		raw_open(&c, &s, versions[v], SIZE_MAX);
+		raw *pair[][2] = {{&c, &s}, {&s, &c}};
+		for (int i = 0; i < 2; i++) {
+			raw *from = pair[i][0], *to = pair[i][1];
+			size_t len = 4 * 16384 + 1000;
+			uint8_t *msg = pattern(len, 11 + (uint32_t)i);
+			uint8_t *buf = malloc(RAW_CAP);
+			layer_buf down = {.data = buf, .cap = 16384 + 256 + 100};
+			const layer_ops *o = from->l->ops;
+			assert_int_equal(o->from_above(from->l, msg, len, &down), 16384);
+			size_t first = down.len;
+			assert_true(first > 16384 && first <= 16384 + 256);
+			/* 100 bytes of room left: no record fits, none is started */
+			assert_int_equal(o->from_above(from->l, msg + 16384, len - 16384, &down), 0);
+			assert_int_equal(down.len, first);
+			/* room again: the rest, in full records and a short last one */
+			down.cap = RAW_CAP;
+			assert_int_equal(o->from_above(from->l, msg + 16384, len - 16384, &down),
+			                 (ssize_t)(len - 16384));
+			memcpy(from->out, buf, down.len);
+			from->out_len = down.len;
+			raw_move(from, to, 5000, SIZE_MAX);
+			assert_int_equal(to->app_len, len);
+			assert_memory_equal(to->app, msg, len);
+			to->app_len = 0;
+			free(buf);
+			free(msg);
+		}
+		raw_close(&c, &s);
+	}
+}
+
+/* A down with room for a few bytes a call: the handshake flights and the
+ * session tickets OpenSSL writes whole go out in pieces over later calls,
+ * in order; then data and close_notify flow both ways, byte for byte. */
+static void small_down_spills_in_order(void **state)
+{
+	(void)state;
+	raw c, s;
+	raw_open(&c, &s, TLS_VERSION_13, 7);
+	size_t len = 3 * 16384 + 5;
+	uint8_t *msg = pattern(len, 13);
+	raw_send(&c, msg, len, SIZE_MAX);
+	raw_send(&s, msg, len, SIZE_MAX);
+	raw_move(&c, &s, 3, 7);
+	raw_move(&s, &c, 3, 7);
+	assert_int_equal(c.app_len, len);
+	assert_memory_equal(c.app, msg, len);
+	assert_int_equal(s.app_len, len);
+	assert_memory_equal(s.app, msg, len);
+	layer_buf down = {.data = c.out, .cap = 7};
+	assert_int_equal(c.l->ops->shutdown(c.l, &down), 0);
+	c.out_len = down.len;
+	assert_int_equal(c.out_len, 7);
+	raw_drain(&c, 7); /* the rest of close_notify, 7 bytes a call */
+	assert_true(c.out_len > 7);
+	raw_move(&c, &s, SIZE_MAX, 7);
+	assert_true(tls_peer_closed(s.l));
+	free(msg);
+	raw_close(&c, &s);
+}
+
 /* The queries answer nothing for a layer that is not TLS. */
 static void queries_on_other_layers(void **state)
 {
@@ -536,6 +744,9 @@ int main(void)
 		cmocka_unit_test(server_ctx_errors),
 		cmocka_unit_test(client_ctx_errors),
 		cmocka_unit_test(queries_on_other_layers),
+		cmocka_unit_test(record_byte_by_byte),
+		cmocka_unit_test(large_write_resumes),
+		cmocka_unit_test(small_down_spills_in_order),
 	};
 	return cmocka_run_group_tests(tests, make_files, remove_files);
 }
