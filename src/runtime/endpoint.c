@@ -20,9 +20,15 @@ typedef struct big_write {
 	uint8_t data[];
 } big_write;
 
+/* Pool buffers one write of the layers' output may gather: a TLS record
+ * (16 KiB of payload, 16,406 bytes on the wire) spans two, and a burst of
+ * records goes out in one writev instead of a write per buffer. */
+#define WSLOT_BUFS 4
+
 typedef struct wslot {
 	uv_write_t req;
-	uint8_t *buf; /* a pool buffer; NULL when the slot is free */
+	uint8_t *buf;                  /* a pool buffer; NULL when the slot is free */
+	uint8_t *more[WSLOT_BUFS - 1]; /* the rest of a gathered write, NULL-ended */
 } wslot;
 
 struct endpoint {
@@ -78,6 +84,8 @@ static void on_closed(uv_handle_t *h)
 	free(e);
 }
 
+static void slot_release(endpoint *e, wslot *slot);
+
 static void close_now(endpoint *e)
 {
 	if (e->ch) {
@@ -85,10 +93,8 @@ static void close_now(endpoint *e)
 			e->ch->ops->close(e->ch); /* reports nothing after this */
 			/* the writes it had are forgotten: their buffers come back */
 			for (unsigned i = 0; i < ENDPOINT_MAX_PENDING; i++)
-				if (e->slots[i].buf) {
-					pool_put(bufs(e), e->slots[i].buf);
-					e->slots[i].buf = NULL;
-				}
+				if (e->slots[i].buf)
+					slot_release(e, &e->slots[i]);
 			e->pending = 0;
 			while (e->bigs) {
 				big_write *b = e->bigs;
@@ -110,6 +116,17 @@ static void close_now(endpoint *e)
 static void on_flush_timeout(uv_timer_t *t) { close_now(t->data); }
 
 static void on_written(uv_write_t *req, int status);
+
+/* Gives a slot's buffers back to the pool: the slot is free again. */
+static void slot_release(endpoint *e, wslot *slot)
+{
+	pool_put(bufs(e), slot->buf);
+	slot->buf = NULL;
+	for (unsigned i = 0; i < WSLOT_BUFS - 1 && slot->more[i]; i++) {
+		pool_put(bufs(e), slot->more[i]);
+		slot->more[i] = NULL;
+	}
+}
 
 static wslot *free_slot(endpoint *e)
 {
@@ -185,25 +202,67 @@ static void arm(endpoint *e)
 
 /* The layers' wire output into write slots, as far as slots go; then the
  * FIN when it is wanted and everything before it is queued. */
+/* Takes up to a pool buffer of the layers' output into a new buffer: its
+ * length, 0 when there is none, -1 without memory. *rc is the stack's
+ * word on the bytes taken: they are taken even when the layers fail on
+ * (they then hold their answer to the peer: a TLS alert, a 101 before a
+ * bad frame), so they are written in every case. */
+static ssize_t take_out(endpoint *e, uint8_t **out, int *rc)
+{
+	const uint8_t *d;
+	size_t n = stack_wire_out(e->st, &d);
+	if (n == 0)
+		return 0;
+	uint8_t *b = pool_get(bufs(e));
+	if (!b)
+		return -1;
+	size_t m = n < POOL_BUF_SIZE ? n : POOL_BUF_SIZE;
+	memcpy(b, d, m);
+	*rc = stack_wire_done(e->st, m);
+	*out = b;
+	return (ssize_t)m;
+}
+
 static int flush(endpoint *e)
 {
 	const uint8_t *d;
-	size_t n;
-	while (e->st && (n = stack_wire_out(e->st, &d)) > 0) {
+	while (e->st && stack_wire_out(e->st, &d) > 0) {
 		wslot *slot = free_slot(e);
 		if (!slot)
 			return 0; /* a write completion comes back here */
-		uint8_t *b = pool_get(bufs(e));
-		if (!b)
+		uint8_t *b;
+		int rc = 0;
+		ssize_t m = take_out(e, &b, &rc);
+		if (m < 0)
 			return fail(e, msgs[M_NOMEM]);
-		size_t m = n < POOL_BUF_SIZE ? n : POOL_BUF_SIZE;
-		memcpy(b, d, m);
-		/* the bytes are taken even when the layers fail on (they then
-		 * hold their answer to the peer: a TLS alert, a 101 before a bad
-		 * frame), so they are written in every case */
-		int rc = stack_wire_done(e->st, m);
-		if (slot_write(e, slot, b, 0, m))
+		if (e->ch || rc < 0) {
+			if (slot_write(e, slot, b, 0, (size_t)m))
+				return fail(e, uv_strerror(UV_EPIPE));
+			if (rc < 0 && !e->failed)
+				return fail_stack(e);
+			continue;
+		}
+		/* a socket: what else waits joins this write, one writev */
+		uv_buf_t v[WSLOT_BUFS];
+		unsigned nv = 0;
+		slot->buf = b;
+		v[nv++] = uv_buf_init((char *)b, (unsigned)m);
+		while (nv < WSLOT_BUFS && rc == 0 && (m = take_out(e, &b, &rc)) > 0) {
+			slot->more[nv - 1] = b;
+			v[nv++] = uv_buf_init((char *)b, (unsigned)m);
+		}
+		if (nv < WSLOT_BUFS)
+			slot->more[nv - 1] = NULL;
+		if (m < 0) {
+			slot_release(e, slot);
+			return fail(e, msgs[M_NOMEM]);
+		}
+		slot->req.data = e;
+		if (uv_write(&slot->req, (uv_stream_t *)e->tcp, v, nv, on_written)) {
+			slot_release(e, slot);
 			return fail(e, uv_strerror(UV_EPIPE));
+		}
+		e->pending++;
 		if (rc < 0 && !e->failed)
 			return fail_stack(e);
 	}
@@ -418,8 +477,7 @@ static void written(endpoint *e, int status)
 
 static void slot_written(endpoint *e, wslot *slot, int status)
 {
-	pool_put(bufs(e), slot->buf);
-	slot->buf = NULL;
+	slot_release(e, slot);
 	e->pending--;
 	written(e, status);
 }
