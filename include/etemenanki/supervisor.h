@@ -245,6 +245,17 @@ typedef struct etm_dns_service_stats {
  * engine. */
 void etm_supervisor_dns_service_stats(etm_supervisor *s, etm_dns_service_stats *out);
 
+/* TLS handshakes this process completed since it started, as a client
+ * (outbounds, DoT/DoH upstreams) and as a server (inbounds), full and
+ * resumed (an earlier session's ticket taken: no certificate sent or
+ * checked). */
+typedef struct etm_tls_handshake_stats {
+	uint64_t client_full, client_resumed;
+	uint64_t server_full, server_resumed;
+} etm_tls_handshake_stats;
+
+void etm_tls_handshakes(etm_tls_handshake_stats *out);
+
 /* ---- the flow tracker (seed 002 "Tracker"; docs/api.md) ----
  *
  * Every TCP flow and every UDP sub-link is registered once its outbound

@@ -386,6 +386,12 @@ int metrics_write(const metrics_snapshot *s, metrics_buf *b)
 	family(b, n, "counter", "Failed opens of a flow's upstream, by reason.");
 	for (size_t k = 0; k < ETM_DIAL_ERROR_KINDS; k++)
 		sample(b, n, "reason", etm_dial_error_name(k), NULL, NULL, s->dial_errors[k]);
+	n = "etemenanki_tls_handshakes_total";
+	family(b, n, "counter", "TLS handshakes completed, by side and whether a session resumed.");
+	sample(b, n, "side", "client", "resumed", "false", s->tls.client_full);
+	sample(b, n, "side", "client", "resumed", "true", s->tls.client_resumed);
+	sample(b, n, "side", "server", "resumed", "false", s->tls.server_full);
+	sample(b, n, "side", "server", "resumed", "true", s->tls.server_resumed);
 	dns_families(s, b);
 	dns_service_families(s, b);
 	for (size_t k = 0; k < METRICS_USAGE_KINDS; k++)

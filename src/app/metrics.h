@@ -52,6 +52,7 @@ typedef struct metrics_snapshot {
 	uint64_t dial_errors[ETM_DIAL_ERROR_KINDS]; /* index i: etm_dial_error_name(i) */
 	etm_dns_cache_stats dns;
 	etm_dns_service_stats dns_service; /* its families only when running */
+	etm_tls_handshake_stats tls;
 	/* flows and bytes by inbound, outbound and user, indexed by
 	 * etm_usage_by; the lists borrowed */
 	etm_usage_list usage[METRICS_USAGE_KINDS];

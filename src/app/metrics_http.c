@@ -157,6 +157,7 @@ static int gather_usage(etm_supervisor *sup, metrics_snapshot *s)
 	etm_supervisor_dial_errors(sup, s->dial_errors);
 	etm_supervisor_dns_cache_stats(sup, &s->dns);
 	etm_supervisor_dns_service_stats(sup, &s->dns_service);
+	etm_tls_handshakes(&s->tls);
 	static const etm_usage_by BY[METRICS_USAGE_KINDS] = {ETM_USAGE_INBOUND, ETM_USAGE_OUTBOUND,
 	                                                     ETM_USAGE_USER};
 	for (size_t k = 0; k < METRICS_USAGE_KINDS; k++)

@@ -2,6 +2,7 @@
 #include <stdint.h>
 
 #include "supervisor/actor.h"
+#include "transport/tls.h"
 
 /* The metric's reason labels, one per proto_dial_error (proto/proto.h). */
 static const char *const NAMES[PROTO_DIAL_ERR_KINDS] = {
@@ -42,6 +43,14 @@ void etm_supervisor_dial_errors(etm_supervisor *s, uint64_t out[ETM_DIAL_ERROR_K
 		out[k] = 0;
 	for (size_t i = 0; i < workers_count(s->ws); i++)
 		worker_run(workers_at(s->ws, i), add_counts, out);
+}
+
+void etm_tls_handshakes(etm_tls_handshake_stats *out)
+{
+	uint64_t c[2], s[2];
+	tls_handshake_counts(c, s);
+	*out = (etm_tls_handshake_stats){.client_full = c[0], .client_resumed = c[1],
+	                                 .server_full = s[0], .server_resumed = s[1]};
 }
 
 _Static_assert(sizeof(etm_dns_cache_stats) == sizeof(dns_cache_stats), "a count added to one only");

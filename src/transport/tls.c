@@ -561,6 +561,24 @@ static int conn_error(tls_layer *t)
 	return set_err(t, LAYER_ERR_PROTO, M_CONN, reason(why, sizeof why));
 }
 
+/* Completed handshakes, [side][resumed]: side 0 client, 1 server. Counts,
+ * not state: every worker adds to them, the metrics read them. */
+static atomic_uint_fast64_t handshakes[2][2];
+
+static void count_handshake(const tls_layer *t)
+{
+	int resumed = SSL_session_reused(t->ssl) == 1;
+	atomic_fetch_add_explicit(&handshakes[t->sctx != NULL][resumed], 1, memory_order_relaxed);
+}
+
+void tls_handshake_counts(uint64_t client[2], uint64_t server[2])
+{
+	for (int k = 0; k < 2; k++) {
+		client[k] = atomic_load_explicit(&handshakes[0][k], memory_order_relaxed);
+		server[k] = atomic_load_explicit(&handshakes[1][k], memory_order_relaxed);
+	}
+}
+
 /* Runs the handshake, then decrypts into up while it has room. The layer
  * is attached to the call's buffers. */
 static int advance(tls_layer *t, layer_buf *up)
@@ -571,6 +589,7 @@ static int advance(tls_layer *t, layer_buf *up)
 		if (r != 1)
 			return handshake_error(t, r);
 		t->done = true;
+		count_handshake(t);
 	}
 	while (!t->peer_closed && layer_buf_room(up) > 0) {
 		/* Nothing to read saves a trip through the record layer. */

@@ -140,4 +140,8 @@ bool tls_peer_closed(const layer *l);
  * the same name. */
 bool tls_resumed(const layer *l);
 
+/* The process's completed handshakes, by side and resumption
+ * (etemenanki/supervisor.h's etm_tls_handshakes reads them). */
+void tls_handshake_counts(uint64_t client[2], uint64_t server[2]);
+
 #endif

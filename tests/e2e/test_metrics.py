@@ -656,3 +656,72 @@ def test_binary_upgrade_hands_the_endpoint_over(upgrading):
     assert value(fams, "etemenanki_start_time_seconds", "etemenanki_start_time_seconds") > old_start
     assert_sanitizer_clean(proxy)
     assert stop_pid(new_pid)
+
+
+# ---------------------------------------------------------------- TLS handshakes
+
+def test_tls_handshakes_by_side_and_resumption(start_proxy, pki, echo_tcp):
+    """A trojan+tls chain: the client's first connection makes a full
+    handshake, each later one resumes the session the server gave; both
+    processes count them in etemenanki_tls_handshakes_total."""
+    cert, key = pki
+    server = start_proxy(f"""
+[[inbound]]
+tag = "trojan-in"
+protocol = "trojan"
+listen = "127.0.0.1"
+port = {{port0}}
+[[inbound.settings.users]]
+name = "u"
+password = "pw"
+[inbound.stream]
+security = "tls"
+[inbound.stream.tls]
+certificate = "{cert}"
+key = "{key}"
+[[outbound]]
+tag = "direct"
+protocol = "freedom"
+[metrics]
+listen = "127.0.0.1:{{port1}}"
+""", n_ports=2, wait_for_log=False)
+    client = start_proxy(f"""
+[[inbound]]
+tag = "socks-in"
+protocol = "socks"
+listen = "127.0.0.1"
+port = {{port0}}
+[[outbound]]
+tag = "up"
+protocol = "trojan"
+server = "127.0.0.1"
+port = {server.port}
+[outbound.settings]
+password = "pw"
+[outbound.stream]
+security = "tls"
+[outbound.stream.tls]
+server_name = "proxy.test"
+ca = "{cert}"
+[metrics]
+listen = "127.0.0.1:{{port1}}"
+""", n_ports=2, wait_for_log=False)
+    for i in range(3):
+        s = socks5_connect(client.port, "127.0.0.1", echo_tcp.port)
+        s.sendall(b"round %d" % i)
+        assert recv_exact(s, 7) == b"round %d" % i
+        s.shutdown(socket.SHUT_WR)
+        assert s.recv(1) == b""  # the whole chain ended: the session is kept
+        s.close()
+        wait_value(client.ports[1], "etemenanki_tls_handshakes", "etemenanki_tls_handshakes_total",
+                   i + 1 if i == 0 else i, side="client", resumed="true" if i else "false")
+    fams = scrape(client.ports[1])
+    h = "etemenanki_tls_handshakes_total"
+    fam = "etemenanki_tls_handshakes"
+    assert value(fams, fam, h, side="client", resumed="false") == 1
+    assert value(fams, fam, h, side="client", resumed="true") == 2
+    assert value(fams, fam, h, side="server", resumed="false") == 0
+    wait_value(server.ports[1], fam, h, 2, side="server", resumed="true")
+    fams = scrape(server.ports[1])
+    assert value(fams, fam, h, side="server", resumed="false") == 1
+    assert value(fams, fam, h, side="client", resumed="false") == 0
