@@ -58,6 +58,7 @@ Environment (all optional):
 """
 import datetime
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -380,6 +381,36 @@ def rss_kib(pids):
     return total
 
 
+def want(head):
+    """An HTTP answer's whole length once its head is in, from its
+    Content-Length."""
+    top, _, _ = head.partition(b"\r\n\r\n")
+    m = re.search(rb"(?im)^content-length: *(\d+)", top)
+    return len(top) + 4 + (int(m.group(1)) if m else 0)
+
+
+def tls_handshakes(port):
+    """The chain client's TLS handshakes so far, (full, resumed), from its
+    metrics endpoint (etemenanki_tls_handshakes_total); None when it does
+    not answer."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as c:
+            c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            body = b""
+            while b"\r\n\r\n" not in body or len(body) < want(body):
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                body += chunk
+    except OSError:
+        return None
+    got = {}
+    for m in re.finditer(r'^etemenanki_tls_handshakes_total\{side="client",resumed="(\w+)"\} (\d+)',
+                         body.decode(errors="replace"), re.M):
+        got[m.group(1)] = int(m.group(2))
+    return (got["false"], got["true"]) if len(got) == 2 else None
+
+
 def cpu_s(pids):
     return sum((proc_stat(p) or (0, 0, 0))[1] for p in pids) / CLK_TCK
 
@@ -632,6 +663,9 @@ def measure(subject, values, tmp, serve_pid):
             res["cpu_s_per_gib"] = (c1 - c0) / gib
         time.sleep(PAUSE)
         # crr, with the peak RSS under it
+        metered = subject.ours and any(p.config and "@METRICS@" in (PEERS / p.config).read_text()
+                                       for p in subject.procs)
+        h0 = tls_handshakes(values["METRICS"]) if metered else None
         sampler = Sampler(run)
         sampler.start()
         c0 = cpu_s(run.pids())
@@ -644,6 +678,9 @@ def measure(subject, values, tmp, serve_pid):
         if subject.procs and "conns" in res["crr"] and int(res["crr"]["conns"]) > 0:
             res["cpu_us_per_conn"] = (c1 - c0) / int(res["crr"]["conns"]) * 1e6
         res["rss_crr_kib"] = sampler.peak if subject.procs else None
+        if h0 and (h1 := tls_handshakes(values["METRICS"])):
+            # the crr's handshakes alone: full and resumed
+            res["crr_handshakes"] = (h1[0] - h0[0], h1[1] - h0[1])
         time.sleep(PAUSE)
         res["rr"] = loadgen("rr", subject, values,
                             ["--secs", SIZES["rr_secs"], "--timeout", "10"], 60)
@@ -964,6 +1001,16 @@ def vs_direct(results):
                     f"| {ratio(val(r, 'crr', 'conn_s'), val(d, 'crr', 'conn_s'))} "
                     f"| {'–' if p50 is None or dp50 is None else f'{p50 - dp50:+.1f} µs'} "
                     f"| {ratio(udp_rate(r), udp_rate(d))} |")
+    return "\n".join(rows)
+
+
+def resumed_table(results):
+    rows = ["| subject | full | resumed | resumed share |", "|---|--:|--:|--:|"]
+    for s in SUBJECTS:
+        h = results.get(s.key, {}).get("crr_handshakes")
+        if h:
+            share = f"{100 * h[1] / sum(h):.1f} %" if sum(h) else "–"
+            rows.append(f"| {results[s.key]['title']} | {h[0]} | {h[1]} | {share} |")
     return "\n".join(rows)
 
 
@@ -1316,6 +1363,12 @@ ours ahead; rr p50, RSS, CPU: below 1 is ours ahead):
 
 {vs_peers(results)}
 
+TLS handshakes of etemenanki's chain clients during `crr`
+(etemenanki_tls_handshakes_total{{side="client"}} read from the client's
+metrics endpoint before and after): a resumed one carries no certificate.
+
+{resumed_table(results)}
+
 Targets of issue 21 (performance II):
 
 {targets(results)}""")
@@ -1558,7 +1611,8 @@ def main():
         log(f"route: {line}")
         for s in subjects:
             t0 = time.monotonic()
-            values = dict(base, SOCKS=free_port(), SERVER=free_port(), RELAY_SINK=free_port(),
+            values = dict(base, SOCKS=free_port(), SERVER=free_port(), METRICS=free_port(),
+                          RELAY_SINK=free_port(),
                           RELAY_ECHO=free_port(), RELAY_UDP=free_port(socket.SOCK_DGRAM),
                           LB_SHORT=free_port(socket.SOCK_DGRAM),
                           LB_LONG=free_port(socket.SOCK_DGRAM))
