@@ -86,6 +86,17 @@ typedef struct layer_ops {
 	/* Whether the handshake is done: app bytes may flow both ways. */
 	bool (*ready)(const layer *l);
 
+	/* Whether the layer has become a pass-through: its handshake is done,
+	 * it holds nothing it still owes either way, and from here on every
+	 * byte crosses it unchanged both ways, up to the socket's own end (a
+	 * proxy client's framing once its request and the server's answer are
+	 * through: VLESS, Trojan, SOCKS5, HTTP CONNECT). Once true it stays
+	 * true. A stack of such layers with nothing queued may be dropped
+	 * (stack_passthrough), so the socket under it is plain again and a
+	 * relay can splice it. NULL: never (TLS, WebSocket, gRPC, VMess,
+	 * Shadowsocks change every byte). */
+	bool (*passthrough)(const layer *l);
+
 	/* The app has nothing more to send: the layer's orderly end
 	 * (close_notify, a close frame) into down. NULL when the layer has
 	 * none (the shell then just shuts the socket's write side). */

@@ -179,6 +179,13 @@ static bool client_ready(const layer *l)
 	return ((const http_client *)l)->st == ST_READY;
 }
 
+/* Past the final 2xx head, bytes cross unchanged. */
+static bool client_passthrough(const layer *l)
+{
+	const http_client *c = (const http_client *)l;
+	return c->st == ST_READY && c->req_off == c->req_len;
+}
+
 static const char *client_error(const layer *l)
 {
 	return ((const http_client *)l)->err;
@@ -195,6 +202,7 @@ static const layer_ops client_ops = {
 	.from_below = client_from_below,
 	.from_above = client_from_above,
 	.ready = client_ready,
+	.passthrough = client_passthrough,
 	.shutdown = NULL,
 	.error = client_error,
 	.free = client_free,

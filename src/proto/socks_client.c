@@ -289,6 +289,15 @@ static bool client_ready(const layer *l)
 	return ((const socks_client *)l)->st == ST_READY;
 }
 
+/* Past the CONNECT reply, bytes cross unchanged. Never for UDP ASSOCIATE:
+ * its owner keeps reading the relay address from the layer
+ * (socks_client_relay), so the layer must stay. */
+static bool client_passthrough(const layer *l)
+{
+	const socks_client *c = (const socks_client *)l;
+	return c->st == ST_READY && !c->udp && c->msg_off == c->msg_len;
+}
+
 static const char *client_error(const layer *l)
 {
 	return ((const socks_client *)l)->err;
@@ -305,6 +314,7 @@ static const layer_ops client_ops = {
 	.from_below = client_from_below,
 	.from_above = client_from_above,
 	.ready = client_ready,
+	.passthrough = client_passthrough,
 	.shutdown = NULL,
 	.error = client_error,
 	.free = client_free,

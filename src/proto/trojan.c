@@ -134,6 +134,13 @@ static bool client_ready(const layer *l)
 	return ((const trojan_client *)l)->started;
 }
 
+/* Trojan answers nothing: once the request is out, bytes cross unchanged. */
+static bool client_passthrough(const layer *l)
+{
+	const trojan_client *c = (const trojan_client *)l;
+	return c->started && c->req_off == c->req_len;
+}
+
 static const char *client_error(const layer *l)
 {
 	(void)l;
@@ -151,6 +158,7 @@ static const layer_ops client_ops = {
 	.from_below = client_from_below,
 	.from_above = client_from_above,
 	.ready = client_ready,
+	.passthrough = client_passthrough,
 	.shutdown = NULL,
 	.error = client_error,
 	.free = client_free,

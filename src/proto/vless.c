@@ -168,6 +168,13 @@ static bool client_ready(const layer *l)
 	return c->started && !c->err;
 }
 
+/* Past the request and the response header, bytes cross unchanged. */
+static bool client_passthrough(const layer *l)
+{
+	const vless_client *c = (const vless_client *)l;
+	return c->started && !c->err && c->got_response && c->req_off == c->req_len;
+}
+
 static const char *client_error(const layer *l)
 {
 	return ((const vless_client *)l)->err;
@@ -184,6 +191,7 @@ static const layer_ops client_ops = {
 	.from_below = client_from_below,
 	.from_above = client_from_above,
 	.ready = client_ready,
+	.passthrough = client_passthrough,
 	.shutdown = NULL,
 	.error = client_error,
 	.free = client_free,

@@ -770,6 +770,20 @@ int endpoint_send_buf(endpoint *e, uint8_t *buf, size_t off, size_t len)
 
 bool endpoint_plain(const endpoint *e) { return !e->st; }
 
+bool endpoint_unstack(endpoint *e)
+{
+	if (!e->st)
+		return true;
+	if (e->failed || e->closing || e->shut_wanted || !stack_passthrough(e->st))
+		return false;
+	/* rbuf[roff, roff + rlen) would have crossed the layers unchanged:
+	 * it is the app bytes of a plain endpoint as it stands */
+	stack_free(e->st);
+	e->st = NULL;
+	uv_timer_stop(&e->timer); /* it followed the layers' deadlines */
+	return true;
+}
+
 bool endpoint_idle(const endpoint *e)
 {
 	const uint8_t *d;

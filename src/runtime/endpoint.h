@@ -141,6 +141,17 @@ __attribute__((warn_unused_result)) int endpoint_send_buf(endpoint *e, uint8_t *
 /* No layers: the app bytes are the wire bytes. */
 bool endpoint_plain(const endpoint *e);
 
+/* Frees the stack once it has become the identity (stack_passthrough: a
+ * proxy client's framing past its handshake, nothing queued in it): the
+ * endpoint is plain from then on, as if dialled without layers, and the
+ * wire bytes read and not yet offered to the stack are app bytes. What is
+ * in flight, the byte counts and the flow's record stay as they were.
+ * Only for an owner that reads the endpoint through the calls above (the
+ * relay): it must not hold the stack or a layer of it. Returns whether
+ * the endpoint is plain now (it was, or became so); false while it is
+ * failed, closing or shutting down. */
+bool endpoint_unstack(endpoint *e);
+
 /* Nothing is waiting to be written (no write in flight, no wire output). */
 bool endpoint_idle(const endpoint *e);
 

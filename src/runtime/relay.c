@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "runtime/pool.h"
 #include "runtime/splice.h"
 
 struct relay {
@@ -25,7 +26,7 @@ struct relay {
 	/* The user's limits (principal.h), when the flow has a user: a
 	 * direction over its rate stops reading until held_until[i]. */
 	principal *who; /* a reference */
-	const track_flow *tf_clock; /* b's record while b is open: its clock charges */
+	const track_flow *tf_clock; /* b's record (tf's after a hand-off): its clock charges */
 	uint64_t held_until[2]; /* uv_now ms; 0: not held. [0] e[0] to e[1] (up) */
 	uv_timer_t hold;        /* inited only with who */
 	int handles;            /* open: idle, and hold with who */
@@ -102,19 +103,27 @@ static bool held(const relay *r, int i) { return r->held_until[i] != 0; }
 static void on_hold_over(uv_timer_t *t);
 
 /* n bytes went from e[i]: charged to the user's bucket that way; over its
- * rate, e[i] stops being read until the debt is paid. */
+ * rate, e[i] stops being read until the debt is paid. After a splice
+ * hand-off a limited direction reads a pool buffer's worth at a time, as
+ * the buffered relay does: the last read's debt, which nothing waits for,
+ * stays as small as there. */
 static void charge(relay *r, int i, uint64_t n)
 {
 	if (!r->who || n == 0)
 		return;
 	principal_bucket *b = i == 0 ? &r->who->up : &r->who->down;
-	if (!principal_limited(b)) /* one relaxed load for a user without a limit */
+	bool limited = principal_limited(b); /* one relaxed load for a user without a limit */
+	if (r->sp)
+		splicer_set_chunk(r->sp, i, limited ? POOL_BUF_SIZE : 0);
+	if (!limited)
 		return;
 	uint64_t ms = principal_charge(b, n, track_clock_ms(r->tf_clock));
 	if (!ms)
 		return;
 	uint64_t now = uv_now(worker_loop(r->w));
 	r->held_until[i] = now + ms;
+	if (r->sp)
+		splicer_hold(r->sp, i, true);
 	uint64_t other = r->held_until[1 - i];
 	uint64_t first = other && other < now + ms ? other : now + ms;
 	uv_timer_start(&r->hold, on_hold_over, first > now ? first - now : 1, 0);
@@ -178,6 +187,18 @@ static endpoint *steer(relay *r)
 
 static bool try_splice(relay *r);
 
+/* A proxy client's framing that has become a pass-through (its request and
+ * the server's answer through, nothing queued) is dropped: the endpoint is
+ * plain from then on, so the bytes move without a copy and the flow can
+ * go to splice(2) as a plain socks -> freedom one does (issue 21). A stack
+ * with a layer that changes bytes (TLS, ...) stops the check at it. */
+static void unstack(relay *r)
+{
+	for (int i = 0; i < 2; i++)
+		if (!endpoint_plain(r->e[i]))
+			(void)endpoint_unstack(r->e[i]);
+}
+
 /* Moves what can move both ways, then sets what to read and what to end. */
 static void service(relay *r)
 {
@@ -193,6 +214,9 @@ static void service(relay *r)
 	}
 	if (any)
 		touch(r);
+	/* after the moves: a layer's queues are empty then, if ever */
+	if (!bad)
+		unstack(r);
 	if (bad || (bad = steer(r))) {
 		finish(r, endpoint_error(bad), true);
 		return;
@@ -211,14 +235,18 @@ static void on_hold_over(uv_timer_t *t)
 	relay *r = t->data;
 	uint64_t now = uv_now(t->loop), next = 0;
 	for (int i = 0; i < 2; i++) {
-		if (r->held_until[i] && r->held_until[i] <= now)
+		if (r->held_until[i] && r->held_until[i] <= now) {
 			r->held_until[i] = 0;
+			if (r->sp)
+				splicer_hold(r->sp, i, false);
+		}
 		if (r->held_until[i] && (!next || r->held_until[i] < next))
 			next = r->held_until[i];
 	}
 	if (next)
 		uv_timer_start(t, on_hold_over, next - now, 0);
-	service(r);
+	if (!r->sp)
+		service(r);
 }
 
 static void on_readable(void *ud) { service(ud); }
@@ -235,6 +263,10 @@ static const endpoint_events events = {
 
 static void on_splice_activity(void *ud) { touch(ud); }
 
+/* The splicer read n bytes from one side: charged as the buffered relay
+ * charges them, so a user's rate holds the direction there too. */
+static void on_splice_read(void *ud, int dir, uint64_t n) { charge(ud, dir, n); }
+
 static void on_splice_end(void *ud, int err)
 {
 	relay *r = ud;
@@ -246,6 +278,7 @@ static void on_splice_end(void *ud, int err)
 
 static const splicer_events splice_events = {
 	.on_activity = on_splice_activity,
+	.on_read = on_splice_read,
 	.on_end = on_splice_end,
 };
 
@@ -262,14 +295,13 @@ static void kill_spliced(void *ud, const char *why) { finish(ud, why, false); }
 
 /* Both ends plain, nothing waiting or in flight, neither end reached: the
  * sockets go to a splicer through duplicates. False (and the buffered
- * relay goes on; another try after as many bytes) when it cannot. */
+ * relay goes on; another try after as many bytes) when it cannot. A
+ * user's flow goes too: the splicer reports what it reads (on_splice_read)
+ * and the relay holds a direction over the user's rate, so a limit set
+ * later (a reload, the API) still reaches it on its next read. */
 static bool try_splice(relay *r)
 {
 	r->since_try = 0;
-	/* A user's flow stays with the relay, which can pace it: a limit set
-	 * later (a reload, the API) reaches it on its next read. */
-	if (r->who)
-		return false;
 	const uint8_t *d;
 	for (int i = 0; i < 2; i++) {
 		endpoint *x = r->e[i];
@@ -290,6 +322,12 @@ static bool try_splice(relay *r)
 		return false;
 	}
 	r->sp = sp;
+	for (int i = 0; i < 2 && r->who; i++) {
+		if (principal_limited(i == 0 ? &r->who->up : &r->who->down))
+			splicer_set_chunk(sp, i, POOL_BUF_SIZE);
+		if (held(r, i)) /* the hold timer runs on: it ends the hold */
+			splicer_hold(sp, i, true);
+	}
 	r->tf = endpoint_take_track(r->e[1]);
 	if (r->tf) {
 		track_set_more(r->tf, splice_more, r);
@@ -333,6 +371,8 @@ relay *relay_start(worker *w, endpoint *a, endpoint *b, const relay_config *cfg,
 	endpoint *bad = move(r, a, b, &moved);
 	if (!bad)
 		bad = move(r, b, a, &moved);
+	if (!bad)
+		unstack(r);
 	if (bad || steer(r)) {
 		relay_stop(r);
 		return NULL;

@@ -39,11 +39,13 @@ typedef struct relay_events {
 
 /* Relays between a and b, which it takes over in every case (their events
  * now go to the relay). Bytes already waiting in either go at once, and
- * an end that already read its peer's EOF passes it on. With cfg->splice,
+ * an end that already read its peer's EOF passes it on. An endpoint whose
+ * layers have all become pass-throughs (a proxy client's framing past its
+ * handshake: endpoint_unstack) is plain from then on. With cfg->splice,
  * two plain endpoints move to splice(2) once RELAY_SPLICE_AFTER bytes have
- * passed and nothing is in flight, unless the flow has a user (its
- * record's principal): the relay keeps a user's bytes, to pace them at
- * the user's rates, which a reload or the API may set at any time. b is the flow's upstream: the end line
+ * passed and nothing is in flight. A flow with a user (its record's
+ * principal) is paced at the user's rates, which a reload or the API may
+ * set at any time, spliced or not. b is the flow's upstream: the end line
  * record it carries (endpoint_set_track) gets the relay's why, and the
  * splicer's bytes after a hand-off. ev is borrowed; ud is passed back.
  * Returns NULL when memory runs out or a first write fails (a and b are

@@ -19,6 +19,8 @@ typedef struct sdir {
 	uint64_t out;   /* bytes spliced out to dst */
 	bool src_eof;
 	bool blocked;   /* dst said EAGAIN with bytes in the pipe */
+	bool held;      /* splicer_hold: src is not read */
+	size_t chunk;   /* the most one splice reads from src (splicer_set_chunk) */
 	bool shut;      /* dst's write side shut down after src's EOF */
 } sdir;
 
@@ -105,15 +107,17 @@ static int pump(splicer *s, sdir *d)
 		}
 		/* Yield with the pipe empty: src stays readable (level-triggered)
 		 * and brings this direction back on the next loop turn. */
-		if (burst == SPLICE_BURST)
+		if (burst == SPLICE_BURST || d->held)
 			break;
 		/* the pipe is empty here, so EAGAIN can only mean "src has no data" */
-		ssize_t n = splice(d->src, NULL, d->pw, NULL, SPLICE_CHUNK,
+		ssize_t n = splice(d->src, NULL, d->pw, NULL, d->chunk,
 		                   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 		if (n > 0) {
 			d->in_pipe += (size_t)n;
 			moved = true;
 			burst++;
+			if (s->ev->on_read) /* may hold d: the next round stops */
+				s->ev->on_read(s->ud, (int)(d - s->d), (uint64_t)n);
 			continue;
 		}
 		if (n == 0) {
@@ -140,7 +144,7 @@ static void rearm(splicer *s)
 {
 	for (int i = 0; i < 2; i++) {
 		int want = 0;
-		if (!s->d[i].src_eof && s->d[i].in_pipe == 0)
+		if (!s->d[i].src_eof && s->d[i].in_pipe == 0 && !s->d[i].held)
 			want |= UV_READABLE;
 		if (s->d[1 - i].blocked)
 			want |= UV_WRITABLE;
@@ -176,6 +180,19 @@ static void on_poll(uv_poll_t *h, int status, int events)
 	rearm(s);
 }
 
+void splicer_hold(splicer *s, int dir, bool on)
+{
+	if (s->stopped || s->d[dir].held == on)
+		return;
+	s->d[dir].held = on;
+	rearm(s);
+}
+
+void splicer_set_chunk(splicer *s, int dir, size_t max)
+{
+	s->d[dir].chunk = max && max < SPLICE_CHUNK ? max : SPLICE_CHUNK;
+}
+
 splicer *splicer_start(uv_loop_t *loop, int a, int b, const splicer_events *ev, void *ud)
 {
 	splicer *s = calloc(1, sizeof *s);
@@ -194,8 +211,8 @@ splicer *splicer_start(uv_loop_t *loop, int a, int b, const splicer_events *ev, 
 	}
 	s->fd[0] = a;
 	s->fd[1] = b;
-	s->d[0] = (sdir){.src = a, .dst = b, .pr = p0[0], .pw = p0[1]};
-	s->d[1] = (sdir){.src = b, .dst = a, .pr = p1[0], .pw = p1[1]};
+	s->d[0] = (sdir){.src = a, .dst = b, .pr = p0[0], .pw = p0[1], .chunk = SPLICE_CHUNK};
+	s->d[1] = (sdir){.src = b, .dst = a, .pr = p1[0], .pw = p1[1], .chunk = SPLICE_CHUNK};
 	s->ev = ev;
 	s->ud = ud;
 	for (int i = 0; i < 2; i++) {

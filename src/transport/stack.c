@@ -296,6 +296,21 @@ bool stack_ready(const stack *s)
 	return true;
 }
 
+bool stack_passthrough(const stack *s)
+{
+	if (s->err || s->shutting)
+		return false;
+	for (size_t i = 0; i < s->n; i++) {
+		const layer *l = s->layers[i];
+		if (!l->ops->passthrough || !l->ops->passthrough(l))
+			return false;
+	}
+	for (size_t i = 0; i <= s->n; i++)
+		if (s->up[i].len || s->down[i].len)
+			return false;
+	return true;
+}
+
 size_t stack_app_room(const stack *s) { return STACK_QUEUE_CAP - s->down[s->n].len; }
 
 int stack_shutdown(stack *s)

@@ -61,6 +61,13 @@ __attribute__((warn_unused_result)) int stack_app_done(stack *s, size_t n);
 /* Every layer's handshake is done. */
 bool stack_ready(const stack *s);
 
+/* Every layer is a pass-through now (layer.h passthrough) and no byte
+ * waits anywhere in the stack, nor has it failed or begun its orderly end:
+ * the stack is the identity on the bytes, so its owner may free it and
+ * move bytes between the wire and the app itself (endpoint_unstack). An
+ * empty stack is one. */
+bool stack_passthrough(const stack *s);
+
 /* Bytes the app side may still hand in right now (the top queue's room). */
 size_t stack_app_room(const stack *s);
 

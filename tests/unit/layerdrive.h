@@ -17,6 +17,7 @@ typedef struct outcome {
 	const char *text; /* points at text_buf: the layer is freed before comparing */
 	char text_buf[256];
 	bool ready;
+	bool passthrough; /* layer.h passthrough, once the server's bytes are in */
 	bool in_handshake; /* the caller's: the module's own in_handshake() */
 	uint8_t sent[2048];
 	size_t sent_len;
@@ -66,6 +67,7 @@ static inline void drive_layer(layer *l, const uint8_t *srv, size_t len, size_t 
 		o->text = o->text_buf;
 	}
 	o->ready = l->ops->ready(l);
+	o->passthrough = l->ops->passthrough && l->ops->passthrough(l);
 	o->sent_len = down.len;
 	o->up_len = up.len;
 }
@@ -74,6 +76,7 @@ static inline void same(const outcome *a, const outcome *b)
 {
 	assert_int_equal(a->err, b->err);
 	assert_int_equal(a->ready, b->ready);
+	assert_int_equal(a->passthrough, b->passthrough);
 	assert_int_equal(a->in_handshake, b->in_handshake);
 	if (a->text || b->text)
 		assert_string_equal(a->text, b->text);

@@ -82,6 +82,7 @@ static void check(const response_case *c, const outcome *o)
 	else
 		assert_null(o->text);
 	assert_int_equal(o->ready, c->ready);
+	assert_int_equal(o->passthrough, c->ready); /* past the 2xx head, bytes cross unchanged */
 	assert_int_equal(o->in_handshake, !c->ready && !c->err);
 	assert_int_equal(o->sent_len, sizeof REQ_V4 - 1);
 	assert_memory_equal(o->sent, REQ_V4, o->sent_len);
@@ -284,6 +285,7 @@ static void eof_and_small_buffer(void **state)
 		n_sent += down.len;
 		down.len = 0;
 		assert_int_equal(l->ops->from_above(l, (const uint8_t *)"app", 3, &down), 0);
+		assert_false(l->ops->passthrough(l));
 		if (down.len == 0)
 			break;
 	}

@@ -1,4 +1,4 @@
-/* test_relay.c - endpoints and the relay over loopback TCP pairs on a worker's loop: bytes both ways, backpressure, half-close each way, EOF behind queued bytes, a layer failing mid-stream, the splice hand-off, the idle end. */
+/* test_relay.c - endpoints and the relay over loopback TCP pairs on a worker's loop: bytes both ways, backpressure, half-close each way, EOF behind queued bytes, a layer failing mid-stream, the splice hand-off (a proxy client's framing dropped first; a user's flow paced), the idle end. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -21,7 +21,10 @@
 
 #include <cmocka.h>
 
+#include "proto/trojan.h"
+#include "proto/vless.h"
 #include "runtime/endpoint.h"
+#include "runtime/principal.h"
 #include "runtime/relay.h"
 #include "runtime/worker.h"
 #include "transport/stack.h"
@@ -223,6 +226,10 @@ typedef struct harness {
 	char why[128];
 	atomic_int spliced; /* filled by probe() */
 	tracker *track;     /* with_track: b's flow record lives here */
+	principal *who;     /* with track: the record's user; NULL: anonymous */
+	layer *b_layer;     /* put on b with endpoint_start (a proxy client's framing) */
+	endpoint *eb;       /* b, while the relay holds it */
+	atomic_int b_plain; /* filled by probe_plain() */
 } harness;
 
 static void on_activity(void *ud) { atomic_fetch_add(&((harness *)ud)->activity, 1); }
@@ -254,10 +261,18 @@ static void setup_on_worker(worker *w, void *arg)
 {
 	harness *h = arg;
 	endpoint *a = wrap(w, h->srv_a, h->st_a), *b = wrap(w, h->srv_b, h->st_b);
+	if (h->b_layer) { /* as dial_stream does: the layers' first bytes go out */
+		stack *st = stack_new();
+		assert_non_null(st);
+		assert_int_equal(stack_push(st, h->b_layer), 0);
+		assert_int_equal(endpoint_start(b, st), 0);
+		assert_false(endpoint_plain(b));
+	}
+	h->eb = b;
 	if (h->track) {
 		addr_dest d = {.kind = ADDR_IPV4, .network = ADDR_TCP, .port = 80,
 		               .u.v4 = {192, 0, 2, 1}};
-		track_open o = {.inbound = "in", .outbound = "out", .dest = &d};
+		track_open o = {.inbound = "in", .outbound = "out", .dest = &d, .who = h->who};
 		track_flow *tf = tracker_open(h->track, &o, NULL);
 		assert_non_null(tf);
 		endpoint_set_track(b, tf);
@@ -304,6 +319,14 @@ static void probe_on_worker(worker *w, void *arg)
 	(void)w;
 	harness *h = arg;
 	atomic_store(&h->spliced, h->r && relay_spliced(h->r));
+}
+
+/* Whether b is plain; b is the relay's until a splice hand-off closes it. */
+static void probe_plain_on_worker(worker *w, void *arg)
+{
+	(void)w;
+	harness *h = arg;
+	atomic_store(&h->b_plain, h->r && !relay_spliced(h->r) && endpoint_plain(h->eb));
 }
 
 static bool wait_ended(harness *h, int ms)
@@ -766,6 +789,194 @@ static void tracked(bool splice)
 static void tracked_buffered(void **state) { (void)state, tracked(false); }
 static void tracked_spliced(void **state) { (void)state, tracked(true); }
 
+/* ---- a proxy client's framing on the upstream (issue 21) ---- */
+
+static const uint8_t VLESS_ID[VLESS_UUID_LEN] = {0x6c, 0x1b, 0x0e, 0x6a, 0x6e, 0x3d, 0x4c, 0x1e,
+                                                 0x9d, 0x8a, 0x1a, 0x2b, 0x3c, 0x4d, 0x5e, 0x6f};
+static const addr_dest TARGET = {.kind = ADDR_IPV4, .network = ADDR_TCP, .port = 80,
+                                 .u.v4 = {192, 0, 2, 1}};
+/* Version, id, no addons, command, port, IPv4 and its address. */
+#define VLESS_REQ_LEN (1 + VLESS_UUID_LEN + 1 + 1 + 2 + 1 + 4)
+/* The password's hash, CRLF, command, IPv4 address and port, CRLF. */
+#define TROJAN_REQ_LEN (TROJAN_HASH_LEN + 2 + 1 + 1 + 4 + 2 + 2)
+
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void start_framed(harness *h, layer *l)
+{
+	memset(h, 0, sizeof *h);
+	char err[128];
+	h->ws = workers_start(1, err, sizeof err);
+	assert_non_null(h->ws);
+	h->w = workers_at(h->ws, 0);
+	h->track = tracker_new(0, wall_ms);
+	tcp_pair(&h->app_a, &h->srv_a, false);
+	tcp_pair(&h->app_b, &h->srv_b, false);
+	h->cfg = (relay_config){.splice = true};
+	h->b_layer = l;
+	worker_run(h->w, setup_on_worker, h);
+}
+
+static bool b_plain(harness *h)
+{
+	worker_run(h->w, probe_plain_on_worker, h);
+	return atomic_load(&h->b_plain);
+}
+
+static bool spliced(harness *h)
+{
+	worker_run(h->w, probe_on_worker, h);
+	return atomic_load(&h->spliced);
+}
+
+/* Reads the request a client layer sent the test's "server" (app_b). */
+static void expect_request(int fd, size_t n)
+{
+	uint8_t buf[128];
+	size_t got = 0;
+	assert_true(n <= sizeof buf);
+	while (got < n) {
+		ssize_t k = recv(fd, buf + got, n - got, 0);
+		assert_true(k > 0);
+		got += (size_t)k;
+	}
+}
+
+/* The upstream carries a proxy client's framing: the endpoint stays layered
+ * until the framing is through (vless: the response header; trojan: the
+ * request alone), then it is plain and the flow goes to splice(2) past
+ * RELAY_SPLICE_AFTER, as socks -> freedom does. The bytes stay whole and
+ * in order, and the record counts the app bytes each way, framing not
+ * included, across the hand-off. */
+static void framing_then_splice(bool vless)
+{
+	harness h;
+	uint8_t hash[TROJAN_HASH_LEN];
+	assert_int_equal(trojan_password_hash("pw", (char *)hash), 0);
+	start_framed(&h, vless ? vless_client_new(VLESS_ID, &TARGET, false)
+	                       : trojan_client_new(hash, &TARGET));
+	expect_request(h.app_b, vless ? VLESS_REQ_LEN : TROJAN_REQ_LEN);
+	assert_int_equal(send(h.app_a, "ping", 4, 0), 4);
+	expect_text(h.app_b, "ping");
+	size_t up = 4, down = 4;
+	if (vless) {
+		assert_false(b_plain(&h)); /* no response header yet */
+		assert_int_equal(send(h.app_b, "\0\0pong", 6, 0), 6);
+	} else {
+		assert_true(b_plain(&h)); /* the request is out: Trojan answers nothing */
+		assert_int_equal(send(h.app_b, "pong", 4, 0), 4);
+	}
+	expect_text(h.app_a, "pong");
+	assert_true(b_plain(&h));
+	assert_false(spliced(&h));
+	for (int i = 0; i < 8; i++) { /* past RELAY_SPLICE_AFTER, nothing in flight after each */
+		send_pattern(h.app_a, 32768);
+		expect_pattern(h.app_b, 32768);
+		up += 32768;
+	}
+	assert_true(spliced(&h));
+	sender s;
+	send_async(&s, h.app_b, 1 << 20);
+	expect_pattern(h.app_a, 1 << 20);
+	send_join(&s);
+	down += 1 << 20;
+	track_probe p = {.h = &h};
+	worker_run(h.w, read_track_on_worker, &p);
+	assert_int_equal(p.open, 1);
+	assert_int_equal(p.up, up);
+	assert_int_equal(p.down, down);
+	assert_int_equal(shutdown(h.app_a, SHUT_WR), 0);
+	expect_eof(h.app_b);
+	assert_int_equal(shutdown(h.app_b, SHUT_WR), 0);
+	expect_eof(h.app_a);
+	assert_true(wait_ended(&h, 3000));
+	assert_string_equal(h.why, "");
+	worker_run(h.w, read_track_on_worker, &p);
+	assert_int_equal(p.closed, 1);
+	assert_int_equal(p.up, up);
+	assert_int_equal(p.down, down);
+	finish(&h);
+}
+
+static void vless_upstream_splices(void **state) { (void)state, framing_then_splice(true); }
+static void trojan_upstream_splices(void **state) { (void)state, framing_then_splice(false); }
+
+/* A layer that never says it passes bytes through (TLS, the toy poison
+ * layer here) keeps the endpoint layered and the flow buffered. */
+static void a_transforming_layer_stays(void **state)
+{
+	(void)state;
+	harness h;
+	poison_layer *l = malloc(sizeof *l);
+	assert_non_null(l);
+	*l = (poison_layer){.base.ops = &poison_ops};
+	start_framed(&h, &l->base);
+	for (int i = 0; i < 8; i++) {
+		send_pattern(h.app_a, 32768);
+		expect_pattern(h.app_b, 32768);
+	}
+	assert_false(b_plain(&h));
+	assert_false(spliced(&h));
+	finish(&h);
+}
+
+/* A user's flow is spliced too, and a rate set after the hand-off still
+ * paces it: the transfer takes at least (bytes - burst) / rate. */
+#define PACE_RATE 400000
+#define PACE_BYTES 600000
+
+static void a_users_spliced_flow_is_paced(void **state)
+{
+	(void)state;
+	harness h;
+	principal *who = principal_new("alice", 0, 0, 0);
+	assert_non_null(who);
+	memset(&h, 0, sizeof h);
+	char err[128];
+	h.ws = workers_start(1, err, sizeof err);
+	assert_non_null(h.ws);
+	h.w = workers_at(h.ws, 0);
+	h.track = tracker_new(0, wall_ms);
+	h.who = who;
+	tcp_pair(&h.app_a, &h.srv_a, false);
+	tcp_pair(&h.app_b, &h.srv_b, false);
+	h.cfg = (relay_config){.splice = true};
+	worker_run(h.w, setup_on_worker, &h);
+	for (int i = 0; i < 8; i++) {
+		send_pattern(h.app_a, 32768);
+		expect_pattern(h.app_b, 32768);
+	}
+	assert_true(spliced(&h));
+	principal_set_limits(who, 0, PACE_RATE, 0);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	sender s;
+	send_async(&s, h.app_b, PACE_BYTES);
+	expect_pattern(h.app_a, PACE_BYTES);
+	send_join(&s);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	double burst = (double)PACE_RATE * PRINCIPAL_BURST_MS / 1000;
+	assert_true(took >= (PACE_BYTES - burst) / PACE_RATE * 0.9);
+	assert_true(spliced(&h));
+	/* lifted: the next transfer is not held */
+	principal_set_limits(who, 0, 0, 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	send_async(&s, h.app_b, PACE_BYTES);
+	expect_pattern(h.app_a, PACE_BYTES);
+	send_join(&s);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double fast = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	assert_true(fast < took);
+	finish(&h);
+	principal_release(who);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -783,6 +994,10 @@ int main(void)
 		cmocka_unit_test(a_second_stack_is_refused),
 		cmocka_unit_test(tracked_buffered),
 		cmocka_unit_test(tracked_spliced),
+		cmocka_unit_test(vless_upstream_splices),
+		cmocka_unit_test(trojan_upstream_splices),
+		cmocka_unit_test(a_transforming_layer_stays),
+		cmocka_unit_test(a_users_spliced_flow_is_paced),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -123,6 +123,9 @@ static void check(const client_case *c, const outcome *o)
 	assert_string_equal(o->relay, c->relay);
 	assert_true(!(o->ready && o->err));
 	assert_int_equal(o->in_handshake, !o->ready && !o->err);
+	/* past the CONNECT reply bytes cross unchanged; an association's
+	 * layer stays, as its owner reads the relay from it */
+	assert_int_equal(o->passthrough, o->ready && c->kind != K_UDP);
 }
 
 static void client_table(void **state)
@@ -237,6 +240,7 @@ static void before_ready_and_small_buffer(void **state)
 	static const uint8_t replies[] = {0x05, 0x02, 0x01, 0x00, OK_V4};
 	size_t fed = 0;
 	for (int i = 0; i < 100 && !l->ops->ready(l); i++) {
+		assert_false(l->ops->passthrough(l));
 		down.len = 0;
 		/* The server answers each message once it has it whole. */
 		size_t give = 0;
@@ -253,6 +257,7 @@ static void before_ready_and_small_buffer(void **state)
 		n_sent += down.len;
 	}
 	assert_true(l->ops->ready(l));
+	assert_true(l->ops->passthrough(l));
 	assert_int_equal(n_sent, 3 + 14 + 18);
 	assert_memory_equal(sent, ((const uint8_t[]){GREET_AUTH, AUTH_ALICE, REQ_DOMAIN}), n_sent);
 	assert_int_equal(up.len, 0);

@@ -1,4 +1,4 @@
-/* test_stack.c - the layer stack: empty, two toy layers both ways whole and byte by byte, backpressure, errors. */
+/* test_stack.c - the layer stack: empty, two toy layers both ways whole and byte by byte, backpressure, errors, when it has become a pass-through. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -517,6 +517,114 @@ static void deadlines(void **state)
 	stack_free(s);
 }
 
+/* "gate": a proxy client's framing in small: "HELLO" out at start, the
+ * peer's "OK" taken, then every byte passes unchanged both ways and the
+ * layer says it is a pass-through (layer.h passthrough). */
+typedef struct gate_layer {
+	layer base;
+	size_t ok; /* bytes of "OK" seen */
+} gate_layer;
+
+static int gate_start(layer *l, layer_buf *down)
+{
+	(void)l;
+	return layer_buf_put(down, (const uint8_t *)"HELLO", 5) == 5 ? 0 : LAYER_ERR_STATE;
+}
+
+static ssize_t gate_below(layer *l, const uint8_t *in, size_t len, layer_buf *up, layer_buf *down)
+{
+	(void)down;
+	gate_layer *g = (gate_layer *)l;
+	size_t i = 0;
+	for (; i < len && g->ok < 2; i++, g->ok++)
+		if (in[i] != "OK"[g->ok])
+			return LAYER_ERR_PROTO;
+	return (ssize_t)(i + layer_buf_put(up, in + i, len - i));
+}
+
+static ssize_t gate_above(layer *l, const uint8_t *in, size_t len, layer_buf *down)
+{
+	(void)l;
+	return (ssize_t)layer_buf_put(down, in, len);
+}
+
+static bool gate_open(const layer *l) { return ((const gate_layer *)l)->ok == 2; }
+
+static const layer_ops gate_ops = {
+	.name = "gate",
+	.start = gate_start,
+	.from_below = gate_below,
+	.from_above = gate_above,
+	.ready = always,
+	.passthrough = gate_open,
+	.free = plain_free,
+};
+
+static layer *gate_new(void)
+{
+	gate_layer *g = calloc(1, sizeof *g);
+	assert_non_null(g);
+	g->base.ops = &gate_ops;
+	return &g->base;
+}
+
+/* A stack is a pass-through once every layer says it is one and no byte
+ * waits in any queue: not while its first bytes wait for the wire, not
+ * before the peer's answer, not while app bytes wait either way. */
+static void passthrough_once_the_layers_are_and_nothing_waits(void **state)
+{
+	(void)state;
+	const uint8_t *d;
+	stack *s = stack_new();
+	assert_true(stack_passthrough(s)); /* no layer: the identity */
+	assert_int_equal(stack_from_wire(s, (const uint8_t *)"x", 1), 1);
+	assert_false(stack_passthrough(s)); /* a byte waits for the app */
+	assert_int_equal(stack_app_done(s, 1), 0);
+	assert_true(stack_passthrough(s));
+	stack_free(s);
+
+	s = stack_new();
+	assert_int_equal(stack_push(s, gate_new()), 0);
+	assert_false(stack_passthrough(s)); /* not started */
+	assert_int_equal(stack_start(s), 0);
+	assert_int_equal(stack_wire_out(s, &d), 5);
+	assert_false(stack_passthrough(s)); /* "HELLO" waits for the wire */
+	assert_int_equal(stack_wire_done(s, 5), 0);
+	assert_false(stack_passthrough(s)); /* no answer yet */
+	assert_int_equal(stack_from_wire(s, (const uint8_t *)"O", 1), 1);
+	assert_false(stack_passthrough(s));
+	assert_int_equal(stack_from_wire(s, (const uint8_t *)"Kdata", 5), 5);
+	assert_int_equal(stack_app_in(s, &d), 4);
+	assert_false(stack_passthrough(s)); /* "data" waits for the app */
+	assert_int_equal(stack_app_done(s, 4), 0);
+	assert_true(stack_passthrough(s));
+	assert_int_equal(stack_from_app(s, (const uint8_t *)"abc", 3), 3);
+	assert_false(stack_passthrough(s)); /* "abc" waits for the wire */
+	assert_int_equal(stack_wire_out(s, &d), 3);
+	assert_int_equal(stack_wire_done(s, 3), 0);
+	assert_true(stack_passthrough(s));
+	assert_int_equal(stack_shutdown(s), 0);
+	assert_false(stack_passthrough(s)); /* the orderly end began */
+	stack_free(s);
+}
+
+/* One layer that changes bytes, or has no say, keeps the stack. */
+static void passthrough_needs_every_layer(void **state)
+{
+	(void)state;
+	const uint8_t *d;
+	stack *s = stack_new();
+	assert_int_equal(stack_push(s, xor_new()), 0);
+	assert_int_equal(stack_push(s, gate_new()), 0);
+	assert_int_equal(stack_start(s), 0);
+	assert_int_equal(stack_wire_done(s, stack_wire_out(s, &d)), 0);
+	uint8_t ok[2] = {'O' ^ XOR_KEY, 'K' ^ XOR_KEY};
+	assert_int_equal(stack_from_wire(s, ok, 2), 2);
+	assert_true(stack_ready(s));
+	assert_false(stack_passthrough(s)); /* xor is below the open gate */
+	stack_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -532,6 +640,8 @@ int main(void)
 		cmocka_unit_test(push_is_bounded),
 		cmocka_unit_test(shutdown_after_data),
 		cmocka_unit_test(shutdown_waits_for_the_bytes_queued_above),
+		cmocka_unit_test(passthrough_once_the_layers_are_and_nothing_waits),
+		cmocka_unit_test(passthrough_needs_every_layer),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -491,8 +491,12 @@ static void client_small_buffer(void **state)
 	size_t n_sent = 0;
 	wire w;
 	wire_init(&w, 7);
+	assert_false(l->ops->passthrough(l));
 	assert_int_equal(l->ops->start(l, &w.down), 0);
 	assert_int_equal(w.down.len, 7);
+	/* ready, but the rest of the request is still the layer's to send */
+	assert_true(l->ops->ready(l));
+	assert_false(l->ops->passthrough(l));
 	memcpy(sent, w.down.data, 7);
 	n_sent = 7;
 	size_t app = 0; /* app bytes taken: only once the request is all out */
@@ -507,6 +511,7 @@ static void client_small_buffer(void **state)
 		app += (size_t)r;
 	}
 	assert_int_equal(app, 3);
+	assert_true(l->ops->passthrough(l)); /* the request is out: Trojan answers nothing */
 	assert_int_equal(n_sent, H + 12 + 3);
 	assert_memory_equal(sent + H + 12, "app", 3);
 

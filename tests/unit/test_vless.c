@@ -384,9 +384,54 @@ static void client_response_header(void **state)
 	assert_int_equal(l->ops->start(l, &w.down), 0);
 	assert_int_equal(l->ops->from_below(l, (const uint8_t[]){1, 0}, 2, &w.up, &w.down),
 	                 LAYER_ERR_PROTO);
+	assert_false(l->ops->passthrough(l));
 	assert_string_equal(l->ops->error(l), "vless: unexpected response version");
 	assert_false(l->ops->ready(l));
 	assert_int_equal(l->ops->from_above(l, (const uint8_t *)"x", 1, &w.down), LAYER_ERR_PROTO);
+	l->ops->free(l);
+}
+
+/* The layer is a pass-through once its request is all out and the
+ * response header is through, and not before: a header cut anywhere, a
+ * request held back by a small buffer below. */
+static void client_passthrough(void **state)
+{
+	(void)state;
+	addr_dest v4 = {.kind = ADDR_IPV4, .port = 80, .u.v4 = {1, 2, 3, 4}};
+	static const uint8_t resp[] = {0, 2, 'a', 'b', 'x'};
+	for (size_t cut = 0; cut < 4; cut++) {
+		layer *l = vless_client_new(USERS[0], &v4, false);
+		wire w;
+		wire_init(&w);
+		assert_false(l->ops->passthrough(l));
+		assert_int_equal(l->ops->start(l, &w.down), 0);
+		assert_true(l->ops->ready(l));
+		assert_false(l->ops->passthrough(l)); /* no response yet */
+		ssize_t r = l->ops->from_below(l, resp, cut, &w.up, &w.down);
+		assert_int_equal(r, 0);
+		assert_false(l->ops->passthrough(l));
+		assert_int_equal(l->ops->from_below(l, resp, sizeof resp, &w.up, &w.down), sizeof resp);
+		assert_true(l->ops->passthrough(l));
+		assert_int_equal(w.up.len, 1);
+		l->ops->free(l);
+	}
+
+	/* 8 bytes of room below: the request waits in the layer, and a
+	 * response that came early waits for it. */
+	layer *l = vless_client_new(USERS[0], &v4, false);
+	uint8_t small[8];
+	layer_buf down = {.data = small, .cap = sizeof small}, up = {0};
+	static const uint8_t bare[] = {0, 0}; /* the header without addons */
+	assert_int_equal(l->ops->start(l, &down), 0);
+	assert_int_equal(l->ops->from_below(l, bare, 2, &up, &down), 0);
+	assert_false(l->ops->passthrough(l));
+	for (int i = 0; i < 10; i++) {
+		down.len = 0;
+		assert_int_equal(l->ops->from_above(l, NULL, 0, &down), 0);
+	}
+	assert_false(l->ops->passthrough(l)); /* out, but the header is not taken yet */
+	assert_int_equal(l->ops->from_below(l, bare, 2, &up, &down), 2);
+	assert_true(l->ops->passthrough(l));
 	l->ops->free(l);
 }
 
@@ -443,6 +488,7 @@ int main(void)
 		cmocka_unit_test(udp_framing),
 		cmocka_unit_test(client_request_bytes),
 		cmocka_unit_test(client_response_header),
+		cmocka_unit_test(client_passthrough),
 		cmocka_unit_test(client_server_round_trip),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
