@@ -90,6 +90,13 @@ static const char GLOBAL[] =
 	"etemenanki_dial_errors_total{reason=\"host_unreachable\"} 13\n"
 	"etemenanki_dial_errors_total{reason=\"refused\"} 14\n"
 	"etemenanki_dial_errors_total{reason=\"timed_out\"} 15\n"
+	"# HELP etemenanki_tls_handshakes_total TLS handshakes completed, by side and whether a "
+	"session resumed.\n"
+	"# TYPE etemenanki_tls_handshakes_total counter\n"
+	"etemenanki_tls_handshakes_total{side=\"client\",resumed=\"false\"} 30\n"
+	"etemenanki_tls_handshakes_total{side=\"client\",resumed=\"true\"} 31\n"
+	"etemenanki_tls_handshakes_total{side=\"server\",resumed=\"false\"} 32\n"
+	"etemenanki_tls_handshakes_total{side=\"server\",resumed=\"true\"} 33\n"
 	"# HELP etemenanki_dns_cache_hits_total DNS lookups answered from the cache with "
 	"addresses.\n"
 	"# TYPE etemenanki_dns_cache_hits_total counter\n"
@@ -207,6 +214,7 @@ static metrics_snapshot base(void)
 		.n_members = 3,
 		.members = MEMBERS,
 		.dial_errors = {10, 0, 12, 13, 14, 15},
+		.tls = {.client_full = 30, .client_resumed = 31, .server_full = 32, .server_resumed = 33},
 		.dns = {.hits = 20, .negative = 21, .misses = 22, .evictions = 23, .entries = 24},
 	};
 }
