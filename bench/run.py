@@ -1117,7 +1117,7 @@ def targets(results):
                 continue
             b = results[p.key]
             for mode, key, unit in (("thru", "mib_s", "MiB/s"), ("crr", "conn_s", "conn/s")):
-                cmp(f"{o.group} {mode} ahead of {p.title}", val(a, mode, key),
+                cmp(f"{a['title']} {mode} ahead of {p.title}", val(a, mode, key),
                     val(b, mode, key), unit)
     for o in SUBJECTS:  # trojan-gfw beside the trojan+tls chain
         if o.ours and o.group in TLS_GROUPS and o.key in results:
@@ -1126,7 +1126,7 @@ def targets(results):
                         and p.key in results:
                     for mode, key, unit in (("thru", "mib_s", "MiB/s"),
                                             ("crr", "conn_s", "conn/s")):
-                        cmp(f"{o.group} {mode} ahead of {p.title}",
+                        cmp(f"{results[o.key]['title']} {mode} ahead of {p.title}",
                             val(results[o.key], mode, key), val(results[p.key], mode, key),
                             unit)
     return "\n".join(out)
