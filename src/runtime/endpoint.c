@@ -41,7 +41,7 @@ struct endpoint {
 	void *ud;
 
 	wslot slots[ENDPOINT_MAX_PENDING];
-	unsigned pending; /* slot writes in flight */
+	unsigned pending; /* pool buffers the writes in flight hold, at most ENDPOINT_MAX_PENDING */
 	unsigned extra;   /* endpoint_send_all writes in flight */
 	big_write *bigs;  /* on a channel: those writes (a closing channel forgets them) */
 
@@ -227,7 +227,9 @@ static int flush(endpoint *e)
 {
 	const uint8_t *d;
 	while (e->st && stack_wire_out(e->st, &d) > 0) {
-		wslot *slot = free_slot(e);
+		/* As many buffers in flight as before the writes were gathered:
+		 * one writev takes what four writes took, not four times as much. */
+		wslot *slot = e->pending < ENDPOINT_MAX_PENDING ? free_slot(e) : NULL;
 		if (!slot)
 			return 0; /* a write completion comes back here */
 		uint8_t *b;
@@ -247,7 +249,8 @@ static int flush(endpoint *e)
 		unsigned nv = 0;
 		slot->buf = b;
 		v[nv++] = uv_buf_init((char *)b, (unsigned)m);
-		while (nv < WSLOT_BUFS && rc == 0 && (m = take_out(e, &b, &rc)) > 0) {
+		while (nv < WSLOT_BUFS && e->pending + nv < ENDPOINT_MAX_PENDING && rc == 0 &&
+		       (m = take_out(e, &b, &rc)) > 0) {
 			slot->more[nv - 1] = b;
 			v[nv++] = uv_buf_init((char *)b, (unsigned)m);
 		}
@@ -262,7 +265,7 @@ static int flush(endpoint *e)
 			slot_release(e, slot);
 			return fail(e, uv_strerror(UV_EPIPE));
 		}
-		e->pending++;
+		e->pending += nv;
 		if (rc < 0 && !e->failed)
 			return fail_stack(e);
 	}
@@ -477,8 +480,11 @@ static void written(endpoint *e, int status)
 
 static void slot_written(endpoint *e, wslot *slot, int status)
 {
+	unsigned n = 1;
+	while (n < WSLOT_BUFS && slot->more[n - 1])
+		n++;
 	slot_release(e, slot);
-	e->pending--;
+	e->pending -= n;
 	written(e, status);
 }
 

@@ -13,7 +13,7 @@ static void on_kick(uv_idle_t *h)
 void udp_batch_init(udp_batch *b, uv_udp_t *sock)
 {
 	b->sock = sock;
-	b->bytes = NULL;
+	b->q = NULL;
 	b->used = 0;
 	b->n = 0;
 	(void)uv_idle_init(sock->loop, &b->kick);
@@ -39,7 +39,7 @@ void udp_batch_flush(udp_batch *b)
 	uv_os_fd_t fd;
 	if (uv_fileno((const uv_handle_t *)b->sock, &fd) == 0)
 		while (done < n) {
-			int r = sendmmsg(fd, b->msgs + done, (unsigned)(n - done), MSG_DONTWAIT);
+			int r = sendmmsg(fd, b->q->msgs + done, (unsigned)(n - done), MSG_DONTWAIT);
 			if (r > 0)
 				done += (size_t)r;
 			else if (r < 0 && errno == EINTR)
@@ -52,14 +52,14 @@ void udp_batch_flush(udp_batch *b)
 	/* What the socket would not take now goes one by one, the way it went
 	 * before the batch: each still refused is dropped, each taken goes. */
 	for (; done < n; done++)
-		(void)send_now(b->sock, b->iov[done].iov_base, b->iov[done].iov_len,
-		               (const struct sockaddr *)&b->to[done]);
+		(void)send_now(b->sock, b->q->iov[done].iov_base, b->q->iov[done].iov_len,
+		               (const struct sockaddr *)&b->q->to[done]);
 	b->n = 0;
 	b->used = 0;
-	/* The buffer is held only while datagrams wait: an association that
-	 * sends now and then keeps no 64 KiB per socket between its bursts. */
-	free(b->bytes);
-	b->bytes = NULL;
+	/* The queue is held only while datagrams wait: an association keeps
+	 * none of it between its bursts. */
+	free(b->q);
+	b->q = NULL;
 	(void)uv_idle_stop(&b->kick);
 }
 
@@ -67,23 +67,23 @@ int udp_batch_send(udp_batch *b, const uint8_t *data, size_t len, const struct s
 {
 	if (b->n == UDP_BATCH_MAX || b->used + len > UDP_BATCH_BYTES)
 		udp_batch_flush(b);
-	if (!b->bytes && len <= UDP_BATCH_BYTES)
-		b->bytes = malloc(UDP_BATCH_BYTES);
-	if (!b->bytes || len > UDP_BATCH_BYTES) {
+	if (!b->q && len <= UDP_BATCH_BYTES)
+		b->q = malloc(sizeof *b->q);
+	if (!b->q || len > UDP_BATCH_BYTES) {
 		/* alone, after what waits: without memory, or too long to queue */
 		udp_batch_flush(b);
 		return send_now(b->sock, data, len, to);
 	}
 	size_t i = b->n++;
-	uint8_t *at = b->bytes + b->used;
+	uint8_t *at = b->q->bytes + b->used;
 	if (len)
 		memcpy(at, data, len);
 	b->used += len;
 	socklen_t tl = addr_len(to);
-	memcpy(&b->to[i], to, tl);
-	b->iov[i] = (struct iovec){.iov_base = at, .iov_len = len};
-	b->msgs[i] = (struct mmsghdr){.msg_hdr = {.msg_name = &b->to[i], .msg_namelen = tl,
-	                                          .msg_iov = &b->iov[i], .msg_iovlen = 1}};
+	memcpy(&b->q->to[i], to, tl);
+	b->q->iov[i] = (struct iovec){.iov_base = at, .iov_len = len};
+	b->q->msgs[i] = (struct mmsghdr){.msg_hdr = {.msg_name = &b->q->to[i], .msg_namelen = tl,
+	                                          .msg_iov = &b->q->iov[i], .msg_iovlen = 1}};
 	if (i == 0)
 		(void)uv_idle_start(&b->kick, on_kick);
 	return 0;
