@@ -26,6 +26,8 @@ static const char *const msgs[M_COUNT_] = {
 etm_ossl_table etm_ossl_tab;
 atomic_bool etm_ossl_ready;
 
+const char *etm_ossl_soname = ETM_LIBSSL_SONAME;
+
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 int etm_ossl_open(const char *soname, etm_ossl_table *t, char *err, size_t err_size)
@@ -53,7 +55,7 @@ int etm_ossl_open(const char *soname, etm_ossl_table *t, char *err, size_t err_s
 static void load_once(void)
 {
 	char err[512];
-	if (etm_ossl_open(ETM_LIBSSL_SONAME, &etm_ossl_tab, err, sizeof err) < 0) {
+	if (etm_ossl_open(etm_ossl_soname, &etm_ossl_tab, err, sizeof err) < 0) {
 		/* Any thread may be first: nothing can go on without the
 		 * library, and exit(3) would run atexit handlers beside the
 		 * other threads. */

@@ -169,6 +169,10 @@ const etm_ossl_table *etm_ossl_load(void);
  * worker, and what the tests call with a name that does not exist. */
 int etm_ossl_open(const char *soname, etm_ossl_table *t, char *err, size_t err_size);
 
+/* The library etm_ossl_load opens: ETM_LIBSSL_SONAME (libssl.so.3). A
+ * test sets another before the first call to see the refusal. */
+extern const char *etm_ossl_soname;
+
 /* Whether OpenSSL has been opened in this process (for tests and the
  * memory docs: a config without TLS or ciphers never opens it). */
 bool etm_ossl_loaded(void);

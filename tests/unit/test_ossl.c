@@ -6,6 +6,10 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/log.h"
 
 #include "crypto/ossl.h"
 
@@ -30,6 +34,40 @@ static void a_library_without_a_name_is_refused_with_the_name(void **state)
 	assert_int_equal(etm_ossl_open("libc.so.6", &t, err, sizeof err), -1);
 	const char *want = "libc.so.6 has no BIO_clear_flags: "; /* the table's first name */
 	assert_memory_equal(err, want, strlen(want));
+}
+
+/* The process's first call without the library: the reason in the log,
+ * and the process ends with status 1 (in a child, which has the table
+ * still empty). */
+static void a_first_call_without_the_library_ends_the_process_with_the_reason(void **state)
+{
+	(void)state;
+	int fd[2];
+	assert_int_equal(pipe(fd), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(fd[0]);
+		log_set_stream(fdopen(fd[1], "w"));
+		etm_ossl_soname = "libetm-no-such-ssl.so.9";
+		uint8_t d[SHA_DIGEST_LENGTH];
+		SHA1((const uint8_t *)"abc", 3, d);
+		_exit(0); /* not reached: the call above ends the process */
+	}
+	close(fd[1]);
+	char got[1024] = "";
+	size_t n = 0;
+	ssize_t k;
+	while (n < sizeof got - 1 && (k = read(fd[0], got + n, sizeof got - 1 - n)) > 0)
+		n += (size_t)k;
+	close(fd[0]);
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 1);
+	const char *want = "crypto: OpenSSL is needed and cannot be loaded: cannot load "
+	                   "libetm-no-such-ssl.so.9: ";
+	assert_non_null(strstr(got, want));
 }
 
 static void the_real_library_fills_every_entry(void **state)
@@ -65,6 +103,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(a_missing_library_is_refused_with_its_name),
 		cmocka_unit_test(a_library_without_a_name_is_refused_with_the_name),
+		cmocka_unit_test(a_first_call_without_the_library_ends_the_process_with_the_reason),
 		cmocka_unit_test(the_real_library_fills_every_entry),
 		cmocka_unit_test(the_first_call_fills_the_process_table),
 	};
