@@ -448,6 +448,29 @@ def test_the_down_and_up_lines_come_once_per_change(apps, members, echo):
     assert carriers(c, echo, [a, b], 2) == ["a", "a"]
 
 
+def test_the_down_and_up_lines_name_the_balancer_and_the_reason(apps, members):
+    """Issue 32: "balancer member hop-a is now down" said neither which
+    balancer nor why. The line keeps seed 003's words as its start and
+    adds both, at the default level; the up line names the balancer too."""
+    hop = members("hop-a")
+    c = apps.start(client([("hop-a", hop.port)],
+                          balancer("edge", ["hop-a"], probe_interval=1, probe_timeout=1),
+                          default="edge"))
+    time.sleep(0.2)
+    hop.stop()
+    down = wait_line(c, "balancer member hop-a is now down", timeout=3 + SLACK)
+    assert down.split(" ", 1)[1] == (
+        "INFO  balancer: balancer member hop-a is now down (balancer edge: probe: failed to "
+        f"connect to any address (127.0.0.1:{hop.port}: connection refused))"), c.log()
+    hop.start()
+    up = wait_line(c, "balancer member hop-a is now up", timeout=3 + SLACK)
+    assert up.split(" ", 1)[1] == "INFO  balancer: balancer member hop-a is now up (balancer edge)"
+    hop.silence()
+    down = wait_line(c, "balancer member hop-a is now down", count=2, timeout=4 + SLACK)
+    assert down.split(" ", 1)[1] == (
+        "INFO  balancer: balancer member hop-a is now down (balancer edge: probe: timed out)")
+
+
 # ---------------------------------------------------------------- 7. rise and fall
 
 def test_fall_and_rise_need_consecutive_probes(apps, members):
