@@ -22,6 +22,7 @@
  * with the next failure logged (the guard's warnings count the same way). */
 #define DIAL_LOG_BURST 10
 #define DIAL_LOG_WINDOW_MS 1000
+_Static_assert(DIAL_LOG_WINDOW_MS == 1000, "the summary line says \"a second\"");
 
 #define TEXT_(x) #x
 #define TEXT(x) TEXT_(x)
