@@ -94,18 +94,9 @@ static bool dial_log_admit(dial_log_limit *l, uint64_t now, uint64_t *summary)
 /* Each worker is one thread, and only it dials its flows. */
 static _Thread_local dial_log_limit dial_limit;
 
-/* What a failed flow's line names, copied when the dial starts: the flow
- * and its context are the caller's only for the connect call. */
-typedef struct dial_who {
-	const char *inbound; /* borrowed: the inbound outlives its flows */
-	struct sockaddr_storage peer;
-	bool has_peer;
-	addr_dest dest;
-	outbound *ob;  /* a reference, or NULL */
-	balanced *bal; /* a reference, or NULL */
-} dial_who;
-
-static void log_dial_failed(worker *w, const dial_who *who, const connect_result *r)
+/* The line of a failed flow, from its tracker record f (which holds the
+ * client, the destination and the tags, copied when the flow was routed). */
+static void log_dial_failed(worker *w, const track_flow *f, const connect_result *r)
 {
 	if (log_get_level() < LOG_LEVEL_INFO)
 		return;
@@ -114,21 +105,19 @@ static void log_dial_failed(worker *w, const dial_who *who, const connect_result
 		return;
 	if (dropped)
 		log_info("dial", msgs[MSG_UNLOGGED], (unsigned long long)dropped);
-	char peer[ADDR_TEXT_MAX], dest[ADDR_TEXT_MAX], via[2 * 256 + 16];
-	addr_dest p = {0};
-	if (who->has_peer && addr_dest_from_sockaddr(&p, (const struct sockaddr *)&who->peer) == 0)
-		addr_dest_format(&p, peer, sizeof peer);
+	char peer[ADDR_TEXT_MAX], dest[ADDR_TEXT_MAX], via[2 * TRACK_NAME_MAX + 16];
+	if (f->source.kind != ADDR_NONE)
+		addr_dest_format(&f->source, peer, sizeof peer);
 	else
 		snprintf(peer, sizeof peer, "%s", msgs[MSG_UNKNOWN]);
-	addr_dest_format(&who->dest, dest, sizeof dest);
-	const char *tag = who->ob ? who->ob->tag : who->bal ? who->bal->tag : msgs[MSG_UNKNOWN];
-	if (r->member && who->bal)
-		snprintf(via, sizeof via, msgs[MSG_VIA_MEMBER], tag, r->member);
+	addr_dest_format(&f->dest, dest, sizeof dest);
+	if (r->member)
+		snprintf(via, sizeof via, msgs[MSG_VIA_MEMBER], f->outbound, r->member);
 	else
-		snprintf(via, sizeof via, "%s", tag);
+		snprintf(via, sizeof via, "%s", f->outbound);
 	size_t k = (size_t)r->err < PROTO_DIAL_ERR_KINDS ? (size_t)r->err : PROTO_DIAL_GENERAL;
-	log_info("dial", msgs[MSG_FLOW_FAILED], peer, dest, who->inbound ? who->inbound : "-",
-	         via, etm_dial_error_name(k), r->msg ? r->msg : msgs[MSG_DIAL_FAILED]);
+	log_info("dial", msgs[MSG_FLOW_FAILED], peer, dest, f->inbound[0] ? f->inbound : "-", via,
+	         etm_dial_error_name(k), r->msg ? r->msg : msgs[MSG_DIAL_FAILED]);
 }
 
 static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, int32_t rule)
@@ -238,14 +227,7 @@ typedef struct tracked_connect {
 	connect_cb cb;
 	void *data;
 	bool *ran; /* while the inner connect call runs: set when tracked_done ran */
-	dial_who who;
 } tracked_connect;
-
-static void who_release(dial_who *who)
-{
-	outbound_unref(who->ob);
-	balanced_unref(who->bal);
-}
 
 static void tracked_done(const connect_result *r, void *data)
 {
@@ -254,9 +236,8 @@ static void tracked_done(const connect_result *r, void *data)
 		*tc->ran = true;
 	if (!r->ok) {
 		sup_count_dial_error(tc->w, r->err);
-		log_dial_failed(tc->w, &tc->who, r);
+		log_dial_failed(tc->w, tc->tf, r);
 	}
-	who_release(&tc->who);
 	if (r->ok && r->ep) {
 		track_register(tc->tf, r->member);
 		endpoint_set_track(r->ep, tc->tf);
@@ -276,7 +257,6 @@ static void tracked_cancel(connect_pending *p)
 	if (tc->inner)
 		tc->inner->cancel(tc->inner);
 	track_discard(tc->tf, NULL);
-	who_release(&tc->who);
 	free(tc);
 }
 
@@ -313,12 +293,6 @@ static connect_pending *sup_connect(void *self, worker *w, const flow *f, const 
 	bool ran = false;
 	*tc = (tracked_connect){.base.cancel = tracked_cancel, .w = w, .tf = tf, .cb = cb,
 	                        .data = data, .ran = &ran};
-	tc->who = (dial_who){.inbound = ctx ? ctx->inbound_tag : NULL, .dest = f->dest,
-	                     .has_peer = ctx != NULL,
-	                     .ob = t->ob ? outbound_ref(t->ob) : NULL,
-	                     .bal = t->bal ? balanced_ref(t->bal) : NULL};
-	if (ctx)
-		tc->who.peer = ctx->peer;
 	connect_pending *p = open_target(t, w, rs->dns, &f->dest, tracked_done, tc);
 	if (ran)
 		return NULL; /* done (and freed) inside */
