@@ -262,8 +262,10 @@ def test_a_member_a_reload_adds_is_healthy_until_probed(apps, members, echo):
     text = c.cfg_path.read_text().replace('outbounds = ["b"]', 'outbounds = ["a", "b"]')
     assert text != c.cfg_path.read_text()
     c.cfg_path.write_text(text)
-    c.proc.send_signal(signal.SIGHUP)
-    wait_line(c, "config reload: ", timeout=5)
+    c.proc.send_signal(signal.SIGHUP)  # the save reloads too: whichever comes first
+    # "config reload: ..." is written before the new plane is committed;
+    # the debug "applied: ..." line after it, and after the new probes started
+    wait_line(c, "supervisor: applied: ", timeout=5)
     t0 = time.monotonic()
     before = len(b.connects)
     try:

@@ -203,3 +203,23 @@ def test_a_burst_of_failures_is_bounded_and_counted(proxies):
     i = next(k for k, l in enumerate(lines) if f"flow {me} " in l)
     assert SUMMARY.search(lines[i - 1]), lines[i - 1]
     assert not [l for l in p.log().splitlines() if " DEBUG " in l]  # the default level really
+
+
+def test_an_http_proxy_502_has_its_line_too(app, tmp_path):
+    """Issue 32: the HTTP inbound's 502 for a refused CONNECT has the same
+    line (every inbound opens its flows through the one connector)."""
+    text = ('[[inbound]]\ntag = "web-in"\nprotocol = "http"\nlisten = "127.0.0.1"\nport = {port0}\n\n'
+            '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n')
+    p = Proxy(app, tmp_path, text).start()
+    try:
+        port = free_port()
+        with connect(p.port, timeout=10) as s:
+            me = "%s:%d" % s.getsockname()[:2]
+            s.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+            assert recv_all(s, 10).startswith(b"HTTP/1.1 502 ")
+        want = (f"{PREFIX}flow {me} -> 127.0.0.1:{port} from inbound web-in via direct failed "
+                f"(refused): failed to connect to any address (127.0.0.1:{port}: connection refused)")
+        wait_lines(p, f"flow {me} ")
+        assert [l.split(" ", 1)[1] for l in dial_lines(p)] == [want], p.log()
+    finally:
+        stop_cleanly([p], "proxy")
