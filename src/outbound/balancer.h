@@ -112,8 +112,10 @@ typedef struct balancer_attempt {
 } balancer_attempt;
 
 /* What balancer_report did to the member's state: the shell logs
- * "balancer member <tag> is now up" / "... is now down" at info on the last
- * two (seed 000 "The probe task"), and nothing on the first. */
+ * "balancer member <tag> is now up" / "... is now down" (seed 000 "The
+ * probe task"), followed by the balancer's tag and, going down, the
+ * probe's failure (issue 32), at info on the last two, and nothing on the
+ * first. */
 typedef enum balancer_probe_result {
 	BALANCER_UNCHANGED = 0,
 	BALANCER_NOW_UP,

@@ -14,6 +14,19 @@
 #include "supervisor/build_dns.h"
 #include "runtime/mux_conn.h"
 
+/* The failed-dial lines are bounded per worker: at most DIAL_LOG_BURST in
+ * each DIAL_LOG_WINDOW_MS. Ten a second keeps a client retrying a dead
+ * host, or a scan through the proxy, from flooding the log and the disk
+ * while a single failure, the one a new user is looking for, always
+ * shows; what a window drops is counted and written as one summary line
+ * with the next failure logged (the guard's warnings count the same way). */
+#define DIAL_LOG_BURST 10
+#define DIAL_LOG_WINDOW_MS 1000
+_Static_assert(DIAL_LOG_WINDOW_MS == 1000, "the summary line says \"a second\"");
+
+#define TEXT_(x) #x
+#define TEXT(x) TEXT_(x)
+
 enum {
 	MSG_DECISION,
 	MSG_DEFAULT_ROUTE,
@@ -23,6 +36,10 @@ enum {
 	MSG_BLACKHOLE,
 	MSG_DIAL_FAILED,
 	MSG_DNS_GONE,
+	MSG_FLOW_FAILED,
+	MSG_VIA_MEMBER,
+	MSG_UNLOGGED,
+	MSG_UNKNOWN,
 	MSG_COUNT_
 };
 static const char *const msgs[MSG_COUNT_] = {
@@ -36,7 +53,72 @@ static const char *const msgs[MSG_COUNT_] = {
 	[MSG_DIAL_FAILED] = "dial failed",
 	/* seed 002 RoutedDialer, once nothing holds the plane */
 	[MSG_DNS_GONE] = "dns: the supervisor this resolver dials through is gone",
+	/* issue 32: a failed dial at info; the reason word is the dial-error
+	 * metric's (etm_dial_error_name) */
+	[MSG_FLOW_FAILED] = "flow %s -> %s from inbound %s via %s failed (%s): %s",
+	[MSG_VIA_MEMBER] = "%s (member %s)",
+	[MSG_UNLOGGED] = "%llu more dial failures not logged (at most " TEXT(DIAL_LOG_BURST)
+	                 " a second per worker)",
+	[MSG_UNKNOWN] = "?",
 };
+
+/* ---- failed dials at info (issue 32) ---- */
+
+/* One worker's limiter: a zeroed one is a fresh start. Its thread only. */
+typedef struct dial_log_limit {
+	uint64_t window_start; /* ms, the worker loop's clock */
+	uint32_t in_window;    /* lines written in this window */
+	uint64_t dropped;      /* failures not logged since the last summary */
+} dial_log_limit;
+
+/* Whether a failure at now (ms, from the caller's clock) may be logged;
+ * *summary gets how many were dropped before it when that count is to be
+ * written now (0: none). */
+static bool dial_log_admit(dial_log_limit *l, uint64_t now, uint64_t *summary)
+{
+	*summary = 0;
+	if (l->in_window == 0 || now - l->window_start >= DIAL_LOG_WINDOW_MS) {
+		l->window_start = now;
+		l->in_window = 0;
+	}
+	if (l->in_window >= DIAL_LOG_BURST) {
+		l->dropped++;
+		return false;
+	}
+	l->in_window++;
+	*summary = l->dropped;
+	l->dropped = 0;
+	return true;
+}
+
+/* Each worker is one thread, and only it dials its flows. */
+static _Thread_local dial_log_limit dial_limit;
+
+/* The line of a failed flow, from its tracker record f (which holds the
+ * client, the destination and the tags, copied when the flow was routed). */
+static void log_dial_failed(worker *w, const track_flow *f, const connect_result *r)
+{
+	if (log_get_level() < LOG_LEVEL_INFO)
+		return;
+	uint64_t dropped;
+	if (!dial_log_admit(&dial_limit, uv_now(worker_loop(w)), &dropped))
+		return;
+	if (dropped)
+		log_info("dial", msgs[MSG_UNLOGGED], (unsigned long long)dropped);
+	char peer[ADDR_TEXT_MAX], dest[ADDR_TEXT_MAX], via[2 * TRACK_NAME_MAX + 16];
+	if (f->source.kind != ADDR_NONE)
+		addr_dest_format(&f->source, peer, sizeof peer);
+	else
+		snprintf(peer, sizeof peer, "%s", msgs[MSG_UNKNOWN]);
+	addr_dest_format(&f->dest, dest, sizeof dest);
+	if (r->member)
+		snprintf(via, sizeof via, msgs[MSG_VIA_MEMBER], f->outbound, r->member);
+	else
+		snprintf(via, sizeof via, "%s", f->outbound);
+	size_t k = (size_t)r->err < PROTO_DIAL_ERR_KINDS ? (size_t)r->err : PROTO_DIAL_GENERAL;
+	log_info("dial", msgs[MSG_FLOW_FAILED], peer, dest, f->inbound[0] ? f->inbound : "-", via,
+	         etm_dial_error_name(k), r->msg ? r->msg : msgs[MSG_DIAL_FAILED]);
+}
 
 static void log_decision(const flow *f, const flow_ctx *ctx, const target *t, int32_t rule)
 {
@@ -152,8 +234,10 @@ static void tracked_done(const connect_result *r, void *data)
 	tracked_connect *tc = data;
 	if (tc->ran)
 		*tc->ran = true;
-	if (!r->ok)
+	if (!r->ok) {
 		sup_count_dial_error(tc->w, r->err);
+		log_dial_failed(tc->w, tc->tf, r);
+	}
 	if (r->ok && r->ep) {
 		track_register(tc->tf, r->member);
 		endpoint_set_track(r->ep, tc->tf);

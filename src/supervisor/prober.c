@@ -10,12 +10,19 @@
 #include "runtime/worker.h"
 #include "supervisor/actor.h"
 
-enum { MSG_NOW, MSG_PROBE_FAILED, MSG_NO_MEMORY, MSG_TIMED_OUT, MSG_COUNT_ };
+enum { MSG_NOW_UP, MSG_NOW_DOWN, MSG_PROBE_FAILED, MSG_NO_MEMORY, MSG_TIMED_OUT, MSG_UNKNOWN,
+       MSG_COUNT_ };
 static const char *const msgs[MSG_COUNT_] = {
-	[MSG_NOW] = "balancer member %s is now %s",
+	/* Seed 003's words first, then which balancer and, going down, the
+	 * probe's failure (issue 32): a member may be in several balancers,
+	 * and "down" alone does not say whether to look at the server, the
+	 * network or the name. */
+	[MSG_NOW_UP] = "balancer member %s is now up (balancer %s)",
+	[MSG_NOW_DOWN] = "balancer member %s is now down (balancer %s: probe: %s)",
 	[MSG_PROBE_FAILED] = "balancer %s: probe of %s: %s",
 	[MSG_NO_MEMORY] = "out of memory",
 	[MSG_TIMED_OUT] = "timed out",
+	[MSG_UNKNOWN] = "?",
 };
 
 typedef struct prober prober;
@@ -76,8 +83,11 @@ static void finish(probe *pb, bool up, const char *why)
 	if (!up && why)
 		log_debug("balancer", msgs[MSG_PROBE_FAILED], pb->bal->tag, tag, why);
 	balancer_probe_result r = balancer_report(pb->bal->core, pb->m, up);
-	if (r != BALANCER_UNCHANGED)
-		log_info("balancer", msgs[MSG_NOW], tag, r == BALANCER_NOW_UP ? "up" : "down");
+	if (r == BALANCER_NOW_UP)
+		log_info("balancer", msgs[MSG_NOW_UP], tag, pb->bal->tag);
+	else if (r == BALANCER_NOW_DOWN)
+		log_info("balancer", msgs[MSG_NOW_DOWN], tag, pb->bal->tag,
+		         why ? why : msgs[MSG_UNKNOWN]);
 	uv_timer_start(&pb->timer, on_interval, pb->bal->probe_interval_ms, 0);
 }
 

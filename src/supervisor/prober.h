@@ -24,7 +24,8 @@ typedef struct prober prober;
  * resolver with these servers and the shared cache, TCP-connect to each
  * address in turn, all bounded by probe_timeout; then wait probe_interval
  * (seed 000 "The probe task"). The first probes run at once. A state change
- * logs "balancer member <tag> is now up" / "... is now down" at info. Each
+ * logs "balancer member <tag> is now up (balancer <b>)" / "... is now down
+ * (balancer <b>: probe: <why>)" at info. Each
  * probe's delay and end time go to its balancer's last[] (balanced.h),
  * which etm_supervisor_member_probe reads.
  * Returns NULL with err when the thread or the resolver cannot start; a

@@ -192,6 +192,94 @@ def test_traffic_comes_back_when_the_member_recovers(apps, echo):
     assert len(state_lines(c, "a", "up")) == 1
 
 
+# ---------------------------------------------------------------- healthy until probed (issue 32)
+
+def metric(text, name, member):
+    for line in text.splitlines():
+        if line.startswith(f'{name}{{balancer="up",member="{member}"}} '):
+            return line.split(" ", 1)[1]
+    raise AssertionError(f"no {name} for {member}:\n{text}")
+
+
+def test_members_are_healthy_until_their_first_probe_ends(apps, members, echo):
+    """Issue 32: "for about 2 s after a start, members count as down before
+    any probe has run". Seeds 000 and 003: every member counts as healthy
+    until its first probe ends, and the first probe runs at once. a's probe
+    takes its whole probe_timeout (a silenced: SYNs dropped), b's ends at
+    once (up). The first flow, sent right after the start while a's probe
+    is still running, goes to a, not to b; the metrics and the API show a
+    up and not yet probed. Once a's probe times out, a is down and flows
+    go to b."""
+    import urllib.request
+    from proxykit import free_port
+    a, b = members("a"), members("b")
+    a.silence()
+    api = free_port()
+    c = apps.start(client([("a", a.port), ("b", b.port)],
+                          balancer("up", ["a", "b"], probe_interval=30, probe_timeout=5))
+                   + f'[api]\nlisten = "127.0.0.1:{api}"\n', log_level="debug")
+    t0 = time.monotonic()
+
+    def get(path):
+        return urllib.request.urlopen(f"http://127.0.0.1:{api}{path}", timeout=5).read().decode()
+
+    rep = None
+    try:
+        rep = socks_flow(c.port, "127.0.0.1", echo.port, timeout=1.0)
+    except OSError:
+        pass  # a's dial hangs like its probe: the client gives up first
+    routed = wait_line(c, "route: tcp flow to ", timeout=3)
+    m = get("/metrics")
+    assert time.monotonic() - t0 < 5 - SLACK, "too slow to test before a's probe ended"
+    # a's first probe has not ended, b's has (or is about to): the flow was
+    # routed while a still counted as healthy
+    assert metric(m, "etemenanki_balancer_member_probes_total", "a") == "0", m
+    assert metric(m, "etemenanki_balancer_member_up", "a") == "1", m
+    assert metric(m, "etemenanki_balancer_member_up", "b") == "1", m
+    assert '"now":"a"' in get("/proxies/up")
+    assert rep is None and b.connects == [], (rep, b.connects, c.log())
+    assert state_lines(c, "a", "down") == [] and state_lines(c, "b", "down") == []
+    assert "takes up@v1" in routed
+
+    # a's first probe times out: a is down, and flows go to b
+    wait_state(c, "a", "down", timeout=6 + SLACK)
+    assert carriers(c, echo, [a, b], 2) == ["b", "b"]
+    assert state_lines(c, "b", "down") == []
+
+
+def test_a_member_a_reload_adds_is_healthy_until_probed(apps, members, echo):
+    """Issue 32, the reload half: a reload that puts a new member first
+    starts it healthy (seed 000 "Generations and reload": every member of a
+    rebuilt balancer starts healthy and is probed at once), so the first
+    flow after the reload goes to it even while its first probe runs."""
+    import signal
+    a, b = members("a"), members("b")
+    template = client([("a", a.port), ("b", b.port)],
+                      balancer("up", ["{first}"], probe_interval=30, probe_timeout=5))
+    c = apps.start(template, extra={"first": "b"}, log_level="debug")
+    assert carriers(c, echo, [a, b], 1) == ["b"]
+    a.silence()
+    text = c.cfg_path.read_text().replace('outbounds = ["b"]', 'outbounds = ["a", "b"]')
+    assert text != c.cfg_path.read_text()
+    c.cfg_path.write_text(text)
+    c.proc.send_signal(signal.SIGHUP)  # the save reloads too: whichever comes first
+    # "config reload: ..." is written before the new plane is committed;
+    # the debug "applied: ..." line after it, and after the new probes started
+    wait_line(c, "supervisor: applied: ", timeout=5)
+    t0 = time.monotonic()
+    before = len(b.connects)
+    try:
+        socks_flow(c.port, "127.0.0.1", echo.port, timeout=1.0)
+        went = "somewhere"
+    except OSError:
+        went = None  # to a: its dial hangs
+    assert time.monotonic() - t0 < 5 - SLACK
+    assert went is None and len(b.connects) == before, c.log()
+    assert state_lines(c, "a", "down") == []
+    wait_state(c, "a", "down", timeout=6 + SLACK)
+    assert carriers(c, echo, [a, b], 1) == ["b"]
+
+
 # ---------------------------------------------------------------- early re-probes (issue 6, items 3 and 4)
 
 def test_a_failed_dial_re_probes_its_member_at_once(apps, members, echo):
@@ -446,6 +534,29 @@ def test_the_down_and_up_lines_come_once_per_change(apps, members, echo):
     assert [l for l in lines_with(c, "balancer member ") if "member a " not in l] == []
     assert all(stamp(l) < up for l in lines_with(c, failed))
     assert carriers(c, echo, [a, b], 2) == ["a", "a"]
+
+
+def test_the_down_and_up_lines_name_the_balancer_and_the_reason(apps, members):
+    """Issue 32: "balancer member hop-a is now down" said neither which
+    balancer nor why. The line keeps seed 003's words as its start and
+    adds both, at the default level; the up line names the balancer too."""
+    hop = members("hop-a")
+    c = apps.start(client([("hop-a", hop.port)],
+                          balancer("edge", ["hop-a"], probe_interval=1, probe_timeout=1),
+                          default="edge"))
+    time.sleep(0.2)
+    hop.stop()
+    down = wait_line(c, "balancer member hop-a is now down", timeout=3 + SLACK)
+    assert down.split(" ", 1)[1] == (
+        "INFO  balancer: balancer member hop-a is now down (balancer edge: probe: failed to "
+        f"connect to any address (127.0.0.1:{hop.port}: connection refused))"), c.log()
+    hop.start()
+    up = wait_line(c, "balancer member hop-a is now up", timeout=3 + SLACK)
+    assert up.split(" ", 1)[1] == "INFO  balancer: balancer member hop-a is now up (balancer edge)"
+    hop.silence()
+    down = wait_line(c, "balancer member hop-a is now down", count=2, timeout=4 + SLACK)
+    assert down.split(" ", 1)[1] == (
+        "INFO  balancer: balancer member hop-a is now down (balancer edge: probe: timed out)")
 
 
 # ---------------------------------------------------------------- 7. rise and fall

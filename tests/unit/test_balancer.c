@@ -168,6 +168,61 @@ static void a_zeroed_config_is_the_seeds_balancer(void **state)
 	balancer_del(b);
 }
 
+/* Issue 32, "members count as down before any probe has run": whatever
+ * the strategy, rise, fall, retry and size, a new balancer has every member
+ * healthy (seeds 000 "The probe task" and 003: healthy until probed), asks
+ * for no re-probe, a first pick under failover is member 0 and under
+ * round_robin walks every member, and a first probe that succeeds changes
+ * nothing (no "is now up" line for a member that never was down). */
+static void every_member_starts_healthy_whatever_the_config(void **state)
+{
+	(void)state;
+	static const struct {
+		balancer_strategy_kind strategy;
+		uint32_t rise, fall, retry;
+		size_t n;
+	} cases[] = {
+		{BALANCER_FAILOVER, 0, 0, 0, 1},      {BALANCER_FAILOVER, 1, 1, 0, 2},
+		{BALANCER_FAILOVER, 3, 2, 2, 3},      {BALANCER_FAILOVER, 100, 100, 8, 63},
+		{BALANCER_ROUND_ROBIN, 2, 3, 1, 64},  {BALANCER_ROUND_ROBIN, 5, 1, 0, 65},
+		{BALANCER_ROUND_ROBIN, 1, 5, 8, 129}, {BALANCER_FAILOVER, 2, 2, 0, BALANCER_MAX_MEMBERS},
+	};
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		balancer_config cfg = {.strategy = cases[k].strategy, .rise = cases[k].rise,
+		                       .fall = cases[k].fall, .retry = cases[k].retry};
+		size_t n = cases[k].n;
+		balancer *b = balancer_new(&cfg, n, NULL, 0);
+		assert_non_null(b);
+		for (size_t m = 0; m < n; m++)
+			assert_true(balancer_is_up(b, m));
+		assert_false(balancer_is_up(b, n));
+		assert_false(balancer_take_reprobe_all(b));
+		for (size_t m = 0; m < n; m++)
+			assert_false(balancer_take_reprobe(b, m));
+		if (cfg.strategy == BALANCER_FAILOVER) {
+			bool wake = true;
+			assert_int_equal(balancer_select(b, &wake), 0);
+			assert_false(wake); /* a healthy pick asks for no probe */
+		} else {
+			for (size_t m = 0; m < n; m++)
+				assert_int_equal(sel(b), m);
+		}
+		assert_false(balancer_take_reprobe_all(b));
+		/* the first probes: success keeps every member as it was */
+		for (size_t m = 0; m < n; m++)
+			assert_int_equal(balancer_report(b, m, true), BALANCER_UNCHANGED);
+		for (size_t m = 0; m < n; m++)
+			assert_true(balancer_is_up(b, m));
+		/* and with fall > 1, failures short of fall leave it healthy */
+		uint32_t fall = cfg.fall ? cfg.fall : 1;
+		for (uint32_t f = 1; f < fall; f++)
+			assert_int_equal(balancer_report(b, n - 1, false), BALANCER_UNCHANGED);
+		assert_true(balancer_is_up(b, n - 1));
+		assert_int_equal(balancer_report(b, n - 1, false), BALANCER_NOW_DOWN);
+		balancer_del(b);
+	}
+}
+
 /* rise/fall, table-driven: results is a run of probe results ('u' up, 'd'
  * down) from a fresh (healthy) member; expect has one character per result:
  * '.' unchanged, 'U' now up, 'D' now down. */
@@ -615,6 +670,7 @@ int main(void)
 		cmocka_unit_test(every_member_down_still_selects_the_first),
 		cmocka_unit_test(a_balancer_needs_at_least_one_member),
 		cmocka_unit_test(a_zeroed_config_is_the_seeds_balancer),
+		cmocka_unit_test(every_member_starts_healthy_whatever_the_config),
 		cmocka_unit_test(rise_and_fall_count_consecutive_results),
 		cmocka_unit_test(retry_order_under_failover),
 		cmocka_unit_test(retry_order_under_round_robin),
