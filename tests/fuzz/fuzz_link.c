@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	etm_outbound_spec o = {0};
 	link_error e;
-	char line[256];
+	char line[LINK_LINE_MAX];
 	if (link_import((const char *)data, size, &o, &e)) {
 		/* one line, printable: the detail is cleaned */
 		link_error_format(&e, line, sizeof line);
