@@ -321,23 +321,13 @@ static void one_link(sbuf *b, const etm_inbound_spec *in, const char *host, cons
 	default: /* shadowsocks: SIP002 */
 		puts_(b, "ss://");
 		if (is_2022(in->settings.method)) {
-			/* SIP002: not base64, each part percent-encoded; a user
+			/* SIP002: not base64, both parts percent-encoded; a user
 			 * behind an identity key has "iPSK:uPSK" (SIP022-2's client
-			 * form), the keys joined with a plain ':' (base64 has none) */
+			 * form), its ':' written %3A as docs/inbound-shadowsocks.md
+			 * says */
 			pct(b, method);
-			for (const char *p = secret, *colon; p; p = colon ? colon + 1 : NULL) {
-				colon = strchr(p, ':');
-				char part[LINK_MAX];
-				size_t n = colon ? (size_t)(colon - p) : strlen(p);
-				if (n >= sizeof part) {
-					b->full = true;
-					return;
-				}
-				memcpy(part, p, n);
-				part[n] = '\0';
-				puts_(b, ":");
-				pct(b, part);
-			}
+			puts_(b, ":");
+			pct(b, secret);
 		} else {
 			char mp[LINK_MAX];
 			int n = snprintf(mp, sizeof mp, "%s:%s", method, secret);

@@ -143,6 +143,13 @@ static void imports(void **state)
 		 "server = \"192.168.100.1\"\nport = 8389\n\n[outbound.settings]\n"
 		 "method = \"2022-blake3-aes-128-gcm\"\n"
 		 "password = \"AAECAwQFBgcICQoLDA0ODw==:EBESExQVFhcYGRobHB0eHw==\"\n"},
+		/* the same with the keys' ':' percent-encoded, as our export writes */
+		{"ss://2022-blake3-aes-128-gcm:AAECAwQFBgcICQoLDA0ODw%3D%3D%3AEBESExQVFhcYGRobHB0eHw%3D%3D"
+		 "@192.168.100.1:8389#multi",
+		 "[[outbound]]\ntag = \"multi\"\nprotocol = \"shadowsocks\"\n"
+		 "server = \"192.168.100.1\"\nport = 8389\n\n[outbound.settings]\n"
+		 "method = \"2022-blake3-aes-128-gcm\"\n"
+		 "password = \"AAECAwQFBgcICQoLDA0ODw==:EBESExQVFhcYGRobHB0eHw==\"\n"},
 		/* the legacy form: all of method:password@host:port in base64 */
 		{"ss://YWVzLTI1Ni1nY206c2VjcmV0QFs6OjFdOjgzODg=#old",
 		 "[[outbound]]\ntag = \"old\"\nprotocol = \"shadowsocks\"\nserver = \"::1\"\n"
@@ -414,9 +421,9 @@ static const char *exported[] = {
 	"ss://2022-blake3-aes-128-gcm:AAECAwQFBgcICQoLDA0ODw%3D%3D@proxy.example:8389#ss22\n",
 	NULL, /* socks */
 	/* each user's link carries iPSK:uPSK, as SIP022-2's client needs */
-	"ss://2022-blake3-aes-128-gcm:AAECAwQFBgcICQoLDA0ODw%3D%3D:EBESExQVFhcYGRobHB0eHw%3D%3D"
+	"ss://2022-blake3-aes-128-gcm:AAECAwQFBgcICQoLDA0ODw%3D%3D%3AEBESExQVFhcYGRobHB0eHw%3D%3D"
 	"@proxy.example:8390#ssm-alice\n"
-	"ss://2022-blake3-aes-128-gcm:AAECAwQFBgcICQoLDA0ODw%3D%3D:ICEiIyQlJicoKSorLC0uLw%3D%3D"
+	"ss://2022-blake3-aes-128-gcm:AAECAwQFBgcICQoLDA0ODw%3D%3D%3AICEiIyQlJicoKSorLC0uLw%3D%3D"
 	"@proxy.example:8390#ssm-bob\n",
 };
 
