@@ -487,18 +487,18 @@ static int take_stream(const query *q, etm_security default_sec, etm_outbound_sp
 	int rc;
 	if (slice_is(q->security, "reality"))
 		return unsupported(e, LF_REALITY);
-	if (!q->type.set || slice_is(q->type, "tcp") || slice_is(q->type, "original"))
+	if (!q->type.set || slice_is(q->type, "tcp") || slice_is(q->type, "original")) {
 		st->network = ETM_NET_TCP;
-	else if (slice_is(q->type, "ws"))
+	} else if (slice_is(q->type, "ws")) {
 		st->network = ETM_NET_WS;
-	else if (slice_is(q->type, "grpc"))
+	} else if (slice_is(q->type, "grpc")) {
 		st->network = ETM_NET_GRPC;
-	for (size_t i = 0; i < sizeof other_nets / sizeof other_nets[0]; i++)
-		if (slice_is(q->type, other_nets[i].type))
-			return unsupported(e, other_nets[i].f);
-	if (q->type.set && !slice_is(q->type, "tcp") && !slice_is(q->type, "original") &&
-	    !slice_is(q->type, "ws") && !slice_is(q->type, "grpc"))
+	} else {
+		for (size_t i = 0; i < sizeof other_nets / sizeof other_nets[0]; i++)
+			if (slice_is(q->type, other_nets[i].type))
+				return unsupported(e, other_nets[i].f);
 		return fail(e, LINK_E_NETWORK, q->type.p, q->type.len);
+	}
 	/* the header type is tcp's (HTTP obfuscation); vmess links write
 	 * their grpc mode in the same key ("gun", as v2rayN writes gRPC) */
 	if (st->network == ETM_NET_TCP && q->header_type.set && q->header_type.len &&

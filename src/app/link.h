@@ -1,4 +1,4 @@
-/* link.h - share links (vless://, vmess://, trojan://, ss://, hysteria2://) to and from the config: a pure module, no I/O. */
+/* link.h - share links (vless://, vmess://, trojan://, ss://, hysteria2://) to and from the config: no socket, no clock (link_check builds the outbound as --test does). */
 #ifndef ETM_APP_LINK_H
 #define ETM_APP_LINK_H
 
