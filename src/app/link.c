@@ -31,6 +31,42 @@ static const char *const msgs[LINK_E_COUNT_] = {
 	[-LINK_E_LISTEN_ANY] = "inbound %s listens on every address: give --host NAME",
 	[-LINK_E_SPACE] = "the output does not fit",
 	[-LINK_E_NOMEM] = "out of memory",
+	[-LINK_E_CHECK] = "%s", /* the config's own message (link_check.c) */
+};
+
+/* The features a link may ask for that the config cannot carry: the
+ * detail of LINK_E_UNSUPPORTED, "<feature> is not supported". */
+typedef enum link_feature {
+	LF_REALITY,
+	LF_VISION,
+	LF_FLOW,
+	LF_VLESS_ENCRYPTION,
+	LF_HEADER_TYPE,
+	LF_GRPC_MULTI,
+	LF_HTTPUPGRADE,
+	LF_XHTTP,
+	LF_SPLITHTTP,
+	LF_WS_PATH,
+	LF_ALTER_ID,
+	LF_SS_PLUGIN,
+	LF_HY2_OBFS,
+	LF_COUNT_,
+} link_feature;
+
+static const char *const features[LF_COUNT_] = {
+	[LF_REALITY] = "REALITY",
+	[LF_VISION] = "the XTLS Vision flow",
+	[LF_FLOW] = "a vless flow",
+	[LF_VLESS_ENCRYPTION] = "vless encryption other than none",
+	[LF_HEADER_TYPE] = "a tcp header type other than none",
+	[LF_GRPC_MULTI] = "gRPC multi mode",
+	[LF_HTTPUPGRADE] = "the httpupgrade transport",
+	[LF_XHTTP] = "the xhttp transport",
+	[LF_SPLITHTTP] = "the splithttp transport (xhttp)",
+	[LF_WS_PATH] = "a ws path that does not start with `/`",
+	[LF_ALTER_ID] = "a vmess alterId other than 0",
+	[LF_SS_PLUGIN] = "a shadowsocks plugin",
+	[LF_HY2_OBFS] = "hysteria2 obfs",
 };
 
 const char *link_error_format(const link_error *e, char *out, size_t size)
@@ -50,7 +86,7 @@ static int fail(link_error *e, link_err code, const char *detail, size_t len)
 {
 	e->code = code;
 	size_t n = 0;
-	for (; detail && n < len && n + 1 < sizeof e->detail; n++) {
+	for (; detail && n < len && n + 1 < LINK_DETAIL_MAX; n++) {
 		unsigned char ch = (unsigned char)detail[n];
 		e->detail[n] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
 	}
@@ -61,6 +97,11 @@ static int fail(link_error *e, link_err code, const char *detail, size_t len)
 static int fails(link_error *e, link_err code, const char *detail)
 {
 	return fail(e, code, detail, detail ? strlen(detail) : 0);
+}
+
+static int unsupported(link_error *e, link_feature f)
+{
+	return fails(e, LINK_E_UNSUPPORTED, features[f]);
 }
 
 /* ---- codecs ---- */
@@ -217,7 +258,7 @@ static int take_opt(slice s, char **out, const char *what, link_error *e)
 /* The query keys any scheme reads; others are ignored (docs/links.md). */
 typedef struct query {
 	slice type, security, encryption, flow, header_type, sni, alpn, insecure, allow_insecure,
-		path, host, service_name, plugin, obfs;
+		path, host, service_name, mode, plugin, obfs;
 } query;
 
 static void query_parse(const char *p, size_t len, query *q)
@@ -239,6 +280,7 @@ static void query_parse(const char *p, size_t len, query *q)
 		{"path", offsetof(query, path)},
 		{"host", offsetof(query, host)},
 		{"serviceName", offsetof(query, service_name)},
+		{"mode", offsetof(query, mode)}, /* grpc: gun or multi */
 		{"plugin", offsetof(query, plugin)},
 		{"obfs", offsetof(query, obfs)},
 	};
@@ -418,7 +460,7 @@ static int take_list(slice s, etm_strlist *l, const char *what, link_error *e)
 static int ws_path_ok(const char *path, link_error *e)
 {
 	if (path && path[0] && path[0] != '/')
-		return fails(e, LINK_E_UNSUPPORTED, "a ws path that does not start with `/`");
+		return unsupported(e, LF_WS_PATH);
 	return 0;
 }
 
@@ -432,18 +474,39 @@ static bool truthy(slice s)
 static int take_stream(const query *q, etm_security default_sec, etm_outbound_spec *o,
                        link_error *e)
 {
+	/* transports Xray and v2fly have that the config does not: named */
+	static const struct {
+		const char *type;
+		link_feature f;
+	} other_nets[] = {
+		{"httpupgrade", LF_HTTPUPGRADE},
+		{"xhttp", LF_XHTTP},
+		{"splithttp", LF_SPLITHTTP},
+	};
 	etm_stream_spec *st = &o->stream;
 	int rc;
-	if (!q->type.set || slice_is(q->type, "tcp") || slice_is(q->type, "original"))
+	if (slice_is(q->security, "reality"))
+		return unsupported(e, LF_REALITY);
+	if (!q->type.set || slice_is(q->type, "tcp") || slice_is(q->type, "original")) {
 		st->network = ETM_NET_TCP;
-	else if (slice_is(q->type, "ws"))
+	} else if (slice_is(q->type, "ws")) {
 		st->network = ETM_NET_WS;
-	else if (slice_is(q->type, "grpc"))
+	} else if (slice_is(q->type, "grpc")) {
 		st->network = ETM_NET_GRPC;
-	else
+	} else {
+		for (size_t i = 0; i < sizeof other_nets / sizeof other_nets[0]; i++)
+			if (slice_is(q->type, other_nets[i].type))
+				return unsupported(e, other_nets[i].f);
 		return fail(e, LINK_E_NETWORK, q->type.p, q->type.len);
-	if (q->header_type.set && q->header_type.len && !slice_is(q->header_type, "none"))
-		return fails(e, LINK_E_UNSUPPORTED, "a tcp header type other than none");
+	}
+	/* the header type is tcp's (HTTP obfuscation); vmess links write
+	 * their grpc mode in the same key ("gun", as v2rayN writes gRPC) */
+	if (st->network == ETM_NET_TCP && q->header_type.set && q->header_type.len &&
+	    !slice_is(q->header_type, "none"))
+		return unsupported(e, LF_HEADER_TYPE);
+	if (st->network == ETM_NET_GRPC &&
+	    (slice_is(q->header_type, "multi") || slice_is(q->mode, "multi")))
+		return unsupported(e, LF_GRPC_MULTI);
 	if (!q->security.set || q->security.len == 0)
 		st->security = default_sec;
 	else if (slice_is(q->security, "tls"))
@@ -504,11 +567,16 @@ static int import_vless(const char *p, size_t len, etm_outbound_spec *o, link_er
 	if ((rc = take_endpoint(&u, 0, o, e)))
 		return rc;
 	if (q.encryption.set && !slice_is(q.encryption, "none"))
-		return fails(e, LINK_E_UNSUPPORTED, "vless encryption other than none");
-	if (q.flow.set && q.flow.len)
-		return fails(e, LINK_E_UNSUPPORTED, "a vless flow");
+		return unsupported(e, LF_VLESS_ENCRYPTION);
+	/* REALITY links carry a flow too: the transport's refusal first */
 	if ((rc = take_stream(&q, ETM_SEC_NONE, o, e)))
 		return rc;
+	/* xtls-rprx-vision, and its -udp443 form */
+	static const char vision[] = "xtls-rprx-vision";
+	if (q.flow.len >= sizeof vision - 1 && memcmp(q.flow.p, vision, sizeof vision - 1) == 0)
+		return unsupported(e, LF_VISION);
+	if (q.flow.set && q.flow.len)
+		return unsupported(e, LF_FLOW);
 	return take_tag(u.frag, o, e);
 }
 
@@ -536,7 +604,7 @@ static int import_hysteria2(const char *p, size_t len, etm_outbound_spec *o, lin
 	    (rc = take_endpoint(&u, 443, o, e)))
 		return rc;
 	if (q.obfs.set && q.obfs.len)
-		return fails(e, LINK_E_UNSUPPORTED, "hysteria2 obfs");
+		return unsupported(e, LF_HY2_OBFS);
 	if ((rc = take_opt(q.sni, &o->stream.tls.server_name, "sni", e)))
 		return rc;
 	o->stream.tls.allow_insecure = truthy(q.insecure);
@@ -604,7 +672,7 @@ static int import_ss(const char *p, size_t len, etm_outbound_spec *o, link_error
 	}
 	query_parse(u.query.p, u.query.len, &q);
 	if (q.plugin.set && q.plugin.len) {
-		rc = fails(e, LINK_E_UNSUPPORTED, "a shadowsocks plugin");
+		rc = unsupported(e, LF_SS_PLUGIN);
 		goto out;
 	}
 	if ((rc = need_user(&u, "method and password", e)))
@@ -847,7 +915,7 @@ static int vmess_fields(char *v[VK_COUNT_], etm_outbound_spec *o, link_error *e)
 	if (!is_uuid(v[VK_ID]))
 		return fails(e, LINK_E_BAD_UUID, v[VK_ID]);
 	if (!empty(v[VK_AID]) && strcmp(v[VK_AID], "0") != 0)
-		return fails(e, LINK_E_UNSUPPORTED, "a vmess alterId other than 0");
+		return unsupported(e, LF_ALTER_ID);
 	o->settings.security = ETM_VMESS_AUTO;
 	if (!empty(v[VK_SCY])) {
 		size_t i = 0, n = sizeof secs / sizeof secs[0];
@@ -992,6 +1060,9 @@ int link_import(const char *text, size_t len, etm_outbound_spec *out, link_error
 			continue;
 		out->protocol = schemes[i].proto;
 		int rc = schemes[i].parse(sep + 3, len - slen - 3, out, e);
+		out->protocol = schemes[i].proto;
+		if (rc == 0)
+			rc = link_check(out, e);
 		if (rc) {
 			link_outbound_free(out);
 			return rc;

@@ -1,4 +1,4 @@
-/* link.h - share links (vless://, vmess://, trojan://, ss://, hysteria2://) to and from the config: a pure module, no I/O. */
+/* link.h - share links (vless://, vmess://, trojan://, ss://, hysteria2://) to and from the config: no socket, no clock (link_check builds the outbound as --test does). */
 #ifndef ETM_APP_LINK_H
 #define ETM_APP_LINK_H
 
@@ -24,6 +24,15 @@
  * a port); longer ones are cut, so a message stays one short line. */
 #define LINK_DETAIL_MAX 64
 
+/* Room for a link_error's text: a quoted piece (LINK_DETAIL_MAX), or the
+ * message of the config's checks (link_check), which is at most
+ * CONFIG_MSG_MAX (app/config.h; link_check.c asserts they agree). */
+#define LINK_TEXT_MAX 1024
+
+/* Room for the line link_error_format writes: the text and the longest
+ * message of the table around it. */
+#define LINK_LINE_MAX (LINK_TEXT_MAX + 128)
+
 /* Every error a link function returns; link_error_format words each. */
 typedef enum link_err {
 	LINK_OK = 0,
@@ -45,14 +54,16 @@ typedef enum link_err {
 	LINK_E_LISTEN_ANY = -16,  /* export: the inbound listens on 0.0.0.0 or ::, no --host */
 	LINK_E_SPACE = -17,       /* the output buffer is too small */
 	LINK_E_NOMEM = -18,
-	LINK_E_COUNT_ = 19,
+	LINK_E_CHECK = -19,       /* the printed block fails the checks --test runs */
+	LINK_E_COUNT_ = 20,
 } link_err;
 
 /* An error and the piece of input it quotes (NUL-terminated, cut at
- * LINK_DETAIL_MAX - 1 bytes, bytes outside printable ASCII written '?'). */
+ * LINK_DETAIL_MAX - 1 bytes, bytes outside printable ASCII written '?');
+ * for LINK_E_CHECK the checks' whole message, made printable the same way. */
 typedef struct link_error {
 	link_err code;
-	char detail[LINK_DETAIL_MAX];
+	char detail[LINK_TEXT_MAX];
 } link_error;
 
 /* Writes the error's one line, without a newline, into out (NUL-terminated,
@@ -62,11 +73,24 @@ const char *link_error_format(const link_error *e, char *out, size_t size);
 
 /* Parses len bytes of link into *out, which must be zeroed: tag (the
  * link's name, else "<protocol>-<host>"), protocol, server, port and
- * has_port, settings and stream, every string owned by *out. Returns 0, or
- * a negative link_err with *e filled and *out freed and zeroed. The text is
- * borrowed for the call only; it need not be NUL-terminated. */
+ * has_port, settings and stream, every string owned by *out; then runs
+ * link_check on it, so that every outbound it gives prints a block --test
+ * takes (issue 32 D4). Returns 0, or a negative link_err with *e filled and
+ * *out freed and zeroed. The text is borrowed for the call only; it need
+ * not be NUL-terminated. */
 __attribute__((warn_unused_result)) int link_import(const char *text, size_t len,
                                                     etm_outbound_spec *out, link_error *e);
+
+/* The checks --test runs, on o's printed block after a placeholder
+ * inbound: the config loader (with etm_spec_check), then everything a start
+ * would build (etm_supervisor_check: the server's name, the TLS context
+ * with its ALPN list, the gRPC service name, the shadowsocks 2022 key).
+ * A hysteria2 outbound gets the loader's checks only: this build refuses
+ * every one at a start, which the printed block says. The tag is cut to
+ * LINK_DETAIL_MAX - 1 bytes for the check, so the message quotes it short
+ * (one outbound has no tag to clash with). Returns 0, or LINK_E_CHECK with
+ * the checks' message in e->detail (LINK_E_NOMEM when memory ran out). */
+__attribute__((warn_unused_result)) int link_check(const etm_outbound_spec *o, link_error *e);
 
 /* Frees what link_import put in *o and zeroes it. */
 void link_outbound_free(etm_outbound_spec *o);

@@ -54,7 +54,7 @@ static int import(const char *text, FILE *out, FILE *err)
 {
 	etm_outbound_spec o = {0};
 	link_error e;
-	char line[256];
+	char line[LINK_LINE_MAX];
 	if (link_import(text, strlen(text), &o, &e)) {
 		say(err, LC_BAD_LINK, link_error_format(&e, line, sizeof line));
 		return 2;
@@ -80,7 +80,7 @@ static int export_one(const etm_inbound_spec *in, const char *host, FILE *out, F
 	for (;;) {
 		char *buf = malloc(size);
 		link_error e;
-		char line[256];
+		char line[LINK_LINE_MAX];
 		int n = buf ? link_export_inbound(in, host, buf, size, &e) : LINK_E_NOMEM;
 		if (n >= 0)
 			fputs(buf, out);

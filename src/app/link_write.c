@@ -321,6 +321,10 @@ static void one_link(sbuf *b, const etm_inbound_spec *in, const char *host, cons
 	default: /* shadowsocks: SIP002 */
 		puts_(b, "ss://");
 		if (is_2022(in->settings.method)) {
+			/* SIP002: not base64, both parts percent-encoded; a user
+			 * behind an identity key has "iPSK:uPSK" (SIP022-2's client
+			 * form), its ':' written %3A as docs/inbound-shadowsocks.md
+			 * says */
 			pct(b, method);
 			puts_(b, ":");
 			pct(b, secret);
@@ -368,9 +372,22 @@ int link_export_inbound(const etm_inbound_spec *in, const char *host, char *out,
 	const etm_settings_spec *st = &in->settings;
 	/* a shadowsocks inbound without users has its one password */
 	size_t n = st->users_len ? st->users_len : (st->password ? 1 : 0);
+	/* several 2022 users sit behind the identity key in settings.password:
+	 * each client needs both, "iPSK:uPSK" (docs/inbound-shadowsocks.md) */
+	bool identity = in->protocol == ETM_PROTO_SHADOWSOCKS && is_2022(st->method) &&
+	                st->users_len && st->password;
 	for (size_t i = 0; i < n; i++) {
 		const etm_user_spec *u = st->users_len ? &st->users[i] : NULL;
 		const char *secret = !u ? st->password : u->id ? u->id : u->password;
+		char both[2 * LINK_MAX];
+		if (identity) {
+			int k = snprintf(both, sizeof both, "%s:%s", st->password, secret);
+			if (k < 0 || (size_t)k >= sizeof both) {
+				e->code = LINK_E_SPACE;
+				return LINK_E_SPACE;
+			}
+			secret = both;
+		}
 		char name[256];
 		if (u && u->name)
 			(void)snprintf(name, sizeof name, "%s-%s", in->tag, u->name);

@@ -13,6 +13,13 @@
 
 #define UUID "b831381d-6324-4d53-ad4f-8cda48b30811"
 
+/* 300 bytes: longer than a host name or an ALPN protocol may be */
+#define A10 "aaaaaaaaaa"
+#define A50 A10 A10 A10 A10 A10
+#define A300 A50 A50 A50 A50 A50 A50
+/* what of "vless-" A300 a message quotes: 63 bytes */
+#define A57 A50 "aaaaaaa"
+
 /* The block must load as the config file it is meant to be pasted into. */
 static void loads(const char *toml)
 {
@@ -31,7 +38,7 @@ static void import_ok(const char *link, const char *want)
 {
 	etm_outbound_spec o = {0};
 	link_error e;
-	char line[256];
+	char line[LINK_LINE_MAX];
 	int rc = link_import(link, strlen(link), &o, &e);
 	if (rc)
 		fail_msg("%s: %s", link, link_error_format(&e, line, sizeof line));
@@ -120,6 +127,29 @@ static void imports(void **state)
 		 "server = \"192.168.100.1\"\nport = 8888\n\n[outbound.settings]\n"
 		 "method = \"2022-blake3-aes-256-gcm\"\n"
 		 "password = \"YctPZ6U7xPPcU+gp3u+0tx/tRizJN9K8y+uKlW2qjlI=\"\n"},
+		/* issue 32: v2rayN writes gRPC's mode in "type": "gun" is ours */
+		{"vmess://eyJ2IjoiMiIsInBzIjoiZyIsImFkZCI6ImcuZXhhbXBsZS5jb20iLCJwb3J0IjoiNDQzIiwiaWQi"
+		 "OiJiODMxMzgxZC02MzI0LTRkNTMtYWQ0Zi04Y2RhNDhiMzA4MTEiLCJhaWQiOiIwIiwibmV0IjoiZ3JwYyIs"
+		 "InR5cGUiOiJndW4iLCJwYXRoIjoic3ZjIiwidGxzIjoidGxzIn0=",
+		 "[[outbound]]\ntag = \"g\"\nprotocol = \"vmess\"\nserver = \"g.example.com\"\n"
+		 "port = 443\n\n[outbound.settings]\nid = \"" UUID "\"\nsecurity = \"auto\"\n\n"
+		 "[outbound.stream]\nnetwork = \"grpc\"\nsecurity = \"tls\"\n\n"
+		 "[outbound.stream.grpc]\nservice_name = \"svc\"\n"},
+		/* issue 32: a 2022 user behind an identity key, method:iPSK:uPSK
+		 * (SIP022-2's client form), gives the outbound's "iPSK:uPSK" */
+		{"ss://2022-blake3-aes-128-gcm:AAECAwQFBgcICQoLDA0ODw%3D%3D:EBESExQVFhcYGRobHB0eHw%3D%3D"
+		 "@192.168.100.1:8389#multi",
+		 "[[outbound]]\ntag = \"multi\"\nprotocol = \"shadowsocks\"\n"
+		 "server = \"192.168.100.1\"\nport = 8389\n\n[outbound.settings]\n"
+		 "method = \"2022-blake3-aes-128-gcm\"\n"
+		 "password = \"AAECAwQFBgcICQoLDA0ODw==:EBESExQVFhcYGRobHB0eHw==\"\n"},
+		/* the same with the keys' ':' percent-encoded, as our export writes */
+		{"ss://2022-blake3-aes-128-gcm:AAECAwQFBgcICQoLDA0ODw%3D%3D%3AEBESExQVFhcYGRobHB0eHw%3D%3D"
+		 "@192.168.100.1:8389#multi",
+		 "[[outbound]]\ntag = \"multi\"\nprotocol = \"shadowsocks\"\n"
+		 "server = \"192.168.100.1\"\nport = 8389\n\n[outbound.settings]\n"
+		 "method = \"2022-blake3-aes-128-gcm\"\n"
+		 "password = \"AAECAwQFBgcICQoLDA0ODw==:EBESExQVFhcYGRobHB0eHw==\"\n"},
 		/* the legacy form: all of method:password@host:port in base64 */
 		{"ss://YWVzLTI1Ni1nY206c2VjcmV0QFs6OjFdOjgzODg=#old",
 		 "[[outbound]]\ntag = \"old\"\nprotocol = \"shadowsocks\"\nserver = \"::1\"\n"
@@ -144,13 +174,36 @@ static void imports(void **state)
 }
 
 /* Every bad link gives one exact line. */
+typedef struct bad_link {
+	const char *link, *line;
+	link_err code;
+} bad_link;
+
+/* Each link refused with its code and its exact line, nothing left behind. */
+static void expect_errors(const bad_link *cases, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		etm_outbound_spec o = {0};
+		link_error e;
+		char line[LINK_LINE_MAX];
+		int rc = link_import(cases[i].link, strlen(cases[i].link), &o, &e);
+		if (rc != (int)cases[i].code)
+			fail_msg("%s: got %d, wanted %d (%s)", cases[i].link, rc, cases[i].code,
+			         rc ? link_error_format(&e, line, sizeof line) : "ok");
+		assert_string_equal(link_error_format(&e, line, sizeof line), cases[i].line);
+		/* nothing is left behind on an error */
+		assert_null(o.tag);
+		assert_null(o.server);
+		assert_null(o.settings.id);
+		assert_null(o.settings.password);
+	}
+}
+
+
 static void errors(void **state)
 {
 	(void)state;
-	static const struct {
-		const char *link, *line;
-		link_err code;
-	} cases[] = {
+	static const bad_link cases[] = {
 		{"http://example.com", "unknown scheme `http` (expected vless, vmess, trojan, ss, "
 		                       "hysteria2 or hy2)", LINK_E_SCHEME},
 		{"just text", "unknown scheme `just text` (expected vless, vmess, trojan, ss, hysteria2 "
@@ -186,12 +239,39 @@ static void errors(void **state)
 		{"ss://!!!@example.com:1", "bad base64 in the method and password", LINK_E_BASE64},
 		{"ss://YWVzLTEyOC1nY206dGVzdA@example.com:1/?plugin=obfs-local%3Bobfs%3Dhttp",
 		 "a shadowsocks plugin is not supported", LINK_E_UNSUPPORTED},
+		/* issue 32: what the config cannot carry is named (docs/links.md) */
 		{"vless://" UUID "@example.com:443?type=xhttp",
-		 "unknown network `xhttp` (expected tcp, ws or grpc)", LINK_E_NETWORK},
+		 "the xhttp transport is not supported", LINK_E_UNSUPPORTED},
+		{"vless://" UUID "@example.com:443?type=splithttp&path=%2F",
+		 "the splithttp transport (xhttp) is not supported", LINK_E_UNSUPPORTED},
+		{"trojan://pw@example.com:443?type=httpupgrade&path=%2F",
+		 "the httpupgrade transport is not supported", LINK_E_UNSUPPORTED},
+		{"vmess://eyJhZGQiOiJnLmV4YW1wbGUuY29tIiwicG9ydCI6IjQ0MyIsImlkIjoiYjgzMTM4MWQtNjMyNC00"
+		 "ZDUzLWFkNGYtOGNkYTQ4YjMwODExIiwibmV0IjoiaHR0cHVwZ3JhZGUifQ==",
+		 "the httpupgrade transport is not supported", LINK_E_UNSUPPORTED},
 		{"vless://" UUID "@example.com:443?security=reality&pbk=x",
-		 "unknown security `reality` (expected none or tls)", LINK_E_SECURITY},
+		 "REALITY is not supported", LINK_E_UNSUPPORTED},
+		{"vless://" UUID "@example.com:443?security=reality&pbk=x&flow=xtls-rprx-vision",
+		 "REALITY is not supported", LINK_E_UNSUPPORTED},
+		{"trojan://pw@example.com:443?security=reality", "REALITY is not supported",
+		 LINK_E_UNSUPPORTED},
+		{"vmess://eyJhZGQiOiJnLmV4YW1wbGUuY29tIiwicG9ydCI6IjQ0MyIsImlkIjoiYjgzMTM4MWQtNjMyNC00"
+		 "ZDUzLWFkNGYtOGNkYTQ4YjMwODExIiwidGxzIjoicmVhbGl0eSJ9",
+		 "REALITY is not supported", LINK_E_UNSUPPORTED},
 		{"vless://" UUID "@example.com:443?flow=xtls-rprx-vision&security=tls",
+		 "the XTLS Vision flow is not supported", LINK_E_UNSUPPORTED},
+		{"vless://" UUID "@example.com:443?flow=xtls-rprx-vision-udp443&security=tls",
+		 "the XTLS Vision flow is not supported", LINK_E_UNSUPPORTED},
+		{"vless://" UUID "@example.com:443?flow=xtls-rprx-direct&security=tls",
 		 "a vless flow is not supported", LINK_E_UNSUPPORTED},
+		{"vless://" UUID "@example.com:443?type=grpc&mode=multi&serviceName=s",
+		 "gRPC multi mode is not supported", LINK_E_UNSUPPORTED},
+		{"vmess://eyJhZGQiOiJnLmV4YW1wbGUuY29tIiwicG9ydCI6IjQ0MyIsImlkIjoiYjgzMTM4MWQtNjMyNC00"
+		 "ZDUzLWFkNGYtOGNkYTQ4YjMwODExIiwibmV0IjoiZ3JwYyIsInR5cGUiOiJtdWx0aSJ9",
+		 "gRPC multi mode is not supported", LINK_E_UNSUPPORTED},
+		{"ss://2022-blake3-aes-128-gcm:AAECAwQFBgcICQoLDA0ODw%3D%3D@example.com:1"
+		 "/?plugin=v2ray-plugin%3Bserver",
+		 "a shadowsocks plugin is not supported", LINK_E_UNSUPPORTED},
 		{"hysteria2://pw@example.com?obfs=salamander&obfs-password=x",
 		 "hysteria2 obfs is not supported", LINK_E_UNSUPPORTED},
 		{"trojan://pw@example.com:443#bad%zz", "bad percent-encoding in the name",
@@ -203,21 +283,34 @@ static void errors(void **state)
 		{"x\x1b[31m://", "unknown scheme `x?[31m` (expected vless, vmess, trojan, ss, hysteria2 "
 		                 "or hy2)", LINK_E_SCHEME},
 	};
-	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		etm_outbound_spec o = {0};
-		link_error e;
-		char line[256];
-		int rc = link_import(cases[i].link, strlen(cases[i].link), &o, &e);
-		if (rc != (int)cases[i].code)
-			fail_msg("%s: got %d, wanted %d (%s)", cases[i].link, rc, cases[i].code,
-			         rc ? link_error_format(&e, line, sizeof line) : "ok");
-		assert_string_equal(link_error_format(&e, line, sizeof line), cases[i].line);
-		/* nothing is left behind on an error */
-		assert_null(o.tag);
-		assert_null(o.server);
-		assert_null(o.settings.id);
-		assert_null(o.settings.password);
-	}
+	expect_errors(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Issue 32 D4: a link whose block --test refuses is refused at import with
+ * the words --test prints after "configuration invalid: " (the adversarial
+ * review's five shapes, which main printed and exited 0 for). */
+static void d4_import_runs_the_checks(void **state)
+{
+	(void)state;
+	static const bad_link cases[] = {
+		/* the tag is cut at 63 bytes in the message */
+		{"vless://" UUID "@h:443?type=grpc&serviceName=a%20b",
+		 "grpc: bad service name \"a b\"", LINK_E_CHECK},
+		{"vless://" UUID "@h:443?type=grpc&serviceName=%3F", "grpc: bad service name \"?\"",
+		 LINK_E_CHECK},
+		{"vless://" UUID "@h:443?security=tls&alpn=" A300, "outbound vless-h: tls: bad ALPN list",
+		 LINK_E_CHECK},
+		{"vless://" UUID "@" A300 ":443",
+		 "outbound vless-" A57 ": server is not a host name", LINK_E_CHECK},
+		{"ss://2022-blake3-aes-128-gcm:c2hvcnQ%3D@h:1",
+		 "outbound shadowsocks-h: shadowsocks 2022 key must be base64 of 16 bytes",
+		 LINK_E_CHECK},
+		/* a 2022 user behind an identity key: both keys are checked */
+		{"ss://2022-blake3-aes-128-gcm:AAECAwQFBgcICQoLDA0ODw%3D%3D:c2hvcnQ%3D@h:1",
+		 "outbound shadowsocks-h: shadowsocks 2022 key must be base64 of 16 bytes",
+		 LINK_E_CHECK},
+	};
+	expect_errors(cases, sizeof cases / sizeof cases[0]);
 }
 
 static void too_long(void **state)
@@ -308,6 +401,12 @@ static const char server_toml[] =
 	"[inbound.settings]\nmethod = \"2022-blake3-aes-128-gcm\"\n"
 	"password = \"AAECAwQFBgcICQoLDA0ODw==\"\n\n"
 	"[[inbound]]\ntag = \"socks\"\nprotocol = \"socks\"\nport = 1080\n\n"
+	/* issue 32: several 2022 users behind an identity key */
+	"[[inbound]]\ntag = \"ssm\"\nprotocol = \"shadowsocks\"\nport = 8390\n"
+	"[inbound.settings]\nmethod = \"2022-blake3-aes-128-gcm\"\n"
+	"password = \"AAECAwQFBgcICQoLDA0ODw==\"\n"
+	"[[inbound.settings.users]]\nname = \"alice\"\npassword = \"EBESExQVFhcYGRobHB0eHw==\"\n"
+	"[[inbound.settings.users]]\nname = \"bob\"\npassword = \"ICEiIyQlJicoKSorLC0uLw==\"\n\n"
 	"[[outbound]]\ntag = \"direct\"\nprotocol = \"freedom\"\n";
 
 static const char *exported[] = {
@@ -320,6 +419,12 @@ static const char *exported[] = {
 	NULL, /* vmess: checked through the import, its JSON order is ours */
 	"ss://YWVzLTI1Ni1nY206czpjcsOpdA@proxy.example:8388#ss\n",
 	"ss://2022-blake3-aes-128-gcm:AAECAwQFBgcICQoLDA0ODw%3D%3D@proxy.example:8389#ss22\n",
+	NULL, /* socks */
+	/* each user's link carries iPSK:uPSK, as SIP022-2's client needs */
+	"ss://2022-blake3-aes-128-gcm:AAECAwQFBgcICQoLDA0ODw%3D%3D%3AEBESExQVFhcYGRobHB0eHw%3D%3D"
+	"@proxy.example:8390#ssm-alice\n"
+	"ss://2022-blake3-aes-128-gcm:AAECAwQFBgcICQoLDA0ODw%3D%3D%3AICEiIyQlJicoKSorLC0uLw%3D%3D"
+	"@proxy.example:8390#ssm-bob\n",
 };
 
 static void round_trip(void **state)
@@ -354,6 +459,11 @@ static void round_trip(void **state)
 			const char *secret = st->users_len ? (st->users[u].id ? st->users[u].id
 			                                                       : st->users[u].password)
 			                                   : st->password;
+			char both[256];
+			if (in->protocol == ETM_PROTO_SHADOWSOCKS && st->users_len && st->password) {
+				(void)snprintf(both, sizeof both, "%s:%s", st->password, secret);
+				secret = both;
+			}
 			assert_string_equal(o.settings.id ? o.settings.id : o.settings.password, secret);
 			if (in->protocol == ETM_PROTO_SHADOWSOCKS)
 				assert_int_equal(o.settings.method, st->method);
@@ -382,7 +492,7 @@ static void round_trip(void **state)
 		}
 		assert_int_equal(u, in->settings.users_len ? in->settings.users_len : 1);
 	}
-	assert_int_equal(links, 6);
+	assert_int_equal(links, 8);
 
 	/* listening on every address: a host must be given */
 	assert_int_equal(link_export_inbound(&s.inbounds[0], NULL, out, sizeof out, &e),
@@ -417,7 +527,7 @@ int main(void)
 		cmocka_unit_test(imports),    cmocka_unit_test(errors),
 		cmocka_unit_test(too_long),   cmocka_unit_test(base64),
 		cmocka_unit_test(percent),    cmocka_unit_test(round_trip),
-		cmocka_unit_test(toml_too_small),
+		cmocka_unit_test(toml_too_small), cmocka_unit_test(d4_import_runs_the_checks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
