@@ -61,14 +61,38 @@ bool in_conn_flush(in_conn *ic)
 	return true;
 }
 
-void in_conn_drain(in_conn *ic, const char *why)
+/* ms from now to the close time: uniform over the drain's range, from the
+ * shell's random source (a zero draw when it fails: still in the range). */
+static uint64_t close_time(void)
 {
-	in_conn_log_refused(ic, why);
 	uint16_t r = 0;
 	if (RAND_bytes((uint8_t *)&r, sizeof r) != 1)
 		r = 0;
+	return INBOUND_DRAIN_MIN_MS + r % (INBOUND_DRAIN_SPAN_MS + 1);
+}
+
+void in_conn_close_time_start(in_conn *ic)
+{
 	ic->draining = true;
-	conn_set_deadline(ic->c, INBOUND_DRAIN_MIN_MS + r % (INBOUND_DRAIN_SPAN_MS + 1));
+	conn_set_deadline(ic->c, close_time());
+	conn_request_done(ic->c); /* the close time bounds the handshake now */
+}
+
+void in_conn_close_time_stop(in_conn *ic)
+{
+	if (!ic->draining)
+		return;
+	ic->draining = false;
+	conn_set_deadline(ic->c, 0);
+}
+
+void in_conn_drain(in_conn *ic, const char *why)
+{
+	in_conn_log_refused(ic, why);
+	if (!ic->draining) {
+		ic->draining = true;
+		conn_set_deadline(ic->c, close_time());
+	}
 	conn_hold(ic->c);
 }
 

@@ -25,7 +25,8 @@ typedef struct in_conn {
 	addr_dest sniff_dest;     /* the open waiting for the sniff */
 	int sniff_user;
 	connect_cb sniff_cb;
-	bool draining; /* refused (in_conn_drain): the deadline closes it */
+	bool draining; /* the close time is set (in_conn_close_time_start, in_conn_drain):
+	                * the deadline closes it */
 	session *session; /* a reference, made with the first flow; NULL before */
 	flow f;
 	flow_ctx ctx;
@@ -71,19 +72,35 @@ size_t in_conn_sniff_feed(in_conn *ic, const uint8_t *data, size_t len);
 void in_conn_sniff_give_up(in_conn *ic);
 
 /* A refused client is neither answered nor closed at once: it is read and
- * discarded (conn_hold) for DRAIN_MIN_MS plus a random part of up to
- * DRAIN_SPAN_MS, so a prober cannot tell a refusal (a wrong key, a replay)
- * from a slow server by what comes back or when the connection ends (v2ray
- * drains a refused VMess connection too). The bound: at most 6 s a
- * connection, less when the inbound's idle timeout is shorter or the
- * client closes first. */
+ * discarded (conn_hold) until its close time, so a prober cannot tell a
+ * refusal (a wrong key, a replay) from a slow server by what comes back
+ * (v2ray drains a refused VMess connection too). The close time is drawn
+ * once a connection, at its first byte (in_conn_close_time_start), from
+ * DRAIN_MIN_MS to DRAIN_MIN_MS + DRAIN_SPAN_MS after it, and every failure
+ * of the handshake ends there: too few bytes to decide (fewer than the
+ * AuthID or the salt), a bad AuthID, a failed authentication. So the close
+ * time does not tell how many bytes the server needed (issue 32, N2),
+ * and it is no constant either. The bound: at most 6 s a connection after
+ * its first byte, less when the inbound's idle timeout is shorter or the
+ * client closes first; a connection that sends nothing still ends at the
+ * handshake timeout. */
 #define INBOUND_DRAIN_MIN_MS 2000
 #define INBOUND_DRAIN_SPAN_MS 4000
 
-/* Logs the refusal (in_conn_log_refused) and drains the client as above;
- * the driver closes it at the deadline (ic->draining). A row's refused
- * step for a protocol with no refusal answer that a prober must not see
- * (VMess, Shadowsocks). */
+/* The client's first byte came (a row's init): draws the close time as
+ * above and lets it, not the handshake timeout, end the handshake (the
+ * driver closes at the deadline while ic->draining). For a protocol with
+ * no refusal answer that a prober must not see (VMess, Shadowsocks). */
+void in_conn_close_time_start(in_conn *ic);
+
+/* The request is complete (the row's feed saw the OPEN): the close time
+ * no longer applies; the flow's own bounds do. */
+void in_conn_close_time_stop(in_conn *ic);
+
+/* Logs the refusal (in_conn_log_refused) and drains the client until its
+ * close time (drawn now if in_conn_close_time_start did not run); the
+ * driver closes it at the deadline (ic->draining). A row's refused step
+ * for the protocols in_conn_close_time_start names. */
 void in_conn_drain(in_conn *ic, const char *why);
 
 /* Starts ep, an upstream with no stack yet, with a new stack of l, the

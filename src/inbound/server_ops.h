@@ -44,7 +44,8 @@ void inbound_locked_free(void *p);
  *   client EOF   client_end
  *   write done   written
  *   stall        timeout, then as CLOSE
- *   deadline     a refused client's drain ends: close (in_conn_drain)
+ *   deadline     the close time of a refused or incomplete request: close
+ *                (in_conn_close_time_start, in_conn_drain)
  *   close        free
  *
  * Only size, init and feed are required. */

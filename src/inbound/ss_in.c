@@ -88,13 +88,17 @@ static int init(in_conn *ic)
 	ss_in *v = ic->state;
 	ss_server_init(&v->core, (const ss_account *)ic->in->accounts, ic->in->n_accounts,
 	               ic->in->shared ? replay : NULL, ic->in->shared);
+	in_conn_close_time_start(ic); /* fewer bytes than the salt close as a refusal does */
 	return 0;
 }
 
 static ssize_t feed(in_conn *ic, const uint8_t *in, size_t len, proto_event *ev)
 {
 	ss_in *v = ic->state;
-	return ss_server_feed(&v->core, in, len, (int64_t)time(NULL), &ic->out, ev);
+	ssize_t n = ss_server_feed(&v->core, in, len, (int64_t)time(NULL), &ic->out, ev);
+	if (n >= 0 && ev->kind == PROTO_EV_OPEN)
+		in_conn_close_time_stop(ic);
+	return n;
 }
 
 /* Room for what followed the address in the first chunk, after the

@@ -69,6 +69,7 @@ static int init(in_conn *ic)
 	vmess_in *v = ic->state;
 	vmess_server_init(&v->core, (const vmess_account *)ic->in->accounts, ic->in->n_accounts,
 	                  ic->in->shared ? replay : NULL, ic->in->shared);
+	in_conn_close_time_start(ic); /* a short request closes when a refused one does */
 	return 0;
 }
 
@@ -109,7 +110,10 @@ static ssize_t feed(in_conn *ic, const uint8_t *in, size_t len, proto_event *ev)
 	vmess_in *v = ic->state;
 	if (v->udp_body)
 		return udp_feed(ic, in, len, ev);
-	return vmess_server_feed(&v->core, in, len, (int64_t)time(NULL), &ic->out, ev);
+	ssize_t n = vmess_server_feed(&v->core, in, len, (int64_t)time(NULL), &ic->out, ev);
+	if (n >= 0 && ev->kind == PROTO_EV_OPEN)
+		in_conn_close_time_stop(ic);
+	return n;
 }
 
 static layer *body_new(vmess_in *v)

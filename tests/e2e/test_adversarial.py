@@ -1075,10 +1075,15 @@ def vmess_groups(env):
         for mode in ("fin", "stall" if k < head_len and k % 4 == 0 else ("close", "rst")[k % 2]):
             req = fresh(b)
             data = (req.seal() + req.chunks(b"ping"))[:k]
-            # incomplete: closed on our end, or at the handshake deadline
-            expect = Reply(b"", then="wait") if k < head_len else VmessReply(req, b"ping")
+            # incomplete: closed on our end, or, stalled, at the close time
+            # a refusal gets (issue 32, N2: the same 2-6 s whatever the length)
+            expect, wait = Reply(b"", then="wait"), CASE_DEADLINE
+            if k >= head_len:
+                expect = VmessReply(req, b"ping")
+            elif mode == "stall":
+                expect, wait = Drained(), DRAIN_DEADLINE
             b.add(f"a request and its first chunk cut after {k} of {n} bytes, then {mode}", data,
-                  expect, mode=mode)
+                  expect, mode=mode, wait=wait)
     groups.append(b.group())
 
     b = Builder(inb, "header")
