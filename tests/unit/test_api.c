@@ -353,7 +353,11 @@ static void test_levels(void **state)
 	assert_int_equal(api_level_of("silent", 6), LOG_LEVEL_ERROR);
 	assert_int_equal(api_level_of("warning", 7), LOG_LEVEL_WARN);
 	assert_int_equal(api_level_of("debug", 5), LOG_LEVEL_DEBUG);
-	assert_int_equal(api_level_of("warn", 4), -1);
+	/* issue 32 item 2: the CLI's and the config's words too (log.h) */
+	assert_int_equal(api_level_of("warn", 4), LOG_LEVEL_WARN);
+	assert_int_equal(api_level_of("trace", 5), LOG_LEVEL_TRACE);
+	assert_int_equal(api_level_of("warnin", 6), -1);
+	assert_int_equal(api_level_of("Warning", 7), -1);
 	assert_int_equal(api_level_of("", 0), -1);
 }
 
