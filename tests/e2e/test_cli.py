@@ -3,8 +3,12 @@ import json
 import pathlib
 import subprocess
 import re
+import socket
+import time
 
 import pytest
+
+import proxykit
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FAILOVER = ROOT / "examples" / "failover.toml"
@@ -568,3 +572,45 @@ def test_i32_no_json_hint_for_a_toml_error(run, tmp_path):
     cfg.write_text('[log]\nlevel = "info\n')
     r = run("--test", "-c", str(cfg))
     assert r.returncode == 1 and "hint:" not in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- issue 32 item 3: docs/README.md
+
+def test_i32_docs_readme_names_every_inbound_and_the_recipe_starts(app, tmp_path):
+    """Issue 32 item 3: docs/README.md said failover.toml "a start refuses
+    it" and listed five inbounds. The recipe starts (it listens, then stops
+    cleanly on SIGTERM), the page says no such thing, and its "What works
+    today" names every inbound protocol a start runs: each one schema.c
+    knows, but those the page lists as not run yet."""
+    text = (ROOT / "docs" / "README.md").read_text()
+    assert "a start refuses it" not in text
+    schema = (ROOT / "src" / "app" / "schema.c").read_text()
+    table = schema[schema.index("inbound_protocols[] = {"):]
+    table = table[:table.index("};")]
+    # the table's words for a protocol: "hysteria" and "hy2" are aliases
+    names = {n for n in re.findall(r'\{"(\w+)", ETM_PROTO_', table) if n not in ("hysteria", "hy2")}
+    works = text[text.index("## What works today"):]
+    serves = works[:works.index(" outbounds")]
+    not_run = {"hysteria2"} if "Hysteria2 and WireGuard are read and checked" in works else set()
+    assert names - not_run, names
+    for name in sorted(names - not_run):
+        assert f"`{name}`" in serves, name
+    cfg = tmp_path / "failover.toml"
+    port = proxykit.free_port()
+    cfg.write_text(FAILOVER.read_text().replace("port = 1080", f"port = {port}", 1))
+    proc = subprocess.Popen([app, "-c", str(cfg)], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex((proxykit.LOOPBACK, port)) == 0:
+                    break
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.1)
+        else:
+            raise AssertionError("failover.toml does not listen")
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=20)[1]
+    assert proc.returncode == 0, err
+    assert "failed to start" not in err, err
