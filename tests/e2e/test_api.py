@@ -219,7 +219,7 @@ def test_configs_and_the_log_level(api, echo):
     arun(info_only())
     status, _, body = a.call("PATCH", "/configs", {"log-level": "loud"})
     assert (status, body) == (400, {"message":
-                                    "log-level must be silent, error, warning, info or debug"})
+                                    "log-level must be silent, error, warn, warning, info, debug or trace"})
     assert a.call("PATCH", "/configs", {"log-level": "warning", "mode": "global"})[0] == 204
     assert a.get("/configs")["log-level"] == "warning"
 

@@ -303,7 +303,7 @@ static void test_messages(void **state)
 		"method not allowed",
 		"Body invalid",
 		"query parameter invalid",
-		"log-level must be silent, error, warning, info or debug",
+		"log-level must be silent, error, warn, warning, info, debug or trace",
 		"request body over 65536 bytes",
 		"request head over 16384 bytes",
 		"bad request",
@@ -456,7 +456,7 @@ static void test_configs(void **state)
 		{"{'log-level':'debug'}", "{\"message\":\"Body invalid\"}"},
 		{"{\"a\":01x}", "{\"message\":\"Body invalid\"}"},
 		{"{\"log-level\":\"verbose\"}",
-	         "{\"message\":\"log-level must be silent, error, warning, info or debug\"}"},
+	         "{\"message\":\"log-level must be silent, error, warn, warning, info, debug or trace\"}"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		r = call_body("PATCH", "/configs", NULL, false, bad[i].body);
