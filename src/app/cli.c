@@ -48,10 +48,16 @@ typedef enum cli_msg_id {
 	CLI_PASSED,
 	CLI_HUP_DRAINING,
 	CLI_REPEATED,
+	CLI_REPEATED_CONFIG,
 	CLI_NO_VALUE_WANTED,
 	CLI_JSON_HINT,
 	CLI_MSG_COUNT_,
 } cli_msg_id;
+
+/* Where the docs folder is installed (src/meson.build defines it). */
+#ifndef ETM_DOCDIR
+#define ETM_DOCDIR "/usr/local/share/doc/etemenanki" /* meson's default prefix */
+#endif
 
 /* Every line the CLI itself prints. "Configuration OK.", "configuration
  * invalid: " and "failed to start: " are the seeds' words (seed 003). */
@@ -99,16 +105,14 @@ static const char *const msgs[CLI_MSG_COUNT_] = {
 	[CLI_PASSED] = "socket activation: sockets passed: %zu",
 	[CLI_HUP_DRAINING] = "SIGHUP ignored: this process drains after an upgrade; the new one "
 			     "reloads",
-	[CLI_REPEATED] = "etemenanki-app: option `%.*s` is given twice; it takes one value, one "
-			 "configuration file (see --help)\n",
+	[CLI_REPEATED] = "etemenanki-app: option `%.*s` is given twice; it takes one value (see "
+			 "--help)\n",
+	[CLI_REPEATED_CONFIG] = "etemenanki-app: option `%.*s` is given twice; one configuration "
+				"file is read, never a merge of several (see --help)\n",
 	[CLI_NO_VALUE_WANTED] = "etemenanki-app: option `%.*s` takes no value (see --help)\n",
 	[CLI_JSON_HINT] = "hint: the configuration file must be TOML, and this one looks like JSON; "
 			  ETM_DOCDIR "/config.md has the TOML keys\n",
 };
-
-#ifndef ETM_DOCDIR
-#define ETM_DOCDIR "/usr/local/share/doc/etemenanki" /* meson's default prefix */
-#endif
 
 /* The formats are the constant table above; nothing from input is a format. */
 #define say(f, id, ...) fprintf(f, msgs[id], __VA_ARGS__)
@@ -196,7 +200,7 @@ static void print_version(FILE *out)
 {
 	char pcre2[32] = "?";
 	if (pcre2_config(PCRE2_CONFIG_VERSION, pcre2) < 0)
-		strcpy(pcre2, "?");
+		(void)snprintf(pcre2, sizeof pcre2, "?");
 	say(out, CLI_VERSION, etm_version(), ETM_COMMIT, uv_version_string(),
 	    OpenSSL_version(OPENSSL_VERSION), ares_version(NULL), nghttp2_version(0)->version_str,
 	    WSLAY_VERSION, pcre2, SYSTEMD_VERSION);
@@ -205,7 +209,7 @@ static void print_version(FILE *out)
 /* Returns -1 to go on, else the exit code. argv[first..] are the options. */
 static int parse(int first, int argc, char **argv, cli_opts *o, FILE *out, FILE *err)
 {
-	const char *given[OPT_LEVEL + 1] = {0}; /* how each was spelt, for the repeat */
+	bool given[OPT_LEVEL + 1] = {0};
 	for (int i = first; i < argc; i++) {
 		const char *a = argv[i];
 		const char *value;
@@ -220,10 +224,11 @@ static int parse(int first, int argc, char **argv, cli_opts *o, FILE *out, FILE 
 				value = argv[++i];
 			if (given[opt]) { /* never a silent replacement */
 				int name_len = (int)strcspn(a, "=");
-				fprintf(err, msgs[CLI_REPEATED], name_len, a);
+				fprintf(err, msgs[opt == OPT_CONFIG ? CLI_REPEATED_CONFIG : CLI_REPEATED],
+				        name_len, a);
 				return 2;
 			}
-			given[opt] = a;
+			given[opt] = true;
 		}
 		if (is_flag(a, "-h", "--help", &with_value) ||
 		    is_flag(a, "-V", "--version", &with_value) ||

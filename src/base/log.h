@@ -58,7 +58,7 @@ const char *log_level_name(int level);
 
 /* The level the n bytes at s name (one of LOG_LEVEL_WORDS, exactly, case
  * and all), or -1. */
-int log_level_parse(const char *s, size_t n);
+int log_level_parse(const char *s, size_t n) __attribute__((warn_unused_result));
 
 /* Room for "2026-11-30T10:20:36.123Z" and its NUL. */
 #define LOG_TIME_MAX 32
