@@ -541,8 +541,8 @@ JSON_HINT = ("hint: the configuration file must be TOML, and this one looks like
 def docdir(app):
     """The documentation folder of the build's prefix (dist/meson.build)."""
     build = pathlib.Path(app).resolve().parents[1]
-    opts = json.loads(subprocess.check_output(["meson", "introspect", str(build),
-                                               "--buildoptions"]))
+    # what `meson introspect --buildoptions` prints, read without its start-up
+    opts = json.loads((build / "meson-info" / "intro-buildoptions.json").read_text())
     o = {x["name"]: x["value"] for x in opts}
     return str(pathlib.Path(o["prefix"]) / o["datadir"] / "doc" / "etemenanki")
 
