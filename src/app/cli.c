@@ -87,7 +87,7 @@ static const char *const msgs[CLI_MSG_COUNT_] = {
 		      "link import prints the [[outbound]] block of a share link; link export\n"
 		      "prints the share links of FILE's users (docs/links.md).\n"
 		      "\n"
-		      "Documentation: docs/README.md\n",
+		      "Documentation: " ETM_DOCDIR "/README.md (docs/ in the source tree)\n",
 	[CLI_VERSION] = "etemenanki-app %s (commit %s)\nlibuv %s, %s, c-ares %s, nghttp2 %s, "
 	                "wslay %s, PCRE2 %s, %s\n",
 	[CLI_CONFIG_OK] = "Configuration OK.\n",

@@ -547,6 +547,14 @@ def docdir(app):
     return str(pathlib.Path(o["prefix"]) / o["datadir"] / "doc" / "etemenanki")
 
 
+def test_i32_help_names_the_installed_docs(app, run):
+    """Issue 32 item 3: --help points to the docs where `make install` puts
+    them (and where they are in the source)."""
+    r = run("--help")
+    assert r.stdout.endswith(f"\nDocumentation: {docdir(app)}/README.md (docs/ in the source "
+                             "tree)\n"), r.stdout
+
+
 @pytest.mark.parametrize("name,text", [
     ("sing-box.json", '{\n  "log": {"level": "info"},\n  "inbounds": []\n}\n'),
     ("config.toml", '  \n{"inbounds": []}\n'),
