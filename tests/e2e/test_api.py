@@ -110,7 +110,7 @@ def test_not_loopback_without_secret_is_refused(run, tmp_path):
     assert r.returncode == 1
     assert r.stderr == "configuration invalid: " + want
     r = run("-c", str(cfg))
-    assert r.returncode == 1
+    assert r.returncode == 78  # EX_CONFIG: a start refuses the file (docs/cli.md)
     assert r.stderr.endswith("failed to start: " + want), r.stderr
     # with a secret it is allowed
     cfg.write_text(config(api_listen=f"0.0.0.0:{port}", secret="k")
