@@ -9,12 +9,21 @@ SIM_FIRST  ?= 1
 SIM_SEEDS  ?= 1000
 SIM_STEPS  ?= 5000
 
-.PHONY: all deps build run install test test-asan fuzz docs bench sim clean
+.PHONY: all deps deps-test deps-bench build run install test test-asan fuzz docs bench sim clean
 
 all: build
 
+# Three package sets (scripts/deps.sh): what building and running need,
+# then the test tools and interop peers, then the bench's peers. The peers
+# are never left enabled as system services.
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh run
+
+deps-test:
+	@scripts/deps.sh test
+
+deps-bench:
+	@scripts/deps.sh bench
 
 $(BUILD)/build.ninja:
 	meson setup $(BUILD)
@@ -35,14 +44,14 @@ install: build
 
 # Everything: unit, corpus and end-to-end tests, then the unit and
 # end-to-end tests again with the binary under AddressSanitizer and UBSan.
-test: build
+test: deps-test build
 	meson test -C $(BUILD) --print-errorlogs
 	$(MAKE) --no-print-directory test-asan
 
 $(ASAN_BUILD)/build.ninja:
 	meson setup $(ASAN_BUILD) -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 
-test-asan: deps $(ASAN_BUILD)/build.ninja
+test-asan: deps-test $(ASAN_BUILD)/build.ninja
 	meson compile -C $(ASAN_BUILD)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		meson test -C $(ASAN_BUILD) --print-errorlogs --suite unit --suite toml --suite e2e
@@ -55,7 +64,7 @@ $(FUZZ_BUILD)/build.ninja:
 # per-inbound bad-input suite (tests/e2e/test_adversarial.py) with
 # ADVERSARIAL_CASES cases a group (make test runs 24) against the ASan build.
 ADVERSARIAL_CASES ?= 480
-fuzz: deps $(FUZZ_BUILD)/build.ninja $(ASAN_BUILD)/build.ninja
+fuzz: deps-test $(FUZZ_BUILD)/build.ninja $(ASAN_BUILD)/build.ninja
 	meson compile -C $(FUZZ_BUILD)
 	meson compile -C $(ASAN_BUILD)
 	@for t in $(FUZZ_BUILD)/tests/fuzz/fuzz_*; do \
@@ -73,7 +82,7 @@ fuzz: deps $(FUZZ_BUILD)/build.ninja $(ASAN_BUILD)/build.ninja
 # Side by side against real peers on loopback (docs/performance.md): writes
 # bench/results/<date>.md and the generated part of docs/performance.md.
 # BENCH_ONLY=key,... runs a subset (bench/run.py names the keys).
-bench: build
+bench: deps-bench build
 	BUILD=$(BUILD) /usr/bin/python3 bench/run.py
 
 # The UDP load-balancer core's deterministic simulator over many seeds

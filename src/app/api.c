@@ -19,7 +19,7 @@ static const char *const msgs[API_M_COUNT_] = {
 	[API_M_METHOD] = "method not allowed",
 	[API_M_BODY_INVALID] = "Body invalid",
 	[API_M_QUERY_INVALID] = "query parameter invalid",
-	[API_M_LEVEL_INVALID] = "log-level must be silent, error, warning, info or debug",
+	[API_M_LEVEL_INVALID] = "log-level must be silent, " LOG_LEVEL_WORDS_TEXT,
 	[API_M_TOO_LARGE] = "request body over 65536 bytes",
 	[API_M_HEAD_TOO_LARGE] = "request head over 16384 bytes",
 	[API_M_BAD_REQUEST] = "bad request",
@@ -93,18 +93,11 @@ const char *api_level_name(int level)
 
 int api_level_of(const char *s, size_t n)
 {
-	static const struct {
-		const char *name;
-		int level;
-	} L[] = {{"silent", LOG_LEVEL_ERROR},
-	         {"error", LOG_LEVEL_ERROR},
-	         {"warning", LOG_LEVEL_WARN},
-	         {"info", LOG_LEVEL_INFO},
-	         {"debug", LOG_LEVEL_DEBUG}};
-	for (size_t i = 0; i < sizeof L / sizeof *L; i++)
-		if (strlen(L[i].name) == n && memcmp(L[i].name, s, n) == 0)
-			return L[i].level;
-	return -1;
+	/* Clash's "silent" has no level below error here; the rest are log.h's
+	 * words, the CLI's and the config's */
+	if (n == 6 && memcmp(s, "silent", 6) == 0)
+		return LOG_LEVEL_ERROR;
+	return log_level_parse(s, n);
 }
 
 /* Clash's type of an outbound (mihomo's adapter type names). */

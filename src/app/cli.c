@@ -47,13 +47,24 @@ typedef enum cli_msg_id {
 	CLI_NO_SYSTEMD,
 	CLI_PASSED,
 	CLI_HUP_DRAINING,
+	CLI_REPEATED,
+	CLI_REPEATED_CONFIG,
+	CLI_NO_VALUE_WANTED,
+	CLI_JSON_HINT,
 	CLI_MSG_COUNT_,
 } cli_msg_id;
+
+/* Where the docs folder is installed (src/meson.build defines it). */
+#ifndef ETM_DOCDIR
+#define ETM_DOCDIR "/usr/local/share/doc/etemenanki" /* meson's default prefix */
+#endif
 
 /* Every line the CLI itself prints. "Configuration OK.", "configuration
  * invalid: " and "failed to start: " are the seeds' words (seed 003). */
 static const char *const msgs[CLI_MSG_COUNT_] = {
 	[CLI_USAGE] = "Usage: etemenanki-app -c FILE [--test] [-l LEVEL]\n"
+		      "       etemenanki-app run|check -c FILE [-l LEVEL]\n"
+		      "       etemenanki-app version\n"
 		      "       etemenanki-app link import LINK\n"
 		      "       etemenanki-app link export -c FILE [--host NAME]\n"
 		      "\n"
@@ -63,14 +74,20 @@ static const char *const msgs[CLI_MSG_COUNT_] = {
 		      "  -c, --config FILE     the configuration file (required)\n"
 		      "  -t, --test            check the configuration, print \"Configuration OK.\" and "
 		      "exit\n"
-		      "  -l, --log-level LEVEL override [log] level: error, warn, info, debug, trace\n"
+		      "  -l, --log-level LEVEL override [log] level: error, warn (or warning), info,\n"
+		      "                        debug, trace\n"
 		      "  -V, --version         print the version and exit\n"
 		      "  -h, --help            print this help and exit\n"
+		      "\n"
+		      "A value may follow its option after `=` (--config=FILE). run is a start,\n"
+		      "check is --test, version is --version. The exit status is 0, 1 when the\n"
+		      "start fails or --test finds the file bad, 2 on a usage error, 78 when a\n"
+		      "start finds the file bad (docs/cli.md).\n"
 		      "\n"
 		      "link import prints the [[outbound]] block of a share link; link export\n"
 		      "prints the share links of FILE's users (docs/links.md).\n"
 		      "\n"
-		      "Documentation: docs/README.md\n",
+		      "Documentation: " ETM_DOCDIR "/README.md (docs/ in the source tree)\n",
 	[CLI_VERSION] = "etemenanki-app %s (commit %s)\nlibuv %s, %s, c-ares %s, nghttp2 %s, "
 	                "wslay %s, PCRE2 %s, %s\n",
 	[CLI_CONFIG_OK] = "Configuration OK.\n",
@@ -79,8 +96,8 @@ static const char *const msgs[CLI_MSG_COUNT_] = {
 	[CLI_UNKNOWN_OPTION] = "etemenanki-app: unknown option `%s` (see --help)\n",
 	[CLI_MISSING_ARGUMENT] = "etemenanki-app: option `%s` needs a value (see --help)\n",
 	[CLI_NO_CONFIG] = "etemenanki-app: no configuration file given; use -c FILE (see --help)\n",
-	[CLI_BAD_LEVEL] = ("etemenanki-app: unknown log level `%s` (expected error, warn, info, "
-			   "debug or trace)\n"),
+	[CLI_BAD_LEVEL] = "etemenanki-app: unknown log level `%s` (expected " LOG_LEVEL_WORDS_TEXT
+			  ")\n",
 	[CLI_LOADED] = "loaded %s: %zu inbounds, %zu outbounds, %zu balancers, %zu rules",
 	[CLI_STOPPING] = "%s received, stopping",
 	[CLI_STOPPED] = "stopped",
@@ -88,6 +105,13 @@ static const char *const msgs[CLI_MSG_COUNT_] = {
 	[CLI_PASSED] = "socket activation: sockets passed: %zu",
 	[CLI_HUP_DRAINING] = "SIGHUP ignored: this process drains after an upgrade; the new one "
 			     "reloads",
+	[CLI_REPEATED] = "etemenanki-app: option `%.*s` is given twice; it takes one value (see "
+			 "--help)\n",
+	[CLI_REPEATED_CONFIG] = "etemenanki-app: option `%.*s` is given twice; one configuration "
+				"file is read, never a merge of several (see --help)\n",
+	[CLI_NO_VALUE_WANTED] = "etemenanki-app: option `%.*s` takes no value (see --help)\n",
+	[CLI_JSON_HINT] = "hint: the configuration file must be TOML, and this one looks like JSON; "
+			  ETM_DOCDIR "/config.md has the TOML keys\n",
 };
 
 /* The formats are the constant table above; nothing from input is a format. */
@@ -108,16 +132,6 @@ typedef struct cli_opts {
 	bool level_set;
 	int level; /* a LOG_LEVEL_* */
 } cli_opts;
-
-static bool parse_level(const char *s, int *out)
-{
-	for (int l = LOG_LEVEL_ERROR; l <= LOG_LEVEL_TRACE; l++)
-		if (strcmp(s, log_level_name(l)) == 0) {
-			*out = l;
-			return true;
-		}
-	return false;
-}
 
 /* Files below src/app not yet moved off the config's levels still compare
  * log_get_level() with ETM_LOG_*: keep the two in step until they are. */
@@ -148,38 +162,95 @@ int log_level_of(etm_log_level l)
 	return LOG_LEVEL_INFO;
 }
 
-/* Returns -1 to go on, else the exit code. */
-static int parse(int argc, char **argv, cli_opts *o, FILE *out, FILE *err)
+/* The options that take a value: "-c FILE", "--config FILE" and
+ * "--config=FILE" (the long ones only), the same for the level. */
+typedef enum cli_opt { OPT_NONE, OPT_CONFIG, OPT_LEVEL } cli_opt;
+
+static cli_opt value_option(const char *a, const char **inline_value)
 {
-	for (int i = 1; i < argc; i++) {
+	static const struct {
+		const char *name;
+		cli_opt opt;
+	} takes[] = {{"-c", OPT_CONFIG}, {"--config", OPT_CONFIG},
+	             {"-l", OPT_LEVEL},  {"--log-level", OPT_LEVEL}};
+	*inline_value = NULL;
+	for (size_t i = 0; i < sizeof takes / sizeof *takes; i++) {
+		size_t n = strlen(takes[i].name);
+		if (strncmp(a, takes[i].name, n) != 0)
+			continue;
+		if (a[n] == '\0')
+			return takes[i].opt;
+		if (a[n] == '=' && a[1] == '-') {
+			*inline_value = a + n + 1;
+			return takes[i].opt;
+		}
+	}
+	return OPT_NONE;
+}
+
+/* "--test=x": a flag given a value; the flag's name is the part before '='. */
+static bool is_flag(const char *a, const char *shorter, const char *longer, bool *with_value)
+{
+	size_t n = strlen(longer);
+	*with_value = strncmp(a, longer, n) == 0 && a[n] == '=';
+	return strcmp(a, shorter) == 0 || strcmp(a, longer) == 0 || *with_value;
+}
+
+static void print_version(FILE *out)
+{
+	char pcre2[32] = "?";
+	if (pcre2_config(PCRE2_CONFIG_VERSION, pcre2) < 0)
+		(void)snprintf(pcre2, sizeof pcre2, "?");
+	say(out, CLI_VERSION, etm_version(), ETM_COMMIT, uv_version_string(),
+	    OpenSSL_version(OPENSSL_VERSION), ares_version(NULL), nghttp2_version(0)->version_str,
+	    WSLAY_VERSION, pcre2, SYSTEMD_VERSION);
+}
+
+/* Returns -1 to go on, else the exit code. argv[first..] are the options. */
+static int parse(int first, int argc, char **argv, cli_opts *o, FILE *out, FILE *err)
+{
+	bool given[OPT_LEVEL + 1] = {0};
+	for (int i = first; i < argc; i++) {
 		const char *a = argv[i];
-		const char *value = NULL;
-		bool takes_value = strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0 ||
-		                   strcmp(a, "-l") == 0 || strcmp(a, "--log-level") == 0;
-		if (takes_value) {
-			if (i + 1 >= argc) {
+		const char *value;
+		cli_opt opt = value_option(a, &value);
+		bool with_value = false;
+		if (opt != OPT_NONE) {
+			if (!value && i + 1 >= argc) {
 				say(err, CLI_MISSING_ARGUMENT, a);
 				return 2;
 			}
-			value = argv[++i];
+			if (!value)
+				value = argv[++i];
+			if (given[opt]) { /* never a silent replacement */
+				int name_len = (int)strcspn(a, "=");
+				fprintf(err, msgs[opt == OPT_CONFIG ? CLI_REPEATED_CONFIG : CLI_REPEATED],
+				        name_len, a);
+				return 2;
+			}
+			given[opt] = true;
 		}
-		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-			say0(out, CLI_USAGE);
-			return 0;
-		} else if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
-			char pcre2[32] = "?";
-			if (pcre2_config(PCRE2_CONFIG_VERSION, pcre2) < 0)
-				strcpy(pcre2, "?");
-			say(out, CLI_VERSION, etm_version(), ETM_COMMIT, uv_version_string(),
-			    OpenSSL_version(OPENSSL_VERSION), ares_version(NULL),
-			    nghttp2_version(0)->version_str, WSLAY_VERSION, pcre2, SYSTEMD_VERSION);
-			return 0;
-		} else if (strcmp(a, "-t") == 0 || strcmp(a, "--test") == 0) {
+		if (is_flag(a, "-h", "--help", &with_value) ||
+		    is_flag(a, "-V", "--version", &with_value) ||
+		    is_flag(a, "-t", "--test", &with_value)) {
+			if (with_value) {
+				fprintf(err, msgs[CLI_NO_VALUE_WANTED], (int)(strchr(a, '=') - a), a);
+				return 2;
+			}
+			if (a[1] == 'h' || a[2] == 'h') {
+				say0(out, CLI_USAGE);
+				return 0;
+			}
+			if (a[1] == 'V' || a[2] == 'v') {
+				print_version(out);
+				return 0;
+			}
 			o->test = true;
-		} else if (takes_value && (a[1] == 'c' || a[2] == 'c')) {
+		} else if (opt == OPT_CONFIG) {
 			o->config = value;
-		} else if (takes_value) { /* -l, --log-level */
-			if (!parse_level(value, &o->level)) {
+		} else if (opt == OPT_LEVEL) {
+			o->level = log_level_parse(value, strlen(value));
+			if (o->level < 0) {
 				say(err, CLI_BAD_LEVEL, value);
 				return 2;
 			}
@@ -433,12 +504,59 @@ static int run(etm_spec *spec, const cli_opts *o, FILE *err)
 	return 0;
 }
 
+/* The first bytes a look at a refused file reads for the JSON hint: a
+ * JSON document's first non-space byte comes early. */
+#define JSON_SNIFF_BYTES 256
+
+/* A file TOML could not parse that looks like JSON: its name ends in
+ * .json, or its first non-space byte is '{'. */
+static bool looks_like_json(const char *path, const char *msg)
+{
+	static const char toml_error[] = "TOML parse error";
+	if (strncmp(msg, toml_error, sizeof toml_error - 1) != 0)
+		return false;
+	size_t n = strlen(path);
+	if (n >= 5 && strcmp(path + n - 5, ".json") == 0)
+		return true;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return false;
+	char buf[JSON_SNIFF_BYTES];
+	size_t got = fread(buf, 1, sizeof buf, f);
+	fclose(f);
+	for (size_t i = 0; i < got; i++) {
+		if (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r')
+			continue;
+		return buf[i] == '{';
+	}
+	return false;
+}
+
+/* The subcommands, words for today's flags: `run -c FILE` is a start,
+ * `check -c FILE` is --test, `version` is --version. */
+static int subcommand(int argc, char **argv, cli_opts *o)
+{
+	if (argc < 2)
+		return 1;
+	if (strcmp(argv[1], "run") == 0)
+		return 2;
+	if (strcmp(argv[1], "check") == 0) {
+		o->test = true;
+		return 2;
+	}
+	return 1;
+}
+
 int cli_main(int argc, char **argv, FILE *out, FILE *err)
 {
 	if (argc >= 2 && strcmp(argv[1], "link") == 0)
 		return link_cmd_main(argc - 1, argv + 1, out, err);
+	if (argc == 2 && strcmp(argv[1], "version") == 0) {
+		print_version(out);
+		return 0;
+	}
 	cli_opts o = {.argv = argv};
-	int rc = parse(argc, argv, &o, out, err);
+	int rc = parse(subcommand(argc, argv, &o), argc, argv, &o, out, err);
 	if (rc >= 0)
 		return rc;
 
@@ -446,7 +564,9 @@ int cli_main(int argc, char **argv, FILE *out, FILE *err)
 	char msg[CONFIG_MSG_MAX];
 	if (config_load_file(o.config, &spec, msg, sizeof msg)) {
 		say(err, o.test ? CLI_CONFIG_INVALID : CLI_START_FAILED, msg);
-		return 1;
+		if (looks_like_json(o.config, msg))
+			say0(err, CLI_JSON_HINT);
+		return o.test ? 1 : CLI_EXIT_CONFIG;
 	}
 	if (o.test) {
 		rc = etm_supervisor_check(&spec, msg, sizeof msg);
@@ -469,7 +589,7 @@ int cli_main(int argc, char **argv, FILE *out, FILE *err)
 	if (etm_spec_check_available(&spec, msg, sizeof msg)) {
 		etm_spec_free(&spec);
 		say(err, CLI_START_FAILED, msg);
-		return 1;
+		return CLI_EXIT_CONFIG;
 	}
 	if (access_log_open(spec.log_access, msg, sizeof msg)) {
 		etm_spec_free(&spec);

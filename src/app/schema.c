@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "udplb/manager.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
@@ -30,10 +31,11 @@
 
 /* ---- enumerations ---- */
 
-static const schema_variant log_levels[] = {
-	{"error", ETM_LOG_ERROR}, {"warn", ETM_LOG_WARN},   {"info", ETM_LOG_INFO},
-	{"debug", ETM_LOG_DEBUG}, {"trace", ETM_LOG_TRACE}, {NULL, 0},
-};
+/* log.h's words, the CLI's and the API's too (ETM_LOG_* has the values of
+ * LOG_LEVEL_*: static-asserted in cli.c) */
+#define LOG_LEVEL_VARIANT_(word, l) {word, (int)l},
+static const schema_variant log_levels[] = {LOG_LEVEL_WORDS(LOG_LEVEL_VARIANT_){NULL, 0}};
+#undef LOG_LEVEL_VARIANT_
 
 static const schema_variant log_formats[] = {
 	{"text", ETM_LOG_FORMAT_TEXT},
@@ -382,7 +384,7 @@ const schema_table *schema_settings(etm_protocol p, bool inbound)
 
 static const schema_field log_fields[] = {
 	ENUM(etm_spec, log_level, "level", log_levels, ETM_LOG_INFO, "\"info\"",
-	     "error, warn, info, debug or trace. The -l option overrides it."),
+	     LOG_LEVEL_WORDS_TEXT " (warning is warn). The -l option overrides it."),
 	STR(etm_spec, log_access, "access", "\"off\"",
 	    "The access log, one line per flow: \"off\", \"stderr\" or the path of a file, "
 	    "opened for append and reopened on every reload (docs/cli.md, \"Access log\")."),

@@ -46,6 +46,16 @@ const char *log_level_name(int l)
 	return names[l];
 }
 
+int log_level_parse(const char *s, size_t n)
+{
+#define LOG_LEVEL_WORD_(word, l)                                      \
+	if (n == sizeof(word) - 1 && memcmp(s, word, sizeof(word) - 1) == 0) \
+		return l;
+	LOG_LEVEL_WORDS(LOG_LEVEL_WORD_)
+#undef LOG_LEVEL_WORD_
+	return -1;
+}
+
 size_t log_format_time(const struct timespec *when, char *buf, size_t size)
 {
 	struct tm tm;

@@ -41,6 +41,25 @@ void log_set_stream(FILE *stream);
 /* "error", "warn", "info", "debug", "trace". */
 const char *log_level_name(int level);
 
+/* The one set of level words the command line (-l), the config ([log]
+ * level) and the admin API (PATCH /configs log-level) accept: each names
+ * the level after it; "warning" is "warn" under the name Clash, Xray and
+ * sing-box write. X(word, LOG_LEVEL_*), in the order messages list them. */
+#define LOG_LEVEL_WORDS(X)                                                                \
+	X("error", LOG_LEVEL_ERROR)                                                       \
+	X("warn", LOG_LEVEL_WARN)                                                         \
+	X("warning", LOG_LEVEL_WARN)                                                      \
+	X("info", LOG_LEVEL_INFO)                                                         \
+	X("debug", LOG_LEVEL_DEBUG)                                                       \
+	X("trace", LOG_LEVEL_TRACE)
+
+/* The words of LOG_LEVEL_WORDS as a message lists them. */
+#define LOG_LEVEL_WORDS_TEXT "error, warn, warning, info, debug or trace"
+
+/* The level the n bytes at s name (one of LOG_LEVEL_WORDS, exactly, case
+ * and all), or -1. */
+int log_level_parse(const char *s, size_t n) __attribute__((warn_unused_result));
+
 /* Room for "2026-11-30T10:20:36.123Z" and its NUL. */
 #define LOG_TIME_MAX 32
 

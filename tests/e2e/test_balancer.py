@@ -386,7 +386,7 @@ def test_a_freedom_member_is_refused_with_the_seeds_message(run, tmp_path):
     r = run("--test", "-c", str(cfg))
     assert (r.returncode, r.stdout, r.stderr) == (1, "", SEED_REFUSAL)
     r = run("-c", str(cfg))
-    assert r.returncode == 1
+    assert r.returncode == 78  # EX_CONFIG: a start refuses the file (docs/cli.md)
     assert r.stderr.endswith("failed to start: " + SEED_REFUSAL[len("configuration invalid: "):])
 
 

@@ -1,9 +1,14 @@
 """etemenanki-app's command line against the seed's recipe and its "Common errors" table."""
+import json
 import pathlib
 import subprocess
 import re
+import socket
+import time
 
 import pytest
+
+import proxykit
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FAILOVER = ROOT / "examples" / "failover.toml"
@@ -82,8 +87,10 @@ def test_common_errors_word_for_word(run, tmp_path, old, new, message):
     assert r.stdout == ""
     assert r.stderr == f"configuration invalid: {message}\n"
 
+    # a start refuses it with EX_CONFIG, the status the unit does not
+    # restart on (issue 32 item 4)
     r = run("-c", str(cfg))
-    assert r.returncode == 1
+    assert r.returncode == 78
     assert r.stderr == f"failed to start: {message}\n"
 
 
@@ -165,7 +172,7 @@ def test_starting_says_what_is_not_built_yet(run, tmp_path):
     cfg = tmp_path / "config.toml"
     cfg.write_text(NOT_BUILT)
     r = run("-c", str(cfg))
-    assert r.returncode == 1
+    assert r.returncode == 78
     lines = r.stderr.splitlines()
     assert lines[-1] == "failed to start: inbound hy-in: protocol hysteria2 is not available yet"
     # the log line before it: time, level, target, message
@@ -178,15 +185,15 @@ def test_log_level_option_overrides_the_file(run, tmp_path):
     cfg = tmp_path / "config.toml"
     cfg.write_text(NOT_BUILT)
     r = run("-l", "error", "-c", str(cfg))
-    assert r.returncode == 1
+    assert r.returncode == 78
     assert r.stderr == "failed to start: inbound hy-in: protocol hysteria2 is not available yet\n"
 
 
 def test_a_bad_log_level(run):
     r = run("-l", "loud", "-c", str(FAILOVER))
     assert r.returncode == 2
-    assert r.stderr == ("etemenanki-app: unknown log level `loud` (expected error, warn, info, "
-                        "debug or trace)\n")
+    assert r.stderr == ("etemenanki-app: unknown log level `loud` (expected error, warn, "
+                        "warning, info, debug or trace)\n")
 
 
 def built_commit():
@@ -244,15 +251,16 @@ def tls_socks_config(cert, key, extra=""):
             '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n\n' + extra)
 
 
-def same_failure(run, path):
+def same_failure(run, path, start_status=1):
     """The message --test prints after "configuration invalid: ", checked to
-    be what a start prints after "failed to start: "."""
+    be what a start prints after "failed to start: " (exit start_status:
+    78 for what the file asks and this build cannot run, docs/cli.md)."""
     t = run("--test", "-c", str(path))
     assert (t.returncode, t.stdout) == (1, ""), t.stderr
     assert t.stderr.startswith("configuration invalid: "), t.stderr
     said = t.stderr[len("configuration invalid: "):].rstrip("\n")
     s = run("-c", str(path), timeout=5)
-    assert s.returncode == 1, s.stderr
+    assert s.returncode == start_status, s.stderr
     assert s.stderr.splitlines()[-1] == "failed to start: " + said
     return said
 
@@ -309,7 +317,7 @@ def test_a_protocol_this_build_cannot_run_fails_the_test(run, tmp_path):
     path.write_text('[[inbound]]\ntag = "hy"\nprotocol = "hysteria2"\nlisten = "127.0.0.1"\n'
                     'port = 0\n[[inbound.settings.users]]\npassword = "secret"\n\n'
                     '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
-    assert same_failure(run, path) == "inbound hy: protocol hysteria2 is not available yet"
+    assert same_failure(run, path, 78) == "inbound hy: protocol hysteria2 is not available yet"
 
 
 def test_sniffing_on_a_vmess_inbound_is_refused_not_ignored(run, tmp_path):
@@ -320,7 +328,7 @@ def test_sniffing_on_a_vmess_inbound_is_refused_not_ignored(run, tmp_path):
                     'sniffing = true\n'
                     '[[inbound.settings.users]]\nid = "11111111-2222-3333-4444-555555555555"\n\n'
                     '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
-    assert same_failure(run, path) == ("inbound vm: sniffing on a vmess inbound is not "
+    assert same_failure(run, path, 78) == ("inbound vm: sniffing on a vmess inbound is not "
                                        "available yet")
 
 
@@ -469,3 +477,151 @@ def test_link_export_errors(run, tmp_path):
     r = run("link", "frobnicate")
     assert (r.returncode, r.stderr) == (
         2, "etemenanki-app: link: unexpected argument `frobnicate` (see link --help)\n")
+
+
+# ---------------------------------------------------------------- issue 32 item 2: CLI habits
+
+def test_i32_long_options_take_their_value_after_an_equals_sign(run):
+    """Issue 32 item 2: `--config=FILE` and `--log-level=LEVEL` as other
+    tools accept them; a flag given a value is refused by name."""
+    r = run("--test", f"--config={FAILOVER}", "--log-level=debug")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "Configuration OK.\n", "")
+    r = run("--test=yes", "-c", str(FAILOVER))
+    assert (r.returncode, r.stderr) == (
+        2, "etemenanki-app: option `--test` takes no value (see --help)\n")
+
+
+REPEATED_CONFIG = ("etemenanki-app: option `{}` is given twice; one configuration file is read, "
+                   "never a merge of several (see --help)\n")
+REPEATED = "etemenanki-app: option `{}` is given twice; it takes one value (see --help)\n"
+
+
+@pytest.mark.parametrize("args,said", [
+    (["-c", "a.toml", "-c", "b.toml"], REPEATED_CONFIG.format("-c")),
+    (["-c", "a.toml", "--config=b.toml"], REPEATED_CONFIG.format("--config")),
+    (["--config", "a.toml", "--config", "a.toml"], REPEATED_CONFIG.format("--config")),
+    (["-l", "info", "--log-level=debug", "-c", "a.toml"], REPEATED.format("--log-level")),
+])
+def test_i32_a_repeated_option_is_refused_not_replaced(run, args, said):
+    """Issue 32 item 2: a second -c used to replace the first silently;
+    now it is refused, and no file is read."""
+    r = run("--test", *args)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", said)
+
+
+def test_i32_run_check_and_version_subcommands(run, tmp_path):
+    """Issue 32 item 2: `check` is --test, `run` a start, `version` is
+    --version, word for word what the flags print."""
+    r = run("check", "-c", str(FAILOVER))
+    assert (r.returncode, r.stdout, r.stderr) == (0, "Configuration OK.\n", "")
+    assert run("version").stdout == run("--version").stdout
+    assert run("version").returncode == 0
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(NOT_BUILT)
+    r = run("run", "-l", "error", "-c", str(cfg))
+    assert r.stderr == "failed to start: inbound hy-in: protocol hysteria2 is not available yet\n"
+
+
+@pytest.mark.parametrize("word", ["warn", "warning", "error", "info", "debug", "trace"])
+def test_i32_one_set_of_level_words_for_cli_and_config(run, tmp_path, word):
+    """Issue 32 item 2: `warning` (Clash's, Xray's, sing-box's word) and
+    `warn` both, in -l and in [log] level (the API: tests/unit/test_api.c)."""
+    r = run("--test", "-l", word, "-c", str(FAILOVER))
+    assert (r.returncode, r.stderr) == (0, "")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(edit_one_line(FAILOVER.read_text(), 'level = "info"', f'level = "{word}"'))
+    r = run("--test", "-c", str(cfg))
+    assert (r.returncode, r.stderr) == (0, "")
+
+
+JSON_HINT = ("hint: the configuration file must be TOML, and this one looks like JSON; "
+             "{docdir}/config.md has the TOML keys\n")
+
+
+def docdir(app):
+    """The documentation folder of the build's prefix (dist/meson.build)."""
+    build = pathlib.Path(app).resolve().parents[1]
+    # what `meson introspect --buildoptions` prints, read without its start-up
+    opts = json.loads((build / "meson-info" / "intro-buildoptions.json").read_text())
+    o = {x["name"]: x["value"] for x in opts}
+    return str(pathlib.Path(o["prefix"]) / o["datadir"] / "doc" / "etemenanki")
+
+
+def test_i32_help_names_the_installed_docs(app, run):
+    """Issue 32 item 3: --help points to the docs where `make install` puts
+    them (and where they are in the source)."""
+    r = run("--help")
+    assert r.stdout.endswith(f"\nDocumentation: {docdir(app)}/README.md (docs/ in the source "
+                             "tree)\n"), r.stdout
+
+
+@pytest.mark.parametrize("name,text", [
+    ("sing-box.json", '{\n  "log": {"level": "info"},\n  "inbounds": []\n}\n'),
+    ("config.toml", '  \n{"inbounds": []}\n'),
+    ("xray.json", '[[bad toml\n'),
+])
+def test_i32_a_json_config_gets_a_hint(app, run, tmp_path, name, text):
+    """Issue 32 item 2: a file TOML cannot parse whose first byte is `{` or
+    whose name ends .json: one more line says the file must be TOML, at
+    --test (exit 1) and at a start (exit 78, docs/cli.md)."""
+    cfg = tmp_path / name
+    cfg.write_text(text)
+    hint = JSON_HINT.format(docdir=docdir(app))
+    r = run("--test", "-c", str(cfg))
+    assert r.returncode == 1
+    assert r.stderr.startswith("configuration invalid: TOML parse error at line ")
+    assert r.stderr.endswith("\n" + hint), r.stderr
+    r = run("-c", str(cfg))
+    assert r.returncode == 78
+    assert r.stderr.startswith("failed to start: TOML parse error at line ")
+    assert r.stderr.endswith("\n" + hint), r.stderr
+
+
+def test_i32_no_json_hint_for_a_toml_error(run, tmp_path):
+    """The hint is for JSON only: a TOML file with a TOML error has none."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[log]\nlevel = "info\n')
+    r = run("--test", "-c", str(cfg))
+    assert r.returncode == 1 and "hint:" not in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- issue 32 item 3: docs/README.md
+
+def test_i32_docs_readme_names_every_inbound_and_the_recipe_starts(app, tmp_path):
+    """Issue 32 item 3: docs/README.md said failover.toml "a start refuses
+    it" and listed five inbounds. The recipe starts (it listens, then stops
+    cleanly on SIGTERM), the page says no such thing, and its "What works
+    today" names every inbound protocol a start runs: each one schema.c
+    knows, but those the page lists as not run yet."""
+    text = (ROOT / "docs" / "README.md").read_text()
+    assert "a start refuses it" not in text
+    schema = (ROOT / "src" / "app" / "schema.c").read_text()
+    table = schema[schema.index("inbound_protocols[] = {"):]
+    table = table[:table.index("};")]
+    # the table's words for a protocol: "hysteria" and "hy2" are aliases
+    names = {n for n in re.findall(r'\{"(\w+)", ETM_PROTO_', table) if n not in ("hysteria", "hy2")}
+    works = text[text.index("## What works today"):]
+    serves = works[:works.index(" outbounds")]
+    not_run = {"hysteria2"} if "Hysteria2 and WireGuard are read and checked" in works else set()
+    assert names - not_run, names
+    for name in sorted(names - not_run):
+        assert f"`{name}`" in serves, name
+    cfg = tmp_path / "failover.toml"
+    port = proxykit.free_port()
+    cfg.write_text(FAILOVER.read_text().replace("port = 1080", f"port = {port}", 1))
+    proc = subprocess.Popen([app, "-c", str(cfg)], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex((proxykit.LOOPBACK, port)) == 0:
+                    break
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.1)
+        else:
+            raise AssertionError("failover.toml does not listen")
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=20)[1]
+    assert proc.returncode == 0, err
+    assert "failed to start" not in err, err

@@ -221,28 +221,122 @@ def test_socket_activation_for_another_pid_is_ignored(app, tmp_path, with_libsys
         passed.close()
 
 
-def test_unit_verifies(tmp_path):
-    """The unit as installed (ExecStart's path substituted) passes
-    `systemd-analyze verify`; skipped only where the tool is absent."""
+def verify_unit(tmp_path, source, name):
+    """`systemd-analyze verify` of dist/<source> as installed (ExecStart's
+    path substituted) under the unit name name; skipped only where the
+    tool is absent. Returns the unit's text."""
     tool = shutil.which("systemd-analyze")
     if not tool:
         pytest.skip("systemd-analyze is not installed (Debian: the systemd package)")
     app = tmp_path / "bin" / "etemenanki-app"
-    app.parent.mkdir()
-    shutil.copy(os.environ["ETM_APP"], app)
-    unit = (ROOT / "dist" / "etemenanki.service.in").read_text()
+    if not app.exists():
+        app.parent.mkdir()
+        shutil.copy(os.environ["ETM_APP"], app)
+    unit = (ROOT / "dist" / source).read_text()
     unit = unit.replace("@bindir@", str(app.parent)).replace("@sysconfdir@", "/etc")
-    path = tmp_path / "etemenanki.service"
-    path.write_text(unit)
+    (tmp_path / source.removesuffix(".in")).write_text(unit)
     # verify runs `man` on Documentation=: the page, as installed
     man = tmp_path / "man" / "man1"
-    man.mkdir(parents=True)
+    man.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "docs" / "man" / "etemenanki-app.1", man)
     env = dict(os.environ, MANPATH=str(man.parent))
-    r = subprocess.run([tool, "verify", str(path)], capture_output=True, text=True, timeout=60,
-                       env=env)
+    r = subprocess.run([tool, "verify", str(tmp_path / name)], capture_output=True, text=True,
+                       timeout=60, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stderr == "", r.stderr
+    return unit
+
+
+def test_unit_verifies(tmp_path):
+    """The unit as installed (ExecStart's path substituted) passes
+    `systemd-analyze verify`; skipped only where the tool is absent."""
+    verify_unit(tmp_path, "etemenanki.service.in", "etemenanki.service")
+
+
+def test_i32_template_unit_verifies_and_runs_its_instances_file(tmp_path):
+    """Issue 32 item 4: etemenanki@NAME.service (dist/etemenanki@.service.in)
+    verifies as an instance and runs /etc/etemenanki/NAME.toml, with its own
+    log folder; otherwise it is etemenanki.service."""
+    unit = verify_unit(tmp_path, "etemenanki@.service.in", "etemenanki@edge.service")
+    assert re.search(r"^ExecStart=\S+/etemenanki-app -c /etc/etemenanki/%i\.toml$", unit, re.M)
+    assert re.search(r"^LogsDirectory=etemenanki/%i$", unit, re.M)
+    plain = (ROOT / "dist" / "etemenanki.service.in").read_text()
+    keys = lambda text: [line for line in text.splitlines()
+                         if "=" in line and not line.startswith(("#", "ExecStart=",
+                                                                 "LogsDirectory=",
+                                                                 "Description="))]
+    assert keys(unit) == keys(plain.replace("@bindir@", str(tmp_path / "bin"))
+                              .replace("@sysconfdir@", "/etc"))
+
+
+BROKEN = '[[inbound]]\ntag = "a"\nprotocol = "socks"\nlisten = "127.0.0.1"\nport = "x"\n'
+
+
+@pytest.mark.parametrize("source", ["etemenanki.service.in", "etemenanki@.service.in"])
+def test_i32_a_broken_config_is_not_restarted_in_a_loop(run, tmp_path, source):
+    """Issue 32 item 4: both units restart on failure but not on the status
+    a start that refuses its config file exits with (78, EX_CONFIG): a
+    broken file, one that cannot be read, one asking for what the build
+    cannot run. A start failing on something else (a port in use) still
+    exits 1, which is restarted."""
+    unit = (ROOT / "dist" / source).read_text()
+    assert re.search(r"^Restart=on-failure$", unit, re.M)
+    prevent = re.findall(r"^RestartPreventExitStatus=(.*)$", unit, re.M)
+    assert len(prevent) == 1, prevent
+    statuses = [int(x) for x in prevent[0].split()]
+    bad = tmp_path / "bad.toml"
+    bad.write_text(BROKEN)
+    unbuilt = tmp_path / "unbuilt.toml"
+    unbuilt.write_text('[[inbound]]\ntag = "hy"\nprotocol = "hysteria2"\nport = 8443\n'
+                       '[[inbound.settings.users]]\npassword = "p"\n\n'
+                       '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
+    for path in (bad, tmp_path / "absent.toml", unbuilt):
+        r = run("-c", str(path), timeout=10)
+        assert r.returncode in statuses, (path.name, r.returncode, r.stderr)
+        assert "failed to start: " in r.stderr, r.stderr
+    taken = socket.socket()
+    taken.bind((LOOPBACK, 0))
+    taken.listen(1)
+    try:
+        busy = tmp_path / "busy.toml"
+        busy.write_text(CONFIG.format(port0=taken.getsockname()[1], port1=free_port()))
+        r = run("-c", str(busy), timeout=10)
+        assert r.returncode == 1, r.stderr
+        assert r.returncode not in statuses
+    finally:
+        taken.close()
+
+
+def build_dir():
+    """The build folder of the binary under test (build/ or build-asan/)."""
+    return pathlib.Path(os.environ["ETM_APP"]).resolve().parents[1]
+
+
+def test_i32_install_puts_the_docs_where_the_page_and_the_sample_point(tmp_path):
+    """Issue 32 item 3: `meson install` (DESTDIR) installs docs/*.md, and
+    the man page and the sample config name that installed folder, every
+    page they name being there."""
+    dest = tmp_path / "dest"
+    r = subprocess.run(["meson", "install", "-C", str(build_dir()), "--no-rebuild", "--quiet",
+                        "--destdir", str(dest)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pages = list(dest.rglob("man1/etemenanki-app.1"))
+    samples = list(dest.rglob("etemenanki/config.toml"))
+    assert len(pages) == 1 and len(samples) == 1, (pages, samples)
+    named = re.compile(r"(/[\w./-]*/share/doc/etemenanki)/([\w-]+\.md)")
+    for installed in (pages[0], samples[0]):
+        text = installed.read_text()
+        refs = named.findall(text)
+        assert ("config.md" in [page for _, page in refs]), (installed, refs)
+        for folder, page in refs:
+            assert (dest / folder.lstrip("/") / page).is_file(), (installed, folder, page)
+        # no path into the source tree, which an installed system does not have
+        assert not re.search(r"(?<![\w/])docs/\w", text.split("\n", 1)[1]), installed
+    folder = dest / refs[0][0].lstrip("/")
+    for src in (ROOT / "docs").glob("*.md"):
+        assert (folder / src.name).read_text() == src.read_text(), src.name
+    units = {p.name for p in dest.rglob("*.service")}
+    assert units == {"etemenanki.service", "etemenanki@.service"}, units
 
 
 def test_man_page_names_every_option(run):

@@ -303,7 +303,7 @@ static void test_messages(void **state)
 		"method not allowed",
 		"Body invalid",
 		"query parameter invalid",
-		"log-level must be silent, error, warning, info or debug",
+		"log-level must be silent, error, warn, warning, info, debug or trace",
 		"request body over 65536 bytes",
 		"request head over 16384 bytes",
 		"bad request",
@@ -353,7 +353,11 @@ static void test_levels(void **state)
 	assert_int_equal(api_level_of("silent", 6), LOG_LEVEL_ERROR);
 	assert_int_equal(api_level_of("warning", 7), LOG_LEVEL_WARN);
 	assert_int_equal(api_level_of("debug", 5), LOG_LEVEL_DEBUG);
-	assert_int_equal(api_level_of("warn", 4), -1);
+	/* issue 32 item 2: the CLI's and the config's words too (log.h) */
+	assert_int_equal(api_level_of("warn", 4), LOG_LEVEL_WARN);
+	assert_int_equal(api_level_of("trace", 5), LOG_LEVEL_TRACE);
+	assert_int_equal(api_level_of("warnin", 6), -1);
+	assert_int_equal(api_level_of("Warning", 7), -1);
 	assert_int_equal(api_level_of("", 0), -1);
 }
 
@@ -452,7 +456,7 @@ static void test_configs(void **state)
 		{"{'log-level':'debug'}", "{\"message\":\"Body invalid\"}"},
 		{"{\"a\":01x}", "{\"message\":\"Body invalid\"}"},
 		{"{\"log-level\":\"verbose\"}",
-	         "{\"message\":\"log-level must be silent, error, warning, info or debug\"}"},
+	         "{\"message\":\"log-level must be silent, error, warn, warning, info, debug or trace\"}"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		r = call_body("PATCH", "/configs", NULL, false, bad[i].body);

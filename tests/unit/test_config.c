@@ -349,7 +349,7 @@ static void variants(void **state)
 {
 	(void)state;
 	expect_detail("[log]\nlevel = \"verbose\"\n",
-	              "unknown variant `verbose`, expected one of `error`, `warn`, `info`, `debug`, "
+	              "unknown variant `verbose`, expected one of `error`, `warn`, `warning`, `info`, `debug`, "
 	              "`trace`");
 	expect_detail("[[inbound]]\ntag = \"i\"\nprotocol = \"freedom\"\nport = 1\n",
 	              "unknown variant `freedom`, expected one of `socks`, `http`, `mixed`, `trojan`, "

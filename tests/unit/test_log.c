@@ -130,6 +130,29 @@ static void level_names(void **state)
 	assert_int_equal(log_get_level(), LOG_LEVEL_WARN);
 }
 
+/* Issue 32 item 2: the one set of level words the CLI, the config and the
+ * API share; every level's own name parses back to it. */
+static void level_words(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *word;
+		int level;
+	} ok[] = {{"error", LOG_LEVEL_ERROR}, {"warn", LOG_LEVEL_WARN},
+	          {"warning", LOG_LEVEL_WARN}, {"info", LOG_LEVEL_INFO},
+	          {"debug", LOG_LEVEL_DEBUG},  {"trace", LOG_LEVEL_TRACE}};
+	for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+		assert_int_equal(log_level_parse(ok[i].word, strlen(ok[i].word)), ok[i].level);
+	for (int l = LOG_LEVEL_ERROR; l <= LOG_LEVEL_TRACE; l++)
+		assert_int_equal(log_level_parse(log_level_name(l), strlen(log_level_name(l))), l);
+	assert_int_equal(log_level_parse("warnings", 8), -1);
+	assert_int_equal(log_level_parse("warning", 4), LOG_LEVEL_WARN); /* n bytes only */
+	assert_int_equal(log_level_parse("WARN", 4), -1);
+	assert_int_equal(log_level_parse("silent", 6), -1); /* the API's alone */
+	assert_int_equal(log_level_parse("", 0), -1);
+	assert_string_equal(LOG_LEVEL_WORDS_TEXT, "error, warn, warning, info, debug or trace");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -137,6 +160,7 @@ int main(void)
 		cmocka_unit_test(long_lines_are_cut_not_overflowed),
 		cmocka_unit_test(line_formats),
 		cmocka_unit_test(level_names),
+		cmocka_unit_test(level_words),
 		cmocka_unit_test(tap_sees_written_lines),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
