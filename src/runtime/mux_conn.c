@@ -14,6 +14,7 @@
 #include "proto/mux.h"
 #include "proto/sniff.h"
 #include "runtime/chan_queue.h"
+#include "runtime/guard.h"
 #include "runtime/relay.h"
 
 enum {
@@ -68,6 +69,7 @@ typedef struct msub {
 	chan_queue wq;       /* the upstream's bytes toward the client */
 	bool want, peer_end, eof_told, shut_wanted, shut_told, end_sent, failed, gone;
 	bool fail_told;  /* client: the endpoint was told the sub-flow broke */
+	bool held;       /* server: counted against the client's source (guard) */
 	struct mux_dlink *dl; /* client, UDP: its link while open */
 } msub;
 
@@ -97,6 +99,7 @@ struct mux_conn {
 	uint64_t moved; /* bytes moved ever: a service that moved some runs again */
 	int handles;    /* kick and idle, to close before the free */
 	uv_timer_t idle; /* client: closes a session with no sub-flow */
+	guard_bucket open_rate; /* server: the session's sub-flow opens (guard) */
 	/* client */
 	bool client;
 	mux_client ccore;
@@ -254,6 +257,8 @@ static msub *find(mux_conn *m, uint16_t id)
 
 static void sub_free(msub *s)
 {
+	if (s->held)
+		guard_source_unhold(worker_guard(s->m->w), (struct sockaddr *)&s->m->ctx.peer, 1);
 	if (s->dl)
 		s->dl->s = NULL;
 	list_remove(&s->m->subs, &s->node);
@@ -367,6 +372,17 @@ static bool open_sub(mux_conn *m, const mux_event *ev)
 	s->dest = ev->dest;
 	s->udp = ev->dest.network == ADDR_UDP;
 	list_push_back(&m->subs, &s->node);
+	/* the session's opens are rate-bounded, and each sub-flow's upstream
+	 * counts against the client's source as a connection does
+	 * (docs/security.md): over either, the New is answered End with the
+	 * error bit, nothing dialled */
+	guard *g = worker_guard(m->w);
+	const struct sockaddr *peer = (const struct sockaddr *)&m->ctx.peer;
+	if (!guard_open_allowed(g, peer, &m->open_rate, uv_now(worker_loop(m->w)), "mux sub-flow") ||
+	    !(s->held = guard_source_hold(g, peer, 1))) {
+		sub_stop(s, true);
+		return true;
+	}
 	flow f = m->f;
 	f.dest = ev->dest;
 	f.sniffed = (addr_dest){0};
