@@ -1,0 +1,395 @@
+"""What one client's fan-out may hold and open (issue 32, D2 and D3).
+
+D2: `[policy] max_connections_per_source` counted a client's TCP
+connections only, so a few connections carrying Mux.Cool sessions or gRPC
+calls, each with many sub-flows, held every descriptor. Now each sub-flow,
+call and UDP entry that holds an upstream counts against the same bound
+(docs/security.md): the upstream connections one source makes stay at or
+under the bound, the rest are refused with the carrier's reply (Mux.Cool
+End with the error bit, RST_STREAM REFUSED_STREAM, a dropped datagram)
+and counted (refused_fanout), and another source is still served.
+
+D3: one session opening and ending sub-flows in a loop made the server
+dial thousands of connections a second. Now a session opens at most
+GUARD_OPEN_RATE_SESSION (64) a second after a burst of
+GUARD_OPEN_BURST_SESSION (128); opens over it are refused and counted
+(refused_open_rate).
+
+The server runs with RLIMIT_NOFILE 256 and one worker; clients bind
+127.0.0.2 (the source that fans out) and 127.0.0.3 (another source).
+Targets are threads on 127.0.0.1.
+"""
+import re
+import signal
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from proxykit import (LOOPBACK, Acceptor, EchoServer, Proxy, UdpServer, free_port, recv_exact,
+                      socks5_greet, socks5_request, stop_cleanly)
+from test_shadowsocks import seal_packet
+
+UUID = "6c1b0e6a-6e3d-4c1e-9d8a-1a2b3c4d5e6f"
+UUID_BYTES = bytes.fromhex(UUID.replace("-", ""))
+BOUND = 32          # [policy] max_connections_per_source in these tests
+NOFILE = 256        # the server's descriptor limit
+FANNER = "127.0.0.2"
+OTHER = "127.0.0.3"
+RATE_SESSION, BURST_SESSION = 64, 128  # guard.h GUARD_OPEN_*_SESSION
+PASSWORD = "fan-out bounds"
+METHOD = "aes-128-gcm"
+
+
+@pytest.fixture
+def procs(app, tmp_path):
+    started = []
+
+    def _start(text, n_ports=1, nofile=NOFILE):
+        p = Proxy(app, tmp_path, text, n_ports, log_level="debug", nofile=nofile)
+        started.append(p)
+        p.start()
+        return p
+
+    yield _start
+    stop_cleanly(started, "etemenanki-app")
+
+
+class Holder(Acceptor):
+    """Accepts and holds every connection open until the peer closes;
+    counts those open now and the most open at once."""
+
+    def __init__(self):
+        self.open = 0
+        self.peak = 0
+        self.lock = threading.Lock()
+        super().__init__()
+
+    def serve(self, c):
+        with self.lock:
+            self.open += 1
+            self.peak = max(self.peak, self.open)
+        try:
+            while c.recv(65536):
+                pass
+        finally:
+            with self.lock:
+                self.open -= 1
+
+
+class PortCounter(UdpServer):
+    """Records every source port a datagram came from; echoes nothing."""
+
+    def __init__(self):
+        self.sources = set()
+        super().__init__()
+
+    def handle(self, data, src):
+        self.sources.add(src)
+
+
+def settle(read, timeout=6.0, quiet=0.7):
+    """read() once it has stopped changing for `quiet` seconds (or at the
+    timeout)."""
+    deadline = time.monotonic() + timeout
+    last, since = read(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = read()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            break
+    return last
+
+
+def guard_metrics(proxy, timeout=5.0):
+    """SIGUSR1, then the counters of the newest "guard:" line."""
+    before = proxy.log().count("guard: refused_source=")
+    proxy.proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = [l for l in proxy.log().splitlines() if l.startswith("guard: refused_source=")]
+        if len(lines) > before:
+            return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", lines[-1])}
+        time.sleep(0.05)
+    raise AssertionError("no guard metrics line; log:\n" + proxy.log())
+
+
+def tcp_from(source, port, timeout=5.0):
+    s = socket.socket()
+    s.settimeout(timeout)
+    s.bind((source, 0))
+    s.connect((LOOPBACK, port))
+    return s
+
+
+# ---- VLESS and Mux.Cool, on the wire ----
+
+def vless_mux_session(port, source):
+    """A VLESS connection with command 0x03: a Mux.Cool session."""
+    s = tcp_from(source, port)
+    s.sendall(b"\x00" + UUID_BYTES + b"\x00\x03")
+    return s
+
+
+def mux_new(sid, port, ip=LOOPBACK):
+    """A New frame for a TCP sub-flow to ip:port, no data."""
+    meta = struct.pack(">HBBBH", sid, 1, 0, 1, port) + b"\x01" + socket.inet_aton(ip)
+    return struct.pack(">H", len(meta)) + meta
+
+
+def mux_end(sid):
+    meta = struct.pack(">HBB", sid, 3, 0)
+    return struct.pack(">H", len(meta)) + meta
+
+
+class MuxReader:
+    """The server's side of a session: the VLESS response header, then
+    frames; counts End frames with the error bit."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
+        self.header = False
+        self.error_ends = 0
+        self.ends = 0
+
+    def pump(self, seconds):
+        self.sock.settimeout(0.05)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                d = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            if not d:
+                break
+            self.buf += d
+            self._parse()
+
+    def _parse(self):
+        if not self.header:
+            if len(self.buf) < 2:
+                return
+            self.buf = self.buf[2 + self.buf[1]:]
+            self.header = True
+        while len(self.buf) >= 2:
+            mlen = struct.unpack(">H", self.buf[:2])[0]
+            if len(self.buf) < 2 + mlen:
+                return
+            meta = self.buf[2:2 + mlen]
+            rest = 2 + mlen
+            opt = meta[3] if len(meta) > 3 else 0
+            if opt & 1:
+                if len(self.buf) < rest + 2:
+                    return
+                dlen = struct.unpack(">H", self.buf[rest:rest + 2])[0]
+                if len(self.buf) < rest + 2 + dlen:
+                    return
+                rest += 2 + dlen
+            if len(meta) > 2 and meta[2] == 3:
+                self.ends += 1
+                self.error_ends += bool(opt & 2)
+            self.buf = self.buf[rest:]
+
+
+def vless_tcp_echoes(port, echo_port, source, data=b"still served"):
+    """A plain VLESS flow from source to the echo: True when data came back."""
+    try:
+        with tcp_from(source, port, timeout=5.0) as s:
+            s.sendall(b"\x00" + UUID_BYTES + b"\x00\x01" + struct.pack(">H", echo_port) +
+                      b"\x01" + socket.inet_aton(LOOPBACK) + data)
+            head = recv_exact(s, 2)
+            if head[1]:
+                recv_exact(s, head[1])
+            return recv_exact(s, len(data)) == data
+    except OSError:
+        return False
+
+
+def vless_server(extra="", bound=BOUND):
+    return ('[runtime]\nworkers = 1\n\n'
+            f'[policy]\nmax_connections_per_source = {bound}\n\n'
+            '[[inbound]]\ntag = "in"\nprotocol = "vless"\nlisten = "127.0.0.1"\n'
+            f'port = {{port0}}\n[[inbound.settings.users]]\nname = "u"\nid = "{UUID}"\n\n'
+            + extra +
+            '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
+
+
+def test_d2_mux_sub_flows_count_against_the_source_bound(procs):
+    """D2 (Mux.Cool): 4 sessions x 64 sub-flows from one address against a
+    bound of 32 and 256 descriptors. The target sees at most 32 upstream
+    connections (the sessions count too), the rest get End with the error
+    bit, refused_fanout counts them, and another address is still
+    served."""
+    target, echo = Holder(), EchoServer()
+    sessions = []
+    try:
+        server = procs(vless_server())
+        for _ in range(4):
+            s = vless_mux_session(server.port, FANNER)
+            s.sendall(b"".join(mux_new(i, target.port) for i in range(1, 65)))
+            sessions.append(MuxReader(s))
+        for r in sessions:
+            r.pump(0.3)
+        peak = settle(lambda: target.open)
+        for r in sessions:
+            r.pump(0.2)
+        assert vless_tcp_echoes(server.port, echo.port, OTHER), server.log()
+        assert target.peak <= BOUND, (target.peak, server.log()[-3000:])
+        assert peak <= BOUND - len(sessions), peak
+        assert peak >= BOUND // 2, f"sub-flows up to the bound are served ({peak})"
+        refused = sum(r.error_ends for r in sessions)
+        assert refused >= 4 * 64 - BOUND, refused
+        m = guard_metrics(server)
+        assert m["refused_fanout"] >= 4 * 64 - BOUND, m
+        assert ("sub-flow(s), call(s) or UDP entry(ies) from 127.0.0.2: it holds "
+                in server.log()), server.log()[-3000:]
+        # what a sub-flow held is given back as it ends: new ones are served
+        for r in sessions:
+            r.sock.close()
+        assert settle(lambda: target.open) == 0
+        s = vless_mux_session(server.port, FANNER)
+        s.sendall(b"".join(mux_new(i, target.port) for i in range(1, 11)))
+        r = MuxReader(s)
+        sessions = [r]
+        r.pump(0.3)
+        assert settle(lambda: target.open) == 10, server.log()[-3000:]
+        assert r.error_ends == 0
+    finally:
+        for r in sessions:
+            r.sock.close()
+        target.close()
+        echo.close()
+
+
+def test_d3_mux_sub_flow_opens_are_rate_bounded(procs):
+    """D3: one session opens 100 sub-flows, ends them, and again, for
+    2 s (the bound on what is open at once is 200 here, so only the rate
+    bounds it). The target accepts at most the burst plus the rate a
+    second (128 + 64 per second), not thousands; the refusals are End
+    frames with the error bit, counted in refused_open_rate."""
+    target, echo = Holder(), EchoServer()
+    s = None
+    try:
+        server = procs(vless_server(bound=200))
+        s = vless_mux_session(server.port, FANNER)
+        reader = MuxReader(s)
+        sent = 0
+        start = time.monotonic()
+        while time.monotonic() - start < 2.0:
+            s.sendall(b"".join(mux_new(i, target.port) for i in range(1, 101)))
+            reader.pump(0.05)  # the dials complete
+            s.sendall(b"".join(mux_end(i) for i in range(1, 101)))
+            reader.pump(0.02)
+            sent += 100
+        elapsed = time.monotonic() - start
+        reader.pump(0.5)
+        accepted = settle(lambda: target.connections, quiet=1.0)
+        allowed = BURST_SESSION + RATE_SESSION * (elapsed + 1.0)
+        assert sent > 2 * allowed, f"the client sent too little to test ({sent})"
+        assert accepted <= allowed, (accepted, sent, elapsed)
+        assert reader.error_ends >= sent - allowed, (reader.error_ends, sent)
+        m = guard_metrics(server)
+        assert m["refused_open_rate"] >= sent - allowed, (m, sent)
+        assert "sub-flow or call open(s) from 127.0.0.2 (last: mux sub-flow): over 64 a " \
+               "second a session or 256 a source" in server.log(), server.log()[-3000:]
+        assert vless_tcp_echoes(server.port, echo.port, OTHER)
+    finally:
+        if s:
+            s.close()
+        target.close()
+        echo.close()
+
+
+def test_d2_grpc_calls_count_against_the_source_bound(procs):
+    """D2 (gRPC): our own client carries 80 SOCKS flows as calls of one
+    HTTP/2 connection to the server's VLESS-over-gRPC inbound (bound 32).
+    The target sees at most 32 upstream connections, the calls over it are
+    reset (refused_fanout counts them), and another address is still
+    served by the plain VLESS inbound."""
+    target, echo = Holder(), EchoServer()
+    socks = []
+    try:
+        server = procs(vless_server(
+            '[[inbound]]\ntag = "g"\nprotocol = "vless"\nlisten = "127.0.0.1"\n'
+            f'port = {{port1}}\n[[inbound.settings.users]]\nname = "u"\nid = "{UUID}"\n'
+            '[inbound.stream]\nnetwork = "grpc"\n[inbound.stream.grpc]\n'
+            'service_name = "fan"\n\n'), n_ports=2)
+        client = procs('[[inbound]]\ntag = "app"\nprotocol = "socks"\nlisten = "127.0.0.1"\n'
+                       'port = {port0}\n\n[[outbound]]\ntag = "up"\nprotocol = "vless"\n'
+                       f'server = "127.0.0.1"\nport = {server.ports[1]}\n'
+                       f'[outbound.settings]\nid = "{UUID}"\n'
+                       '[outbound.stream]\nnetwork = "grpc"\n[outbound.stream.grpc]\n'
+                       'service_name = "fan"\n', nofile=None)
+        for _ in range(80):
+            c = socket.create_connection((LOOPBACK, client.port), timeout=5)
+            socks.append(c)
+            try:
+                socks5_greet(c)
+                socks5_request(c, LOOPBACK, target.port)
+                c.sendall(b"x")
+            except OSError:
+                pass
+        peak = settle(lambda: target.open)
+        assert vless_tcp_echoes(server.port, echo.port, OTHER), server.log()[-3000:]
+        assert target.peak <= BOUND, (target.peak, server.log()[-3000:])
+        assert peak >= BOUND // 2, f"calls up to the bound are served ({peak})"
+        m = guard_metrics(server)
+        assert m["refused_fanout"] >= 80 - BOUND, m
+        assert "refused a call from 127.0.0.1:" in server.log()
+        assert ("over the client's bound of sub-flows and calls (max_connections_per_source) "
+                "or its open rate") in server.log()
+    finally:
+        for c in socks:
+            c.close()
+        target.close()
+        echo.close()
+
+
+def test_d2_shadowsocks_udp_nat_entries_count_two_descriptors(procs):
+    """D2 (UDP; note N4): each Shadowsocks UDP NAT entry holds 2
+    descriptors and counts 2 against the source's bound: 40 client ports
+    from one address against a bound of 32 make at most 16 entries (the
+    target sees at most 16 source ports); the rest are dropped and counted
+    in refused_fanout. Another address still gets an entry."""
+    counter = PortCounter()
+    clients = []
+    try:
+        server = procs('[runtime]\nworkers = 1\n\n'
+                       f'[policy]\nmax_connections_per_source = {BOUND}\n\n'
+                       '[[inbound]]\ntag = "in"\nprotocol = "shadowsocks"\n'
+                       'listen = "127.0.0.1"\nport = {port0}\n'
+                       f'[inbound.settings]\nmethod = "{METHOD}"\npassword = "{PASSWORD}"\n\n'
+                       '[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
+        target = b"\x01" + socket.inet_aton(LOOPBACK) + struct.pack(">H", counter.port)
+        for _ in range(40):
+            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            u.bind((FANNER, 0))
+            clients.append(u)
+        for _round in range(2):  # UDP is lossy: twice
+            for u in clients:
+                u.sendto(seal_packet(METHOD, PASSWORD, target + b"fan"), (LOOPBACK, server.port))
+            time.sleep(0.2)
+        seen = settle(lambda: len(counter.sources))
+        assert seen <= BOUND // 2, (seen, server.log()[-3000:])
+        assert seen >= BOUND // 4, f"entries up to the bound are served ({seen})"
+        other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        clients.append(other)
+        other.bind((OTHER, 0))
+        for _ in range(3):
+            other.sendto(seal_packet(METHOD, PASSWORD, target + b"other"),
+                         (LOOPBACK, server.port))
+            time.sleep(0.1)
+        assert settle(lambda: len(counter.sources)) == seen + 1
+        m = guard_metrics(server)
+        assert m["refused_fanout"] >= 40 - BOUND // 2, m
+    finally:
+        for u in clients:
+            u.close()
+        counter.close()
