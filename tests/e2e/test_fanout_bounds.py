@@ -393,3 +393,46 @@ def test_d2_shadowsocks_udp_nat_entries_count_two_descriptors(procs):
         for u in clients:
             u.close()
         counter.close()
+
+
+def socks_associate(port, source):
+    """A control connection from source asking UDP ASSOCIATE: (socket, REP)."""
+    c = tcp_from(source, port)
+    assert socks5_greet(c) in (None, 0)
+    rep, _ = socks5_request(c, "0.0.0.0", 0, cmd=3)
+    return c, rep
+
+
+def test_d2_socks_udp_associations_count_their_link(procs):
+    """D2 (SOCKS5 UDP): an association counts its control connection and
+    2 more (its link's two sockets) against the source's bound: with a
+    bound of 8, one address gets 2 associations (6), a third is refused
+    (REP not 0) and counted in refused_fanout; another address still gets
+    one, and the first address gets one again once one of its own ends."""
+    ctl = []
+    try:
+        server = procs('[runtime]\nworkers = 1\n\n[policy]\nmax_connections_per_source = 8\n\n'
+                       '[[inbound]]\ntag = "s"\nprotocol = "socks"\nlisten = "127.0.0.1"\n'
+                       'port = {port0}\n\n[[outbound]]\ntag = "direct"\nprotocol = "freedom"\n')
+        reps = []
+        for _ in range(3):
+            c, rep = socks_associate(server.port, FANNER)
+            ctl.append(c)
+            reps.append(rep)
+        assert reps[:2] == [0, 0] and reps[2] != 0, (reps, server.log()[-2000:])
+        c, rep = socks_associate(server.port, OTHER)
+        ctl.append(c)
+        assert rep == 0
+        assert guard_metrics(server)["refused_fanout"] >= 1
+        ctl[0].close()
+        deadline = time.monotonic() + 5
+        while True:
+            c, rep = socks_associate(server.port, FANNER)
+            ctl.append(c)
+            if rep == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert rep == 0, server.log()[-2000:]
+    finally:
+        for c in ctl:
+            c.close()
