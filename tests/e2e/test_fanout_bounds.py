@@ -436,3 +436,70 @@ def test_d2_socks_udp_associations_count_their_link(procs):
     finally:
         for c in ctl:
             c.close()
+
+
+def mux_keep(sid, data):
+    meta = struct.pack(">HBB", sid, 2, 1)
+    return struct.pack(">H", len(meta)) + meta + struct.pack(">H", len(data)) + data
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_n1_a_mux_session_holds_a_bounded_amount_while_its_dials_hang(procs):
+    """Note N1: 4 sessions x 100 sub-flows whose dials hang (the target's
+    accept queue is full), each sub-flow sent 64 KiB. A sub-flow held up
+    to its 64 KiB, so a session pinned about 13 MiB; now a session's
+    sub-flows together hold at most 512 KiB (SESSION_RX_MAX) and the
+    session stops reading past it: the server grows by well under 16 MiB
+    (about 30 MiB before)."""
+    stuck = socket.socket()
+    stuck.bind((LOOPBACK, 0))
+    stuck.listen(0)
+    port = stuck.getsockname()[1]
+    fillers, sessions = [], []
+    try:
+        for _ in range(3):  # fill the accept queue: later SYNs are dropped
+            f = socket.socket()
+            f.setblocking(False)
+            f.connect_ex((LOOPBACK, port))
+            fillers.append(f)
+        time.sleep(0.2)
+        server = procs(vless_server(bound=500), nofile=1024)
+        before = rss_kib(server.proc.pid)
+        chunk = bytes(8192)
+        for _ in range(4):
+            s = vless_mux_session(server.port, FANNER)
+            s.sendall(b"".join(mux_new(i, port) for i in range(1, 101)))
+            s.setblocking(False)
+            sessions.append((s, bytearray(b"".join(mux_keep(i, chunk) for _ in range(8)
+                                                   for i in range(1, 101)))))
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline and any(buf for _, buf in sessions):
+            for s, buf in sessions:
+                try:
+                    n = s.send(buf[:1 << 20]) if buf else 0
+                    del buf[:n]
+                except BlockingIOError:
+                    pass
+                try:
+                    s.recv(65536)
+                except (BlockingIOError, OSError):
+                    pass
+            time.sleep(0.01)
+        time.sleep(0.5)
+        grown = rss_kib(server.proc.pid) - before
+        print(f"server RSS grew by {grown} KiB")
+        # measured: about 30,600 KiB before SESSION_RX_MAX, 7,900 with it
+        assert grown < 16 * 1024, f"the server grew by {grown} KiB"
+    finally:
+        for s, _ in sessions:
+            s.close()
+        for f in fillers:
+            f.close()
+        stuck.close()
