@@ -240,6 +240,7 @@ def test_d2_mux_sub_flows_count_against_the_source_bound(procs):
         peak = settle(lambda: target.open)
         for r in sessions:
             r.pump(0.2)
+        print(f"mux: {peak} upstreams open, {sum(r.error_ends for r in sessions)} refused")
         assert vless_tcp_echoes(server.port, echo.port, OTHER), server.log()
         assert target.peak <= BOUND, (target.peak, server.log()[-3000:])
         assert peak <= BOUND - len(sessions), peak
@@ -292,6 +293,7 @@ def test_d3_mux_sub_flow_opens_are_rate_bounded(procs):
         reader.pump(0.5)
         accepted = settle(lambda: target.connections, quiet=1.0)
         allowed = BURST_SESSION + RATE_SESSION * (elapsed + 1.0)
+        print(f"mux churn: {sent} opens sent in {elapsed:.2f} s, {accepted} accepted")
         assert sent > 2 * allowed, f"the client sent too little to test ({sent})"
         assert accepted <= allowed, (accepted, sent, elapsed)
         assert reader.error_ends >= sent - allowed, (reader.error_ends, sent)
