@@ -59,6 +59,9 @@ static const char *const msgs[] = {
 /* A sub-flow's buffer beyond this is given back once it drains: what a
  * burst made it grow to is not kept for the sub-flow's life. */
 #define RX_KEEP 16384
+/* What a UDP sub-flow counts against its client's source (guard.h): its
+ * datagram link's descriptors, freedom's two sockets. */
+#define UDP_SUB_HOLDS 2
 
 typedef struct mux_conn mux_conn;
 
@@ -79,7 +82,7 @@ typedef struct msub {
 	chan_queue wq;       /* the upstream's bytes toward the client */
 	bool want, peer_end, eof_told, shut_wanted, shut_told, end_sent, failed, gone;
 	bool fail_told;  /* client: the endpoint was told the sub-flow broke */
-	bool held;       /* server: counted against the client's source (guard) */
+	unsigned held;   /* server: what it counts against the client's source (guard) */
 	struct mux_dlink *dl; /* client, UDP: its link while open */
 } msub;
 
@@ -269,7 +272,7 @@ static msub *find(mux_conn *m, uint16_t id)
 static void sub_free(msub *s)
 {
 	if (s->held)
-		guard_source_unhold(worker_guard(s->m->w), (struct sockaddr *)&s->m->ctx.peer, 1);
+		guard_source_unhold(worker_guard(s->m->w), (struct sockaddr *)&s->m->ctx.peer, s->held);
 	if (s->dl)
 		s->dl->s = NULL;
 	s->m->rx_total -= s->rx_len;
@@ -386,15 +389,18 @@ static bool open_sub(mux_conn *m, const mux_event *ev)
 	list_push_back(&m->subs, &s->node);
 	/* the session's opens are rate-bounded, and each sub-flow's upstream
 	 * counts against the client's source as a connection does
-	 * (docs/security.md): over either, the New is answered End with the
-	 * error bit, nothing dialled */
+	 * (docs/security.md): a TCP one 1, a UDP one 2 (its direct link's
+	 * IPv4 and IPv6 sockets). Over either, the New is answered End with
+	 * the error bit, nothing dialled */
 	guard *g = worker_guard(m->w);
 	const struct sockaddr *peer = (const struct sockaddr *)&m->ctx.peer;
+	unsigned holds = s->udp ? UDP_SUB_HOLDS : 1;
 	if (!guard_open_allowed(g, peer, &m->open_rate, uv_now(worker_loop(m->w)), "mux sub-flow") ||
-	    !(s->held = guard_source_hold(g, peer, 1))) {
+	    !guard_source_hold(g, peer, holds)) {
 		sub_stop(s, true);
 		return true;
 	}
+	s->held = holds;
 	flow f = m->f;
 	f.dest = ev->dest;
 	f.sniffed = (addr_dest){0};

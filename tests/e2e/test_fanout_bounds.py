@@ -505,3 +505,33 @@ def test_n1_a_mux_session_holds_a_bounded_amount_while_its_dials_hang(procs):
         for f in fillers:
             f.close()
         stuck.close()
+
+
+def mux_new_udp(sid, port, data):
+    meta = struct.pack(">HBBBH", sid, 1, 1, 2, port) + b"\x01" + socket.inet_aton(LOOPBACK)
+    return struct.pack(">H", len(meta)) + meta + struct.pack(">H", len(data)) + data
+
+
+def test_d2_mux_udp_sub_flows_count_their_two_sockets(procs):
+    """D2 (Mux.Cool UDP): a UDP sub-flow counts 2 (its link's two
+    sockets): one session (1) with 24 UDP sub-flows against a bound of 32
+    gets at most 15 of them; the target sees at most 15 source ports, the
+    rest get End with the error bit."""
+    counter = PortCounter()
+    s = None
+    try:
+        server = procs(vless_server())
+        s = vless_mux_session(server.port, FANNER)
+        s.sendall(b"".join(mux_new_udp(i, counter.port, b"dgram %d" % i) for i in range(1, 25)))
+        reader = MuxReader(s)
+        reader.pump(0.5)
+        seen = settle(lambda: len(counter.sources))
+        reader.pump(0.2)
+        print(f"mux udp: {seen} sub-flows reached the target, {reader.error_ends} refused")
+        assert seen <= (BOUND - 1) // 2, (seen, server.log()[-3000:])
+        assert seen >= 8, f"sub-flows up to the bound are served ({seen})"
+        assert reader.error_ends >= 24 - (BOUND - 1) // 2, reader.error_ends
+    finally:
+        if s:
+            s.close()
+        counter.close()
