@@ -149,13 +149,39 @@ static void key_text(const src_key *k, char *out, size_t size)
 	snprintf(out, size, "?");
 }
 
+/* Whether b, a source's open bucket, is full again at now: the source's
+ * entry is then no longer needed once nothing is counted. An entry whose
+ * source drained it stays until it refills (at most
+ * GUARD_OPEN_BURST_SOURCE / GUARD_OPEN_RATE_SOURCE s), so a client cannot
+ * start over with a full bucket by closing its carriers and reconnecting. */
+static bool refilled(const guard_bucket *b, uint64_t now)
+{
+	if (!b->started)
+		return true;
+	uint64_t cap = (uint64_t)GUARD_OPEN_BURST_SOURCE * 1000;
+	uint64_t dt = now > b->last_ms ? now - b->last_ms : 0;
+	return dt >= cap || b->level_milli + dt * GUARD_OPEN_RATE_SOURCE >= cap;
+}
+
 /* The entry of k in its bucket b, made when missing and make is set
- * (NULL when memory runs out). The lock is held. */
+ * (NULL when memory runs out). Entries of the chain that hold nothing and
+ * whose open bucket refilled are freed on the way. The lock is held. */
 static src_entry *entry_of(guard *g, const src_key *k, size_t b, bool make)
 {
-	src_entry *e = g->buckets[b];
-	while (e && memcmp(&e->key, k, sizeof *k))
-		e = e->next;
+	uint64_t now = now_ms();
+	src_entry *e = NULL;
+	for (src_entry **pp = &g->buckets[b]; *pp;) {
+		src_entry *i = *pp;
+		if (!memcmp(&i->key, k, sizeof *k)) {
+			e = i;
+			pp = &i->next;
+		} else if (i->open == 0 && refilled(&i->opens, now)) {
+			*pp = i->next;
+			free(i);
+		} else {
+			pp = &i->next;
+		}
+	}
 	if (!e && make) {
 		e = calloc(1, sizeof *e);
 		if (e) {
@@ -178,10 +204,7 @@ static bool take_n(guard *g, const src_key *k, unsigned n, uint64_t *open)
 	*open = e ? e->open : 0;
 	if (!e || e->open >= g->limit || n > g->limit - e->open) {
 		ok = false;
-		if (e && e->open == 0) { /* made for this call: nothing holds it */
-			g->buckets[b] = e->next;
-			free(e);
-		}
+		/* an entry made for this call stays to be pruned (entry_of) */
 	} else {
 		e->open += n;
 	}
@@ -199,7 +222,7 @@ static void put_n(guard *g, const src_key *k, unsigned n)
 	src_entry *e = *pp;
 	if (e && e->open > 0) {
 		e->open = e->open > n ? e->open - n : 0;
-		if (e->open == 0) {
+		if (e->open == 0 && refilled(&e->opens, now_ms())) {
 			*pp = e->next;
 			free(e);
 		}

@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <cmocka.h>
+#include <uv.h>
 
 #include "runtime/guard.h"
 
@@ -103,12 +104,33 @@ static void opens_by_session_and_source(void **state)
 	guard_del(g);
 }
 
+/* D3: a source that drained its bucket and closed every carrier does not
+ * come back with a full one: its entry stays until the bucket refills. */
+static void reconnecting_does_not_refill_the_source(void **state)
+{
+	(void)state;
+	guard *g = guard_new(1000);
+	struct sockaddr_in a = addr("192.0.2.9");
+	uint64_t now = uv_hrtime() / 1000000; /* the guard's own clock for its entries */
+	int total = 0;
+	for (int i = 0; i < 8; i++) {
+		assert_true(guard_source_take(g, SA(a)));
+		guard_bucket s = {0};
+		while (guard_open_allowed(g, SA(a), &s, now, "mux sub-flow"))
+			total++;
+		guard_source_put(g, SA(a)); /* the carrier goes; a new one comes */
+	}
+	assert_int_equal(total, GUARD_OPEN_BURST_SOURCE);
+	guard_del(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(holds_share_the_connection_bound),
 		cmocka_unit_test(bucket_rate_and_burst),
 		cmocka_unit_test(opens_by_session_and_source),
+		cmocka_unit_test(reconnecting_does_not_refill_the_source),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
