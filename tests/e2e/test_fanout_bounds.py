@@ -39,6 +39,7 @@ NOFILE = 256        # the server's descriptor limit
 FANNER = "127.0.0.2"
 OTHER = "127.0.0.3"
 RATE_SESSION, BURST_SESSION = 64, 128  # guard.h GUARD_OPEN_*_SESSION
+RATE_SOURCE, BURST_SOURCE = 256, 512   # guard.h GUARD_OPEN_*_SOURCE
 PASSWORD = "fan-out bounds"
 METHOD = "aes-128-gcm"
 
@@ -310,8 +311,8 @@ def test_d3_mux_sub_flow_opens_are_rate_bounded(procs):
 
 
 def test_d2_grpc_calls_count_against_the_source_bound(procs):
-    """D2 (gRPC): our own client carries 80 SOCKS flows as calls of one
-    HTTP/2 connection to the server's VLESS-over-gRPC inbound (bound 32).
+    """D2 (gRPC): our own client carries 80 SOCKS flows as calls on its
+    HTTP/2 connections to the server's VLESS-over-gRPC inbound (bound 32).
     The target sees at most 32 upstream connections, the calls over it are
     reset (refused_fanout counts them), and another address is still
     served by the plain VLESS inbound."""
@@ -535,3 +536,54 @@ def test_d2_mux_udp_sub_flows_count_their_two_sockets(procs):
         if s:
             s.close()
         counter.close()
+
+
+def test_d3_grpc_call_opens_are_rate_bounded(procs):
+    """D3 (gRPC): our own client carries short SOCKS flows, one after
+    another for 2.5 s, as calls on its HTTP/2 connections to the server
+    (the bound on what is open at once is 500 here). The server's target
+    accepts at most the source's burst plus its rate a second (512 + 256
+    per second), not every call; the calls over it are reset and counted
+    in refused_open_rate."""
+    target = Holder()
+    socks = []
+    try:
+        server = procs(vless_server(
+            '[[inbound]]\ntag = "g"\nprotocol = "vless"\nlisten = "127.0.0.1"\n'
+            f'port = {{port1}}\n[[inbound.settings.users]]\nname = "u"\nid = "{UUID}"\n'
+            '[inbound.stream]\nnetwork = "grpc"\n[inbound.stream.grpc]\n'
+            'service_name = "fan"\n\n', bound=500), n_ports=2, nofile=2048)
+        client = procs('[runtime]\nworkers = 1\n\n[[inbound]]\ntag = "app"\nprotocol = "socks"\nlisten = "127.0.0.1"\n'
+                       'port = {port0}\n\n[[outbound]]\ntag = "up"\nprotocol = "vless"\n'
+                       f'server = "127.0.0.1"\nport = {server.ports[1]}\n'
+                       f'[outbound.settings]\nid = "{UUID}"\n'
+                       '[outbound.stream]\nnetwork = "grpc"\n[outbound.stream.grpc]\n'
+                       'service_name = "fan"\n', nofile=None)
+        start, sent = time.monotonic(), 0
+        while time.monotonic() - start < 2.5:
+            sent += 1
+            c = socket.create_connection((LOOPBACK, client.port), timeout=5)
+            try:
+                socks5_greet(c)
+                socks5_request(c, LOOPBACK, target.port)
+                c.sendall(b"x")
+            except OSError:
+                pass
+            socks.append(c)
+            if len(socks) >= 32:  # a few open at once: the client keeps one connection
+                socks.pop(0).close()
+        elapsed = time.monotonic() - start
+        accepted = settle(lambda: target.connections, quiet=1.0)
+        # the client spreads its calls over connections as they are
+        # refused and reset: the source's rate is the bound
+        allowed = BURST_SOURCE + RATE_SOURCE * (elapsed + 1.0)
+        print(f"grpc churn: {sent} calls in {elapsed:.2f} s, {accepted} accepted")
+        if sent <= 1.3 * allowed:
+            pytest.fail(f"the client was too slow to test the rate ({elapsed:.2f} s)")
+        assert accepted <= allowed, (accepted, elapsed, server.log()[-3000:])
+        assert guard_metrics(server)["refused_open_rate"] >= sent - allowed
+        assert "(last: grpc call)" in server.log()
+    finally:
+        for c in socks:
+            c.close()
+        target.close()
