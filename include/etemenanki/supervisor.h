@@ -180,6 +180,8 @@ typedef struct etm_guard_stats {
 	uint64_t refused_source; /* over [policy] max_connections_per_source */
 	uint64_t refused_loop;   /* dials to one of our own listening addresses */
 	uint64_t accept_paused;  /* listener pauses for lack of file descriptors */
+	uint64_t refused_fanout; /* mux sub-flows, gRPC calls, UDP entries over the same bound */
+	uint64_t refused_open_rate; /* mux sub-flow and gRPC call opens over their rate */
 } etm_guard_stats;
 
 /* Fills *out; any thread while the engine runs. */

@@ -363,9 +363,11 @@ int metrics_write(const metrics_snapshot *s, metrics_buf *b)
 	family(b, n, "counter", "Client connections opened (TCP accepted, gRPC streams served).");
 	sample(b, n, NULL, NULL, NULL, NULL, s->flows_total);
 	n = "etemenanki_guard_refused_total";
-	family(b, n, "counter", "Connections and dials the admission guard refused, by reason.");
+	family(b, n, "counter", "Connections, sub-flows, calls and dials the admission guard refused, by reason.");
 	sample(b, n, "reason", "source", NULL, NULL, s->guard.refused_source);
 	sample(b, n, "reason", "loop", NULL, NULL, s->guard.refused_loop);
+	sample(b, n, "reason", "fanout", NULL, NULL, s->guard.refused_fanout);
+	sample(b, n, "reason", "open_rate", NULL, NULL, s->guard.refused_open_rate);
 	n = "etemenanki_accept_paused_total";
 	family(b, n, "counter", "Listener pauses for lack of file descriptors.");
 	sample(b, n, NULL, NULL, NULL, NULL, s->guard.accept_paused);

@@ -754,8 +754,9 @@ static const schema_field policy_fields[] = {
 	{.name = "max_connections_per_source", .kind = SK_U64,
 	 .offset = offsetof(etm_policy_spec, max_connections_per_source), .def = 0,
 	 .default_doc = "0",
-	 .doc = "Client connections one IP address may have open at once, over every TCP inbound; "
-	        "more are closed as they arrive. 0 = an eighth of the process's descriptor limit "
+	 .doc = "Client connections one IP address may have open at once, over every TCP inbound, "
+	        "with what they carry (each Mux.Cool TCP sub-flow and gRPC call 1, each Mux.Cool UDP "
+	        "sub-flow, Shadowsocks UDP NAT entry and SOCKS5 UDP association 2); more are refused as they arrive. 0 = an eighth of the process's descriptor limit "
 	        "(RLIMIT_NOFILE), at least 64: one client cannot take every descriptor."},
 	ENUM(etm_policy_spec, drain.mode, "drain", drain_modes, ETM_DRAIN_UNSET, "\"keep\"",
 	     "The drain of every [[outbound]] that sets neither drain nor drain_after: keep or "

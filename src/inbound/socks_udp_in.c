@@ -6,16 +6,24 @@
 
 #include "base/log.h"
 #include "proto/socks.h"
+#include "runtime/guard.h"
 #include "runtime/udp_batch.h"
 
-enum { MSG_BIND, MSG_LINK, MSG_NOT_CLIENT, MSG_MALFORMED, MSG_NO_MEMORY };
+enum { MSG_BIND, MSG_LINK, MSG_NOT_CLIENT, MSG_MALFORMED, MSG_NO_MEMORY, MSG_OVER };
 static const char *const msgs[] = {
 	[MSG_BIND] = "socks udp: cannot bind the relay: %s",
 	[MSG_LINK] = "socks udp: cannot open the datagram link: %s",
 	[MSG_NOT_CLIENT] = "socks udp: dropped a datagram from %s (not the client)",
 	[MSG_MALFORMED] = "socks udp: dropped a malformed or fragmented datagram",
 	[MSG_NO_MEMORY] = "out of memory",
+	[MSG_OVER] = "socks udp: the client's source is at its bound (max_connections_per_source)",
 };
+
+/* What an association counts against its client's source (guard.h) beyond
+ * its control connection: the descriptors its link holds (freedom's IPv4
+ * and IPv6 sockets); the relay socket is the control connection's second
+ * descriptor, as a plain flow's upstream is. */
+#define ASSOC_HOLDS 2
 
 /* Room for the reason a datagram link could not open. */
 #define LINK_WHY_MAX 200
@@ -35,6 +43,9 @@ struct socks_udp_in {
 	struct sockaddr_storage client; /* the client's endpoint, once its first datagram came */
 	bool client_known;
 	uint8_t *buf; /* RELAY_MMSG chunks for datagrams from the client */
+	worker *w;
+	struct sockaddr_storage peer; /* the control connection's, where ASSOC_HOLDS count */
+	bool held;
 };
 
 static void on_relay_closed(uv_handle_t *h)
@@ -48,6 +59,9 @@ static void on_relay_closed(uv_handle_t *h)
 
 void socks_udp_in_stop(socks_udp_in *u)
 {
+	if (u->held)
+		guard_source_unhold(worker_guard(u->w), (struct sockaddr *)&u->peer, ASSOC_HOLDS);
+	u->held = false;
 	if (u->link)
 		u->link->ops->close(u->link);
 	u->link = NULL;
@@ -135,6 +149,15 @@ socks_udp_in *socks_udp_in_start(in_conn *ic, const proto_event *ev, addr_dest *
 	}
 	u->ic = ic;
 	u->buf = buf;
+	u->w = conn_worker(ic->c);
+	u->peer = *conn_peer(ic->c);
+	if (!guard_source_hold(worker_guard(u->w), (struct sockaddr *)&u->peer, ASSOC_HOLDS)) {
+		free(u);
+		free(buf);
+		snprintf(why, why_size, "%s", msgs[MSG_OVER]);
+		return NULL;
+	}
+	u->held = true;
 	/* one recvmmsg(2) takes up to RELAY_MMSG datagrams; each comes to
 	 * on_client_datagram on its own (UV_UDP_MMSG_CHUNK) */
 	uv_udp_init_ex(worker_loop(conn_worker(ic->c)), &u->relay, AF_UNSPEC | UV_UDP_RECVMMSG);

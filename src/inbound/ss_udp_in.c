@@ -18,6 +18,7 @@
 #include "proto/shadowsocks2022_udp.h"
 #include "proto/shadowsocks_server.h"
 #include "proto/socks_addr.h"
+#include "runtime/guard.h"
 #include "runtime/listener.h"
 
 enum { MSG_NOT_OPEN, MSG_BAD_ADDRESS, MSG_REPLAY, MSG_DROPPED, MSG_LINK, MSG_EVICTED, MSG_UNKNOWN,
@@ -37,6 +38,11 @@ static const char *const msgs[MSG_COUNT_] = {
 /* Hash buckets of the NAT table: a power of two, SS_UDP_NAT_MAX / 2 so a
  * full table's chains stay short. */
 #define NAT_BUCKETS 512
+/* What a NAT entry counts against its client's source (guard.h,
+ * max_connections_per_source): the descriptors its link holds, freedom's
+ * two sockets (IPv4 and IPv6). 1,024 entries a worker are 2,048
+ * descriptors. */
+#define NAT_HOLDS 2
 /* Room for the reason a datagram link could not open. */
 #define LINK_WHY_MAX 200
 
@@ -67,6 +73,9 @@ struct nat {
 	nat *next;      /* in its bucket */
 	ss_udp_in *u;
 	struct sockaddr_storage client;
+	/* the address its NAT_HOLDS count against (a 2022 session's client
+	 * address moves; the count stays where it was taken) */
+	struct sockaddr_storage client_counted;
 	dgram_link *link;        /* owned */
 	const inbound_rt *in;    /* a reference: the link's flow_ctx borrows its tag */
 	int user;                /* the account the client's last packet opened with */
@@ -159,6 +168,8 @@ static void nat_del(nat *e)
 	u->n_nat--;
 	if (e->link)
 		e->link->ops->close(e->link);
+	guard_source_unhold(worker_guard(u->w), (const struct sockaddr *)&e->client_counted,
+	                    NAT_HOLDS);
 	inbound_rt_release(e->in);
 	ss2022_udp_rx_free(&e->rx);
 	ss2022_udp_cipher_free(&e->tx);
@@ -250,6 +261,10 @@ static nat *nat_new(ss_udp_in *u, const struct sockaddr *from, int user, const a
                     const uint8_t *session)
 {
 	char who[ADDR_TEXT_MAX];
+	/* the entry's descriptors count against the client's source: over
+	 * the bound the datagram is dropped (counted as refused_fanout) */
+	if (!guard_source_hold(worker_guard(u->w), from, NAT_HOLDS))
+		return NULL;
 	if (u->n_nat >= SS_UDP_NAT_MAX && u->lru.tail) {
 		nat *old = LIST_ENTRY(u->lru.tail, nat, node);
 		if (log_get_level() >= LOG_LEVEL_DEBUG) {
@@ -259,11 +274,14 @@ static nat *nat_new(ss_udp_in *u, const struct sockaddr *from, int user, const a
 		nat_del(old);
 	}
 	nat *e = calloc(1, sizeof *e);
-	if (!e)
+	if (!e) {
+		guard_source_unhold(worker_guard(u->w), from, NAT_HOLDS);
 		return NULL;
+	}
 	e->u = u;
 	memcpy(&e->client, from,
 	       from->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+	e->client_counted = e->client;
 	e->user = user;
 	if (session) {
 		e->s2022 = true;
@@ -272,6 +290,7 @@ static nat *nat_new(ss_udp_in *u, const struct sockaddr *from, int user, const a
 		 * server session IDs" */
 		do {
 			if (RAND_bytes(e->server_session, sizeof e->server_session) != 1) {
+				guard_source_unhold(worker_guard(u->w), from, NAT_HOLDS);
 				free(e);
 				return NULL;
 			}
@@ -295,6 +314,7 @@ static nat *nat_new(ss_udp_in *u, const struct sockaddr *from, int user, const a
 	if (!e->link) {
 		client_text(&e->client, who, sizeof who);
 		log_debug("inbound", msgs[MSG_LINK], tag_of(u), who, why);
+		guard_source_unhold(worker_guard(u->w), from, NAT_HOLDS);
 		inbound_rt_release(e->in);
 		free(e);
 		return NULL;

@@ -18,9 +18,11 @@ static const char *const msgs[] = {
 	[0] = "refused %llu connection(s) from %s: it has %llu open, the limit (max_connections_per_source)",
 	[1] = "refused %llu dial(s) to %s: one of our own listening addresses (a proxy loop)",
 	[2] = "%s: out of file descriptors (%s); accepts pause for %u ms (%llu pause(s))",
+	[3] = "refused %llu sub-flow(s), call(s) or UDP entry(ies) from %s: it holds %llu with its connections, the limit (max_connections_per_source)",
+	[4] = "refused %llu sub-flow or call open(s) from %s (last: %s): over %u a second a session or %u a source",
 };
 
-enum { WARN_SOURCE, WARN_LOOP, WARN_EMFILE, WARN_KINDS };
+enum { WARN_SOURCE, WARN_LOOP, WARN_EMFILE, WARN_FANOUT, WARN_RATE, WARN_KINDS };
 
 /* One client address: the family and 16 bytes (IPv4 and v4-mapped IPv6 as
  * AF_INET in the first 4). */
@@ -31,7 +33,8 @@ typedef struct src_key {
 
 typedef struct src_entry {
 	src_key key;
-	uint64_t open;
+	uint64_t open; /* connections and holds */
+	guard_bucket opens; /* sub-flow and call opens of all its carriers */
 	struct src_entry *next;
 } src_entry;
 
@@ -48,7 +51,8 @@ struct guard {
 	listen_addr listens[GUARD_LISTENS_MAX]; /* set before the workers run */
 	_Atomic size_t n_listens; /* entries [0, n) are complete: a reload adds while workers read */
 
-	_Atomic uint64_t refused_source, refused_loop, accept_paused;
+	_Atomic uint64_t refused_source, refused_loop, accept_paused, refused_fanout,
+	        refused_open_rate;
 	_Atomic uint64_t last_warn_ms[WARN_KINDS];
 	_Atomic uint64_t unwarned[WARN_KINDS]; /* events since the last warning */
 };
@@ -145,34 +149,94 @@ static void key_text(const src_key *k, char *out, size_t size)
 	snprintf(out, size, "?");
 }
 
+/* Whether b, a source's open bucket, is full again at now: the source's
+ * entry is then no longer needed once nothing is counted. An entry whose
+ * source drained it stays until it refills (at most
+ * GUARD_OPEN_BURST_SOURCE / GUARD_OPEN_RATE_SOURCE s), so a client cannot
+ * start over with a full bucket by closing its carriers and reconnecting. */
+static bool refilled(const guard_bucket *b, uint64_t now)
+{
+	if (!b->started)
+		return true;
+	uint64_t cap = (uint64_t)GUARD_OPEN_BURST_SOURCE * 1000;
+	uint64_t dt = now > b->last_ms ? now - b->last_ms : 0;
+	return dt >= cap || b->level_milli + dt * GUARD_OPEN_RATE_SOURCE >= cap;
+}
+
+/* The entry of k in its bucket b, made when missing and make is set
+ * (NULL when memory runs out). Entries of the chain that hold nothing and
+ * whose open bucket refilled are freed on the way. The lock is held. */
+static src_entry *entry_of(guard *g, const src_key *k, size_t b, bool make)
+{
+	uint64_t now = now_ms();
+	src_entry *e = NULL;
+	for (src_entry **pp = &g->buckets[b]; *pp;) {
+		src_entry *i = *pp;
+		if (!memcmp(&i->key, k, sizeof *k)) {
+			e = i;
+			pp = &i->next;
+		} else if (i->open == 0 && refilled(&i->opens, now)) {
+			*pp = i->next;
+			free(i);
+		} else {
+			pp = &i->next;
+		}
+	}
+	if (!e && make) {
+		e = calloc(1, sizeof *e);
+		if (e) {
+			e->key = *k;
+			e->next = g->buckets[b];
+			g->buckets[b] = e;
+		}
+	}
+	return e;
+}
+
+/* Adds n to k's count when it stays within the bound; *open gets the count
+ * before. */
+static bool take_n(guard *g, const src_key *k, unsigned n, uint64_t *open)
+{
+	size_t b = bucket_of(k);
+	bool ok = true;
+	pthread_mutex_lock(&g->lock);
+	src_entry *e = entry_of(g, k, b, true);
+	*open = e ? e->open : 0;
+	if (!e || e->open >= g->limit || n > g->limit - e->open) {
+		ok = false;
+		/* an entry made for this call stays to be pruned (entry_of) */
+	} else {
+		e->open += n;
+	}
+	pthread_mutex_unlock(&g->lock);
+	return ok;
+}
+
+static void put_n(guard *g, const src_key *k, unsigned n)
+{
+	size_t b = bucket_of(k);
+	pthread_mutex_lock(&g->lock);
+	src_entry **pp = &g->buckets[b];
+	while (*pp && memcmp(&(*pp)->key, k, sizeof *k))
+		pp = &(*pp)->next;
+	src_entry *e = *pp;
+	if (e && e->open > 0) {
+		e->open = e->open > n ? e->open - n : 0;
+		if (e->open == 0 && refilled(&e->opens, now_ms())) {
+			*pp = e->next;
+			free(e);
+		}
+	}
+	pthread_mutex_unlock(&g->lock);
+}
+
 bool guard_source_take(guard *g, const struct sockaddr *peer)
 {
 	src_key k;
 	if (!g || !key_of(peer, &k))
 		return true;
-	size_t b = bucket_of(&k);
-	uint64_t open = 0;
-	bool ok = true;
-	pthread_mutex_lock(&g->lock);
-	src_entry *e = g->buckets[b];
-	while (e && memcmp(&e->key, &k, sizeof k))
-		e = e->next;
-	if (!e) {
-		e = calloc(1, sizeof *e);
-		if (e) {
-			e->key = k;
-			e->next = g->buckets[b];
-			g->buckets[b] = e;
-		}
-	}
-	if (!e || e->open >= g->limit) {
-		ok = false;
-		open = e ? e->open : 0;
-	} else {
-		e->open++;
-	}
-	pthread_mutex_unlock(&g->lock);
-	if (ok)
+	uint64_t open;
+	if (take_n(g, &k, 1, &open))
 		return true;
 	atomic_fetch_add(&g->refused_source, 1);
 	uint64_t count;
@@ -187,19 +251,85 @@ bool guard_source_take(guard *g, const struct sockaddr *peer)
 void guard_source_put(guard *g, const struct sockaddr *peer)
 {
 	src_key k;
+	if (g && key_of(peer, &k))
+		put_n(g, &k, 1);
+}
+
+bool guard_source_hold(guard *g, const struct sockaddr *peer, unsigned n)
+{
+	src_key k;
 	if (!g || !key_of(peer, &k))
-		return;
-	size_t b = bucket_of(&k);
-	pthread_mutex_lock(&g->lock);
-	src_entry **pp = &g->buckets[b];
-	while (*pp && memcmp(&(*pp)->key, &k, sizeof k))
-		pp = &(*pp)->next;
-	src_entry *e = *pp;
-	if (e && e->open > 0 && --e->open == 0) {
-		*pp = e->next;
-		free(e);
+		return true;
+	uint64_t open;
+	if (take_n(g, &k, n, &open))
+		return true;
+	atomic_fetch_add(&g->refused_fanout, 1);
+	uint64_t count;
+	if (may_warn(g, WARN_FANOUT, &count)) {
+		char ip[INET6_ADDRSTRLEN];
+		key_text(&k, ip, sizeof ip);
+		log_warn("guard", msgs[3], (unsigned long long)count, ip, (unsigned long long)open);
 	}
-	pthread_mutex_unlock(&g->lock);
+	return false;
+}
+
+void guard_source_unhold(guard *g, const struct sockaddr *peer, unsigned n)
+{
+	src_key k;
+	if (g && key_of(peer, &k))
+		put_n(g, &k, n);
+}
+
+bool guard_bucket_take(guard_bucket *b, uint64_t now_ms, uint32_t rate, uint32_t burst)
+{
+	uint64_t cap = (uint64_t)burst * 1000;
+	if (!b->started) {
+		b->started = true;
+		b->level_milli = cap;
+		b->last_ms = now_ms;
+	}
+	if (now_ms > b->last_ms) {
+		/* rate tokens a second: rate thousandths a millisecond; a long
+		 * pause only fills the bucket */
+		uint64_t dt = now_ms - b->last_ms;
+		uint64_t add = dt > cap ? cap : dt * rate;
+		b->level_milli = add > cap - b->level_milli ? cap : b->level_milli + add;
+		b->last_ms = now_ms;
+	}
+	if (b->level_milli < 1000)
+		return false;
+	b->level_milli -= 1000;
+	return true;
+}
+
+bool guard_open_allowed(guard *g, const struct sockaddr *peer, guard_bucket *session,
+                        uint64_t now_ms, const char *what)
+{
+	src_key k;
+	bool keyed = g && key_of(peer, &k);
+	bool ok = guard_bucket_take(session, now_ms, GUARD_OPEN_RATE_SESSION,
+	                            GUARD_OPEN_BURST_SESSION);
+	if (ok && keyed) {
+		size_t b = bucket_of(&k);
+		pthread_mutex_lock(&g->lock);
+		src_entry *e = entry_of(g, &k, b, false);
+		if (e)
+			ok = guard_bucket_take(&e->opens, now_ms, GUARD_OPEN_RATE_SOURCE,
+			                       GUARD_OPEN_BURST_SOURCE);
+		pthread_mutex_unlock(&g->lock);
+	}
+	if (ok || !g)
+		return ok;
+	atomic_fetch_add(&g->refused_open_rate, 1);
+	uint64_t count;
+	if (may_warn(g, WARN_RATE, &count)) {
+		char ip[INET6_ADDRSTRLEN] = "?";
+		if (keyed)
+			key_text(&k, ip, sizeof ip);
+		log_warn("guard", msgs[4], (unsigned long long)count, ip, what,
+		         GUARD_OPEN_RATE_SESSION, GUARD_OPEN_RATE_SOURCE);
+	}
+	return false;
 }
 
 int guard_listen_add(guard *g, const char *ip, uint16_t port)
@@ -297,4 +427,6 @@ void guard_stats_get(const guard *g, guard_stats *out)
 	out->refused_source = atomic_load(&g->refused_source);
 	out->refused_loop = atomic_load(&g->refused_loop);
 	out->accept_paused = atomic_load(&g->accept_paused);
+	out->refused_fanout = atomic_load(&g->refused_fanout);
+	out->refused_open_rate = atomic_load(&g->refused_open_rate);
 }

@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "runtime/chan_queue.h"
 #include "runtime/dial_stream.h"
+#include "runtime/guard.h"
 #include "transport/grpc.h"
 #include "transport/gun.h"
 #include "transport/tls.h"
@@ -23,6 +24,7 @@ enum {
 	M_CUT,
 	M_REFUSED,
 	M_NO_SETTINGS,
+	M_OVER,
 };
 
 static const char *const msgs[] = {
@@ -33,6 +35,7 @@ static const char *const msgs[] = {
 	[M_CUT] = "grpc: the stream ended in the middle of a message",
 	[M_REFUSED] = "refused a call from %s: %s",
 	[M_NO_SETTINGS] = "grpc: handshake timed out",
+	[M_OVER] = "over the client's bound of sub-flows and calls (max_connections_per_source) or its open rate",
 };
 
 #define WHY_MAX 192
@@ -59,6 +62,7 @@ typedef struct gstream {
 	bool h2_closed;   /* nghttp2 closed the stream */
 	bool to_accept;   /* server: a valid call to hand over */
 	bool refused;     /* server: answered a refusal */
+	bool held;        /* server: counted against the client's source (guard) */
 	bool failed;
 	char why[WHY_MAX];
 	grpc_head head; /* the request's (server) or the response's (client) */
@@ -98,6 +102,8 @@ struct gun_conn {
 	bool tls;
 	gun_server_config scfg;
 	uint64_t idle_ms;
+	struct sockaddr_storage peer; /* server: the client's address (family 0: unknown) */
+	guard_bucket open_rate;       /* server: its call opens (guard) */
 };
 
 static _Thread_local list clients; /* this worker's client connections */
@@ -238,6 +244,8 @@ static gstream *stream_new(gun_conn *c)
 static void stream_free(gstream *s)
 {
 	gun_conn *c = s->c;
+	if (s->held)
+		guard_source_unhold(worker_guard(c->w), (struct sockaddr *)&c->peer, 1);
 	if (s->id > 0 && !c->freed && c->h2)
 		nghttp2_session_set_stream_user_data(c->h2, s->id, NULL);
 	list_remove(&c->streams, &s->node);
@@ -343,6 +351,21 @@ static int answer_request(gun_conn *c, gstream *s)
 	const char *status, *grpc_status;
 	char why[WHY_MAX], who[64];
 	if (grpc_check_request(&s->head, c->path, &status, &grpc_status, why, sizeof why) == 0) {
+		/* a call's upstream counts against the client's source as a
+		 * connection does, and the connection's call opens are
+		 * rate-bounded (docs/security.md): over either, RST_STREAM
+		 * REFUSED_STREAM (RFC 9113 8.7: nothing was processed, the
+		 * client may retry) */
+		guard *g = worker_guard(c->w);
+		const struct sockaddr *peer = (const struct sockaddr *)&c->peer;
+		if (!guard_open_allowed(g, peer, &c->open_rate, uv_now(worker_loop(c->w)), "grpc call") ||
+		    !(s->held = guard_source_hold(g, peer, 1))) {
+			peer_text(c, who, sizeof who);
+			log_debug("grpc", msgs[M_REFUSED], who, msgs[M_OVER]);
+			s->refused = true;
+			return nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, s->id,
+			                                 NGHTTP2_REFUSED_STREAM);
+		}
 		const nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
 		nghttp2_data_provider src = {.source.ptr = s, .read_callback = read_source};
 		s->to_accept = true;
@@ -749,6 +772,8 @@ int gun_serve(worker *w, endpoint *below, const gun_server_config *cfg)
 	c->scfg = *cfg;
 	c->scfg.service = NULL;
 	c->below = below;
+	if (endpoint_peername(below, &c->peer))
+		c->peer.ss_family = 0; /* not counted: as the connection's guard */
 	c->ready = true;
 	endpoint_set_events(below, &below_events, c);
 	endpoint_want_read(below, true);

@@ -546,9 +546,12 @@ void etm_supervisor_write_metrics(const etm_supervisor *s, FILE *out)
 {
 	guard_stats g;
 	guard_stats_get(s->guard, &g);
-	fprintf(out, "guard: refused_source=%llu refused_loop=%llu accept_paused=%llu\n",
+	fprintf(out,
+	        "guard: refused_source=%llu refused_loop=%llu accept_paused=%llu "
+	        "refused_fanout=%llu refused_open_rate=%llu\n",
 	        (unsigned long long)g.refused_source, (unsigned long long)g.refused_loop,
-	        (unsigned long long)g.accept_paused);
+	        (unsigned long long)g.accept_paused, (unsigned long long)g.refused_fanout,
+	        (unsigned long long)g.refused_open_rate);
 	for (size_t i = 0; i < s->spec.inbounds_len; i++)
 		if (s->ins[i].lb)
 			udplb_group_write(s->ins[i].lb, out);
@@ -568,5 +571,7 @@ void etm_supervisor_guard_stats(const etm_supervisor *s, etm_guard_stats *out)
 	guard_stats_get(s->guard, &g);
 	*out = (etm_guard_stats){.refused_source = g.refused_source,
 	                         .refused_loop = g.refused_loop,
-	                         .accept_paused = g.accept_paused};
+	                         .accept_paused = g.accept_paused,
+	                         .refused_fanout = g.refused_fanout,
+	                         .refused_open_rate = g.refused_open_rate};
 }

@@ -33,11 +33,13 @@ static const char GLOBAL[] =
 	"served).\n"
 	"# TYPE etemenanki_flows_total counter\n"
 	"etemenanki_flows_total 9\n"
-	"# HELP etemenanki_guard_refused_total Connections and dials the admission guard refused, "
-	"by reason.\n"
+	"# HELP etemenanki_guard_refused_total Connections, sub-flows, calls and dials the "
+	"admission guard refused, by reason.\n"
 	"# TYPE etemenanki_guard_refused_total counter\n"
 	"etemenanki_guard_refused_total{reason=\"source\"} 1\n"
 	"etemenanki_guard_refused_total{reason=\"loop\"} 2\n"
+	"etemenanki_guard_refused_total{reason=\"fanout\"} 10\n"
+	"etemenanki_guard_refused_total{reason=\"open_rate\"} 11\n"
 	"# HELP etemenanki_accept_paused_total Listener pauses for lack of file descriptors.\n"
 	"# TYPE etemenanki_accept_paused_total counter\n"
 	"etemenanki_accept_paused_total 3\n"
@@ -207,7 +209,8 @@ static metrics_snapshot base(void)
 		.flows_open = 7,
 		.flows_total = 9,
 		.epoch = 3,
-		.guard = {.refused_source = 1, .refused_loop = 2, .accept_paused = 3},
+		.guard = {.refused_source = 1, .refused_loop = 2, .accept_paused = 3,
+		          .refused_fanout = 10, .refused_open_rate = 11},
 		.reloads_ok = 4,
 		.reloads_failed = 5,
 		.scrape_connections_refused = 6,

@@ -115,7 +115,8 @@ static void round_trip_and_counters(void **state)
 	etm_supervisor_write_metrics(s, mem);
 	fclose(mem);
 	/* the guard's line first (nothing refused here), then the inbound's */
-	const char *guard = "guard: refused_source=0 refused_loop=0 accept_paused=0\n";
+	const char *guard = "guard: refused_source=0 refused_loop=0 accept_paused=0 "
+	                    "refused_fanout=0 refused_open_rate=0\n";
 	assert_true(strncmp(text, guard, strlen(guard)) == 0);
 	const char *block = text + strlen(guard);
 	/* the duration is the flow's, in ms: anything */
