@@ -45,7 +45,8 @@ const char *api_http_message(api_http_msg m)
  * queue or in ours) closes the connection: a client that pings and does
  * not read would otherwise grow the write queue without bound (issue 32
  * D1). The same number as the data path's WS_CONTROL_QUEUE_MAX; a client
- * that reads has at most one pong waiting. */
+ * that pings and reads the pong before the next has at most one waiting,
+ * and 16 in one read is no keep-alive. */
 #define API_WS_PONGS_MAX 16
 
 /* What a WebSocket connection may queue past API_SENDQ_MAX, where stream
