@@ -27,6 +27,8 @@ static const char *const msgs[API_HTTP_MSG_COUNT_] = {
 	[API_HTTP_REQUEST] = "api: %.*s %.*s: %d",
 	[API_HTTP_KEEP_SECRET] = ("reload: [api] secret removed while the API listens on %s, "
 	                          "which is not loopback; the old secret stays until the next start"),
+	[API_HTTP_NOT_READING] = ("api: a WebSocket client sends pings and does not read the answers "
+	                          "(%d pongs waiting); closing it"),
 };
 
 const char *api_http_message(api_http_msg m)
@@ -38,6 +40,21 @@ const char *api_http_message(api_http_msg m)
  * (1009, RFC 6455 7.4.1): the streams take no commands, so nothing a
  * dashboard sends comes near it, and wslay would buffer a whole one. */
 #define API_WS_MSG_MAX 4096
+
+/* A ping that arrives while this many pongs wait to be written (in wslay's
+ * queue or in ours) closes the connection: a client that pings and does
+ * not read would otherwise grow the write queue without bound (issue 32
+ * D1). The same number as the data path's WS_CONTROL_QUEUE_MAX; a client
+ * that pings and reads the pong before the next has at most one waiting,
+ * and 16 in one read is no keep-alive. */
+#define API_WS_PONGS_MAX 16
+
+/* What a WebSocket connection may queue past API_SENDQ_MAX, where stream
+ * messages stop: API_WS_PONGS_MAX pongs and a close frame (a header and at
+ * most 125 bytes each, two writes with their bookkeeping), and the frame
+ * header and bookkeeping of the last stream message. A write past it
+ * closes the connection, so nothing a client does grows the queue. */
+#define API_WS_CTL_ROOM (16u << 10)
 
 /* RFC 6455 1.3: the GUID a Sec-WebSocket-Key is hashed with. */
 static const char WS_GUID[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
@@ -92,8 +109,10 @@ struct aconn {
 	bool closing, close_after, lingering, head_only;
 	bool ws_done;  /* the close handshake is over: close once written */
 	bool closed;   /* /connections: the ended flows */
+	bool ws_over;  /* API_WS_PONGS_MAX passed: wslay reads no more */
+	int pongs;     /* WebSocket: pings since no pong last waited */
 	int writing;   /* writes in flight */
-	size_t queued; /* their bytes */
+	size_t queued; /* their bytes and their wreq bookkeeping */
 	int handles;
 	uv_shutdown_t shut;
 	uint8_t *in; /* owned */
@@ -189,7 +208,7 @@ static void on_written(uv_write_t *req, int status)
 	wreq *w = req->data;
 	aconn *c = w->c;
 	c->writing--;
-	c->queued -= w->len;
+	c->queued -= sizeof *w + w->len;
 	free(w);
 	if (c->closing)
 		return;
@@ -236,7 +255,7 @@ static int send_pieces(aconn *c, const uv_buf_t *pieces, size_t n)
 		return -1;
 	}
 	c->writing++;
-	c->queued += len;
+	c->queued += sizeof *w + len;
 	return 0;
 }
 
@@ -370,6 +389,10 @@ static ssize_t ws_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, in
 	(void)flags;
 	aconn *c = user;
 	size_t have = c->len - c->ws_off;
+	if (c->ws_over) {
+		wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
+		return -1;
+	}
 	if (have == 0) {
 		wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
 		return -1;
@@ -387,11 +410,31 @@ static ssize_t ws_send(wslay_event_context_ptr ctx, const uint8_t *data, size_t 
 	(void)flags;
 	aconn *c = user;
 	uv_buf_t p = uv_buf_init((char *)data, (unsigned)len);
-	if (c->closing || send_pieces(c, &p, 1)) {
+	if (c->closing || c->queued + sizeof(wreq) + len > API_SENDQ_MAX + API_WS_CTL_ROOM ||
+	    send_pieces(c, &p, 1)) {
 		wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
 		return -1;
 	}
 	return (ssize_t)len;
+}
+
+/* Counts the pongs a ping makes wait. With nothing queued in wslay nor
+ * in libuv (every earlier pong is in the kernel) none waits; otherwise
+ * the count goes on, and past API_WS_PONGS_MAX wslay's next read fails,
+ * before this ping's pong is queued. */
+static void ws_frame_start(wslay_event_context_ptr ctx,
+                           const struct wslay_event_on_frame_recv_start_arg *arg, void *user)
+{
+	aconn *c = user;
+	if (arg->opcode != WSLAY_PING || c->ws_over)
+		return;
+	if (wslay_event_get_queued_msg_count(ctx) == 0 &&
+	    uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) == 0)
+		c->pongs = 0;
+	if (c->pongs++ >= API_WS_PONGS_MAX) {
+		c->ws_over = true;
+		log_debug("app", msgs[API_HTTP_NOT_READING], API_WS_PONGS_MAX);
+	}
 }
 
 /* A client's messages are not commands here: the close frame wslay
@@ -407,13 +450,14 @@ static void ws_msg(wslay_event_context_ptr ctx, const struct wslay_event_on_msg_
 static const struct wslay_event_callbacks WS_CALLBACKS = {
 	.recv_callback = ws_recv,
 	.send_callback = ws_send,
+	.on_frame_recv_start_callback = ws_frame_start,
 	.on_msg_recv_callback = ws_msg,
 };
 
 /* The bytes read on a WebSocket go through wslay. */
 static void ws_feed(aconn *c)
 {
-	if (wslay_event_recv(c->ws) || wslay_event_send(c->ws)) {
+	if (wslay_event_recv(c->ws) || c->ws_over || wslay_event_send(c->ws)) {
 		conn_close(c);
 		return;
 	}

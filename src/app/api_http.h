@@ -77,6 +77,7 @@ typedef enum api_http_msg {
 	API_HTTP_FULL,
 	API_HTTP_REQUEST,
 	API_HTTP_KEEP_SECRET,
+	API_HTTP_NOT_READING,
 	API_HTTP_MSG_COUNT_,
 } api_http_msg;
 const char *api_http_message(api_http_msg m);

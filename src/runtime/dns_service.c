@@ -48,6 +48,13 @@ static const char *const msgs[MSG_COUNT_] = {
 #define ID_SLOTS (2 * DNS_SVC_MAX_INFLIGHT)
 #define RANDOM_BUF 256
 
+/* The most a UDP answer carries whatever EDNS size the client offers; a
+ * longer one goes with TC, the header and the question, and the client
+ * asks again over TCP. 1,232 bytes fit the IPv6 minimum MTU with its
+ * headers (DNS flag day 2020), and cap what a spoofed query can reflect
+ * at about 30 times its size (issue 32 N7: 126 times at EDNS 4,600). */
+#define DNS_SVC_UDP_MAX 1232
+
 typedef struct svc_req svc_req;
 /* The answer to a query: msg has DGRAM_HEADROOM writable bytes before it;
  * len 0: none (a query that could not even be answered FORMERR). */
@@ -235,7 +242,8 @@ static void ready(svc_req *r, const uint8_t *msg, size_t n)
 		memcpy(m, msg, n);
 		if (n >= 2)
 			dns_msg_set_id(m, r->q.id);
-		r->ans_len = r->udp ? dns_msg_truncate(m, n, r->q.qend, r->q.udp_size) : n;
+		size_t cap = r->q.udp_size < DNS_SVC_UDP_MAX ? r->q.udp_size : DNS_SVC_UDP_MAX;
+		r->ans_len = r->udp ? dns_msg_truncate(m, n, r->q.qend, cap) : n;
 	}
 	r->state = R_READY;
 	r->tick = s->tick;

@@ -25,6 +25,7 @@ enum {
 	M_REFUSED,
 	M_NO_SETTINGS,
 	M_OVER,
+	M_ENDED,
 };
 
 static const char *const msgs[] = {
@@ -36,6 +37,7 @@ static const char *const msgs[] = {
 	[M_REFUSED] = "refused a call from %s: %s",
 	[M_NO_SETTINGS] = "grpc: handshake timed out",
 	[M_OVER] = "over the client's bound of sub-flows and calls (max_connections_per_source) or its open rate",
+	[M_ENDED] = "ended the connection of %s: %s",
 };
 
 #define WHY_MAX 192
@@ -104,6 +106,7 @@ struct gun_conn {
 	uint64_t idle_ms;
 	struct sockaddr_storage peer; /* server: the client's address (family 0: unknown) */
 	guard_bucket open_rate;       /* server: its call opens (guard) */
+	grpc_calm calm; /* frames without payload (transport/grpc.h) */
 };
 
 static _Thread_local list clients; /* this worker's client connections */
@@ -453,6 +456,33 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t
 	return 0;
 }
 
+/* Every frame's header, unknown types too (they are registered as
+ * extensions for this): frames without payload are bounded (grpc.h
+ * GRPC_CALM_RATE); past it a GOAWAY ENHANCE_YOUR_CALM ends the
+ * connection and nghttp2 reads nothing more. */
+static int on_begin_frame(nghttp2_session *h2, const nghttp2_frame_hd *hd, void *ud)
+{
+	gun_conn *c = ud;
+	if (c->calm.over ||
+	    grpc_calm_frame(&c->calm, hd->type, hd->length, hd->flags, uv_now(c->timer.loop)) == 0)
+		return 0;
+	char who[64];
+	peer_text(c, who, sizeof who);
+	log_debug("grpc", msgs[M_ENDED], who, grpc_calm_message());
+	return nghttp2_session_terminate_session(h2, NGHTTP2_ENHANCE_YOUR_CALM);
+}
+
+/* The unknown types' payloads are dropped. */
+static int unpack_extension(nghttp2_session *h2, void **payload, const nghttp2_frame_hd *hd,
+                            void *ud)
+{
+	(void)h2;
+	(void)payload;
+	(void)hd;
+	(void)ud;
+	return NGHTTP2_ERR_CANCEL;
+}
+
 static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code, void *ud)
 {
 	gun_conn *c = ud;
@@ -540,7 +570,7 @@ static void send_out(gun_conn *c)
 		c->wire_len -= (size_t)k;
 	}
 	if (!c->dead && !nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))
-		die(c, msgs[M_CONN_CLOSED]);
+		die(c, c->calm.over ? grpc_calm_message() : msgs[M_CONN_CLOSED]);
 }
 
 static void on_below_readable(void *ud)
@@ -722,6 +752,10 @@ static gun_conn *conn_new(worker *w, bool server, const char *service_name)
 		goto fail;
 	snprintf(c->path, n, "/%s/Tun", service_name);
 	nghttp2_option_set_no_auto_window_update(opt, 1);
+	for (unsigned t = 0xa; t <= 0xff; t++) /* RFC 9113 5.5: extensions, ignored */
+		nghttp2_option_set_user_recv_extension_type(opt, (uint8_t)t);
+	nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
+	nghttp2_session_callbacks_set_unpack_extension_callback(cb, unpack_extension);
 	nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
 	nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
 	nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);

@@ -12,7 +12,11 @@ enum {
 	M_WRONG_PATH,
 	M_BAD_METHOD,
 	M_BAD_TYPE,
+	M_CALM,
 };
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static const char *const msgs[] = {
 	[M_BAD_SERVICE] = "grpc: bad service name \"%s\"",
@@ -22,6 +26,9 @@ static const char *const msgs[] = {
 	[M_WRONG_PATH] = "grpc: wrong path \"%s\" (expected \"%s\")",
 	[M_BAD_METHOD] = "grpc: bad request: method %s",
 	[M_BAD_TYPE] = "grpc: bad request: content-type \"%s\"",
+	[M_CALM] = "grpc: more than " STR(GRPC_CALM_RATE) " frames without payload in a second "
+	           "(PRIORITY, WINDOW_UPDATE, PING, SETTINGS, empty DATA, unknown types): "
+	           "GOAWAY ENHANCE_YOUR_CALM",
 };
 
 bool grpc_service_name_ok(const char *name, char *err, size_t err_size)
@@ -105,3 +112,44 @@ int grpc_check_response(const grpc_head *h, char *why, size_t why_size)
 	}
 	return 0;
 }
+
+/* RFC 9113 section 6: the frame types. */
+enum { T_DATA = 0x0, T_PRIORITY = 0x2, T_SETTINGS = 0x4, T_PING = 0x6, T_WINDOW_UPDATE = 0x8,
+       T_LAST_KNOWN = 0x9 };
+
+#define F_END_STREAM 0x1
+
+static bool counted(uint8_t type, size_t length, uint8_t flags)
+{
+	switch (type) {
+	case T_DATA:
+		return length == 0 && !(flags & F_END_STREAM);
+	case T_PRIORITY:
+	case T_SETTINGS:
+	case T_PING:
+	case T_WINDOW_UPDATE:
+		return true;
+	default:
+		return type > T_LAST_KNOWN;
+	}
+}
+
+int grpc_calm_frame(grpc_calm *b, uint8_t type, size_t length, uint8_t flags, uint64_t now_ms)
+{
+	if (b->over)
+		return -1;
+	if (!counted(type, length, flags))
+		return 0;
+	if (now_ms > b->last_ms) {
+		uint64_t refill = (now_ms - b->last_ms) * (GRPC_CALM_RATE / 1000);
+		b->spent = refill >= b->spent ? 0 : b->spent - refill;
+		b->last_ms = now_ms;
+	}
+	if (++b->spent > GRPC_CALM_BURST) {
+		b->over = true;
+		return -1;
+	}
+	return 0;
+}
+
+const char *grpc_calm_message(void) { return msgs[M_CALM]; }

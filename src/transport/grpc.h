@@ -58,4 +58,36 @@ int grpc_check_request(const grpc_head *h, const char *path, const char **status
  * why. */
 int grpc_check_response(const grpc_head *h, char *why, size_t why_size);
 
+/* HTTP/2 frames that carry no payload the connection needs (PRIORITY,
+ * WINDOW_UPDATE, PING, SETTINGS, an empty DATA without END_STREAM, and
+ * the types above 0x9, which this server ignores) cost a worker time
+ * and nothing else, so a client could keep one busy with them forever
+ * (issue 32 N6: 110 MB/s of PRIORITY). They are counted in a token
+ * bucket per connection: GRPC_CALM_BURST at once, refilled at
+ * GRPC_CALM_RATE a second; the next one ends the connection (GOAWAY
+ * ENHANCE_YOUR_CALM, RFC 9113 section 7). A client that sends a
+ * WINDOW_UPDATE for the stream and one for the connection after every
+ * 16 KiB DATA frame of ours (the most any known client does; nghttp2 and
+ * Go send one per half or quarter window) stays under it up to 800 MB/s;
+ * a flood is cut to a hundredth of what one connection could feed. */
+#define GRPC_CALM_RATE 100000
+#define GRPC_CALM_BURST GRPC_CALM_RATE
+
+/* The bucket of one connection; a zeroed one is full. */
+typedef struct grpc_calm {
+	uint64_t last_ms; /* when it was last refilled */
+	uint64_t spent;   /* tokens taken and not refilled */
+	bool over;        /* the bound passed: stays so */
+} grpc_calm;
+
+/* Counts a received frame's header (type, payload length, flags) at
+ * now_ms (the caller's clock, monotonic). 0: go on. -1: the bound is
+ * passed (now or before): end the connection with ENHANCE_YOUR_CALM,
+ * grpc_calm_message() says why. Cannot fail otherwise. */
+int grpc_calm_frame(grpc_calm *b, uint8_t type, size_t length, uint8_t flags, uint64_t now_ms);
+
+/* "grpc: more than 100000 frames without payload in a second (...):
+ * GOAWAY ENHANCE_YOUR_CALM" */
+const char *grpc_calm_message(void);
+
 #endif

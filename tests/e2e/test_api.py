@@ -672,3 +672,54 @@ def test_kill_one_connection(api, echo):
     finally:
         s1.close()
         s2.close()
+
+
+def test_d1_a_websocket_pinger_that_never_reads_is_closed(api, echo):
+    """Issue 32 D1: a client on an API WebSocket stream sending pings as
+    fast as it can and never reading the pongs. The server answered every
+    ping into an unbounded write queue (gigabytes in seconds); now it closes
+    the connection once API_WS_PONGS_MAX pongs wait, its memory stays flat
+    and the API answers the next call."""
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    a = api(config(echo.port), env={"ASAN_OPTIONS": asan + ":quarantine_size_mb=0"})
+    assert a.call("PATCH", "/configs", {"log-level": "debug"})[0] == 204
+    pid = a.proxy.proc.pid
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the pongs fill it soon
+    s.settimeout(5)
+    s.connect((LOOPBACK, a.port))
+    s.sendall(b"GET /traffic HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+              b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+              b"Sec-WebSocket-Version: 13\r\n\r\n")
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(1)
+        assert chunk, head
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 101 "), head
+    before = rss(pid)
+    # masked pings with 64 bytes of payload (RFC 6455 5.5.2): each pong
+    # the server owes is 66 bytes
+    payload = b"p" * 64
+    ping = b"\x89" + bytes([0x80 | len(payload)]) + b"\0\0\0\0" + payload
+    burst = ping * 1000
+    closed, grown, end = False, 0, time.monotonic() + 15
+    try:
+        while time.monotonic() < end:
+            s.sendall(burst)
+            grown = rss(pid) - before
+            if grown > 256 << 20:
+                break  # unbounded: stop before the machine suffers
+    except (ConnectionResetError, BrokenPipeError):
+        closed = True
+    except socket.timeout:
+        pass  # the server stopped reading but kept the connection
+    finally:
+        s.close()
+    grown = max(grown, rss(pid) - before)
+    assert grown < 32 << 20, f"RSS grew {grown} bytes"
+    assert closed, "the connection stayed open"
+    assert ("app: api: a WebSocket client sends pings and does not read the answers "
+            "(16 pongs waiting); closing it") \
+        in a.proxy.log()
+    assert a.get("/version")["meta"] is False

@@ -58,6 +58,8 @@ TABLE = {
     "www.example.test": ["192.0.2.10", "2001:db8::10"],
     "v4only.example.test": ["192.0.2.11"],
     "big.example.test": big_addresses(40),
+    "mid.example.test": big_addresses(30),  # 1,005 bytes with OPT: over 512, under 1,232
+    "huge.example.test": big_addresses(100),  # 3,346 bytes (no compression): over 1,232
 }
 
 
@@ -483,7 +485,8 @@ def test_without_a_dns_server_the_route_decision_names_the_outbound(start_proxy)
 def test_a_big_answer_is_truncated_over_udp_and_whole_over_tcp(start_proxy, upstream, protocol):
     """40 A records (672 bytes): over UDP without EDNS the client gets TC,
     the question and no record; it retries over TCP to the same address
-    and gets all 40. With EDNS 4096 UDP carries it whole. (With a udp
+    and gets all 40. With EDNS 4096 UDP carries 30 records (1,005 bytes)
+    whole; 40 pass the 1,232-byte cap of the N7 test below. (With a udp
     upstream, which truncates too, the service has to ask it over EDNS or
     TCP itself.)"""
     proxy = start_proxy(config(server("local", upstream.address, protocol=protocol)))
@@ -500,12 +503,38 @@ def test_a_big_answer_is_truncated_over_udp_and_whole_over_tcp(start_proxy, upst
         a = parse(read_framed(s))
     assert not a.tc
     assert_answer(a, q, NOERROR, big_addresses(40))
-    q, a = udp_ask(proxy, "big.example.test", edns=4096)
+    q, a = udp_ask(proxy, "mid.example.test", edns=4096)
     assert not a.tc
-    assert_answer(a, q, NOERROR, big_addresses(40))
+    assert_answer(a, q, NOERROR, big_addresses(30))
     # a small EDNS size is honoured too
     q, a = udp_ask(proxy, "big.example.test", edns=600)
     assert a.tc and a.answers == [], a
+
+
+@pytest.mark.parametrize("protocol", ["udp", "tcp"])
+def test_n7_a_udp_answer_is_capped_at_1232_bytes_whatever_the_clients_edns(start_proxy, upstream,
+                                                                          protocol):
+    """Issue 32 N7: the service answered up to the client's EDNS size over
+    UDP (126x a 36-byte query); now a UDP answer over DNS_SVC_UDP_MAX
+    (1,232 bytes, the DNS flag day 2020) comes with TC, the question and no
+    record, even with EDNS 4096 or 65535; TCP still carries it whole, and
+    an answer under the cap is untouched."""
+    proxy = start_proxy(config(server("local", upstream.address, protocol=protocol)))
+    for size in (4096, 65535):
+        q = build_query("huge.example.test", edns=size)
+        with Association(proxy.port) as assoc:
+            assoc.send(UDP_TARGET, 53, q)
+            src, data = assoc.recv()
+        a = parse(data)
+        assert len(data) <= 1232, len(data)
+        assert a.tc and a.answers == [], a
+        assert_answer(a, q, NOERROR)
+    q, a = tcp_ask(proxy, "huge.example.test")
+    assert not a.tc
+    assert_answer(a, q, NOERROR, big_addresses(100))
+    q, a = udp_ask(proxy, "mid.example.test", edns=4096)
+    assert not a.tc
+    assert_answer(a, q, NOERROR, big_addresses(30))
 
 
 # ---------------------------------------------------------------- upstream addresses

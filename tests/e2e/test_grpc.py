@@ -12,6 +12,7 @@ protobuf encoding rules, not by our code. A test skips only when grpcio is
 missing (scripts/deps.sh installs it)."""
 import socket
 import threading
+import time
 from concurrent import futures
 
 import pytest
@@ -332,3 +333,64 @@ def test_a_reset_flow_leaves_the_others_on_its_connection(procs, pki):
         b.close()
     finally:
         echo.close()
+
+
+def h2_frame(ftype, flags, stream, payload=b""):
+    return (len(payload).to_bytes(3, "big") + bytes([ftype, flags])
+            + stream.to_bytes(4, "big") + payload)
+
+
+@pytest.mark.parametrize("ftype,payload", [(0x2, b"\0\0\0\0\x10"), (0x8, b"\0\0\0\1"),
+                                           (0xee, b"xyz")],
+                         ids=["priority", "window_update", "unknown"])
+def test_n6_a_flood_of_frames_without_payload_gets_goaway_enhance_your_calm(procs, ftype,
+                                                                           payload):
+    """Issue 32 N6: PRIORITY, WINDOW_UPDATE +1 and unknown-type frames were
+    read without bound (110 MB/s kept a worker busy); past GRPC_CALM_BURST
+    at once the connection ends with GOAWAY ENHANCE_YOUR_CALM (0xb)."""
+    server = procs(vless_inbound(grpc_stream(False, "inbound")), log_level="debug")
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    port = s.getsockname()[1]
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(0x4, 0, 0))
+    # WINDOW_UPDATE +1 on the connection, PRIORITY and unknown on stream 1
+    one = h2_frame(ftype, 0, 0 if ftype == 0x8 else 1, payload)
+    burst = one * 5000
+    got, goaway = b"", None
+
+    def reader():
+        nonlocal got, goaway
+        try:
+            while goaway is None:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return
+                got += chunk
+                i = 0
+                while i + 9 <= len(got):
+                    n = int.from_bytes(got[i:i + 3], "big")
+                    if i + 9 + n > len(got):
+                        break
+                    if got[i + 3] == 0x7:
+                        goaway = int.from_bytes(got[i + 13:i + 17], "big")
+                    i += 9 + n
+                got = got[i:]
+        except OSError:
+            return
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for _ in range(200):  # up to 1 M frames: ten times the burst
+            s.sendall(burst)
+            if goaway is not None:
+                break
+    except OSError:
+        pass
+    t.join(10)
+    s.close()
+    assert goaway == 0xb
+    want = ("grpc: ended the connection of 127.0.0.1:%d: grpc: more than 100000 frames without payload in a second (PRIORITY, "
+            "WINDOW_UPDATE, PING, SETTINGS, empty DATA, unknown types): GOAWAY ENHANCE_YOUR_CALM") % port
+    deadline = time.monotonic() + 5
+    while want not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert want in server.log()
