@@ -6,8 +6,8 @@ Before the fix, an absolute-form GET through the http inbound over TLS got its
 16384 bytes does not fit the client's layers"): the inbound wrote the body
 with endpoint_send_all, which failed on a stacked endpoint whose layers had
 no room, and paused the upstream only at 64 KiB of socket write queue. The
-same held for every reply a driver writes itself: Trojan/VLESS and VMess UDP
-replies over TLS closed the association when the client read slower than
+same held for every reply a driver writes itself: Trojan/VLESS (and VMess)
+UDP replies over TLS closed the association when the client read slower than
 they came. Each test here moves more than the layers hold at once (8 MiB, or
 a burst of datagrams into a client that is not reading) and checks every byte.
 """
@@ -21,12 +21,14 @@ import time
 
 import pytest
 
-from adversarialkit import RawPipe, TlsPipe, WsPipe, client_context, trojan_hash, trojan_request
+from adversarialkit import (RawPipe, TlsPipe, WsPipe, client_context, trojan_hash, trojan_request,
+                            uuid_bytes, vless_request)
 from proxykit import LOOPBACK, HttpTarget, big_sha256, make_cert
 
 BLOB = 8 << 20  # 8 MiB: hundreds of times what the layers hold
 WS_PATH = "/proxy"
 TROJAN_PASSWORD = "reply room"
+VLESS_UUID = "5783a3e7-e373-51cd-8642-c83782b807c5"
 UDP_RCVBUF = 4096  # the slow UDP reader's receive buffer
 
 
@@ -228,53 +230,96 @@ class Burst:
         self.sock.close()
 
 
-def trojan_udp_frame(port, payload):
-    return (b"\x01" + socket.inet_aton(LOOPBACK) + struct.pack(">HH", port, len(payload))
-            + b"\r\n" + payload)
+class TrojanUdp:
+    """Trojan's UDP ASSOCIATE: ATYP ADDR PORT Length(2) CRLF payload."""
+    users = f'[[inbound.settings.users]]\nname = "u"\npassword = "{TROJAN_PASSWORD}"\n'
+
+    @staticmethod
+    def request(port):
+        return trojan_request(trojan_hash(TROJAN_PASSWORD), port, cmd=3)
+
+    @staticmethod
+    def frame(port, payload):
+        return (b"\x01" + socket.inet_aton(LOOPBACK) + struct.pack(">HH", port, len(payload))
+                + b"\r\n" + payload)
+
+    @staticmethod
+    def frames(buf):
+        """(payloads, rest) of the frames in buf (IPv4 sources)."""
+        out = []
+        while len(buf) >= 11:
+            assert buf[0] == 1, buf[:16]
+            n = struct.unpack(">H", buf[7:9])[0]
+            if len(buf) < 11 + n:
+                break
+            assert buf[9:11] == b"\r\n"
+            out.append(buf[11:11 + n])
+            buf = buf[11 + n:]
+        return out, buf
 
 
-def trojan_udp_frames(buf):
-    """(payloads, rest) of the Trojan UDP frames in buf (IPv4 sources)."""
-    out = []
-    while len(buf) >= 11:
-        assert buf[0] == 1, buf[:16]
-        n = struct.unpack(">H", buf[7:9])[0]
-        if len(buf) < 11 + n:
-            break
-        assert buf[9:11] == b"\r\n"
-        out.append(buf[11:11 + n])
-        buf = buf[11 + n:]
-    return out, buf
+class VlessUdp:
+    """VLESS command 0x02: the answer 00 00, then Length(2) payload."""
+    users = f'[[inbound.settings.users]]\nname = "u"\nid = "{VLESS_UUID}"\n'
+
+    def __init__(self):
+        self.answered = False
+
+    @staticmethod
+    def request(port):
+        return vless_request(uuid_bytes(VLESS_UUID), port, cmd=2)
+
+    @staticmethod
+    def frame(port, payload):
+        return struct.pack(">H", len(payload)) + payload
+
+    def frames(self, buf):
+        if not self.answered:
+            if len(buf) < 2:
+                return [], buf
+            assert buf[:2] == b"\x00\x00", buf[:2]
+            buf, self.answered = buf[2:], True
+        out = []
+        while len(buf) >= 2:
+            n = struct.unpack(">H", buf[:2])[0]
+            if len(buf) < 2 + n:
+                break
+            out.append(buf[2:2 + n])
+            buf = buf[2 + n:]
+        return out, buf
 
 
-def test_issue32_trojan_udp_replies_over_tls_to_a_slow_reader(start_proxy, cert):
-    """Issue 32: UDP replies through a Trojan inbound over TLS while the
-    client does not read: the association stays open (it closed once the
-    layers were full), what arrives is whole datagrams in order, and a
-    datagram sent afterwards still comes back."""
-    extra = f'[[inbound.settings.users]]\nname = "u"\npassword = "{TROJAN_PASSWORD}"\n'
-    proxy = start_proxy(inbound("trojan", "tls", cert, extra), log_level="debug")
+@pytest.mark.parametrize("protocol,stream", [("trojan", "tls"), ("vless", "ws-tls")])
+def test_issue32_udp_replies_over_layers_to_a_slow_reader(start_proxy, cert, protocol, stream):
+    """Issue 32: UDP replies through a Trojan inbound over TLS (and VLESS
+    over WebSocket and TLS) while the client does not read: the
+    association stays open (it closed once the layers were full), what
+    arrives is whole datagrams in order, replies beyond the 256 KiB queue
+    are dropped as UDP is, and a datagram sent afterwards still comes back."""
+    codec = TrojanUdp() if protocol == "trojan" else VlessUdp()
+    proxy = start_proxy(inbound(protocol, stream, cert, codec.users), log_level="debug")
     burst = Burst()
     try:
         deadline = time.monotonic() + 60
-        sock, pipe = open_pipe(proxy.port, "tls", deadline, rcvbuf=UDP_RCVBUF)
+        sock, pipe = open_pipe(proxy.port, stream, deadline, rcvbuf=UDP_RCVBUF)
         with sock:
-            req = trojan_request(trojan_hash(TROJAN_PASSWORD), burst.port, cmd=3)
-            pipe.send(req + trojan_udp_frame(burst.port, b"burst %d" % udp_burst()))
+            pipe.send(codec.request(burst.port) + codec.frame(burst.port, b"burst %d" % udp_burst()))
             time.sleep(3.0)  # the replies come while nothing is read
             # a reply is dropped while 256 KiB wait (UDP): asked again until one comes
             buf, seqs, asked = b"", [], 0.0
             while b"still there?" not in seqs:
                 if time.monotonic() - asked > 0.5:
-                    pipe.send(trojan_udp_frame(burst.port, b"still there?"))
+                    pipe.send(codec.frame(burst.port, b"still there?"))
                     asked = time.monotonic()
                 try:
-                    chunk = pipe.recv_some(min(deadline, time.monotonic() + 0.5))
+                    chunk = chunk_of(pipe, min(deadline, time.monotonic() + 0.5))
                 except TimeoutError:
                     assert time.monotonic() < deadline, f"no answer; {len(seqs)} replies"
                     continue
-                assert chunk, f"association closed after {len(seqs)} replies; {fit_log(proxy)}"
-                frames, buf = trojan_udp_frames(buf + chunk)
+                except EOFError:
+                    raise AssertionError(f"association closed after {len(seqs)} replies; "
+                                         f"{fit_log(proxy)}") from None
+                frames, buf = codec.frames(buf + chunk)
                 for f in frames:
                     if f == b"still there?":
                         seqs.append(f)
