@@ -121,8 +121,10 @@ static int push_body(ss_in *v, endpoint *ep)
 	if (st) {
 		uint8_t *rest = malloc(REST_MAX);
 		layer_buf b = {rest, 0, rest ? REST_MAX : 0};
+		/* the rest must be in the layers before the body layer goes on
+		 * top (endpoint_held): a fresh stack has the room for it */
 		int bad = !rest || l->ops->start(l, &b) ||
-		          (b.len && endpoint_send_all(ep, rest, b.len));
+		          (b.len && endpoint_send_all(ep, rest, b.len)) || endpoint_held(ep);
 		free(rest);
 		if (bad) {
 			l->ops->free(l);

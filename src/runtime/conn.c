@@ -18,7 +18,6 @@ enum {
 	M_ACCEPT,
 	M_RELAY_ENDED,
 	M_LAYERS_FAILED,
-	M_REPLY_TOO_BIG,
 	M_DRAINED,
 };
 
@@ -29,7 +28,6 @@ static const char *const msgs[] = {
 	[M_ACCEPT] = "accept failed: %s",
 	[M_RELAY_ENDED] = "relay from %s ended: %s",
 	[M_LAYERS_FAILED] = "layers of the connection failed: %s",
-	[M_REPLY_TOO_BIG] = "a reply of %zu bytes does not fit the client's layers",
 	[M_DRAINED] = "the outbound this flow was opened on was drained",
 };
 
@@ -440,9 +438,11 @@ int conn_write(conn *c, const uint8_t *data, size_t len)
 {
 	if (!fed(c))
 		return -1;
+	/* bytes the client's layers have no room for wait in its endpoint:
+	 * the driver bounds them with conn_write_queue and on_written */
 	if (endpoint_send_all(c->client, data, len)) {
 		if (!endpoint_plain(c->client))
-			log_debug("conn", msgs[M_REPLY_TOO_BIG], len);
+			log_debug("conn", msgs[M_LAYERS_FAILED], endpoint_error(c->client));
 		return -1;
 	}
 	return 0;

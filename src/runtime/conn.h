@@ -84,7 +84,10 @@ worker *conn_worker(const conn *c);
 const struct sockaddr_storage *conn_peer(const conn *c);
 const struct sockaddr_storage *conn_local(conn *c);
 
-/* Queues bytes for the client (a handshake reply); copied. Returns 0 or -1. */
+/* Queues bytes for the client (a handshake reply, an HTTP response, a UDP
+ * reply); copied, whatever the room in the client's layers: what waits is
+ * conn_write_queue, which the driver bounds (on_written says when it
+ * shrank). Returns 0, or -1 when the client's endpoint failed. */
 __attribute__((warn_unused_result)) int conn_write(conn *c, const uint8_t *data, size_t len);
 
 /* Stops / resumes reading the client during the handshake or while driven
@@ -114,7 +117,8 @@ void conn_feed(conn *c);
 /* Client bytes read and not yet consumed by the driver. */
 size_t conn_buffered(const conn *c);
 
-/* Bytes queued for the client and not yet written. */
+/* Bytes queued for the client and not yet written, those waiting for room
+ * in its layers included. */
 size_t conn_write_queue(const conn *c);
 
 /* Ends the handshake and relays between the client and u, a dialled

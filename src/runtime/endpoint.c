@@ -5,11 +5,10 @@
 #include <string.h>
 #include <sys/socket.h>
 
-enum { M_NOMEM, M_NO_ROOM, M_STATE };
+enum { M_NOMEM, M_STATE };
 
 static const char *const msgs[] = {
 	[M_NOMEM] = "out of memory",
-	[M_NO_ROOM] = "a write does not fit the layers",
 	[M_STATE] = "layers put on an endpoint already in use",
 };
 
@@ -44,6 +43,16 @@ struct endpoint {
 	unsigned pending; /* pool buffers the writes in flight hold, at most ENDPOINT_MAX_PENDING */
 	unsigned extra;   /* endpoint_send_all writes in flight */
 	big_write *bigs;  /* on a channel: those writes (a closing channel forgets them) */
+
+	/* A stacked endpoint's app bytes that endpoint_send_all took and the
+	 * layers had no room for yet: hold[hold_off, hold_off + hold_len),
+	 * owned (malloc'd, hold_cap bytes; NULL when empty). They enter the
+	 * layers, in order and before any later send, as writes make room
+	 * (flush), as a plain endpoint's own write takes what the socket
+	 * does not. The owner bounds them with endpoint_queued. */
+	uint8_t *hold;
+	size_t hold_off, hold_len, hold_cap;
+	bool stack_shut; /* stack_shutdown ran (it waits for the held bytes) */
 
 	/* The last read's pool buffer while bytes of it remain: app bytes on a
 	 * plain endpoint, wire bytes the layers have not taken on a stacked one. */
@@ -81,6 +90,7 @@ static void on_closed(uv_handle_t *h)
 		return;
 	pool_put(bufs(e), e->rbuf);
 	stack_free(e->st);
+	free(e->hold);
 	free(e);
 }
 
@@ -223,7 +233,7 @@ static ssize_t take_out(endpoint *e, uint8_t **out, int *rc)
 	return (ssize_t)m;
 }
 
-static int flush(endpoint *e)
+static int flush_wire(endpoint *e)
 {
 	const uint8_t *d;
 	while (e->st && stack_wire_out(e->st, &d) > 0) {
@@ -273,6 +283,68 @@ static int flush(endpoint *e)
 	return 0;
 }
 
+/* Hands the layers what of the held bytes they take now; the shutdown
+ * that waited behind them runs once they are all in. */
+static int feed_hold(endpoint *e)
+{
+	ssize_t k = stack_from_app(e->st, e->hold + e->hold_off, e->hold_len);
+	if (k < 0)
+		return fail_stack(e);
+	e->hold_off += (size_t)k;
+	e->hold_len -= (size_t)k;
+	if (e->hold_len == 0) {
+		free(e->hold);
+		e->hold = NULL;
+		e->hold_off = e->hold_cap = 0;
+		if (e->shut_wanted && !e->stack_shut) {
+			e->stack_shut = true;
+			if (stack_shutdown(e->st) < 0)
+				return fail_stack(e);
+		}
+	}
+	return 0;
+}
+
+/* The layers' wire output into write slots, and the held app bytes into
+ * the layers as that makes room, until neither moves (the next write
+ * completion comes back here). */
+static int flush(endpoint *e)
+{
+	for (;;) {
+		if (flush_wire(e))
+			return -1;
+		if (!e->hold || e->failed)
+			return 0;
+		size_t before = e->hold_len;
+		if (feed_hold(e))
+			return -1;
+		if (e->hold && e->hold_len == before)
+			return 0;
+	}
+}
+
+/* Appends d[0, n) to the held bytes. */
+static int hold_add(endpoint *e, const uint8_t *d, size_t n)
+{
+	if (e->hold_off && e->hold_off + e->hold_len + n > e->hold_cap) {
+		memmove(e->hold, e->hold + e->hold_off, e->hold_len);
+		e->hold_off = 0;
+	}
+	if (e->hold_len + n > e->hold_cap) {
+		size_t cap = e->hold_cap ? e->hold_cap : POOL_BUF_SIZE;
+		while (cap < e->hold_len + n)
+			cap *= 2;
+		uint8_t *b = realloc(e->hold, cap);
+		if (!b)
+			return -1;
+		e->hold = b;
+		e->hold_cap = cap;
+	}
+	memcpy(e->hold + e->hold_off + e->hold_len, d, n);
+	e->hold_len += n;
+	return 0;
+}
+
 static void on_shutdown(uv_shutdown_t *req, int status)
 {
 	(void)status; /* a peer that went away has nothing left to tell */
@@ -285,7 +357,7 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 static void maybe_fin(endpoint *e)
 {
 	const uint8_t *d;
-	if (!e->shut_wanted || e->shut_issued || e->failed ||
+	if (!e->shut_wanted || e->shut_issued || e->failed || e->hold ||
 	    (e->st && (stack_wire_out(e->st, &d) > 0 || stack_shut_pending(e->st))))
 		return; /* the FIN follows the layers' ends */
 	e->shut_issued = true;
@@ -514,11 +586,12 @@ int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)
 	if (e->failed || e->closing)
 		return -1;
 	if (e->st) {
-		ssize_t k = stack_from_app(e->st, d, n);
+		/* what the layers cannot take now waits in the hold (flush) */
+		ssize_t k = e->hold ? 0 : stack_from_app(e->st, d, n);
 		if (k < 0)
 			return fail_stack(e);
-		if ((size_t)k < n)
-			return fail(e, msgs[M_NO_ROOM]);
+		if ((size_t)k < n && hold_add(e, d + k, n - (size_t)k))
+			return fail(e, msgs[M_NOMEM]);
 		e->count[0] += n;
 		return flush(e);
 	}
@@ -565,8 +638,10 @@ int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n)
 
 size_t endpoint_queued(const endpoint *e)
 {
-	return e->ch ? e->ch->ops->queued(e->ch) : e->tcp->write_queue_size;
+	return (e->ch ? e->ch->ops->queued(e->ch) : e->tcp->write_queue_size) + e->hold_len;
 }
+
+size_t endpoint_held(const endpoint *e) { return e->hold_len; }
 
 static void ignore(void *ud) { (void)ud; }
 static void ignore_error(void *ud, const char *why)
@@ -708,14 +783,15 @@ bool endpoint_take_buf(endpoint *e, uint8_t **buf, size_t *off, size_t *len)
 
 bool endpoint_can_send(const endpoint *e)
 {
-	if (e->failed || e->closing || e->shut_wanted || e->pending >= ENDPOINT_MAX_PENDING)
+	if (e->failed || e->closing || e->shut_wanted || e->pending >= ENDPOINT_MAX_PENDING ||
+	    e->hold)
 		return false;
 	return !e->st || stack_app_room(e->st) > 0;
 }
 
 size_t endpoint_send_room(const endpoint *e)
 {
-	if (e->failed || e->closing || e->shut_wanted)
+	if (e->failed || e->closing || e->shut_wanted || e->hold)
 		return 0;
 	return e->st ? stack_app_room(e->st) : SIZE_MAX;
 }
@@ -780,7 +856,7 @@ bool endpoint_unstack(endpoint *e)
 {
 	if (!e->st)
 		return true;
-	if (e->failed || e->closing || e->shut_wanted || !stack_passthrough(e->st))
+	if (e->failed || e->closing || e->shut_wanted || e->hold || !stack_passthrough(e->st))
 		return false;
 	/* rbuf[roff, roff + rlen) would have crossed the layers unchanged:
 	 * it is the app bytes of a plain endpoint as it stands */
@@ -793,7 +869,8 @@ bool endpoint_unstack(endpoint *e)
 bool endpoint_idle(const endpoint *e)
 {
 	const uint8_t *d;
-	return e->pending == 0 && e->extra == 0 && (!e->st || stack_wire_out(e->st, &d) == 0);
+	return e->pending == 0 && e->extra == 0 && !e->hold &&
+	       (!e->st || stack_wire_out(e->st, &d) == 0);
 }
 
 int endpoint_shutdown(endpoint *e)
@@ -803,8 +880,11 @@ int endpoint_shutdown(endpoint *e)
 	if (e->shut_wanted)
 		return 0;
 	e->shut_wanted = true;
-	if (e->st && (stack_shutdown(e->st) < 0 ? fail_stack(e) : flush(e)))
-		return -1;
+	if (e->st && !e->hold) { /* else the hold's last byte runs it (feed_hold) */
+		e->stack_shut = true;
+		if (stack_shutdown(e->st) < 0 ? fail_stack(e) : flush(e))
+			return -1;
+	}
 	maybe_fin(e);
 	return 0;
 }

@@ -104,15 +104,15 @@ bool endpoint_at_eof(const endpoint *e);
  * False (nothing moves) for a stacked endpoint or when none wait. */
 bool endpoint_take_buf(endpoint *e, uint8_t **buf, size_t *off, size_t *len);
 
-/* Room for one more send. */
+/* Room for one more send (none while bytes are held: they go first). */
 bool endpoint_can_send(const endpoint *e);
 
-/* How many app bytes one endpoint_send_all takes now: 0 once the
- * endpoint failed, closes or shut its sending side; the layers' room on a
- * stacked endpoint (their output waits there for a free write slot);
- * SIZE_MAX on a plain one (the owner bounds endpoint_queued). Unlike
- * endpoint_can_send it does not wait for a slot: a datagram link sends
- * bursts, and drops only what finds no room. */
+/* How many app bytes the layers take now: 0 once the endpoint failed,
+ * closes or shut its sending side, or holds bytes of an earlier
+ * endpoint_send_all; the layers' room on a stacked endpoint (their output
+ * waits there for a free write slot); SIZE_MAX on a plain one (the owner
+ * bounds endpoint_queued). Unlike endpoint_can_send it does not wait for a
+ * slot: a datagram link sends bursts, and drops only what finds no room. */
 size_t endpoint_send_room(const endpoint *e);
 
 /* Copies what fits of d[0, n) toward the peer (through the layers);
@@ -123,14 +123,23 @@ __attribute__((warn_unused_result)) ssize_t endpoint_send(endpoint *e, const uin
 
 /* Sends all of d[0, n) or fails: a plain endpoint writes what the socket
  * takes at once (no on_writable follows for that part) and copies the rest
- * into a write of its own beyond ENDPOINT_MAX_PENDING (the owner bounds these, as a
- * handshake reply or an HTTP response does, with endpoint_queued); a
- * stacked one needs the layers to take it whole. Returns 0, or -1 (the
- * layers failed or could not take it: endpoint_error says why). */
+ * into a write of its own beyond ENDPOINT_MAX_PENDING; a stacked one hands
+ * the layers what they have room for and holds a copy of the rest, which
+ * enters them, in order and before any later send, as writes make room
+ * (endpoint_held). Either way the owner bounds what waits, as a handshake
+ * reply, an HTTP response or a UDP reply does, with endpoint_queued and
+ * its on_writable. Returns 0, or -1 (the layers failed, or memory ran
+ * out: endpoint_error says why). */
 __attribute__((warn_unused_result)) int endpoint_send_all(endpoint *e, const uint8_t *d, size_t n);
 
-/* Bytes written to the socket and not yet taken by the kernel. */
+/* Bytes written to the socket and not yet taken by the kernel, and the
+ * bytes held for the layers (endpoint_held). */
 size_t endpoint_queued(const endpoint *e);
+
+/* App bytes endpoint_send_all took that the layers have no room for yet
+ * (0 on a plain endpoint). A layer pushed on the stack (stack_push) while
+ * some are held would see them pass through it: push only when none are. */
+size_t endpoint_held(const endpoint *e);
 
 /* Plain endpoints: sends buf[off, off + len), a pool buffer the endpoint
  * takes over in every case. endpoint_can_send must be true. Returns 0, or
@@ -152,11 +161,13 @@ bool endpoint_plain(const endpoint *e);
  * failed, closing or shutting down. */
 bool endpoint_unstack(endpoint *e);
 
-/* Nothing is waiting to be written (no write in flight, no wire output). */
+/* Nothing is waiting to be written (no write in flight, no wire output,
+ * no held app bytes). */
 bool endpoint_idle(const endpoint *e);
 
 /* The app sends nothing more: the layers' orderly end (TLS close_notify,
- * a WebSocket close), then the TCP FIN once everything queued is written
+ * a WebSocket close) after the held app bytes, then the TCP FIN once
+ * everything queued is written
  * (on a channel: its carrier's end of the stream's direction).
  * endpoint_shut_done tells when the FIN is out. */
 __attribute__((warn_unused_result)) int endpoint_shutdown(endpoint *e);

@@ -708,6 +708,60 @@ static void a_second_stack_is_refused(void **state)
 	close(d.h.app_b);
 }
 
+/* Issue 32: endpoint_send_all hands a stacked endpoint far more than its
+ * layers hold (a reply body written by an inbound of its own). It takes it
+ * all, holds what does not fit, lets nothing pass ahead of it, and the
+ * layers' end and the FIN follow the last held byte. Before, it failed
+ * ("a write does not fit the layers") and the connection closed. */
+#define HOLD_FIRST (1u << 20)
+#define HOLD_SECOND (64u * 1024)
+
+static void send_all_on_worker(worker *w, void *arg)
+{
+	dialled *d = arg;
+	d->e = wrap(w, d->h.srv_a, layered(false));
+	endpoint_set_events(d->e, &dialled_events, d);
+	uint8_t *buf = malloc(HOLD_FIRST + HOLD_SECOND);
+	assert_non_null(buf);
+	for (size_t i = 0; i < HOLD_FIRST + HOLD_SECOND; i++)
+		buf[i] = pat(i);
+	assert_int_equal(endpoint_send_all(d->e, buf, HOLD_FIRST), 0);
+	assert_true(endpoint_held(d->e) > 0);
+	assert_true(endpoint_queued(d->e) >= endpoint_held(d->e));
+	assert_false(endpoint_can_send(d->e)); /* the held bytes go first */
+	assert_int_equal(endpoint_send_room(d->e), 0);
+	assert_false(endpoint_idle(d->e));
+	assert_int_equal(endpoint_send_all(d->e, buf + HOLD_FIRST, HOLD_SECOND), 0);
+	free(buf); /* copied */
+	assert_int_equal(endpoint_shutdown(d->e), 0);
+	assert_false(endpoint_shut_done(d->e));
+}
+
+static void close_on_worker(worker *w, void *arg)
+{
+	(void)w;
+	dialled *d = arg;
+	assert_int_equal(endpoint_held(d->e), 0);
+	assert_true(endpoint_idle(d->e));
+	endpoint_close(d->e, false);
+}
+
+static void send_all_holds_what_the_layers_cannot_take(void **state)
+{
+	(void)state;
+	dialled d;
+	dialled_init(&d);
+	close(d.h.srv_b);
+	small_buffers(d.h.app_a);
+	worker_run(d.h.w, send_all_on_worker, &d);
+	expect_pattern(d.h.app_a, HOLD_FIRST + HOLD_SECOND);
+	expect_eof(d.h.app_a);
+	worker_run(d.h.w, close_on_worker, &d);
+	workers_stop(d.h.ws, NULL, NULL);
+	close(d.h.app_a);
+	close(d.h.app_b);
+}
+
 /* ---- the flow's record (tracker.h) ---- */
 
 static uint64_t fixed_clock(void) { return 42; }
@@ -992,6 +1046,7 @@ int main(void)
 		cmocka_unit_test(layer_deadlines),
 		cmocka_unit_test(layers_put_on_a_dialled_endpoint),
 		cmocka_unit_test(a_second_stack_is_refused),
+		cmocka_unit_test(send_all_holds_what_the_layers_cannot_take),
 		cmocka_unit_test(tracked_buffered),
 		cmocka_unit_test(tracked_spliced),
 		cmocka_unit_test(vless_upstream_splices),
