@@ -133,35 +133,6 @@ typedef struct cli_opts {
 	int level; /* a LOG_LEVEL_* */
 } cli_opts;
 
-/* Files below src/app not yet moved off the config's levels still compare
- * log_get_level() with ETM_LOG_*: keep the two in step until they are. */
-_Static_assert((int)ETM_LOG_ERROR == LOG_LEVEL_ERROR && (int)ETM_LOG_WARN == LOG_LEVEL_WARN &&
-                   (int)ETM_LOG_INFO == LOG_LEVEL_INFO && (int)ETM_LOG_DEBUG == LOG_LEVEL_DEBUG &&
-                   (int)ETM_LOG_TRACE == LOG_LEVEL_TRACE,
-               "log.h levels follow etm_log_level");
-
-int log_format_of(etm_log_format f)
-{
-	return f == ETM_LOG_FORMAT_JSON ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT;
-}
-
-int log_level_of(etm_log_level l)
-{
-	switch (l) {
-	case ETM_LOG_ERROR:
-		return LOG_LEVEL_ERROR;
-	case ETM_LOG_WARN:
-		return LOG_LEVEL_WARN;
-	case ETM_LOG_INFO:
-		return LOG_LEVEL_INFO;
-	case ETM_LOG_DEBUG:
-		return LOG_LEVEL_DEBUG;
-	case ETM_LOG_TRACE:
-		return LOG_LEVEL_TRACE;
-	}
-	return LOG_LEVEL_INFO;
-}
-
 /* The options that take a value: "-c FILE", "--config FILE" and
  * "--config=FILE" (the long ones only), the same for the level. */
 typedef enum cli_opt { OPT_NONE, OPT_CONFIG, OPT_LEVEL } cli_opt;
@@ -581,8 +552,8 @@ int cli_main(int argc, char **argv, FILE *out, FILE *err)
 		return 0;
 	}
 
-	log_set_format(log_format_of(spec.log_format));
-	log_set_level(o.level_set ? o.level : log_level_of(spec.log_level));
+	log_set_format(config_log_format(spec.log_format));
+	log_set_level(o.level_set ? o.level : config_log_level(spec.log_level));
 	access_log_set_end(spec.log_access_end);
 	log_info("app", msgs[CLI_LOADED], o.config, spec.inbounds_len, spec.outbounds_len,
 	         spec.balancers_len, spec.route.rules_len);

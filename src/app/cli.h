@@ -18,10 +18,4 @@
  * Normal output goes to out, errors to err (both borrowed). */
 int cli_main(int argc, char **argv, FILE *out, FILE *err);
 
-/* The config's [log] level as log.h's. */
-int log_level_of(etm_log_level l);
-
-/* The config's [log] format as log.h's. */
-int log_format_of(etm_log_format f);
-
 #endif

@@ -31,4 +31,8 @@ __attribute__((warn_unused_result)) int config_load(const char *text, size_t len
 __attribute__((warn_unused_result)) int config_load_file(const char *path, etm_spec *spec, char *msg,
                                                          size_t msg_size);
 
+/* The config's [log] level and format as log.h's. */
+int config_log_level(etm_log_level l);
+int config_log_format(etm_log_format f);
+
 #endif

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app/cli.h"
 #include "app/config.h"
 #include "app/notify.h"
 #include "base/access_log.h"
@@ -70,8 +69,8 @@ static int reload(reloader *r, char *msg)
 		log_error("app", msgs[M_BUILD], msg);
 		return -1;
 	}
-	int level = log_level_of(spec.log_level);
-	int format = log_format_of(spec.log_format);
+	int level = config_log_level(spec.log_level);
+	int format = config_log_format(spec.log_format);
 	bool access_end = spec.log_access_end;
 	/* apply takes the spec; the access log is reopened once it succeeded */
 	char *access = spec.log_access ? strdup(spec.log_access) : NULL;
