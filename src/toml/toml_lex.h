@@ -91,7 +91,14 @@ typedef struct toml_parser {
 	size_t npath;
 } toml_parser;
 
-/* toml.c. toml_fail fills p->err with message m (naming name, nlen bytes, if
+/* Longest key name quoted in a message, in bytes; the rest is elided. */
+#define TOML_NAME_SHOWN_MAX 64
+
+/* toml_parser.c. toml_error_set writes message m into e (name is the key it
+ * is about, if m has `%s`), without a position. */
+void toml_error_set(toml_error *e, toml_msg m, const char *name, size_t nlen);
+
+/* toml_fail fills p->err with message m (naming name, nlen bytes, if
  * m has `%s`) at byte off, and returns rc. */
 TOML_WUR int toml_fail(toml_parser *p, size_t off, int rc, toml_msg m, const char *name, size_t nlen);
 toml_pos toml_pos_at(toml_parser *p, size_t start);
