@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/vec.h"
-
 struct toml_doc {
 	toml_arena arena;
 	toml_node *root;
@@ -17,7 +15,7 @@ struct toml_doc {
  * dots, at the start of part upto. */
 static TOML_WUR int fail_key(toml_parser *p, size_t upto, toml_msg m)
 {
-	char name[TOML_NAME_SHOWN_MAX + 1]; /* one past what is shown: show_name then elides */
+	char name[TOML_NAME_SHOWN_MAX + 1]; /* one past what is shown: the message then elides it */
 	size_t o = 0, total = 0;
 	for (size_t k = 0; k <= upto; k++) {
 		const toml_keypart *kp = &p->path[k];
